@@ -1,0 +1,53 @@
+# DTorch: `make demo` and `make test` are the two entry points; both install
+# what they need, configure, build and run.
+BUILD ?= build
+PYTHON ?= $(shell command -v python3)
+JOBS ?= $(shell nproc)
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_DIR ?= $(HOME)/.cache/dtorch-ccache
+
+.PHONY: setup configure build test test-lit test-cpp test-python demo clean docs
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+	  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
+	  -DLLVM_DIR=/usr/lib/llvm-19/lib/cmake/llvm \
+	  -DPython3_EXECUTABLE=$(PYTHON)
+
+configure: setup $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test-lit: build
+	$(PYTHON) -m lit -sv $(BUILD)/test/lit
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python: build
+	@if ls test/python/test_*.py >/dev/null 2>&1; then \
+	  DTORCH_BUILD=$(CURDIR)/$(BUILD) $(PYTHON) -m pytest -q test/python; \
+	else echo "no python tests yet"; fi
+
+# Every layer runs even when an earlier one fails; the exit code reports all.
+test: build
+	@rc=0; \
+	$(MAKE) --no-print-directory test-lit || rc=1; \
+	$(MAKE) --no-print-directory test-cpp || rc=1; \
+	$(MAKE) --no-print-directory test-python || rc=1; \
+	exit $$rc
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+docs: build
+	cmake --build $(BUILD) --target dtorch-docs
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every system and Python package DTorch needs. Idempotent: when all
+# is present it only checks and returns in about a second.
+set -euo pipefail
+
+APT_PACKAGES=(
+  cmake ninja-build ccache lld-19 clang-19
+  llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libgloo-dev libopenblas-dev libgtest-dev libgmock-dev
+)
+PIP_PACKAGES=(numpy pytest lit nanobind)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+pmissing=()
+for p in "${PIP_PACKAGES[@]}"; do
+  "$PY" -c "import $p" 2>/dev/null || pmissing+=("$p")
+done
+if [ ${#pmissing[@]} -gt 0 ]; then
+  echo "setup: installing pip packages: ${pmissing[*]}"
+  "$PY" -m pip install -q "${pmissing[@]}"
+fi
+echo "setup: all packages present"
