@@ -1,0 +1,43 @@
+//===- DTensor.h - the dtensor dialect ----------------------------*- C++ -*-===//
+#ifndef DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H
+#define DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H
+
+#include "dtorch/Layout.h"
+#include "dtorch/ShardingRule.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/Hashing.h"
+
+namespace dtorch {
+inline llvm::hash_code hash_value(const Placement &p) {
+  return llvm::hash_combine(static_cast<int>(p.kind), p.dim,
+                            static_cast<int>(p.op));
+}
+} // namespace dtorch
+
+#include "dtensor/IR/DTensorOpsDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dtensor/IR/DTensorAttrs.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dtensor/IR/DTensorOpsTypes.h.inc"
+
+#include "dtensor/IR/ShardingRuleInterface.h.inc"
+
+#define GET_OP_CLASSES
+#include "dtensor/IR/DTensorOps.h.inc"
+
+namespace dtorch::dtensor {
+/// Bytes per element of an MLIR element type (for the cost model).
+int64_t elementBytes(mlir::Type type);
+/// Builds a DTensorType from layout-library placements.
+DTensorType getDTensorType(mlir::ArrayRef<int64_t> shape, mlir::Type elementType,
+                           MeshAttr mesh, const Placements &placements);
+} // namespace dtorch::dtensor
+
+#endif // DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H

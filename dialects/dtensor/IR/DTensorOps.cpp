@@ -1,0 +1,438 @@
+//===- DTensorOps.cpp - verifiers, sharding rules and folders ------------===//
+//
+// Each op's verifier and sharding rule sit together here, grouped by op
+// family; the rule says how the op may be split (see ShardingRule.h).
+//
+//===----------------------------------------------------------------------===//
+#include "dtensor/IR/DTensor.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace dtorch;
+using namespace dtorch::dtensor;
+
+#include "dtensor/IR/ShardingRuleInterface.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "dtensor/IR/DTensorOps.cpp.inc"
+
+namespace {
+
+DTensorType typeOf(Value v) { return cast<DTensorType>(v.getType()); }
+
+std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = i;
+  return v;
+}
+
+const std::vector<ReduceOp> kAllReduceOps = {ReduceOp::Sum, ReduceOp::Avg,
+                                             ReduceOp::Max, ReduceOp::Min};
+const std::vector<ReduceOp> kLinearOps = {ReduceOp::Sum, ReduceOp::Avg};
+
+/// Every operand and the result live on the result's mesh.
+LogicalResult verifySameMesh(Operation *op) {
+  MeshAttr mesh = typeOf(op->getResult(0)).getMesh();
+  for (Value v : op->getOperands())
+    if (typeOf(v).getMesh() != mesh)
+      return op->emitOpError("operands and result must be on the same mesh, got ")
+             << typeOf(v).getMesh() << " and " << mesh;
+  return success();
+}
+
+LogicalResult verifySameShapeAndElementType(Operation *op) {
+  DTensorType res = typeOf(op->getResult(0));
+  for (Value v : op->getOperands()) {
+    DTensorType t = typeOf(v);
+    if (t.getShape() != res.getShape())
+      return op->emitOpError("operand shape [")
+             << t.getShape() << "] does not match result shape ["
+             << res.getShape() << "]";
+    if (t.getElementType() != res.getElementType())
+      return op->emitOpError("operand element type ")
+             << t.getElementType() << " does not match result element type "
+             << res.getElementType();
+  }
+  return success();
+}
+
+/// The rule of an op whose operands and result share one shape and map
+/// dim-to-dim.
+ShardingRule elementwiseRule(Operation *op, std::vector<ReduceOp> joint,
+                             std::vector<int64_t> linear) {
+  DTensorType res = typeOf(op->getResult(0));
+  ShardingRule rule;
+  rule.factorSizes = toVec(res.getShape());
+  rule.operands.assign(op->getNumOperands(), iota(res.getRank()));
+  rule.results = {iota(res.getRank())};
+  rule.jointPartial = std::move(joint);
+  rule.linearOperands = std::move(linear);
+  return rule;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Creation
+//===----------------------------------------------------------------------===//
+
+#define CREATION_RULE(OP)                                                      \
+  ShardingRule OP::getShardingRule() { return elementwiseRule(*this, {}, {}); }
+CREATION_RULE(FullOp)
+CREATION_RULE(RandomOp)
+CREATION_RULE(ConstantOp)
+#undef CREATION_RULE
+
+LogicalResult FullOp::verify() { return success(); }
+
+LogicalResult RandomOp::verify() {
+  if (getDistribution() != "uniform" && getDistribution() != "normal")
+    return emitOpError("distribution must be \"uniform\" or \"normal\", got \"")
+           << getDistribution() << "\"";
+  if (!isa<FloatType>(getResult().getType().getElementType()))
+    return emitOpError("random values need a float element type");
+  return success();
+}
+
+LogicalResult ConstantOp::verify() {
+  auto valueType = cast<ShapedType>(getValue().getType());
+  DTensorType res = getResult().getType();
+  if (valueType.getShape() != res.getShape() ||
+      valueType.getElementType() != res.getElementType())
+    return emitOpError("value of type ")
+           << valueType << " does not match the result's shape and element type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+#define BINARY_OP(OP, JOINT, LINEAR)                                           \
+  LogicalResult OP::verify() {                                                 \
+    if (failed(verifySameMesh(*this)))                                         \
+      return failure();                                                        \
+    return verifySameShapeAndElementType(*this);                               \
+  }                                                                            \
+  ShardingRule OP::getShardingRule() {                                         \
+    return elementwiseRule(*this, JOINT, LINEAR);                              \
+  }
+// a+b and a-b are additive in both operands at once; a*b is linear in each.
+BINARY_OP(AddOp, kLinearOps, {})
+BINARY_OP(SubOp, kLinearOps, {})
+BINARY_OP(MulOp, {}, (std::vector<int64_t>{0, 1}))
+BINARY_OP(DivOp, {}, (std::vector<int64_t>{0}))
+BINARY_OP(MaximumOp, {ReduceOp::Max}, {})
+BINARY_OP(MinimumOp, {ReduceOp::Min}, {})
+BINARY_OP(PowOp, {}, {})
+#undef BINARY_OP
+
+template <typename OpT>
+static LogicalResult verifyUnary(OpT op, bool needsFloat) {
+  if (failed(verifySameMesh(op)) || failed(verifySameShapeAndElementType(op)))
+    return failure();
+  if (needsFloat && !isa<FloatType>(op.getResult().getType().getElementType()))
+    return op.emitOpError("needs a float element type, got ")
+           << op.getResult().getType().getElementType();
+  return success();
+}
+
+#define UNARY_OP(OP, FLOAT_ONLY, LINEAR)                                       \
+  LogicalResult OP::verify() { return verifyUnary(*this, FLOAT_ONLY); }        \
+  ShardingRule OP::getShardingRule() {                                         \
+    return elementwiseRule(*this, {}, LINEAR);                                 \
+  }
+UNARY_OP(NegOp, false, (std::vector<int64_t>{0}))
+UNARY_OP(AbsOp, false, {})
+UNARY_OP(ExpOp, true, {})
+UNARY_OP(LogOp, true, {})
+UNARY_OP(SqrtOp, true, {})
+UNARY_OP(RsqrtOp, true, {})
+UNARY_OP(ReluOp, false, {})
+UNARY_OP(TanhOp, true, {})
+UNARY_OP(SigmoidOp, true, {})
+UNARY_OP(GeluOp, true, {})
+UNARY_OP(SiluOp, true, {})
+UNARY_OP(SinOp, true, {})
+UNARY_OP(CosOp, true, {})
+#undef UNARY_OP
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+/// Checks [batch..., M, K] x [batch..., K, N] -> [batch..., M, N].
+static LogicalResult verifyMatmulShapes(Operation *op, int64_t rank) {
+  if (failed(verifySameMesh(op)))
+    return failure();
+  DTensorType a = typeOf(op->getOperand(0)), b = typeOf(op->getOperand(1)),
+              c = typeOf(op->getResult(0));
+  if (a.getRank() != rank || b.getRank() != rank || c.getRank() != rank)
+    return op->emitOpError("expects rank-") << rank << " operands and result";
+  if (a.getElementType() != b.getElementType() ||
+      a.getElementType() != c.getElementType())
+    return op->emitOpError("operands and result must share an element type");
+  ArrayRef<int64_t> as = a.getShape(), bs = b.getShape(), cs = c.getShape();
+  if (as[rank - 1] != bs[rank - 2])
+    return op->emitOpError("contracting dims differ: lhs has ")
+           << as[rank - 1] << ", rhs has " << bs[rank - 2];
+  for (int64_t d = 0; d < rank - 2; ++d)
+    if (as[d] != bs[d] || as[d] != cs[d])
+      return op->emitOpError("batch dim ") << d << " differs";
+  if (cs[rank - 2] != as[rank - 2] || cs[rank - 1] != bs[rank - 1])
+    return op->emitOpError("result shape must be [")
+           << as[rank - 2] << ", " << bs[rank - 1] << "] in its last two dims";
+  return success();
+}
+
+LogicalResult MatmulOp::verify() { return verifyMatmulShapes(*this, 2); }
+LogicalResult BmmOp::verify() { return verifyMatmulShapes(*this, 3); }
+
+// Factors: i (rows), j (cols), k (contracted), b (batch).
+ShardingRule MatmulOp::getShardingRule() {
+  ArrayRef<int64_t> a = getLhs().getType().getShape(),
+                    b = getRhs().getType().getShape();
+  ShardingRule rule;
+  rule.factorSizes = {a[0], b[1], a[1]};
+  rule.operands = {{0, 2}, {2, 1}};
+  rule.results = {{0, 1}};
+  rule.reductionOp = ReduceOp::Sum;
+  rule.linearOperands = {0, 1};
+  return rule;
+}
+
+ShardingRule BmmOp::getShardingRule() {
+  ArrayRef<int64_t> a = getLhs().getType().getShape(),
+                    b = getRhs().getType().getShape();
+  ShardingRule rule;
+  rule.factorSizes = {a[0], a[1], b[2], a[2]};
+  rule.operands = {{0, 1, 3}, {0, 3, 2}};
+  rule.results = {{0, 1, 2}};
+  rule.reductionOp = ReduceOp::Sum;
+  rule.linearOperands = {0, 1};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+template <typename OpT>
+static LogicalResult verifyReduction(OpT op) {
+  if (failed(verifySameMesh(op)))
+    return failure();
+  DTensorType in = op.getInput().getType(), res = op.getResult().getType();
+  if (in.getElementType() != res.getElementType())
+    return op.emitOpError("result element type must match the input's");
+  SmallVector<bool> reduced(in.getRank(), false);
+  for (int64_t d : op.getDims()) {
+    if (d < 0 || d >= in.getRank())
+      return op.emitOpError("reduction dim ")
+             << d << " is out of range for rank " << in.getRank();
+    if (reduced[d])
+      return op.emitOpError("reduction dim ") << d << " is repeated";
+    reduced[d] = true;
+  }
+  SmallVector<int64_t> expected;
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (!reduced[d])
+      expected.push_back(in.getShape()[d]);
+    else if (op.getKeepdim())
+      expected.push_back(1);
+  if (ArrayRef<int64_t>(expected) != res.getShape())
+    return op.emitOpError("result shape must be [") << expected << "], got ["
+                                                    << res.getShape() << "]";
+  return success();
+}
+
+template <typename OpT>
+static ShardingRule reductionRule(OpT op, ReduceOp reduction,
+                                  std::vector<ReduceOp> joint) {
+  DTensorType in = op.getInput().getType();
+  ShardingRule rule;
+  rule.factorSizes = toVec(in.getShape());
+  rule.operands = {iota(in.getRank())};
+  std::vector<int64_t> res;
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    bool isReduced = llvm::is_contained(op.getDims(), d);
+    if (!isReduced)
+      res.push_back(d);
+    else if (op.getKeepdim())
+      res.push_back(-1);
+  }
+  rule.results = {res};
+  rule.reductionOp = reduction;
+  rule.jointPartial = std::move(joint);
+  return rule;
+}
+
+LogicalResult SumOp::verify() { return verifyReduction(*this); }
+LogicalResult MeanOp::verify() { return verifyReduction(*this); }
+LogicalResult MaxOp::verify() { return verifyReduction(*this); }
+// A sharded mean divides by the global count on every rank, so the partial
+// results add up: the reduction is a sum.
+ShardingRule SumOp::getShardingRule() {
+  return reductionRule(*this, ReduceOp::Sum, kLinearOps);
+}
+ShardingRule MeanOp::getShardingRule() {
+  return reductionRule(*this, ReduceOp::Sum, kLinearOps);
+}
+ShardingRule MaxOp::getShardingRule() {
+  return reductionRule(*this, ReduceOp::Max, {ReduceOp::Max});
+}
+
+//===----------------------------------------------------------------------===//
+// Shape
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  if (in.getElementType() != res.getElementType())
+    return emitOpError("result element type must match the input's");
+  if (in.getNumElements() != res.getNumElements())
+    return emitOpError("cannot reshape ")
+           << in.getNumElements() << " elements into shape [" << res.getShape()
+           << "] (" << res.getNumElements() << " elements)";
+  return success();
+}
+
+// Dims are grouped into runs whose extents multiply to the same number; a run
+// of exactly one input and one output dim keeps its factor, every other dim
+// (merged, split or of extent 1) must not be sharded.
+ShardingRule ReshapeOp::getShardingRule() {
+  ArrayRef<int64_t> in = getInput().getType().getShape(),
+                    out = getResult().getType().getShape();
+  ShardingRule rule;
+  rule.operands = {std::vector<int64_t>(in.size(), -1)};
+  rule.results = {std::vector<int64_t>(out.size(), -1)};
+  rule.jointPartial = kAllReduceOps;
+  if (getInput().getType().getNumElements() == 0)
+    return rule;
+  size_t i = 0, j = 0;
+  while (i < in.size() || j < out.size()) {
+    if (i < in.size() && in[i] == 1) { ++i; continue; }
+    if (j < out.size() && out[j] == 1) { ++j; continue; }
+    if (i == in.size() || j == out.size())
+      break;
+    size_t i0 = i, j0 = j;
+    int64_t pi = in[i++], po = out[j++];
+    while (pi != po) {
+      if (pi < po) pi *= in[i++];
+      else po *= out[j++];
+    }
+    if (i - i0 == 1 && j - j0 == 1) {
+      rule.operands[0][i0] = rule.factorSizes.size();
+      rule.results[0][j0] = rule.factorSizes.size();
+      rule.factorSizes.push_back(in[i0]);
+    }
+  }
+  return rule;
+}
+
+LogicalResult TransposeOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  ArrayRef<int64_t> perm = getPerm();
+  if ((int64_t)perm.size() != in.getRank())
+    return emitOpError("perm has ") << perm.size() << " entries for rank "
+                                    << in.getRank();
+  SmallVector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)perm.size() || seen[p])
+      return emitOpError("perm [") << perm << "] is not a permutation";
+    seen[p] = true;
+  }
+  if (in.getElementType() != res.getElementType())
+    return emitOpError("result element type must match the input's");
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (res.getShape()[i] != in.getShape()[perm[i]])
+      return emitOpError("result dim ") << i << " must have extent "
+                                        << in.getShape()[perm[i]];
+  return success();
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  DTensorType in = getInput().getType();
+  ShardingRule rule;
+  rule.factorSizes = toVec(in.getShape());
+  rule.operands = {iota(in.getRank())};
+  rule.results = {toVec(getPerm())};
+  rule.jointPartial = kAllReduceOps;
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Layout changes
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifySameTensor(Operation *op) {
+  DTensorType in = typeOf(op->getOperand(0)), res = typeOf(op->getResult(0));
+  if (in.getShape() != res.getShape() ||
+      in.getElementType() != res.getElementType() ||
+      in.getMesh() != res.getMesh())
+    return op->emitOpError("may change only placements: shape, element type "
+                           "and mesh must stay the same");
+  return success();
+}
+
+LogicalResult RedistributeOp::verify() { return verifySameTensor(*this); }
+
+OpFoldResult RedistributeOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getResult().getType())
+    return getInput();
+  // redistribute(redistribute(x)) == redistribute(x): values are global.
+  if (auto inner = getInput().getDefiningOp<RedistributeOp>()) {
+    getInputMutable().assign(inner.getInput());
+    return getResult();
+  }
+  return {};
+}
+
+namespace {
+enum class StepKind { AllReduce, ReduceScatter, AllGather, AllToAll, LocalSlice, ToPartial };
+
+LogicalResult verifyLayoutStep(Operation *op, int64_t axis, StepKind kind) {
+  if (failed(verifySameTensor(op)))
+    return failure();
+  Placements in = typeOf(op->getOperand(0)).getLayout(),
+             out = typeOf(op->getResult(0)).getLayout();
+  if (axis < 0 || axis >= (int64_t)in.size())
+    return op->emitOpError("axis ") << axis << " is out of range for a "
+                                    << in.size() << "-d mesh";
+  for (size_t a = 0; a < in.size(); ++a)
+    if ((int64_t)a != axis && in[a] != out[a])
+      return op->emitOpError("changes the placement of mesh axis ")
+             << a << ", but acts on axis " << axis;
+  const Placement &s = in[axis], &d = out[axis];
+  bool ok = false;
+  const char *expect = "";
+  switch (kind) {
+  case StepKind::AllReduce: ok = s.isPartial() && d.isReplicate(); expect = "P(op) -> R"; break;
+  case StepKind::ReduceScatter: ok = s.isPartial() && d.isShard(); expect = "P(op) -> S(d)"; break;
+  case StepKind::AllGather: ok = s.isShard() && d.isReplicate(); expect = "S(d) -> R"; break;
+  case StepKind::AllToAll: ok = s.isShard() && d.isShard() && s.dim != d.dim; expect = "S(a) -> S(b) with a != b"; break;
+  case StepKind::LocalSlice: ok = s.isReplicate() && d.isShard(); expect = "R -> S(d)"; break;
+  case StepKind::ToPartial: ok = s.isReplicate() && d.isPartial(); expect = "R -> P(op)"; break;
+  }
+  if (!ok)
+    return op->emitOpError("expects ") << expect << " on axis " << axis
+                                       << ", got " << s.str() << " -> " << d.str();
+  return success();
+}
+} // namespace
+
+LogicalResult AllReduceOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllReduce); }
+LogicalResult ReduceScatterOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::ReduceScatter); }
+LogicalResult AllGatherOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllGather); }
+LogicalResult AllToAllOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllToAll); }
+LogicalResult LocalSliceOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::LocalSlice); }
+LogicalResult ToPartialOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::ToPartial); }

@@ -1,0 +1,55 @@
+//===- LowerRedistribute.cpp - --dtensor-lower-redistribute --------------===//
+//
+// Turns each redistribute into the per-axis steps of planRedistribute.
+//
+//===----------------------------------------------------------------------===//
+#include "dtensor/Transforms/Passes.h"
+
+#include "dtorch/Redistribute.h"
+#include "mlir/IR/Builders.h"
+
+namespace dtorch::dtensor {
+#define GEN_PASS_DEF_LOWERREDISTRIBUTE
+#include "dtensor/Transforms/Passes.h.inc"
+} // namespace dtorch::dtensor
+
+using namespace mlir;
+using namespace dtorch;
+using namespace dtorch::dtensor;
+
+namespace {
+
+Value buildStep(OpBuilder &b, Location loc, const RedistributeStep &step,
+                DTensorType type, Value input) {
+  using K = RedistributeStep::Kind;
+  IntegerAttr axis = b.getI64IntegerAttr(step.axis);
+  switch (step.kind) {
+  case K::AllReduce: return b.create<AllReduceOp>(loc, type, input, axis);
+  case K::ReduceScatter: return b.create<ReduceScatterOp>(loc, type, input, axis);
+  case K::AllGather: return b.create<AllGatherOp>(loc, type, input, axis);
+  case K::AllToAll: return b.create<AllToAllOp>(loc, type, input, axis);
+  case K::LocalSlice: return b.create<LocalSliceOp>(loc, type, input, axis);
+  case K::ToPartial: return b.create<ToPartialOp>(loc, type, input, axis);
+  }
+  llvm_unreachable("unknown redistribute step");
+}
+
+struct LowerRedistributePass
+    : public dtorch::dtensor::impl::LowerRedistributeBase<LowerRedistributePass> {
+  void runOnOperation() override {
+    SmallVector<RedistributeOp> ops;
+    getOperation().walk([&](RedistributeOp op) { ops.push_back(op); });
+    for (RedistributeOp op : ops) {
+      DTensorType src = op.getInput().getType();
+      OpBuilder b(op);
+      Value v = op.getInput();
+      for (const RedistributeStep &step :
+           planRedistribute(src.getLayout(), op.getResult().getType().getLayout()))
+        v = buildStep(b, op.getLoc(), step, src.withPlacements(step.after), v);
+      op.getResult().replaceAllUsesWith(v);
+      op->erase();
+    }
+  }
+};
+
+} // namespace

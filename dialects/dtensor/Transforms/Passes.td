@@ -1,0 +1,95 @@
+//===- Passes.td - dtensor passes ---------------------------*- tablegen -*-===//
+#ifndef DTENSOR_PASSES
+#define DTENSOR_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def PropagateSharding : Pass<"dtensor-propagate-sharding", "::mlir::func::FuncOp"> {
+  let summary = "Choose each op's sharding strategy and insert the redistributions it needs";
+  let description = [{
+    For every op with a sharding rule, picks the cheapest strategy (bytes
+    moved) that produces the op's declared result placements, inserts
+    `dtensor.redistribute` on operands whose placements differ from the
+    strategy's and, when the cheapest way computes a different layout (for
+    example a `P(sum)` from a sharded contraction), computes that and
+    redistributes the result. Declared result placements never change, so
+    what the client already reported stays true. Finally folds redundant
+    redistributions (identity, and chains A -> B -> C into A -> C).
+
+    Before:
+    ```mlir
+    %2 = dtensor.matmul %0, %1 : (!dtensor.tensor<8x4xf32, #mesh, [S(1)]>, !dtensor.tensor<4x6xf32, #mesh, [R]>) -> !dtensor.tensor<8x6xf32, #mesh, [R]>
+    ```
+    After:
+    ```mlir
+    %r = dtensor.redistribute %1 : !dtensor.tensor<4x6xf32, #mesh, [R]> -> !dtensor.tensor<4x6xf32, #mesh, [S(0)]>
+    %p = dtensor.matmul %0, %r : (...) -> !dtensor.tensor<8x6xf32, #mesh, [P(sum)]>
+    %2 = dtensor.redistribute %p : !dtensor.tensor<8x6xf32, #mesh, [P(sum)]> -> !dtensor.tensor<8x6xf32, #mesh, [R]>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::dtensor::DTensorDialect"];
+}
+
+def LowerRedistribute : Pass<"dtensor-lower-redistribute", "::mlir::func::FuncOp"> {
+  let summary = "Lower every redistribute into per-axis collective steps";
+  let description = [{
+    Each `dtensor.redistribute` becomes the plan of include/dtorch/Redistribute.h:
+    a chain of `dtensor.all_reduce`, `reduce_scatter`, `all_to_all`,
+    `all_gather`, `local_slice` and `to_partial`, each changing the placement
+    on one mesh axis. Exact for uneven shards and nested splits.
+
+    Before:
+    ```mlir
+    %1 = dtensor.redistribute %0 : !dtensor.tensor<7x5xf32, #mesh, [P(sum), S(0)]> -> !dtensor.tensor<7x5xf32, #mesh, [S(1), R]>
+    ```
+    After:
+    ```mlir
+    %a = dtensor.all_reduce %0 on axis 0 : ... [P(sum), S(0)]> -> ... [R, S(0)]>
+    %b = dtensor.all_gather %a on axis 1 : ... [R, S(0)]> -> ... [R, R]>
+    %1 = dtensor.local_slice %b on axis 0 : ... [R, R]> -> ... [S(1), R]>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::dtensor::DTensorDialect"];
+}
+
+def LowerToRank : Pass<"dtensor-lower-to-rank", "::mlir::ModuleOp"> {
+  let summary = "SPMD lowering: one per-rank function of local ops per rank";
+  let description = [{
+    Replaces every function on dtensors by one function per rank of its mesh,
+    `@<name>_rank<r>` with attribute `rank.rank = r`, whose values are builtin
+    tensors of that rank's local shapes. Compute ops become `rank.kernel`
+    calls (a sharded `mean` divides by the global count), layout steps become
+    `rank` collectives over the axis' group with exact piece sizes, or local
+    slices. Requires redistributions to be lowered and every op's placements
+    to be a local strategy of its rule (run propagation first).
+
+    Before (mesh `[2]`):
+    ```mlir
+    func.func @f(%x: !dtensor.tensor<5xf32, #mesh, [S(0)]>) -> !dtensor.tensor<5xf32, #mesh, [R]> {
+      %0 = dtensor.all_gather %x on axis 0 : ... -> !dtensor.tensor<5xf32, #mesh, [R]>
+      return %0 : ...
+    }
+    ```
+    After:
+    ```mlir
+    func.func @f_rank0(%x: tensor<3xf32>) -> tensor<5xf32> attributes {rank.rank = 0 : i64} {
+      %0 = rank.all_gather %x {dim = 0 : i64, group = array<i64: 0, 1>, sizes = array<i64: 3, 2>} : tensor<3xf32> -> tensor<5xf32>
+      return %0 : tensor<5xf32>
+    }
+    func.func @f_rank1(%x: tensor<2xf32>) -> tensor<5xf32> attributes {rank.rank = 1 : i64} { ... }
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+def PrintShardingRules : Pass<"dtensor-print-sharding-rules", "::mlir::func::FuncOp"> {
+  let summary = "Emit every op's sharding rule as a remark";
+  let description = [{
+    A debugging and testing aid: each op with a sharding rule gets a remark
+    such as `sharding rule: ([i, k], [k, j]) -> ([i, j]) reduction={k}:sum
+    joint={} linear={0, 1}`. The IR is unchanged.
+  }];
+}
+
+#endif // DTENSOR_PASSES

@@ -1,0 +1,87 @@
+//===- PropagateSharding.cpp - --dtensor-propagate-sharding --------------===//
+//
+// Chooses every op's strategy from its sharding rule and materialises the
+// redistributions it needs; declared placements never change.
+//
+//===----------------------------------------------------------------------===//
+#include "dtensor/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace dtorch::dtensor {
+#define GEN_PASS_DEF_PROPAGATESHARDING
+#include "dtensor/Transforms/Passes.h.inc"
+} // namespace dtorch::dtensor
+
+using namespace mlir;
+using namespace dtorch;
+using namespace dtorch::dtensor;
+
+namespace {
+
+std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
+
+void applyStrategy(ShardingRuleOpInterface op) {
+  Operation *operation = op.getOperation();
+  auto resultType = cast<DTensorType>(operation->getResult(0).getType());
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<Placements> placements;
+  for (Value v : operation->getOperands()) {
+    auto t = cast<DTensorType>(v.getType());
+    shapes.push_back(toVec(t.getShape()));
+    placements.push_back(t.getLayout());
+  }
+  Placements required = resultType.getLayout();
+  ShardingStrategy s = chooseStrategy(
+      op.getShardingRule(), shapes, placements, toVec(resultType.getShape()),
+      elementBytes(resultType.getElementType()),
+      toVec(resultType.getMesh().getShape()), &required);
+
+  OpBuilder b(operation);
+  for (unsigned k = 0; k < operation->getNumOperands(); ++k) {
+    if (s.operands[k] == placements[k])
+      continue;
+    Value v = operation->getOperand(k);
+    auto t = cast<DTensorType>(v.getType()).withPlacements(s.operands[k]);
+    operation->setOperand(k, b.create<RedistributeOp>(v.getLoc(), t, v));
+  }
+  if (s.result != required) {
+    Value res = operation->getResult(0);
+    res.setType(resultType.withPlacements(s.result));
+    b.setInsertionPointAfter(operation);
+    auto r = b.create<RedistributeOp>(operation->getLoc(), resultType, res);
+    res.replaceAllUsesExcept(r, r);
+  }
+}
+
+/// Removes identity redistributions and shortens chains A -> B -> C to A -> C.
+void foldRedistributes(func::FuncOp fn) {
+  SmallVector<RedistributeOp> ops;
+  fn.walk([&](RedistributeOp op) { ops.push_back(op); });
+  for (RedistributeOp op : ops) {
+    while (auto inner = op.getInput().getDefiningOp<RedistributeOp>()) {
+      op.getInputMutable().assign(inner.getInput());
+      if (inner->use_empty())
+        inner->erase();
+    }
+  }
+  for (RedistributeOp op : ops) {
+    if (op.getInput().getType() == op.getResult().getType()) {
+      op.getResult().replaceAllUsesWith(op.getInput());
+      op->erase();
+    }
+  }
+}
+
+struct PropagateShardingPass
+    : public dtorch::dtensor::impl::PropagateShardingBase<PropagateShardingPass> {
+  void runOnOperation() override {
+    SmallVector<ShardingRuleOpInterface> ops;
+    getOperation().walk([&](ShardingRuleOpInterface op) { ops.push_back(op); });
+    for (ShardingRuleOpInterface op : ops)
+      applyStrategy(op);
+    foldRedistributes(getOperation());
+  }
+};
+
+} // namespace

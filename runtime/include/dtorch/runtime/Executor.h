@@ -1,0 +1,31 @@
+// Runs one per-rank program: a COMPUTE stream (kernels from the registry) and
+// a COMM stream (collectives through the Communicator), each on its own
+// thread, instructions of a stream in program order, synchronized only by the
+// program's events.
+#pragma once
+
+#include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/Tensor.h"
+
+#include <vector>
+
+namespace dtorch::rt {
+
+class Executor {
+ public:
+  // `comm` may be nullptr when the program has no collectives. Not owned.
+  explicit Executor(Communicator* comm);
+
+  // Validates the program (ProgramValidator.h), binds `inputs` to
+  // program.inputs() in order (dtype and shape are checked), runs it and
+  // returns the output buffers in program.outputs() order. Throws
+  // RuntimeError whose message names the failing instruction index, its op
+  // and its location field.
+  std::vector<Tensor> run(const ::dtorch::wire::Program& program,
+                          const std::vector<Tensor>& inputs);
+
+ private:
+  Communicator* comm_;
+};
+
+}  // namespace dtorch::rt

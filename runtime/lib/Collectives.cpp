@@ -1,0 +1,124 @@
+#include "dtorch/runtime/Collectives.h"
+
+#include <cmath>
+#include <set>
+
+namespace dtorch::rt {
+
+ReduceOp parseReduceOp(const std::string& name) {
+  if (name == "sum") return ReduceOp::Sum;
+  if (name == "avg") return ReduceOp::Avg;
+  if (name == "max") return ReduceOp::Max;
+  if (name == "min") return ReduceOp::Min;
+  throw RuntimeError("unknown reduction '" + name + "' (expected sum, avg, max or min)");
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+size_t groupIndexOf(const Group& group, int64_t rank) {
+  if (group.empty()) throw RuntimeError("empty collective group");
+  std::set<int64_t> seen(group.begin(), group.end());
+  if (seen.size() != group.size())
+    throw RuntimeError("collective group " + groupToString(group) + " repeats a rank");
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group[i] == rank) return i;
+  throw RuntimeError("rank " + std::to_string(rank) + " is not in collective group " +
+                     groupToString(group));
+}
+
+std::string groupToString(const Group& group) {
+  std::string text = "[";
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (i) text += ", ";
+    text += std::to_string(group[i]);
+  }
+  return text + "]";
+}
+
+namespace {
+
+template <class T>
+void reduceTyped(T* acc, const T* x, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      for (int64_t i = 0; i < count; ++i) {
+        if constexpr (std::is_same_v<T, int64_t>)
+          acc[i] = static_cast<int64_t>(static_cast<uint64_t>(acc[i]) +
+                                        static_cast<uint64_t>(x[i]));  // wraps
+        else if constexpr (std::is_same_v<T, bool>)
+          acc[i] = acc[i] || x[i];
+        else
+          acc[i] += x[i];
+      }
+      return;
+    case ReduceOp::Max:
+      for (int64_t i = 0; i < count; ++i) {
+        if constexpr (std::is_floating_point_v<T>) {
+          if (std::isnan(x[i])) acc[i] = x[i];
+          else if (!std::isnan(acc[i]) && acc[i] < x[i]) acc[i] = x[i];
+        } else if (acc[i] < x[i]) {
+          acc[i] = x[i];
+        }
+      }
+      return;
+    case ReduceOp::Min:
+      for (int64_t i = 0; i < count; ++i) {
+        if constexpr (std::is_floating_point_v<T>) {
+          if (std::isnan(x[i])) acc[i] = x[i];
+          else if (!std::isnan(acc[i]) && x[i] < acc[i]) acc[i] = x[i];
+        } else if (x[i] < acc[i]) {
+          acc[i] = x[i];
+        }
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+void reduceInto(void* acc, const void* x, int64_t count, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case ::dtorch::wire::F32:
+      return reduceTyped(static_cast<float*>(acc), static_cast<const float*>(x), count, op);
+    case ::dtorch::wire::F64:
+      return reduceTyped(static_cast<double*>(acc), static_cast<const double*>(x), count, op);
+    case ::dtorch::wire::I64:
+      return reduceTyped(static_cast<int64_t*>(acc), static_cast<const int64_t*>(x), count, op);
+    case ::dtorch::wire::BOOL:
+      if (op == ReduceOp::Avg) break;
+      return reduceTyped(static_cast<bool*>(acc), static_cast<const bool*>(x), count, op);
+    default:
+      break;
+  }
+  throw RuntimeError(std::string("reduction '") + reduceOpName(op) + "' is not supported for " +
+                     dtypeName(dtype));
+}
+
+void finishAverage(void* acc, int64_t count, DType dtype, int64_t members) {
+  switch (dtype) {
+    case ::dtorch::wire::F32:
+      for (int64_t i = 0; i < count; ++i)
+        static_cast<float*>(acc)[i] /= static_cast<float>(members);
+      return;
+    case ::dtorch::wire::F64:
+      for (int64_t i = 0; i < count; ++i)
+        static_cast<double*>(acc)[i] /= static_cast<double>(members);
+      return;
+    case ::dtorch::wire::I64:
+      for (int64_t i = 0; i < count; ++i) static_cast<int64_t*>(acc)[i] /= members;
+      return;
+    default:
+      throw RuntimeError(std::string("reduction 'avg' is not supported for ") + dtypeName(dtype));
+  }
+}
+
+}  // namespace dtorch::rt
