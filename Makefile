@@ -25,7 +25,7 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test-lit: build
-	$(PYTHON) -m lit -sv $(BUILD)/test/lit
+	$(PYTHON) -c "from lit.main import main; main()" -sv $(BUILD)/test/lit
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

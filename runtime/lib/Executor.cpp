@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 namespace dtorch::rt {
@@ -113,8 +114,14 @@ std::vector<Tensor> Executor::run(const Program& program, const std::vector<Tens
                          shapeToString(expected) + ", got " + given.describe());
     buffers[id] = given;
   }
-  for (int id = 0; id < program.buffers_size(); ++id)
-    if (!buffers[id].defined()) buffers[id] = Tensor::emptyLike(program.buffers(id));
+  for (int id = 0; id < program.buffers_size(); ++id) {
+    if (buffers[id].defined()) continue;
+    try {
+      buffers[id] = Tensor::emptyLike(program.buffers(id));
+    } catch (const std::bad_alloc&) {
+      throw RuntimeError(prefix + "out of memory allocating buffer " + std::to_string(id));
+    }
+  }
 
   // Resolve kernels up front (validation guarantees they exist).
   std::vector<const Kernel*> kernels(static_cast<size_t>(program.instructions_size()), nullptr);

@@ -32,7 +32,7 @@ def DTensor_FullOp : DTensor_ComputeOp<"full"> {
     ```
   }];
   let arguments = (ins F64Attr:$value);
-  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let assemblyFormat = "$value attr-dict `:` qualified(type($result))";
 }
 
 def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
@@ -48,7 +48,7 @@ def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
   }];
   let arguments = (ins I64Attr:$seed, StrAttr:$distribution);
   let assemblyFormat =
-      "`seed` `=` $seed `distribution` `=` $distribution attr-dict `:` type($result)";
+      "`seed` `=` $seed `distribution` `=` $distribution attr-dict `:` qualified(type($result))";
 }
 
 def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
@@ -59,7 +59,7 @@ def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
     ```
   }];
   let arguments = (ins ElementsAttr:$value);
-  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let assemblyFormat = "$value attr-dict `:` qualified(type($result))";
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,263 @@
+// RUN: dtorch-opt %s --split-input-file --verify-diagnostics
+
+// expected-error @+1 {{expected 2 placements (one per mesh dim), got 1}}
+func.func @wrong_placement_count(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2, 2]>, [R]>) { return }
+
+// -----
+
+// expected-error @+1 {{placement 0 is Shard(2) but the tensor has rank 2}}
+func.func @shard_dim_out_of_range(%a: !dtensor.tensor<4x4xf32, #dtensor.mesh<[2]>, [S(2)]>) { return }
+
+// -----
+
+// expected-error @+1 {{unknown placement 'X' (expected S(dim), R or P(op))}}
+func.func @bad_placement(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [X]>) { return }
+
+// -----
+
+// expected-error @+1 {{unknown partial reduction 'prod' (expected sum, avg, max or min)}}
+func.func @bad_partial(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [P(prod)]>) { return }
+
+// -----
+
+// expected-error @+1 {{mesh dims must be positive, got 0}}
+func.func @bad_mesh(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[0]>, [R]>) { return }
+
+// -----
+
+// expected-error @+1 {{mesh has 2 dims but 1 dim names}}
+func.func @bad_mesh_names(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2, 2], names = ["a"]>, [R, R]>) { return }
+
+// -----
+
+// expected-error @+1 {{mesh dim name "a" is used twice}}
+func.func @dup_mesh_names(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2, 2], names = ["a", "a"]>, [R, R]>) { return }
+
+// -----
+
+// expected-error @+1 {{unknown device type "tpu"}}
+func.func @bad_device(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2], device = "tpu">, [R]>) { return }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @add_shape_mismatch(%a: !dtensor.tensor<4xf32, #m, [R]>, %b: !dtensor.tensor<5xf32, #m, [R]>) {
+  // expected-error @+1 {{operand shape [5] does not match result shape [4]}}
+  %0 = dtensor.add %a, %b : (!dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<5xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @add_dtype_mismatch(%a: !dtensor.tensor<4xf32, #m, [R]>, %b: !dtensor.tensor<4xf64, #m, [R]>) {
+  // expected-error @+1 {{operand element type 'f64' does not match result element type 'f32'}}
+  %0 = dtensor.add %a, %b : (!dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<4xf64, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+func.func @different_meshes(%a: !dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [R]>, %b: !dtensor.tensor<4xf32, #dtensor.mesh<[4]>, [R]>) {
+  // expected-error @+1 {{operands and result must be on the same mesh}}
+  %0 = dtensor.mul %a, %b : (!dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [R]>, !dtensor.tensor<4xf32, #dtensor.mesh<[4]>, [R]>) -> !dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @exp_of_int(%a: !dtensor.tensor<4xi64, #m, [R]>) {
+  // expected-error @+1 {{needs a float element type, got 'i64'}}
+  %0 = dtensor.exp %a : (!dtensor.tensor<4xi64, #m, [R]>) -> !dtensor.tensor<4xi64, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @unary_shape(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{operand shape [4] does not match result shape [5]}}
+  %0 = dtensor.relu %a : (!dtensor.tensor<4xf32, #m, [R]>) -> !dtensor.tensor<5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @random_dist() {
+  // expected-error @+1 {{distribution must be "uniform" or "normal", got "poisson"}}
+  %0 = dtensor.random seed = 1 distribution = "poisson" : !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @random_int() {
+  // expected-error @+1 {{random values need a float element type}}
+  %0 = dtensor.random seed = 1 distribution = "uniform" : !dtensor.tensor<4xi64, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @constant_shape() {
+  // expected-error @+1 {{does not match the result's shape and element type}}
+  %0 = dtensor.constant dense<[1.0, 2.0]> : tensor<2xf32> : !dtensor.tensor<3xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @matmul_k(%a: !dtensor.tensor<4x3xf32, #m, [R]>, %b: !dtensor.tensor<4x5xf32, #m, [R]>) {
+  // expected-error @+1 {{contracting dims differ: lhs has 3, rhs has 4}}
+  %0 = dtensor.matmul %a, %b : (!dtensor.tensor<4x3xf32, #m, [R]>, !dtensor.tensor<4x5xf32, #m, [R]>) -> !dtensor.tensor<4x5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @matmul_rank(%a: !dtensor.tensor<4xf32, #m, [R]>, %b: !dtensor.tensor<4x5xf32, #m, [R]>) {
+  // expected-error @+1 {{expects rank-2 operands and result}}
+  %0 = dtensor.matmul %a, %b : (!dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<4x5xf32, #m, [R]>) -> !dtensor.tensor<4x5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @matmul_result(%a: !dtensor.tensor<4x3xf32, #m, [R]>, %b: !dtensor.tensor<3x5xf32, #m, [R]>) {
+  // expected-error @+1 {{result shape must be [4, 5] in its last two dims}}
+  %0 = dtensor.matmul %a, %b : (!dtensor.tensor<4x3xf32, #m, [R]>, !dtensor.tensor<3x5xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @bmm_batch(%a: !dtensor.tensor<2x4x3xf32, #m, [R]>, %b: !dtensor.tensor<3x3x5xf32, #m, [R]>) {
+  // expected-error @+1 {{batch dim 0 differs}}
+  %0 = dtensor.bmm %a, %b : (!dtensor.tensor<2x4x3xf32, #m, [R]>, !dtensor.tensor<3x3x5xf32, #m, [R]>) -> !dtensor.tensor<2x4x5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @sum_dim_range(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{reduction dim 2 is out of range for rank 2}}
+  %0 = dtensor.sum %a dims = [2] : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @sum_dim_repeat(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{reduction dim 1 is repeated}}
+  %0 = dtensor.mean %a dims = [1, 1] : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @sum_result(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{result shape must be [4, 1], got [4]}}
+  %0 = dtensor.max %a dims = [1] keepdim : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @reshape_count(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{cannot reshape 12 elements into shape [5, 2] (10 elements)}}
+  %0 = dtensor.reshape %a : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<5x2xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @transpose_perm(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{perm [0, 0] is not a permutation}}
+  %0 = dtensor.transpose %a perm = [0, 0] : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<4x4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @transpose_shape(%a: !dtensor.tensor<4x3xf32, #m, [R]>) {
+  // expected-error @+1 {{result dim 0 must have extent 3}}
+  %0 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x3xf32, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @redistribute_shape(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{may change only placements}}
+  %0 = dtensor.redistribute %a : !dtensor.tensor<4xf32, #m, [R]> -> !dtensor.tensor<5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @step_wrong_kind(%a: !dtensor.tensor<4xf32, #m, [S(0), R]>) {
+  // expected-error @+1 {{expects P(op) -> R on axis 0, got S(0) -> R}}
+  %0 = dtensor.all_reduce %a on axis 0 : !dtensor.tensor<4xf32, #m, [S(0), R]> -> !dtensor.tensor<4xf32, #m, [R, R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @step_wrong_axis(%a: !dtensor.tensor<4xf32, #m, [S(0), R]>) {
+  // expected-error @+1 {{changes the placement of mesh axis 0, but acts on axis 1}}
+  %0 = dtensor.all_gather %a on axis 1 : !dtensor.tensor<4xf32, #m, [S(0), R]> -> !dtensor.tensor<4xf32, #m, [R, R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @step_axis_range(%a: !dtensor.tensor<4xf32, #m, [S(0), R]>) {
+  // expected-error @+1 {{axis 2 is out of range for a 2-d mesh}}
+  %0 = dtensor.local_slice %a on axis 2 : !dtensor.tensor<4xf32, #m, [S(0), R]> -> !dtensor.tensor<4xf32, #m, [S(0), R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @all_to_all_same_dim(%a: !dtensor.tensor<4x4xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{expects S(a) -> S(b) with a != b on axis 0, got S(0) -> S(0)}}
+  %0 = dtensor.all_to_all %a on axis 0 : !dtensor.tensor<4x4xf32, #m, [S(0)]> -> !dtensor.tensor<4x4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @to_partial_from_shard(%a: !dtensor.tensor<4xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{expects R -> P(op) on axis 0, got S(0) -> P(sum)}}
+  %0 = dtensor.to_partial %a on axis 0 : !dtensor.tensor<4xf32, #m, [S(0)]> -> !dtensor.tensor<4xf32, #m, [P(sum)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @reduce_scatter_from_replicate(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{expects P(op) -> S(d) on axis 0, got R -> S(0)}}
+  %0 = dtensor.reduce_scatter %a on axis 0 : !dtensor.tensor<4xf32, #m, [R]> -> !dtensor.tensor<4xf32, #m, [S(0)]>
+  return
+}

@@ -1,0 +1,47 @@
+// RUN: dtorch-opt %s --dtensor-print-sharding-rules --verify-diagnostics
+
+#m = #dtensor.mesh<[2]>
+
+// Every op family's rule, as the propagation pass sees it.
+func.func @rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %b: !dtensor.tensor<6x8xf32, #m, [R]>,
+                 %c: !dtensor.tensor<2x4x6xf32, #m, [R]>, %d: !dtensor.tensor<2x6x8xf32, #m, [R]>) {
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) reduction={} joint={} linear={}}}
+  %0 = dtensor.full 1.0 : !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) reduction={} joint={} linear={}}}
+  %1 = dtensor.random seed = 1 distribution = "normal" : !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: () -> ([i]) reduction={} joint={} linear={}}}
+  %2 = dtensor.constant dense<[1.0, 2.0]> : tensor<2xf32> : !dtensor.tensor<2xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={sum, avg} linear={}}}
+  %3 = dtensor.add %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={sum, avg} linear={}}}
+  %4 = dtensor.sub %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={0, 1}}}
+  %5 = dtensor.mul %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={0}}}
+  %6 = dtensor.div %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={max} linear={}}}
+  %7 = dtensor.maximum %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={min} linear={}}}
+  %8 = dtensor.minimum %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %9 = dtensor.pow %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={0}}}
+  %10 = dtensor.neg %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %11 = dtensor.gelu %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, k], [k, j]) -> ([i, j]) reduction={k}:sum joint={} linear={0, 1}}}
+  %12 = dtensor.matmul %a, %b : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<6x8xf32, #m, [R]>) -> !dtensor.tensor<4x8xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j, l], [i, l, k]) -> ([i, j, k]) reduction={l}:sum joint={} linear={0, 1}}}
+  %13 = dtensor.bmm %c, %d : (!dtensor.tensor<2x4x6xf32, #m, [R]>, !dtensor.tensor<2x6x8xf32, #m, [R]>) -> !dtensor.tensor<2x4x8xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i]) reduction={j}:sum joint={sum, avg} linear={}}}
+  %14 = dtensor.sum %a dims = [1] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([_, j]) reduction={i}:sum joint={sum, avg} linear={}}}
+  %15 = dtensor.mean %a dims = [0] keepdim : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<1x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([]) reduction={i, j}:max joint={max} linear={}}}
+  %16 = dtensor.max %a dims = [0, 1] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<f32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i, _, _]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %17 = dtensor.reshape %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2x3xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([j, i]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %18 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<6x4xf32, #m, [R]>
+  return
+}
