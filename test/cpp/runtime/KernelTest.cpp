@@ -79,7 +79,6 @@ struct I64Case {
 struct BoolCase {
   using T = bool;
   static constexpr DType dtype = BOOL;
-  static constexpr double tol = 0;
 };
 
 template <class C>
@@ -465,7 +464,10 @@ TYPED_TEST(AllKernels, ConstantBox) {
   using T = typename TypeParam::T;
   std::vector<T> global = iota<T>(12);  // [3, 4]
   std::vector<uint8_t> bytes(12 * sizeof(T));
-  for (size_t i = 0; i < 12; ++i) std::memcpy(&bytes[i * sizeof(T)], &global[i], sizeof(T));
+  for (size_t i = 0; i < 12; ++i) {
+    T value = global[i];
+    std::memcpy(&bytes[i * sizeof(T)], &value, sizeof(T));
+  }
   Tensor out = runKernel("constant", {}, TypeParam::dtype, {2, 2}, [&](Instruction& inst) {
     setInts(inst, "global_shape", {3, 4});
     setInts(inst, "offset", {1, 2});

@@ -1,0 +1,57 @@
+//===- Compiler.h - dtensor graphs to per-rank programs -----------*- C++ -*-===//
+//
+// The compiler's MLIR-free entry point, used by the client, the controller,
+// dtorch-run and the tests: parse a module in the dtensor dialect, run the
+// dtensor-to-rank pipeline and emit one wire::Program per rank for every
+// function. Nothing MLIR leaks through this header.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DTORCH_COMPILER_H
+#define DTORCH_COMPILER_H
+
+#include "dtorch/Layout.h"
+#include "dtorch_program.pb.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtorch {
+
+/// The global view of one function argument or result.
+struct TensorInfo {
+  std::vector<int64_t> shape;
+  wire::DType dtype = wire::DTYPE_INVALID;
+  std::vector<int64_t> meshShape;
+  Placements placements;
+};
+
+struct CompiledFunction {
+  std::string name;
+  std::vector<int64_t> meshShape;
+  std::vector<TensorInfo> inputs, outputs;
+  std::vector<wire::Program> programs; // programs[r] runs on mesh rank r
+};
+
+struct CompileOptions {
+  /// Keep the IR after each stage ("input", "sharded", "redistributed",
+  /// "rank") in CompileResult::stages.
+  bool recordStages = false;
+};
+
+struct CompileResult {
+  bool ok = false;
+  std::string error; // diagnostics, when !ok
+  std::vector<CompiledFunction> functions;
+  std::vector<std::pair<std::string, std::string>> stages;
+};
+
+/// `source` is dtensor-dialect text or bytecode; `sourceName` names it in
+/// diagnostics.
+CompileResult compileModule(const std::string &source,
+                            const std::string &sourceName,
+                            const CompileOptions &options = {});
+
+} // namespace dtorch
+
+#endif // DTORCH_COMPILER_H

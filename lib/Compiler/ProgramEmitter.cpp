@@ -1,0 +1,177 @@
+//===- ProgramEmitter.cpp - rank-dialect functions to wire programs ------===//
+#include "ProgramEmitter.h"
+
+#include "rank/IR/Rank.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cstring>
+
+using namespace mlir;
+
+namespace dtorch {
+
+wire::DType toWireDType(Type t) {
+  if (t.isF32()) return wire::F32;
+  if (t.isF64()) return wire::F64;
+  if (t.isF16()) return wire::F16;
+  if (t.isBF16()) return wire::BF16;
+  if (t.isInteger(1)) return wire::BOOL;
+  if (t.isInteger(32)) return wire::I32;
+  if (t.isInteger(64)) return wire::I64;
+  return wire::DTYPE_INVALID;
+}
+
+namespace {
+
+/// Little-endian element bytes of a dense attribute in its element type.
+FailureOr<std::string> denseBytes(DenseElementsAttr dense) {
+  Type et = dense.getElementType();
+  std::string out;
+  if (auto ft = dyn_cast<FloatType>(et)) {
+    for (APFloat v : dense.getValues<APFloat>()) {
+      APInt bits = v.bitcastToAPInt();
+      uint64_t word = bits.getZExtValue();
+      out.append(reinterpret_cast<const char *>(&word), ft.getWidth() / 8);
+    }
+    return out;
+  }
+  if (auto it = dyn_cast<IntegerType>(et)) {
+    unsigned bytes = it.getWidth() == 1 ? 1 : it.getWidth() / 8;
+    for (APInt v : dense.getValues<APInt>()) {
+      uint64_t word = it.getWidth() == 1 ? v.getZExtValue() : v.getSExtValue();
+      out.append(reinterpret_cast<const char *>(&word), bytes);
+    }
+    return out;
+  }
+  return failure();
+}
+
+LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
+                      Attribute value) {
+  wire::Attr a;
+  if (auto i = dyn_cast<IntegerAttr>(value))
+    a.set_i(i.getType().isInteger(1) ? i.getValue().getZExtValue() : i.getInt());
+  else if (auto b = dyn_cast<BoolAttr>(value))
+    a.set_i(b.getValue());
+  else if (auto f = dyn_cast<FloatAttr>(value))
+    a.set_f(f.getValueAsDouble());
+  else if (auto s = dyn_cast<StringAttr>(value))
+    a.set_s(s.getValue().str());
+  else if (auto arr = dyn_cast<DenseI64ArrayAttr>(value))
+    for (int64_t v : arr.asArrayRef())
+      a.mutable_ints()->add_values(v);
+  else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+    FailureOr<std::string> bytes = denseBytes(dense);
+    if (failed(bytes))
+      return op->emitOpError("cannot emit dense attribute '") << name << "'";
+    a.set_data(*bytes);
+  } else
+    return op->emitOpError("cannot emit attribute '") << name << "' = " << value;
+  (*inst.mutable_attrs())[name.str()] = std::move(a);
+  return success();
+}
+
+std::string locationString(Location loc) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  loc.print(os);
+  return os.str();
+}
+
+} // namespace
+
+FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
+  auto rankAttr = fn->getAttrOfType<IntegerAttr>(rank::kRankAttrName);
+  if (!rankAttr)
+    return fn.emitOpError("is not a per-rank function (no rank.rank)");
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitOpError("must have a single block to be emitted");
+
+  wire::Program program;
+  program.set_version(wire::PROGRAM_FORMAT_VERSION);
+  program.set_name(fn.getSymName().str());
+  program.set_rank(rankAttr.getInt());
+
+  llvm::DenseMap<Value, int32_t> bufferOf;
+  // Where each buffer was written: instruction index and stream.
+  llvm::DenseMap<int32_t, std::pair<int, wire::Stream>> producer;
+  auto addBuffer = [&](Value v) -> FailureOr<int32_t> {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    wire::DType dt = t ? toWireDType(t.getElementType()) : wire::DTYPE_INVALID;
+    if (dt == wire::DTYPE_INVALID)
+      return emitError(v.getLoc()) << "cannot emit a value of type " << v.getType();
+    wire::TensorSpec *spec = program.add_buffers();
+    spec->set_dtype(dt);
+    for (int64_t s : t.getShape())
+      spec->add_shape(s);
+    int32_t id = program.buffers_size() - 1;
+    bufferOf[v] = id;
+    return id;
+  };
+
+  for (BlockArgument arg : fn.getArguments()) {
+    FailureOr<int32_t> id = addBuffer(arg);
+    if (failed(id))
+      return failure();
+    program.add_inputs(*id);
+  }
+
+  for (Operation &op : fn.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands())
+        program.add_outputs(bufferOf.lookup(v));
+      continue;
+    }
+    wire::Instruction inst;
+    inst.set_record_event(-1);
+    inst.set_location(locationString(op.getLoc()));
+    if (auto k = dyn_cast<rank::KernelOp>(op)) {
+      inst.set_op(k.getKernel().str());
+      inst.set_stream(wire::COMPUTE);
+    } else if (op.getDialect() && isa<rank::RankDialect>(op.getDialect())) {
+      inst.set_op(op.getName().stripDialect().str());
+      inst.set_stream(wire::COMM);
+    } else {
+      return op.emitOpError("cannot be emitted into a per-rank program");
+    }
+    for (NamedAttribute a : op.getAttrs()) {
+      if (a.getName() == "kernel")
+        continue;
+      if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
+        return failure();
+    }
+    for (Value v : op.getOperands()) {
+      int32_t id = bufferOf.lookup(v);
+      inst.add_inputs(id);
+      // A value made on the other stream is waited for through an event.
+      auto it = producer.find(id);
+      if (it != producer.end() && it->second.second != inst.stream()) {
+        wire::Instruction *src =
+            program.mutable_instructions(it->second.first);
+        if (src->record_event() < 0) {
+          src->set_record_event(program.num_events());
+          program.set_num_events(program.num_events() + 1);
+        }
+        bool seen = false;
+        for (int32_t e : inst.wait_events())
+          seen |= e == src->record_event();
+        if (!seen)
+          inst.add_wait_events(src->record_event());
+      }
+    }
+    for (Value r : op.getResults()) {
+      FailureOr<int32_t> id = addBuffer(r);
+      if (failed(id))
+        return failure();
+      inst.add_outputs(*id);
+      producer[*id] = {program.instructions_size(), inst.stream()};
+    }
+    *program.add_instructions() = std::move(inst);
+  }
+  return program;
+}
+
+} // namespace dtorch

@@ -1,0 +1,22 @@
+//===- ProgramEmitter.h - rank-dialect functions to wire programs -*- C++ -*-===//
+#ifndef DTORCH_LIB_COMPILER_PROGRAMEMITTER_H
+#define DTORCH_LIB_COMPILER_PROGRAMEMITTER_H
+
+#include "dtorch_program.pb.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+namespace dtorch {
+
+/// Maps an MLIR element type to the wire dtype (DTYPE_INVALID if none).
+wire::DType toWireDType(mlir::Type type);
+
+/// Emits the program of one per-rank function (`rank.rank` attribute):
+/// one buffer per SSA value, kernels on the compute stream, collectives on
+/// the communication stream, with an event wherever a value crosses streams.
+mlir::FailureOr<wire::Program> emitProgram(mlir::func::FuncOp fn);
+
+} // namespace dtorch
+
+#endif
