@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "dtensor/IR/DTensor.h"
 
+#include "dtorch/OpRules.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
@@ -25,16 +27,6 @@ DTensorType typeOf(Value v) { return cast<DTensorType>(v.getType()); }
 
 std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
 
-std::vector<int64_t> iota(int64_t n) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = i;
-  return v;
-}
-
-const std::vector<ReduceOp> kAllReduceOps = {ReduceOp::Sum, ReduceOp::Avg,
-                                             ReduceOp::Max, ReduceOp::Min};
-const std::vector<ReduceOp> kLinearOps = {ReduceOp::Sum, ReduceOp::Avg};
 
 /// Every operand and the result live on the result's mesh.
 LogicalResult verifySameMesh(Operation *op) {
@@ -62,18 +54,12 @@ LogicalResult verifySameShapeAndElementType(Operation *op) {
   return success();
 }
 
-/// The rule of an op whose operands and result share one shape and map
-/// dim-to-dim.
-ShardingRule elementwiseRule(Operation *op, std::vector<ReduceOp> joint,
-                             std::vector<int64_t> linear) {
-  DTensorType res = typeOf(op->getResult(0));
-  ShardingRule rule;
-  rule.factorSizes = toVec(res.getShape());
-  rule.operands.assign(op->getNumOperands(), iota(res.getRank()));
-  rule.results = {iota(res.getRank())};
-  rule.jointPartial = std::move(joint);
-  rule.linearOperands = std::move(linear);
-  return rule;
+/// The rule of an elementwise op, from the shared rule table by op name.
+ShardingRule elementwiseRule(Operation *op) {
+  const rules::ElementwiseTraits *traits = rules::elementwiseTraits(
+      op->getName().stripDialect(), op->getNumOperands());
+  return rules::elementwise(toVec(typeOf(op->getResult(0)).getShape()),
+                            op->getNumOperands(), *traits);
 }
 
 } // namespace
@@ -83,7 +69,9 @@ ShardingRule elementwiseRule(Operation *op, std::vector<ReduceOp> joint,
 //===----------------------------------------------------------------------===//
 
 #define CREATION_RULE(OP)                                                      \
-  ShardingRule OP::getShardingRule() { return elementwiseRule(*this, {}, {}); }
+  ShardingRule OP::getShardingRule() {                                         \
+    return rules::creation(toVec(getResult().getType().getShape()));           \
+  }
 CREATION_RULE(FullOp)
 CREATION_RULE(RandomOp)
 CREATION_RULE(ConstantOp)
@@ -114,53 +102,51 @@ LogicalResult ConstantOp::verify() {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-#define BINARY_OP(OP, JOINT, LINEAR)                                           \
+#define BINARY_OP(OP)                                                          \
   LogicalResult OP::verify() {                                                 \
     if (failed(verifySameMesh(*this)))                                         \
       return failure();                                                        \
     return verifySameShapeAndElementType(*this);                               \
   }                                                                            \
-  ShardingRule OP::getShardingRule() {                                         \
-    return elementwiseRule(*this, JOINT, LINEAR);                              \
-  }
-// a+b and a-b are additive in both operands at once; a*b is linear in each.
-BINARY_OP(AddOp, kLinearOps, {})
-BINARY_OP(SubOp, kLinearOps, {})
-BINARY_OP(MulOp, {}, (std::vector<int64_t>{0, 1}))
-BINARY_OP(DivOp, {}, (std::vector<int64_t>{0}))
-BINARY_OP(MaximumOp, {ReduceOp::Max}, {})
-BINARY_OP(MinimumOp, {ReduceOp::Min}, {})
-BINARY_OP(PowOp, {}, {})
+  ShardingRule OP::getShardingRule() { return elementwiseRule(*this); }
+BINARY_OP(AddOp)
+BINARY_OP(SubOp)
+BINARY_OP(MulOp)
+BINARY_OP(DivOp)
+BINARY_OP(MaximumOp)
+BINARY_OP(MinimumOp)
+BINARY_OP(PowOp)
 #undef BINARY_OP
 
 template <typename OpT>
-static LogicalResult verifyUnary(OpT op, bool needsFloat) {
+static LogicalResult verifyUnary(OpT op) {
   if (failed(verifySameMesh(op)) || failed(verifySameShapeAndElementType(op)))
     return failure();
-  if (needsFloat && !isa<FloatType>(op.getResult().getType().getElementType()))
+  const rules::ElementwiseTraits *traits =
+      rules::elementwiseTraits(op->getName().stripDialect(), 1);
+  if (traits->floatOnly &&
+      !isa<FloatType>(op.getResult().getType().getElementType()))
     return op.emitOpError("needs a float element type, got ")
            << op.getResult().getType().getElementType();
   return success();
 }
 
-#define UNARY_OP(OP, FLOAT_ONLY, LINEAR)                                       \
-  LogicalResult OP::verify() { return verifyUnary(*this, FLOAT_ONLY); }        \
-  ShardingRule OP::getShardingRule() {                                         \
-    return elementwiseRule(*this, {}, LINEAR);                                 \
-  }
-UNARY_OP(NegOp, false, (std::vector<int64_t>{0}))
-UNARY_OP(AbsOp, false, {})
-UNARY_OP(ExpOp, true, {})
-UNARY_OP(LogOp, true, {})
-UNARY_OP(SqrtOp, true, {})
-UNARY_OP(RsqrtOp, true, {})
-UNARY_OP(ReluOp, false, {})
-UNARY_OP(TanhOp, true, {})
-UNARY_OP(SigmoidOp, true, {})
-UNARY_OP(GeluOp, true, {})
-UNARY_OP(SiluOp, true, {})
-UNARY_OP(SinOp, true, {})
-UNARY_OP(CosOp, true, {})
+#define UNARY_OP(OP)                                                           \
+  LogicalResult OP::verify() { return verifyUnary(*this); }                    \
+  ShardingRule OP::getShardingRule() { return elementwiseRule(*this); }
+UNARY_OP(NegOp)
+UNARY_OP(AbsOp)
+UNARY_OP(ExpOp)
+UNARY_OP(LogOp)
+UNARY_OP(SqrtOp)
+UNARY_OP(RsqrtOp)
+UNARY_OP(ReluOp)
+UNARY_OP(TanhOp)
+UNARY_OP(SigmoidOp)
+UNARY_OP(GeluOp)
+UNARY_OP(SiluOp)
+UNARY_OP(SinOp)
+UNARY_OP(CosOp)
 #undef UNARY_OP
 
 //===----------------------------------------------------------------------===//
@@ -194,29 +180,13 @@ static LogicalResult verifyMatmulShapes(Operation *op, int64_t rank) {
 LogicalResult MatmulOp::verify() { return verifyMatmulShapes(*this, 2); }
 LogicalResult BmmOp::verify() { return verifyMatmulShapes(*this, 3); }
 
-// Factors: i (rows), j (cols), k (contracted), b (batch).
 ShardingRule MatmulOp::getShardingRule() {
-  ArrayRef<int64_t> a = getLhs().getType().getShape(),
-                    b = getRhs().getType().getShape();
-  ShardingRule rule;
-  rule.factorSizes = {a[0], b[1], a[1]};
-  rule.operands = {{0, 2}, {2, 1}};
-  rule.results = {{0, 1}};
-  rule.reductionOp = ReduceOp::Sum;
-  rule.linearOperands = {0, 1};
-  return rule;
+  return rules::matmul(toVec(getLhs().getType().getShape()),
+                       toVec(getRhs().getType().getShape()));
 }
-
 ShardingRule BmmOp::getShardingRule() {
-  ArrayRef<int64_t> a = getLhs().getType().getShape(),
-                    b = getRhs().getType().getShape();
-  ShardingRule rule;
-  rule.factorSizes = {a[0], a[1], b[2], a[2]};
-  rule.operands = {{0, 1, 3}, {0, 3, 2}};
-  rule.results = {{0, 1, 2}};
-  rule.reductionOp = ReduceOp::Sum;
-  rule.linearOperands = {0, 1};
-  return rule;
+  return rules::bmm(toVec(getLhs().getType().getShape()),
+                    toVec(getRhs().getType().getShape()));
 }
 
 //===----------------------------------------------------------------------===//
@@ -252,40 +222,17 @@ static LogicalResult verifyReduction(OpT op) {
 }
 
 template <typename OpT>
-static ShardingRule reductionRule(OpT op, ReduceOp reduction,
-                                  std::vector<ReduceOp> joint) {
-  DTensorType in = op.getInput().getType();
-  ShardingRule rule;
-  rule.factorSizes = toVec(in.getShape());
-  rule.operands = {iota(in.getRank())};
-  std::vector<int64_t> res;
-  for (int64_t d = 0; d < in.getRank(); ++d) {
-    bool isReduced = llvm::is_contained(op.getDims(), d);
-    if (!isReduced)
-      res.push_back(d);
-    else if (op.getKeepdim())
-      res.push_back(-1);
-  }
-  rule.results = {res};
-  rule.reductionOp = reduction;
-  rule.jointPartial = std::move(joint);
-  return rule;
+static ShardingRule reductionRule(OpT op, bool isMax) {
+  return rules::reduction(toVec(op.getInput().getType().getShape()),
+                          toVec(op.getDims()), op.getKeepdim(), isMax);
 }
 
 LogicalResult SumOp::verify() { return verifyReduction(*this); }
 LogicalResult MeanOp::verify() { return verifyReduction(*this); }
 LogicalResult MaxOp::verify() { return verifyReduction(*this); }
-// A sharded mean divides by the global count on every rank, so the partial
-// results add up: the reduction is a sum.
-ShardingRule SumOp::getShardingRule() {
-  return reductionRule(*this, ReduceOp::Sum, kLinearOps);
-}
-ShardingRule MeanOp::getShardingRule() {
-  return reductionRule(*this, ReduceOp::Sum, kLinearOps);
-}
-ShardingRule MaxOp::getShardingRule() {
-  return reductionRule(*this, ReduceOp::Max, {ReduceOp::Max});
-}
+ShardingRule SumOp::getShardingRule() { return reductionRule(*this, false); }
+ShardingRule MeanOp::getShardingRule() { return reductionRule(*this, false); }
+ShardingRule MaxOp::getShardingRule() { return reductionRule(*this, true); }
 
 //===----------------------------------------------------------------------===//
 // Shape
@@ -304,37 +251,9 @@ LogicalResult ReshapeOp::verify() {
   return success();
 }
 
-// Dims are grouped into runs whose extents multiply to the same number; a run
-// of exactly one input and one output dim keeps its factor, every other dim
-// (merged, split or of extent 1) must not be sharded.
 ShardingRule ReshapeOp::getShardingRule() {
-  ArrayRef<int64_t> in = getInput().getType().getShape(),
-                    out = getResult().getType().getShape();
-  ShardingRule rule;
-  rule.operands = {std::vector<int64_t>(in.size(), -1)};
-  rule.results = {std::vector<int64_t>(out.size(), -1)};
-  rule.jointPartial = kAllReduceOps;
-  if (getInput().getType().getNumElements() == 0)
-    return rule;
-  size_t i = 0, j = 0;
-  while (i < in.size() || j < out.size()) {
-    if (i < in.size() && in[i] == 1) { ++i; continue; }
-    if (j < out.size() && out[j] == 1) { ++j; continue; }
-    if (i == in.size() || j == out.size())
-      break;
-    size_t i0 = i, j0 = j;
-    int64_t pi = in[i++], po = out[j++];
-    while (pi != po) {
-      if (pi < po) pi *= in[i++];
-      else po *= out[j++];
-    }
-    if (i - i0 == 1 && j - j0 == 1) {
-      rule.operands[0][i0] = rule.factorSizes.size();
-      rule.results[0][j0] = rule.factorSizes.size();
-      rule.factorSizes.push_back(in[i0]);
-    }
-  }
-  return rule;
+  return rules::reshape(toVec(getInput().getType().getShape()),
+                        toVec(getResult().getType().getShape()));
 }
 
 LogicalResult TransposeOp::verify() {
@@ -361,13 +280,33 @@ LogicalResult TransposeOp::verify() {
 }
 
 ShardingRule TransposeOp::getShardingRule() {
-  DTensorType in = getInput().getType();
-  ShardingRule rule;
-  rule.factorSizes = toVec(in.getShape());
-  rule.operands = {iota(in.getRank())};
-  rule.results = {toVec(getPerm())};
-  rule.jointPartial = kAllReduceOps;
-  return rule;
+  return rules::transpose(toVec(getInput().getType().getShape()),
+                          toVec(getPerm()));
+}
+
+LogicalResult BroadcastToOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  if (in.getElementType() != res.getElementType())
+    return emitOpError("result element type must match the input's");
+  if (in.getRank() > res.getRank())
+    return emitOpError("cannot broadcast rank ") << in.getRank() << " to rank "
+                                                 << res.getRank();
+  int64_t lead = res.getRank() - in.getRank();
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    int64_t a = in.getShape()[d], b = res.getShape()[lead + d];
+    if (a != b && a != 1)
+      return emitOpError("cannot broadcast [")
+             << in.getShape() << "] to [" << res.getShape() << "]: dim " << d
+             << " has extent " << a;
+  }
+  return success();
+}
+
+ShardingRule BroadcastToOp::getShardingRule() {
+  return rules::broadcastTo(toVec(getInput().getType().getShape()),
+                            toVec(getResult().getType().getShape()));
 }
 
 //===----------------------------------------------------------------------===//

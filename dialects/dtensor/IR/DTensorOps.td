@@ -201,6 +201,20 @@ def DTensor_TransposeOp : DTensor_ComputeOp<"transpose"> {
   let assemblyFormat = "$input `perm` `=` $perm attr-dict `:` functional-type(operands, results)";
 }
 
+def DTensor_BroadcastToOp : DTensor_ComputeOp<"broadcast_to"> {
+  let summary = "Broadcasts to a larger shape (numpy rules)";
+  let description = [{
+    Trailing dims are aligned; an input dim of extent 1, or a missing
+    leading dim, is repeated.
+
+    ```mlir
+    %1 = dtensor.broadcast_to %0 : (!dtensor.tensor<6xf32, #mesh, [R]>) -> !dtensor.tensor<4x6xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Layout changes
 //===----------------------------------------------------------------------===//

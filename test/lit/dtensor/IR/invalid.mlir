@@ -261,3 +261,21 @@ func.func @reduce_scatter_from_replicate(%a: !dtensor.tensor<4xf32, #m, [R]>) {
   %0 = dtensor.reduce_scatter %a on axis 0 : !dtensor.tensor<4xf32, #m, [R]> -> !dtensor.tensor<4xf32, #m, [S(0)]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @broadcast_bad(%a: !dtensor.tensor<3x4xf32, #m, [R]>) {
+  // expected-error @+1 {{cannot broadcast [3, 4] to [2, 4, 4]: dim 0 has extent 3}}
+  %0 = dtensor.broadcast_to %a : (!dtensor.tensor<3x4xf32, #m, [R]>) -> !dtensor.tensor<2x4x4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @broadcast_rank(%a: !dtensor.tensor<3x4xf32, #m, [R]>) {
+  // expected-error @+1 {{cannot broadcast rank 2 to rank 1}}
+  %0 = dtensor.broadcast_to %a : (!dtensor.tensor<3x4xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}

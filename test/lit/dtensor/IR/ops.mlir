@@ -82,6 +82,8 @@ func.func @linalg_and_reductions(%a: !dtensor.tensor<8x4xf32, #m1, [S(1)]>, %b: 
 func.func @shape_and_layout(%a: !dtensor.tensor<4x6xf32, #m2, [S(0), R]>, %p: !dtensor.tensor<4x6xf32, #m2, [P(sum), R]>) {
   // CHECK: dtensor.reshape %{{.*}} : {{.*}} -> !dtensor.tensor<4x2x3xf32, #[[M2]], [S(0), R]>
   %0 = dtensor.reshape %a : (!dtensor.tensor<4x6xf32, #m2, [S(0), R]>) -> !dtensor.tensor<4x2x3xf32, #m2, [S(0), R]>
+  // CHECK: dtensor.broadcast_to %{{.*}} : {{.*}} -> !dtensor.tensor<3x4x6xf32, #[[M2]], [S(1), R]>
+  %9 = dtensor.broadcast_to %a : (!dtensor.tensor<4x6xf32, #m2, [S(0), R]>) -> !dtensor.tensor<3x4x6xf32, #m2, [S(1), R]>
   // CHECK: dtensor.transpose %{{.*}} perm = [1, 0] : {{.*}} -> !dtensor.tensor<6x4xf32, #[[M2]], [S(1), R]>
   %1 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x6xf32, #m2, [S(0), R]>) -> !dtensor.tensor<6x4xf32, #m2, [S(1), R]>
   // CHECK: dtensor.redistribute %{{.*}} : !dtensor.tensor<4x6xf32, #[[M2]], [S(0), R]> -> !dtensor.tensor<4x6xf32, #[[M2]], [R, S(1)]>

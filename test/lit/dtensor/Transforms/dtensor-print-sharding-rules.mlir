@@ -43,5 +43,7 @@ func.func @rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %b: !dtensor.tensor<6x8x
   %17 = dtensor.reshape %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2x3xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: ([i, j]) -> ([j, i]) reduction={} joint={sum, avg, max, min} linear={}}}
   %18 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<6x4xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([j, k]) -> ([i, j, k]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %19 = dtensor.broadcast_to %b : (!dtensor.tensor<6x8xf32, #m, [R]>) -> !dtensor.tensor<5x6x8xf32, #m, [R]>
   return
 }

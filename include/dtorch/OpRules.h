@@ -1,0 +1,47 @@
+//===- OpRules.h - the sharding rules of every op family ----------*- C++ -*-===//
+//
+// MLIR-free builders of each op family's ShardingRule. The dialect's ops
+// return them from ShardingRuleOpInterface::getShardingRule, and the client
+// core calls them at op-call time to infer result placements, so both sides
+// always agree.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DTORCH_OPRULES_H
+#define DTORCH_OPRULES_H
+
+#include "dtorch/ShardingRule.h"
+
+#include <string_view>
+
+namespace dtorch::rules {
+
+using Shape = std::vector<int64_t>;
+
+/// How the partial placements pass through an elementwise op.
+struct ElementwiseTraits {
+  std::vector<ReduceOp> joint;
+  std::vector<int64_t> linear;
+  bool floatOnly = false; // needs a float element type
+};
+/// Traits of a unary or binary elementwise op by name; null when unknown.
+const ElementwiseTraits *elementwiseTraits(std::string_view op, size_t arity);
+
+/// Operands and result share `shape` dim by dim.
+ShardingRule elementwise(const Shape &shape, size_t numOperands,
+                         const ElementwiseTraits &traits);
+/// Creation ops (full, random, constant): only a result.
+ShardingRule creation(const Shape &shape);
+ShardingRule matmul(const Shape &lhs, const Shape &rhs);
+ShardingRule bmm(const Shape &lhs, const Shape &rhs);
+/// sum/mean (reduction sum, joint sum/avg) and max (reduction max, joint max).
+ShardingRule reduction(const Shape &input, const std::vector<int64_t> &dims,
+                       bool keepdim, bool isMax);
+/// Runs of dims with equal products; 1:1 runs keep their factor.
+ShardingRule reshape(const Shape &input, const Shape &result);
+ShardingRule transpose(const Shape &input, const std::vector<int64_t> &perm);
+/// numpy broadcasting of `input` to `result` (trailing dims aligned).
+ShardingRule broadcastTo(const Shape &input, const Shape &result);
+
+} // namespace dtorch::rules
+
+#endif // DTORCH_OPRULES_H
