@@ -17,7 +17,7 @@ $(BUILD)/build.ninja: CMakeLists.txt
 	  -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
 	  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
 	  -DLLVM_DIR=/usr/lib/llvm-19/lib/cmake/llvm \
-	  -DPython3_EXECUTABLE=$(PYTHON)
+	  -DPython_EXECUTABLE=$(PYTHON) -DPython3_EXECUTABLE=$(PYTHON)
 
 configure: setup $(BUILD)/build.ninja
 

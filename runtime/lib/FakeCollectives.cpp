@@ -18,6 +18,9 @@ using Clock = std::chrono::steady_clock;
 // What one member brings to a rendezvous: a private copy of its input and
 // the parameters the others need to interpret it.
 struct Contribution {
+  Contribution() = default;
+  explicit Contribution(Tensor snapshot, int64_t dim = 0, std::vector<int64_t> sizes = {})
+      : data(std::move(snapshot)), splitDim(dim), splitSizes(std::move(sizes)) {}
   Tensor data;  // undefined for non-root broadcast members
   int64_t splitDim = 0;
   std::vector<int64_t> splitSizes;
@@ -96,13 +99,12 @@ class FakeCommunicator final : public Communicator {
   int rank() const override { return rank_; }
 
   void all_reduce(const Tensor& x, Tensor& out, const Group& group, ReduceOp op) override {
-    size_t me = groupIndexOf(group, rank_);
-    (void)me;
+    groupIndexOf(group, rank_);
     requireShape(out, x.dtype(), x.shape(), "all_reduce output");
     reduceInto(out.data(), x.data(), 0, x.dtype(), op);  // rejects unsupported dtypes early
     Contribution mine{x.clone()};
     auto joined = arrive("all_reduce", x.dtype(), group, std::move(mine));
-    finishOnExit leave(*this, group, joined);
+    LeaveOnExit leave(*this, group, joined);
     const Rendezvous* slot = leave.joined.slot.get();
     for (size_t j = 0; j < group.size(); ++j) {
       const Tensor& piece = slot->arrived.at(group[j]).data;
@@ -123,7 +125,7 @@ class FakeCommunicator final : public Communicator {
     requireShape(x, x.dtype(), withExtent(x.shape(), dim, sizes[me]), "all_gather input");
     requireShape(out, x.dtype(), withExtent(x.shape(), dim, sumOf(sizes)), "all_gather output");
     auto joined = arrive("all_gather", x.dtype(), group, Contribution{x.clone()});
-    finishOnExit leave(*this, group, joined);
+    LeaveOnExit leave(*this, group, joined);
     const Rendezvous* slot = leave.joined.slot.get();
     std::vector<int64_t> offsets = exclusivePrefixSums(sizes);
     for (size_t j = 0; j < group.size(); ++j) {
@@ -145,7 +147,7 @@ class FakeCommunicator final : public Communicator {
     requireShape(out, x.dtype(), withExtent(x.shape(), dim, sizes[me]), "reduce_scatter output");
     reduceInto(out.data(), x.data(), 0, x.dtype(), op);  // rejects unsupported dtypes early
     auto joined = arrive("reduce_scatter", x.dtype(), group, Contribution{x.clone()});
-    finishOnExit leave(*this, group, joined);
+    LeaveOnExit leave(*this, group, joined);
     const Rendezvous* slot = leave.joined.slot.get();
     Shape sourceOffset = withExtent(Shape(x.shape().size(), 0), dim,
                                     exclusivePrefixSums(sizes)[me]);
@@ -182,7 +184,7 @@ class FakeCommunicator final : public Communicator {
                          x.describe() + " and concat_sizes");
     Contribution mine{x.clone(), splitDim, splitSizes};
     auto joined = arrive("all_to_all", x.dtype(), group, std::move(mine));
-    finishOnExit leave(*this, group, joined);
+    LeaveOnExit leave(*this, group, joined);
     const Rendezvous* slot = leave.joined.slot.get();
     std::vector<int64_t> concatOffsets = exclusivePrefixSums(concatSizes);
     for (size_t j = 0; j < group.size(); ++j) {
@@ -214,7 +216,7 @@ class FakeCommunicator final : public Communicator {
       mine.data = x.clone();
     }
     auto joined = arrive("broadcast", out.dtype(), group, std::move(mine));
-    finishOnExit leave(*this, group, joined);
+    LeaveOnExit leave(*this, group, joined);
     const Rendezvous* slot = leave.joined.slot.get();
     const Tensor& source = slot->arrived.at(root).data;
     requireShape(source, out.dtype(), out.shape(), "broadcast data of root " + std::to_string(root));
@@ -256,12 +258,13 @@ class FakeCommunicator final : public Communicator {
 
  private:
   // Leaves the rendezvous when the caller is done reading the others' data.
-  struct finishOnExit {
+  struct LeaveOnExit {
     FakeCommunicator& self;
     const Group& group;
     Joined joined;
-    finishOnExit(FakeCommunicator& s, const Group& g, Joined j) : self(s), group(g), joined(std::move(j)) {}
-    ~finishOnExit() { self.depart(group, joined); }
+    LeaveOnExit(FakeCommunicator& s, const Group& g, Joined j)
+        : self(s), group(g), joined(std::move(j)) {}
+    ~LeaveOnExit() { self.depart(group, joined); }
   };
 
   void checkPeer(int64_t peer) const {

@@ -137,8 +137,55 @@ Kernel sliceKernel(size_t elementSize) {
   return kernel;
 }
 
+// numpy broadcasting: trailing dims aligned, input extents of 1 repeat.
+template <class T>
+Kernel broadcastToKernel() {
+  Kernel kernel;
+  kernel.numInputs = 1;
+  kernel.check = [](const AttrReader&, const std::vector<TensorDesc>& inputs,
+                    const std::vector<TensorDesc>& outputs) {
+    requireSameDtype(inputs[0], outputs[0]);
+    const Shape &in = inputs[0].shape, &out = outputs[0].shape;
+    if (in.size() > out.size())
+      throw RuntimeError("broadcast_to: input " + shapeToString(in) + " has more dims than " +
+                         shapeToString(out));
+    size_t lead = out.size() - in.size();
+    for (size_t d = 0; d < in.size(); ++d)
+      if (in[d] != 1 && in[d] != out[lead + d])
+        throw RuntimeError("broadcast_to: cannot broadcast " + shapeToString(in) + " to " +
+                           shapeToString(out));
+  };
+  kernel.run = [](const AttrReader&, const std::vector<const Tensor*>& inputs,
+                  const std::vector<Tensor*>& outputs) {
+    const Tensor& x = *inputs[0];
+    Tensor& out = *outputs[0];
+    if (out.numel() == 0) return;
+    const Shape& shape = out.shape();
+    size_t rank = shape.size(), lead = rank - x.shape().size();
+    std::vector<int64_t> inStrides = rowMajorStrides(x.shape());
+    std::vector<int64_t> strides(rank, 0);  // stride in x of each out dim (0: repeated)
+    for (size_t d = 0; d < x.shape().size(); ++d)
+      strides[lead + d] = x.shape()[d] == 1 ? 0 : inStrides[d];
+    const T* xs = x.data_as<T>();
+    T* os = out.data_as<T>();
+    std::vector<int64_t> index(rank, 0);
+    int64_t source = 0;
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+      os[i] = xs[source];
+      for (size_t d = rank; d-- > 0;) {
+        source += strides[d];
+        if (++index[d] < shape[d]) break;
+        source -= strides[d] * shape[d];
+        index[d] = 0;
+      }
+    }
+  };
+  return kernel;
+}
+
 template <class T>
 void registerLayoutKernelsFor(KernelRegistry& registry) {
+  addCpuKernel<T>(registry, "broadcast_to", broadcastToKernel<T>());
   addCpuKernel<T>(registry, "reshape", reshapeKernel());
   addCpuKernel<T>(registry, "copy", copyKernel());
   addCpuKernel<T>(registry, "transpose", transposeKernel<T>());

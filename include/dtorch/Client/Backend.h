@@ -1,0 +1,51 @@
+//===- Backend.h - where the controller runs per-rank programs ----*- C++ -*-===//
+//
+// The controller drives workers through this interface. Two backends:
+// the real one over rt::Cluster (worker processes, ZeroMQ) and an in-process
+// one (one thread per rank, fake collectives) for tests and quick runs.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dtorch/runtime/Tensor.h"
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtorch::client {
+
+using Handle = uint64_t;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual int worldSize() const = 0;
+  virtual std::string hostOf(int rank) const = 0;
+  virtual void uploadProgram(int rank, uint64_t programId, const wire::Program& program) = 0;
+  virtual void run(int rank, uint64_t programId, const std::vector<Handle>& inputs,
+                   const std::vector<Handle>& outputs) = 0;
+  virtual void put(int rank, Handle handle, const rt::Tensor& value) = 0;
+  virtual std::future<rt::Tensor> fetch(int rank, Handle handle) = 0;
+  virtual void free(int rank, const std::vector<Handle>& handles) = 0;
+  virtual void synchronize() = 0;
+  virtual void shutdown() = 0;
+  virtual uint64_t messagesSent() const = 0;
+  virtual uint64_t roundTrips() const = 0;
+};
+
+/// Ranks as threads of this process with the fake collective backend.
+std::unique_ptr<Backend> makeInProcessBackend(int worldSize);
+
+/// Local worker processes (or given ones) through rt::Cluster.
+struct ClusterConfig {
+  int worldSize = 4;
+  int numProcesses = 2;
+  std::string workerExecutable;
+  std::vector<std::string> workerAddresses;
+  std::string token;
+};
+std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig& config);
+
+}  // namespace dtorch::client

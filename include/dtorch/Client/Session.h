@@ -1,0 +1,197 @@
+//===- Session.h - the client core: symbolic DTensors and segments -*- C++ -*-===//
+//
+// A Tensor on the client is a symbol: global shape, dtype, mesh, placements
+// and a handle; it never holds data. Every op call appends one node to the
+// pending segment and infers the result's shape, dtype and placements at
+// once with the sharding rules of include/dtorch/OpRules.h (the same ones the
+// compiler's passes use), so mistakes raise at the call. Segments are cut on
+// a fetch, at a size bound, when the mesh changes and on synchronize(), and
+// handed to the Controller, which compiles and runs them asynchronously.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dtorch/Client/Backend.h"
+#include "dtorch/Layout.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtorch::client {
+
+/// A user mistake: raised as ValueError / TypeError in Python.
+struct ValueError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+struct TypeError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+/// Something failed in the system (compilation, a worker): DTorchError.
+struct DTorchError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+using Shape = std::vector<int64_t>;
+
+struct Mesh {
+  int id = 0;
+  Shape shape;
+  std::vector<std::string> dimNames;
+  std::vector<int64_t> ranks; // global rank of each mesh position, row-major
+  std::string device = "cpu";
+};
+
+struct TensorMeta {
+  Shape shape;
+  wire::DType dtype = wire::F32;
+  int meshId = 0;
+  Placements placements;
+};
+
+/// One attribute value of a node.
+struct AttrValue {
+  enum class Kind { Int, Float, String, Ints } kind = Kind::Int;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  std::vector<int64_t> ints;
+};
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
+
+class Session;
+
+/// The client's view of one DTensor; owned by its Python object.
+class TensorImpl {
+ public:
+  TensorImpl(Session* session, Handle id, TensorMeta meta)
+      : session_(session), id_(id), meta_(std::move(meta)) {}
+  ~TensorImpl();
+  Handle id() const { return id_; }
+  const TensorMeta& meta() const { return meta_; }
+  Session* session() const { return session_; }
+  bool requiresGrad = false;
+  /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
+  /// C++, propagated to results when every input shares it (-1: whole mesh).
+  int view = -1;
+
+ private:
+  friend class Session;
+  Session* session_;
+  Handle id_;
+  TensorMeta meta_;
+  bool materialized_ = false; // exists on the workers
+};
+using Tensor = std::shared_ptr<TensorImpl>;
+
+struct Node {
+  std::string op; // dtensor op mnemonic
+  std::vector<Handle> inputs;
+  Attrs attrs;
+  TensorMeta meta;
+  Handle id;
+  std::weak_ptr<TensorImpl> owner;
+};
+
+/// A cut of the op stream: nodes in order, the materialized values they read
+/// (args) and, once cut, the values still held by the user (results).
+struct Segment {
+  int meshId = -1;
+  std::vector<Node> nodes;
+  std::vector<Handle> args;
+  std::vector<TensorMeta> argMetas;
+  std::vector<Handle> results;
+};
+
+class Controller;
+
+struct SessionOptions {
+  int worldSize = 4;
+  int numProcesses = 2;
+  std::string backend = "cluster"; // "cluster" or "inprocess"
+  std::string workerExecutable;
+  std::vector<std::string> workerAddresses;
+  size_t maxSegmentNodes = 2048;
+};
+
+class Session {
+ public:
+  explicit Session(const SessionOptions& options);
+  ~Session();
+
+  int worldSize() const;
+  const Mesh& mesh(int id) const;
+  /// Registers a mesh over the given global ranks (row-major positions).
+  int addMesh(Shape shape, std::vector<std::string> names, std::vector<int64_t> ranks,
+              std::string device);
+
+  // ---- creation ----------------------------------------------------------
+  Tensor full(const Shape& shape, double value, wire::DType dtype, int meshId,
+              const Placements& placements);
+  Tensor random(const Shape& shape, bool normal, wire::DType dtype, int meshId,
+                const Placements& placements);
+  /// Global data (dense, row-major, `dtype`) placed on the mesh by putting
+  /// each rank's piece directly.
+  Tensor fromData(const rt::Tensor& data, int meshId, const Placements& placements);
+  void manualSeed(uint64_t seed);
+
+  // ---- ops -----------------------------------------------------------------
+  Tensor unary(const std::string& op, const Tensor& x);
+  Tensor binary(const std::string& op, const Tensor& a, const Tensor& b);
+  Tensor binaryScalar(const std::string& op, const Tensor& a, double scalar, bool scalarFirst);
+  Tensor matmul(const Tensor& a, const Tensor& b);
+  Tensor reduce(const std::string& op, const Tensor& x, std::vector<int64_t> dims, bool keepdim);
+  Tensor reshape(const Tensor& x, Shape shape);
+  Tensor transpose(const Tensor& x, std::vector<int64_t> perm);
+  Tensor broadcastTo(const Tensor& x, const Shape& shape);
+  Tensor redistribute(const Tensor& x, int meshId, const Placements& placements);
+
+  // ---- values --------------------------------------------------------------
+  /// The full global value (waits).
+  rt::Tensor fetch(const Tensor& x);
+  /// Each rank's local piece, by global rank (waits).
+  std::map<int, rt::Tensor> fetchLocal(const Tensor& x);
+  void synchronize();
+  /// IR of the last compiled segment at "input", "sharded", "redistributed"
+  /// or "rank".
+  std::string lastIr(const std::string& stage);
+  /// The dtensor-dialect text of a function computing `outputs` from `inputs`
+  /// (the pending ops that lead to them).
+  std::string graphText(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                        const std::string& name);
+
+  uint64_t messagesSent() const;
+  uint64_t roundTrips() const;
+  size_t pendingNodes() const { return segment_.nodes.size(); }
+  void shutdown();
+
+  // Called by ~TensorImpl.
+  void release(TensorImpl* t);
+
+ private:
+  Tensor addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs, TensorMeta meta);
+  Handle useValue(const Tensor& t);
+  void flush();
+  void checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const;
+  Tensor newTensor(TensorMeta meta);
+
+  SessionOptions options_;
+  std::vector<Mesh> meshes_;
+  std::unique_ptr<Controller> controller_;
+  Segment segment_;
+  std::map<Handle, size_t> nodeOf_; // pending value -> node index
+  Handle nextHandle_ = 1;
+  uint64_t seed_ = 0, seedCounter_ = 0;
+  std::vector<Handle> pendingFrees_;
+  int pendingFreeMesh_ = -1;
+  bool shutDown_ = false;
+};
+
+/// Global shape inference helpers, exposed for tests.
+Shape broadcastShapes(const Shape& a, const Shape& b);
+const char* dtypeName(wire::DType dtype);
+
+}  // namespace dtorch::client

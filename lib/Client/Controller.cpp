@@ -1,0 +1,201 @@
+//===- Controller.cpp - compiles segments and drives the workers ---------===//
+#include "Controller.h"
+
+#include "SegmentText.h"
+#include "TensorData.h"
+#include "dtorch/Compiler.h"
+
+#include <future>
+
+namespace dtorch::client {
+namespace {
+
+/// Rewrites a program compiled for mesh positions to global ranks.
+void remapRanks(wire::Program& program, const Mesh& mesh) {
+  program.set_rank(mesh.ranks[program.rank()]);
+  for (wire::Instruction& inst : *program.mutable_instructions()) {
+    auto& attrs = *inst.mutable_attrs();
+    if (auto it = attrs.find("group"); it != attrs.end())
+      for (int64_t& r : *it->second.mutable_ints()->mutable_values()) r = mesh.ranks[r];
+    for (const char* key : {"root", "peer"})
+      if (auto it = attrs.find(key); it != attrs.end())
+        it->second.set_i(mesh.ranks[it->second.i()]);
+  }
+}
+
+}  // namespace
+
+Controller::Controller(std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)), thread_([this] { loop(); }) {}
+
+Controller::~Controller() { shutdown(); }
+
+void Controller::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  backend_->shutdown();
+}
+
+void Controller::enqueue(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) throw DTorchError("dtorch has been shut down");
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void Controller::loop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void Controller::guarded(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+}
+
+void Controller::rethrowIfFailed() {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    e = error_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+void Controller::addMesh(const Mesh& mesh) {
+  enqueue([this, mesh] { meshes_[mesh.id] = mesh; });
+}
+
+void Controller::submit(Segment segment) {
+  enqueue([this, seg = std::move(segment)] { guarded([&] { runSegment(seg); }); });
+}
+
+void Controller::runSegment(const Segment& seg) {
+  const Mesh& mesh = meshes_.at(seg.meshId);
+  std::string text = segmentText(seg, mesh, "segment");
+  auto it = cache_.find(text);
+  if (it == cache_.end()) {
+    CompileOptions options;
+    options.recordStages = true;
+    CompileResult result = compileModule(text, "segment.mlir", options);
+    if (!result.ok || result.functions.size() != 1)
+      throw DTorchError("internal error: compiling a segment failed:\n" + result.error +
+                        "\nsegment:\n" + text);
+    Compiled c;
+    c.programId = nextProgramId_++;
+    c.programs = std::move(result.functions[0].programs);
+    for (wire::Program& p : c.programs) remapRanks(p, mesh);
+    c.uploaded.assign(c.programs.size(), false);
+    c.stages = std::move(result.stages);
+    it = cache_.emplace(text, std::move(c)).first;
+  }
+  Compiled& c = it->second;
+  if (last_ != &c) {
+    last_ = &c;
+    std::lock_guard<std::mutex> lock(stagesMutex_);
+    lastStages_ = c.stages;
+  }
+  for (size_t p = 0; p < c.programs.size(); ++p) {
+    int rank = static_cast<int>(mesh.ranks[p]);
+    if (!c.uploaded[p]) {
+      backend_->uploadProgram(rank, c.programId, c.programs[p]);
+      c.uploaded[p] = true;
+    }
+    backend_->run(rank, c.programId, seg.args, seg.results);
+  }
+}
+
+void Controller::put(int meshId, Handle handle, rt::Tensor full, Placements placements) {
+  enqueue([this, meshId, handle, full = std::move(full), placements] {
+    guarded([&] {
+      const Mesh& mesh = meshes_.at(meshId);
+      std::vector<rt::Tensor> pieces = scatterPieces(full, mesh.shape, placements);
+      for (size_t p = 0; p < pieces.size(); ++p)
+        backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
+    });
+  });
+}
+
+void Controller::free(int meshId, Handle handle) {
+  enqueue([this, meshId, handle] {
+    guarded([&] {
+      const Mesh& mesh = meshes_.at(meshId);
+      for (int64_t r : mesh.ranks) backend_->free(static_cast<int>(r), {handle});
+    });
+  });
+}
+
+std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
+  auto promise = std::make_shared<std::promise<std::vector<std::future<rt::Tensor>>>>();
+  auto result = promise->get_future();
+  enqueue([this, meshId, handle, promise] {
+    try {
+      std::vector<std::future<rt::Tensor>> futures;
+      for (int64_t r : meshes_.at(meshId).ranks)
+        futures.push_back(backend_->fetch(static_cast<int>(r), handle));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  std::vector<std::future<rt::Tensor>> futures = result.get();
+  std::vector<rt::Tensor> pieces;
+  std::exception_ptr firstError;
+  for (auto& f : futures) {
+    try {
+      pieces.push_back(f.get());
+    } catch (...) {
+      if (!firstError) firstError = std::current_exception();
+    }
+  }
+  rethrowIfFailed();
+  if (firstError) std::rethrow_exception(firstError);
+  return pieces;
+}
+
+void Controller::synchronize() {
+  auto promise = std::make_shared<std::promise<void>>();
+  auto done = promise->get_future();
+  enqueue([this, promise] {
+    try {
+      backend_->synchronize();
+      promise->set_value();
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  done.get();
+  rethrowIfFailed();
+}
+
+std::string Controller::lastIr(const std::string& stage) {
+  std::lock_guard<std::mutex> lock(stagesMutex_);
+  for (const auto& [name, ir] : lastStages_)
+    if (name == stage) return ir;
+  std::string known;
+  for (const auto& [name, ir] : lastStages_) known += (known.empty() ? "" : ", ") + name;
+  if (lastStages_.empty()) throw ValueError("no segment has been compiled yet");
+  throw ValueError("unknown stage '" + stage + "' (expected one of " + known + ")");
+}
+
+}  // namespace dtorch::client

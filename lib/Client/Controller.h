@@ -1,0 +1,73 @@
+//===- Controller.h - compiles segments and drives the workers ----*- C++ -*-===//
+//
+// Runs on its own thread: every request of the client is queued and handled
+// in order, so the client never waits except for a fetch or synchronize.
+// Compiled programs are cached by the segment's text (its structure: ops,
+// shapes, dtypes, placements, mesh); a cache hit costs a lookup and one "run"
+// message per rank.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dtorch/Client/Session.h"
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace dtorch::client {
+
+class Controller {
+ public:
+  explicit Controller(std::unique_ptr<Backend> backend);
+  ~Controller();
+
+  void addMesh(const Mesh& mesh);
+  void submit(Segment segment);
+  void put(int meshId, Handle handle, rt::Tensor full, Placements placements);
+  void free(int meshId, Handle handle);
+  /// Every mesh position's piece of `handle` (waits).
+  std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
+  void synchronize();
+  std::string lastIr(const std::string& stage);
+  int worldSize() const { return backend_->worldSize(); }
+  uint64_t messagesSent() const { return backend_->messagesSent(); }
+  uint64_t roundTrips() const { return backend_->roundTrips(); }
+  void shutdown();
+
+ private:
+  struct Compiled {
+    uint64_t programId;
+    std::vector<wire::Program> programs;  // by mesh position, global ranks
+    std::vector<bool> uploaded;
+    std::vector<std::pair<std::string, std::string>> stages;
+  };
+
+  void enqueue(std::function<void()> task);
+  void loop();
+  void runSegment(const Segment& segment);
+  void rethrowIfFailed();
+  /// Runs `fn` and, on failure, remembers the first error for later fetches.
+  void guarded(const std::function<void()>& fn);
+
+  std::unique_ptr<Backend> backend_;
+  std::unordered_map<int, Mesh> meshes_;           // controller thread only
+  std::unordered_map<std::string, Compiled> cache_;  // controller thread only
+  uint64_t nextProgramId_ = 1;
+  const Compiled* last_ = nullptr;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::mutex stagesMutex_;
+  std::vector<std::pair<std::string, std::string>> lastStages_;
+  std::thread thread_;
+};
+
+}  // namespace dtorch::client

@@ -1,0 +1,179 @@
+//===- InProcessBackend.cpp - ranks as threads of this process -----------===//
+//
+// The fake backend of the controller: every rank is a thread with its own
+// task queue, buffer table and executor; collectives go through the
+// runtime's in-process hub. Used by tests and `dtorch.init(backend=
+// "inprocess")`; it runs the same programs as the worker processes.
+//
+//===----------------------------------------------------------------------===//
+#include "dtorch/Client/Backend.h"
+#include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/FakeCollectives.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace dtorch::client {
+namespace {
+
+class RankThread {
+ public:
+  RankThread(int rank, rt::FakeCollectiveHub& hub)
+      : rank_(rank), comm_(hub.communicator(rank)), exec_(comm_.get()),
+        thread_([this] { loop(); }) {}
+  ~RankThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  void waitIdle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+  int rank_;
+  std::unique_ptr<rt::Communicator> comm_;
+  rt::Executor exec_;
+  std::unordered_map<Handle, rt::Tensor> buffers;
+  std::unordered_map<Handle, std::string> poisoned;  // handle -> error
+  std::map<uint64_t, wire::Program> programs;
+
+ private:
+  void loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      idle_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> tasks_;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class InProcessBackend : public Backend {
+ public:
+  explicit InProcessBackend(int worldSize) : hub_(worldSize, std::chrono::seconds(30)) {
+    for (int r = 0; r < worldSize; ++r) ranks_.push_back(std::make_unique<RankThread>(r, hub_));
+  }
+  ~InProcessBackend() override { shutdown(); }
+
+  int worldSize() const override { return static_cast<int>(hub_.worldSize()); }
+  std::string hostOf(int) const override { return "in-process"; }
+
+  void uploadProgram(int rank, uint64_t id, const wire::Program& program) override {
+    RankThread& t = at(rank);
+    t.post([&t, id, program] { t.programs[id] = program; });
+  }
+
+  void run(int rank, uint64_t id, const std::vector<Handle>& inputs,
+           const std::vector<Handle>& outputs) override {
+    RankThread& t = at(rank);
+    t.post([&t, id, inputs, outputs] {
+      std::vector<rt::Tensor> in;
+      for (Handle h : inputs) {
+        if (auto p = t.poisoned.find(h); p != t.poisoned.end()) {
+          for (Handle o : outputs) t.poisoned[o] = p->second;
+          return;
+        }
+        in.push_back(t.buffers.at(h));
+      }
+      try {
+        std::vector<rt::Tensor> out = t.exec_.run(t.programs.at(id), in);
+        for (size_t i = 0; i < outputs.size(); ++i) t.buffers[outputs[i]] = out[i];
+      } catch (const std::exception& e) {
+        std::string msg = "rank " + std::to_string(t.rank_) + ": " + e.what();
+        for (Handle o : outputs) t.poisoned[o] = msg;
+      }
+    });
+  }
+
+  void put(int rank, Handle h, const rt::Tensor& value) override {
+    RankThread& t = at(rank);
+    t.post([&t, h, value] { t.buffers[h] = value; });
+  }
+
+  std::future<rt::Tensor> fetch(int rank, Handle h) override {
+    ++roundTrips_;
+    auto promise = std::make_shared<std::promise<rt::Tensor>>();
+    RankThread& t = at(rank);
+    t.post([&t, h, promise] {
+      if (auto p = t.poisoned.find(h); p != t.poisoned.end())
+        promise->set_exception(std::make_exception_ptr(rt::RuntimeError(p->second)));
+      else if (auto b = t.buffers.find(h); b != t.buffers.end())
+        promise->set_value(b->second.clone());
+      else
+        promise->set_exception(std::make_exception_ptr(rt::RuntimeError(
+            "rank " + std::to_string(t.rank_) + " has no tensor " + std::to_string(h))));
+    });
+    return promise->get_future();
+  }
+
+  void free(int rank, const std::vector<Handle>& handles) override {
+    RankThread& t = at(rank);
+    t.post([&t, handles] {
+      for (Handle h : handles) {
+        t.buffers.erase(h);
+        t.poisoned.erase(h);
+      }
+    });
+  }
+
+  void synchronize() override {
+    ++roundTrips_;
+    for (auto& t : ranks_) t->waitIdle();
+  }
+  void shutdown() override { ranks_.clear(); }
+  uint64_t messagesSent() const override { return 0; }
+  uint64_t roundTrips() const override { return roundTrips_; }
+
+ private:
+  RankThread& at(int rank) {
+    if (rank < 0 || rank >= (int)ranks_.size())
+      throw rt::RuntimeError("no rank " + std::to_string(rank));
+    return *ranks_[rank];
+  }
+  rt::FakeCollectiveHub hub_;
+  std::vector<std::unique_ptr<RankThread>> ranks_;
+  std::atomic<uint64_t> roundTrips_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeInProcessBackend(int worldSize) {
+  return std::make_unique<InProcessBackend>(worldSize);
+}
+
+}  // namespace dtorch::client

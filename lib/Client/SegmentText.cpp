@@ -1,0 +1,114 @@
+//===- SegmentText.cpp - a segment as a dtensor-dialect function ---------===//
+#include "SegmentText.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <unordered_map>
+
+namespace dtorch::client {
+namespace {
+
+const char* mlirElementType(wire::DType dt) {
+  switch (dt) {
+    case wire::F32: return "f32";
+    case wire::F64: return "f64";
+    case wire::F16: return "f16";
+    case wire::BF16: return "bf16";
+    case wire::I32: return "i32";
+    case wire::I64: return "i64";
+    case wire::BOOL: return "i1";
+    default: return "?";
+  }
+}
+
+std::string floatText(double v) {
+  if (std::isnan(v)) return "0x7FF8000000000000";
+  if (std::isinf(v)) return v > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string intList(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+const AttrValue* findAttr(const Attrs& attrs, const char* name) {
+  for (const auto& [k, v] : attrs)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string typeText(const TensorMeta& meta, const Mesh& mesh) {
+  std::string s = "!dtensor.tensor<";
+  for (int64_t d : meta.shape) s += std::to_string(d) + "x";
+  s += mlirElementType(meta.dtype);
+  s += ", #dtensor.mesh<" + intList(mesh.shape) + ">, " + placementsStr(meta.placements) + ">";
+  return s;
+}
+
+std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string& name) {
+  std::unordered_map<Handle, std::string> names;
+  std::unordered_map<Handle, std::string> types;
+  std::ostringstream os;
+  os << "func.func @" << name << "(";
+  for (size_t i = 0; i < seg.args.size(); ++i) {
+    std::string n = "%a" + std::to_string(i);
+    names[seg.args[i]] = n;
+    types[seg.args[i]] = typeText(seg.argMetas[i], mesh);
+    os << (i ? ", " : "") << n << ": " << types[seg.args[i]];
+  }
+  os << ") -> (";
+  std::unordered_map<Handle, const Node*> byId;
+  for (const Node& n : seg.nodes) byId[n.id] = &n;
+  for (size_t i = 0; i < seg.results.size(); ++i)
+    os << (i ? ", " : "") << typeText(byId.at(seg.results[i])->meta, mesh);
+  os << ") {\n";
+
+  size_t counter = 0;
+  for (const Node& n : seg.nodes) {
+    std::string self = "%" + std::to_string(counter++);
+    std::string ty = typeText(n.meta, mesh);
+    os << "  " << self << " = dtensor." << n.op;
+    if (n.op == "full") {
+      os << " " << floatText(findAttr(n.attrs, "value")->f) << " : " << ty;
+    } else if (n.op == "random") {
+      os << " seed = " << findAttr(n.attrs, "seed")->i << " distribution = \""
+         << findAttr(n.attrs, "distribution")->s << "\" : " << ty;
+    } else {
+      for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : " ") << names.at(n.inputs[i]);
+      if (const AttrValue* dims = findAttr(n.attrs, "dims")) {
+        os << " dims = " << intList(dims->ints);
+        if (const AttrValue* k = findAttr(n.attrs, "keepdim"); k && k->i) os << " keepdim";
+      }
+      if (const AttrValue* perm = findAttr(n.attrs, "perm")) os << " perm = " << intList(perm->ints);
+      if (n.op == "redistribute") {
+        os << " : " << types.at(n.inputs[0]) << " -> " << ty;
+      } else {
+        os << " : (";
+        for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << types.at(n.inputs[i]);
+        os << ") -> " << ty;
+      }
+    }
+    os << "\n";
+    names[n.id] = self;
+    types[n.id] = ty;
+  }
+  os << "  return";
+  for (size_t i = 0; i < seg.results.size(); ++i) os << (i ? ", " : " ") << names.at(seg.results[i]);
+  if (!seg.results.empty()) {
+    os << " : ";
+    for (size_t i = 0; i < seg.results.size(); ++i) os << (i ? ", " : "") << types.at(seg.results[i]);
+  }
+  os << "\n}\n";
+  return os.str();
+}
+
+}  // namespace dtorch::client

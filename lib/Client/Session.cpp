@@ -1,0 +1,517 @@
+//===- Session.cpp - the client core: symbolic DTensors and segments -----===//
+#include "dtorch/Client/Session.h"
+
+#include "Controller.h"
+#include "SegmentText.h"
+#include "TensorData.h"
+#include "dtorch/OpRules.h"
+#include "dtorch/Redistribute.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+namespace dtorch::client {
+namespace {
+
+std::string shapeStr(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t elementBytes(wire::DType dt) { return static_cast<int64_t>(rt::dtypeSize(dt)); }
+
+bool isFloat(wire::DType dt) {
+  return dt == wire::F32 || dt == wire::F64 || dt == wire::F16 || dt == wire::BF16;
+}
+
+int64_t normalizeDim(int64_t d, int64_t rank, const char* op) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (d < -r || d >= r)
+    throw ValueError(std::string(op) + ": dim " + std::to_string(d) +
+                     " is out of range for a tensor of rank " + std::to_string(rank));
+  return d < 0 ? d + r : d;
+}
+
+}  // namespace
+
+const char* dtypeName(wire::DType dt) { return rt::dtypeName(dt); }
+
+Shape broadcastShapes(const Shape& a, const Shape& b) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x != y && x != 1 && y != 1)
+      throw ValueError("shapes " + shapeStr(a) + " and " + shapeStr(b) +
+                       " cannot be broadcast together");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+TensorImpl::~TensorImpl() {
+  if (session_) session_->release(this);
+}
+
+Session::Session(const SessionOptions& options) : options_(options) {
+  std::unique_ptr<Backend> backend;
+  if (options.backend == "inprocess") {
+    backend = makeInProcessBackend(options.worldSize);
+  } else if (options.backend == "cluster") {
+    ClusterConfig cfg;
+    cfg.worldSize = options.worldSize;
+    cfg.numProcesses = options.numProcesses;
+    cfg.workerExecutable = options.workerExecutable;
+    cfg.workerAddresses = options.workerAddresses;
+    backend = makeClusterBackend(cfg);
+  } else {
+    throw ValueError("unknown backend '" + options.backend + "' (expected cluster or inprocess)");
+  }
+  controller_ = std::make_unique<Controller>(std::move(backend));
+}
+
+Session::~Session() { shutdown(); }
+
+void Session::shutdown() {
+  if (shutDown_) return;
+  shutDown_ = true;
+  if (controller_) controller_->shutdown();
+}
+
+int Session::worldSize() const { return controller_->worldSize(); }
+
+const Mesh& Session::mesh(int id) const { return meshes_.at(id); }
+
+int Session::addMesh(Shape shape, std::vector<std::string> names, std::vector<int64_t> ranks,
+                     std::string device) {
+  if (shape.empty()) throw ValueError("a device mesh needs at least one dim");
+  for (int64_t s : shape)
+    if (s <= 0) throw ValueError("mesh dims must be positive, got " + shapeStr(shape));
+  int64_t n = meshSize(shape);
+  if (ranks.empty()) {
+    ranks.resize(n);
+    std::iota(ranks.begin(), ranks.end(), 0);
+  }
+  if ((int64_t)ranks.size() != n)
+    throw ValueError("mesh of shape " + shapeStr(shape) + " needs " + std::to_string(n) +
+                     " ranks, got " + std::to_string(ranks.size()));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= worldSize())
+      throw ValueError("mesh rank " + std::to_string(ranks[i]) + " is outside the world of " +
+                       std::to_string(worldSize()) + " ranks");
+    for (size_t j = 0; j < i; ++j)
+      if (ranks[i] == ranks[j])
+        throw ValueError("mesh rank " + std::to_string(ranks[i]) + " appears twice");
+  }
+  if (!names.empty() && names.size() != shape.size())
+    throw ValueError("mesh has " + std::to_string(shape.size()) + " dims but " +
+                     std::to_string(names.size()) + " dim names");
+  if (device != "cpu")
+    throw ValueError("device type '" + device + "' is not available (workers run on cpu)");
+  Mesh m{static_cast<int>(meshes_.size()), std::move(shape), std::move(names), std::move(ranks),
+         std::move(device)};
+  meshes_.push_back(m);
+  controller_->addMesh(m);
+  return m.id;
+}
+
+// ---- segments ---------------------------------------------------------------
+
+Tensor Session::newTensor(TensorMeta meta) {
+  return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
+}
+
+Handle Session::useValue(const Tensor& t) {
+  if (t->session_ != this) throw ValueError("tensor belongs to another dtorch session");
+  if (t->materialized_ &&
+      std::find(segment_.args.begin(), segment_.args.end(), t->id_) == segment_.args.end()) {
+    segment_.args.push_back(t->id_);
+    segment_.argMetas.push_back(t->meta_);
+  }
+  return t->id_;
+}
+
+Tensor Session::addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs,
+                        TensorMeta meta) {
+  if (shutDown_) throw DTorchError("dtorch has been shut down");
+  if (segment_.meshId != -1 && segment_.meshId != meta.meshId) flush();
+  if (segment_.nodes.size() >= options_.maxSegmentNodes) flush();
+  segment_.meshId = meta.meshId;
+  Node n;
+  n.op = std::move(op);
+  for (const Tensor& t : inputs) n.inputs.push_back(useValue(t));
+  n.attrs = std::move(attrs);
+  n.meta = meta;
+  Tensor result = newTensor(std::move(meta));
+  if (!inputs.empty()) {
+    result->view = inputs[0]->view;
+    for (const Tensor& t : inputs)
+      if (t->view != result->view) result->view = -1;
+  }
+  n.id = result->id_;
+  n.owner = result;
+  nodeOf_[n.id] = segment_.nodes.size();
+  segment_.nodes.push_back(std::move(n));
+  return result;
+}
+
+void Session::flush() {
+  if (segment_.nodes.empty()) {
+    segment_ = Segment();
+    return;
+  }
+  for (Node& n : segment_.nodes)
+    if (Tensor t = n.owner.lock()) {
+      segment_.results.push_back(n.id);
+      t->materialized_ = true;
+    }
+  Segment seg = std::move(segment_);
+  segment_ = Segment();
+  nodeOf_.clear();
+  if (!seg.results.empty()) controller_->submit(std::move(seg));
+}
+
+void Session::release(TensorImpl* t) {
+  if (!t->materialized_ || shutDown_) return;
+  try {
+    controller_->free(t->meta_.meshId, t->id_);
+  } catch (...) {
+    // Shutting down: the workers free everything anyway.
+  }
+}
+
+void Session::checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const {
+  if (a->meta_.meshId != b->meta_.meshId)
+    throw ValueError(std::string(op) + ": tensors are on different device meshes");
+}
+
+// ---- creation -----------------------------------------------------------------
+
+static void checkPlacements(const Shape& shape, const Mesh& mesh, const Placements& p) {
+  std::string err = validatePlacements(shape.size(), mesh.shape.size(), p);
+  if (!err.empty()) throw ValueError(err);
+}
+
+Tensor Session::full(const Shape& shape, double value, wire::DType dtype, int meshId,
+                     const Placements& placements) {
+  for (int64_t s : shape)
+    if (s < 0) throw ValueError("negative dimension in shape " + shapeStr(shape));
+  checkPlacements(shape, mesh(meshId), placements);
+  AttrValue v;
+  v.kind = AttrValue::Kind::Float;
+  v.f = value;
+  return addNode("full", {}, {{"value", v}}, {shape, dtype, meshId, placements});
+}
+
+Tensor Session::random(const Shape& shape, bool normal, wire::DType dtype, int meshId,
+                       const Placements& placements) {
+  for (int64_t s : shape)
+    if (s < 0) throw ValueError("negative dimension in shape " + shapeStr(shape));
+  if (!isFloat(dtype))
+    throw TypeError(std::string("random values need a float dtype, got ") + dtypeName(dtype));
+  checkPlacements(shape, mesh(meshId), placements);
+  AttrValue seed, dist;
+  seed.i = static_cast<int64_t>((seed_ * 1000003ULL + seedCounter_++) & 0x7fffffffffffffffULL);
+  dist.kind = AttrValue::Kind::String;
+  dist.s = normal ? "normal" : "uniform";
+  return addNode("random", {}, {{"seed", seed}, {"distribution", dist}},
+                 {shape, dtype, meshId, placements});
+}
+
+void Session::manualSeed(uint64_t seed) {
+  seed_ = seed;
+  seedCounter_ = 0;
+}
+
+Tensor Session::fromData(const rt::Tensor& data, int meshId, const Placements& placements) {
+  checkPlacements(data.shape(), mesh(meshId), placements);
+  if (shutDown_) throw DTorchError("dtorch has been shut down");
+  Tensor t = newTensor({data.shape(), data.dtype(), meshId, placements});
+  t->materialized_ = true;
+  controller_->put(meshId, t->id_, data, placements);
+  return t;
+}
+
+// ---- ops -----------------------------------------------------------------------
+
+/// Result placements of an op from its rule: free when the operands already
+/// fit one strategy, else the cheapest.
+static Placements inferPlacements(const ShardingRule& rule, const std::vector<Tensor>& operands,
+                                  const Shape& resultShape, const Mesh& mesh,
+                                  wire::DType dtype) {
+  std::vector<Shape> shapes;
+  std::vector<Placements> placements;
+  for (const Tensor& t : operands) {
+    shapes.push_back(t->meta().shape);
+    placements.push_back(t->meta().placements);
+  }
+  return chooseStrategy(rule, shapes, placements, resultShape, elementBytes(dtype), mesh.shape,
+                        nullptr)
+      .result;
+}
+
+Tensor Session::unary(const std::string& op, const Tensor& x) {
+  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 1);
+  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+  const TensorMeta& m = x->meta();
+  if (traits->floatOnly && !isFloat(m.dtype))
+    throw TypeError(op + ": needs a float tensor, got " + dtypeName(m.dtype));
+  Placements result = m.placements;
+  bool hasPartial = std::any_of(result.begin(), result.end(),
+                                [](const Placement& p) { return p.isPartial(); });
+  if (hasPartial)
+    result = inferPlacements(rules::elementwise(m.shape, 1, *traits), {x}, m.shape,
+                             mesh(m.meshId), m.dtype);
+  return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, result});
+}
+
+Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0) {
+  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
+  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+  checkSameMesh(a0, b0, op.c_str());
+  if (a0->meta().dtype != b0->meta().dtype)
+    throw TypeError(op + ": dtypes " + dtypeName(a0->meta().dtype) + " and " +
+                    dtypeName(b0->meta().dtype) + " differ");
+  Shape shape;
+  try {
+    shape = broadcastShapes(a0->meta().shape, b0->meta().shape);
+  } catch (const ValueError& e) {
+    throw ValueError(op + ": " + e.what());
+  }
+  Tensor a = a0->meta().shape == shape ? a0 : broadcastTo(a0, shape);
+  Tensor b = b0->meta().shape == shape ? b0 : broadcastTo(b0, shape);
+  const TensorMeta& m = a->meta();
+  Placements result;
+  const Placements& pa = m.placements;
+  bool same = pa == b->meta().placements;
+  bool hasPartial = std::any_of(pa.begin(), pa.end(), [](const Placement& p) { return p.isPartial(); });
+  if (same && !hasPartial)
+    result = pa;  // every shard maps dim to dim: already a local strategy
+  else
+    result = inferPlacements(rules::elementwise(shape, 2, *traits), {a, b}, shape,
+                             mesh(m.meshId), m.dtype);
+  return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
+}
+
+Tensor Session::binaryScalar(const std::string& op, const Tensor& a, double scalar,
+                             bool scalarFirst) {
+  const TensorMeta& m = a->meta();
+  Placements p = m.placements;
+  for (Placement& q : p)
+    if (q.isPartial()) q = Placement::replicate();
+  Tensor s = full(m.shape, scalar, m.dtype, m.meshId, p);
+  s->view = a->view;
+  return scalarFirst ? binary(op, s, a) : binary(op, a, s);
+}
+
+Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
+  const TensorMeta& m = x->meta();
+  Shape b;
+  try {
+    b = broadcastShapes(m.shape, shape);
+  } catch (const ValueError&) {
+    b.clear();
+  }
+  if (b != shape || m.shape.size() > shape.size())
+    throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " + shapeStr(shape));
+  Placements result = inferPlacements(rules::broadcastTo(m.shape, shape), {x}, shape,
+                                      mesh(m.meshId), m.dtype);
+  return addNode("broadcast_to", {x}, {}, {shape, m.dtype, m.meshId, result});
+}
+
+Tensor Session::matmul(const Tensor& a, const Tensor& b) {
+  checkSameMesh(a, b, "matmul");
+  const TensorMeta &ma = a->meta(), &mb = b->meta();
+  if (ma.dtype != mb.dtype)
+    throw TypeError(std::string("matmul: dtypes ") + dtypeName(ma.dtype) + " and " +
+                    dtypeName(mb.dtype) + " differ");
+  size_t ra = ma.shape.size(), rb = mb.shape.size();
+  if (ra == 2 && rb == 2) {
+    if (ma.shape[1] != mb.shape[0])
+      throw ValueError("matmul: shapes " + shapeStr(ma.shape) + " and " + shapeStr(mb.shape) +
+                       " cannot be multiplied (" + std::to_string(ma.shape[1]) + " != " +
+                       std::to_string(mb.shape[0]) + ")");
+    Shape out = {ma.shape[0], mb.shape[1]};
+    Placements p = inferPlacements(rules::matmul(ma.shape, mb.shape), {a, b}, out,
+                                   mesh(ma.meshId), ma.dtype);
+    return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
+  }
+  if (ra == 3 && rb == 3) {
+    if (ma.shape[0] != mb.shape[0] || ma.shape[2] != mb.shape[1])
+      throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " + shapeStr(mb.shape) +
+                       " cannot be multiplied");
+    Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
+    Placements p = inferPlacements(rules::bmm(ma.shape, mb.shape), {a, b}, out,
+                                   mesh(ma.meshId), ma.dtype);
+    return addNode("bmm", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
+  }
+  if (ra > 2 && rb == 2) {
+    // [..., M, K] @ [K, N]: flatten the leading dims, multiply, restore them.
+    Shape lead(ma.shape.begin(), ma.shape.end() - 1);
+    int64_t rows = 1;
+    for (int64_t d : lead) rows *= d;
+    Tensor flat = reshape(a, {rows, ma.shape.back()});
+    Tensor y = matmul(flat, b);
+    lead.push_back(mb.shape[1]);
+    return reshape(y, lead);
+  }
+  throw ValueError("matmul: unsupported ranks " + std::to_string(ra) + " and " +
+                   std::to_string(rb) + " (supported: 2x2, 3x3, Nx2)");
+}
+
+Tensor Session::reduce(const std::string& op, const Tensor& x, std::vector<int64_t> dims,
+                       bool keepdim) {
+  const TensorMeta& m = x->meta();
+  int64_t rank = m.shape.size();
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  for (int64_t& d : dims) d = normalizeDim(d, rank, op.c_str());
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end())
+    throw ValueError(op + ": a dim appears more than once");
+  if (rank == 0) dims.clear();
+  if (op == "mean" && !isFloat(m.dtype))
+    throw TypeError(std::string("mean: needs a float tensor, got ") + dtypeName(m.dtype));
+  Shape out;
+  for (int64_t d = 0; d < rank; ++d) {
+    bool reduced = std::binary_search(dims.begin(), dims.end(), d);
+    if (!reduced) out.push_back(m.shape[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  Placements p = inferPlacements(rules::reduction(m.shape, dims, keepdim, op == "max"), {x}, out,
+                                 mesh(m.meshId), m.dtype);
+  AttrValue dv, kv;
+  dv.kind = AttrValue::Kind::Ints;
+  dv.ints = dims;
+  kv.i = keepdim;
+  return addNode(op, {x}, {{"dims", dv}, {"keepdim", kv}}, {out, m.dtype, m.meshId, p});
+}
+
+Tensor Session::reshape(const Tensor& x, Shape shape) {
+  const TensorMeta& m = x->meta();
+  int64_t numel = 1;
+  for (int64_t s : m.shape) numel *= s;
+  int64_t known = 1, inferred = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (inferred >= 0) throw ValueError("reshape: only one dimension can be -1");
+      inferred = i;
+    } else if (shape[i] < 0) {
+      throw ValueError("reshape: invalid dimension " + std::to_string(shape[i]));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (inferred >= 0) {
+    if (known == 0 || numel % known != 0)
+      throw ValueError("reshape: shape " + shapeStr(shape) + " is invalid for input of size " +
+                       std::to_string(numel));
+    shape[inferred] = numel / known;
+  } else if (known != numel) {
+    throw ValueError("reshape: shape " + shapeStr(shape) + " is invalid for input of size " +
+                     std::to_string(numel));
+  }
+  if (shape == m.shape) return x;
+  Placements p = inferPlacements(rules::reshape(m.shape, shape), {x}, shape, mesh(m.meshId),
+                                 m.dtype);
+  return addNode("reshape", {x}, {}, {shape, m.dtype, m.meshId, p});
+}
+
+Tensor Session::transpose(const Tensor& x, std::vector<int64_t> perm) {
+  const TensorMeta& m = x->meta();
+  int64_t rank = m.shape.size();
+  if ((int64_t)perm.size() != rank)
+    throw ValueError("permute: expected " + std::to_string(rank) + " dims, got " +
+                     std::to_string(perm.size()));
+  std::vector<bool> seen(rank, false);
+  for (int64_t& d : perm) {
+    d = normalizeDim(d, rank, "permute");
+    if (seen[d]) throw ValueError("permute: dims must be a permutation");
+    seen[d] = true;
+  }
+  Shape out(rank);
+  for (int64_t i = 0; i < rank; ++i) out[i] = m.shape[perm[i]];
+  Placements p = inferPlacements(rules::transpose(m.shape, perm), {x}, out, mesh(m.meshId),
+                                 m.dtype);
+  AttrValue pv;
+  pv.kind = AttrValue::Kind::Ints;
+  pv.ints = perm;
+  return addNode("transpose", {x}, {{"perm", pv}}, {out, m.dtype, m.meshId, p});
+}
+
+Tensor Session::redistribute(const Tensor& x, int meshId, const Placements& placements) {
+  const TensorMeta& m = x->meta();
+  if (meshId != m.meshId)
+    throw ValueError("redistribute: moving a tensor to another mesh is not supported");
+  checkPlacements(m.shape, mesh(meshId), placements);
+  if (placements == m.placements) return x;
+  return addNode("redistribute", {x}, {}, {m.shape, m.dtype, meshId, placements});
+}
+
+// ---- values -----------------------------------------------------------------------
+
+std::map<int, rt::Tensor> Session::fetchLocal(const Tensor& x) {
+  flush();
+  std::vector<rt::Tensor> pieces = controller_->fetchPieces(x->meta().meshId, x->id());
+  std::map<int, rt::Tensor> out;
+  const Mesh& m = mesh(x->meta().meshId);
+  for (size_t p = 0; p < pieces.size(); ++p) out[static_cast<int>(m.ranks[p])] = pieces[p];
+  return out;
+}
+
+rt::Tensor Session::fetch(const Tensor& x) {
+  flush();
+  const TensorMeta& meta = x->meta();
+  std::vector<rt::Tensor> pieces = controller_->fetchPieces(meta.meshId, x->id());
+  return assemblePieces(pieces, meta.shape, meta.dtype, mesh(meta.meshId).shape,
+                        meta.placements);
+}
+
+void Session::synchronize() {
+  flush();
+  controller_->synchronize();
+}
+
+std::string Session::lastIr(const std::string& stage) {
+  synchronize();
+  return controller_->lastIr(stage);
+}
+
+std::string Session::graphText(const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& outputs, const std::string& name) {
+  // Keep only the nodes that lead to the outputs; inputs become arguments.
+  Segment g;
+  g.meshId = outputs.empty() ? 0 : outputs[0]->meta().meshId;
+  std::map<Handle, bool> isInput;
+  for (const Tensor& t : inputs) {
+    g.args.push_back(t->id());
+    g.argMetas.push_back(t->meta());
+    isInput[t->id()] = true;
+  }
+  std::vector<bool> needed(segment_.nodes.size(), false);
+  std::vector<Handle> stack;
+  for (const Tensor& t : outputs) stack.push_back(t->id());
+  while (!stack.empty()) {
+    Handle h = stack.back();
+    stack.pop_back();
+    if (isInput.count(h)) continue;
+    auto it = nodeOf_.find(h);
+    if (it == nodeOf_.end())
+      throw ValueError("save_graph: an output depends on a tensor that is not among the inputs");
+    if (needed[it->second]) continue;
+    needed[it->second] = true;
+    for (Handle in : segment_.nodes[it->second].inputs) stack.push_back(in);
+  }
+  for (size_t i = 0; i < segment_.nodes.size(); ++i)
+    if (needed[i]) g.nodes.push_back(segment_.nodes[i]);
+  for (const Tensor& t : outputs) g.results.push_back(t->id());
+  return segmentText(g, mesh(g.meshId), name);
+}
+
+uint64_t Session::messagesSent() const { return controller_->messagesSent(); }
+uint64_t Session::roundTrips() const { return controller_->roundTrips(); }
+
+}  // namespace dtorch::client

@@ -1,0 +1,143 @@
+"""DTorch: distributed tensors with a PyTorch-style API and a single controller.
+
+    import dtorch
+    from dtorch import Shard, Replicate, Partial
+    mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    x = dtorch.randn(8, 16, device_mesh=mesh, placements=[Shard(0), Replicate()])
+    y = (x @ x.t()).relu()
+    print(y.numpy())
+"""
+import numpy as _np
+
+from . import _C
+from ._runtime import init, shutdown
+from .device_mesh import DeviceMesh, init_device_mesh
+from .errors import CollectiveTimeout, DTorchError, OutOfMemoryError, WorkerError
+from .placement_types import Partial, Placement, Replicate, Shard
+from ._tensor import Tensor
+from . import _creation
+from ._creation import (arange, distribute_tensor, empty, eye, full, ones, ones_like, rand,
+                        randn, tensor, zeros, zeros_like)
+
+float32 = _C.dtype.float32
+float64 = _C.dtype.float64
+float16 = _C.dtype.float16
+bfloat16 = _C.dtype.bfloat16
+int32 = _C.dtype.int32
+int64 = _C.dtype.int64
+bool = _C.dtype.bool  # noqa: A001 - torch's name
+float = float32  # noqa: A001
+double = float64
+long = int64
+dtype = _C.dtype
+
+
+def manual_seed(seed):
+    """Random ops are reproducible and independent of placements."""
+    from . import _runtime
+    _runtime.ensure_initialized()
+    _C.manual_seed(int(seed))
+
+
+def synchronize():
+    """Waits until all queued work has run on every worker."""
+    if _C.is_initialized():
+        _C.synchronize()
+
+
+def last_ir(stage="sharded"):
+    """The IR of the last compiled segment at a pass stage: "input",
+    "sharded", "redistributed" or "rank"."""
+    return _C.last_ir(stage)
+
+
+def save_graph(fn, example_args, path):
+    """Traces fn(*example_args) into a dtensor-dialect file for dtorch-run."""
+    outs = fn(*example_args)
+    single = isinstance(outs, Tensor)
+    outs = [outs] if single else list(outs)
+    text = _C.graph_text(list(example_args), outs, "main")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+# ---- functions with torch names ----------------------------------------------------
+def _un(name):
+    def f(x):
+        return _C.unary(name, x)
+    f.__name__ = name
+    return f
+
+
+for _name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "tanh", "sigmoid", "sin",
+              "cos"):
+    globals()[_name] = _un(_name)
+
+
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+
+def div(a, b):
+    return a / b
+
+
+def pow(a, b):  # noqa: A001
+    return a ** b
+
+
+def maximum(a, b):
+    return _C.binary("maximum", a, b, False)
+
+
+def minimum(a, b):
+    return _C.binary("minimum", a, b, False)
+
+
+def matmul(a, b):
+    return _C.matmul(a, b)
+
+
+mm = matmul
+bmm = matmul
+
+
+def sum(x, dim=None, keepdim=False):  # noqa: A001
+    return x.sum(dim, keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return x.mean(dim, keepdim)
+
+
+def amax(x, dim=None, keepdim=False):
+    return x.amax(dim, keepdim)
+
+
+def reshape(x, shape):
+    return x.reshape(shape)
+
+
+def transpose(x, dim0, dim1):
+    return x.transpose(dim0, dim1)
+
+
+def permute(x, dims):
+    return x.permute(dims)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002
+    return x.clamp(min, max)
+
+
+def is_initialized():
+    return _C.is_initialized()
