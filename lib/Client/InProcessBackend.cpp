@@ -67,7 +67,11 @@ class RankThread {
         task = std::move(tasks_.front());
         tasks_.pop_front();
       }
-      task();
+      try {
+        task();
+      } catch (...) {
+        // Tasks report their own errors; never let one end the rank thread.
+      }
       {
         std::lock_guard<std::mutex> lock(mutex_);
         --pending_;

@@ -130,6 +130,7 @@ Handle Session::useValue(const Tensor& t) {
       std::find(segment_.args.begin(), segment_.args.end(), t->id_) == segment_.args.end()) {
     segment_.args.push_back(t->id_);
     segment_.argMetas.push_back(t->meta_);
+    argRefs_.push_back(t);
   }
   return t->id_;
 }
@@ -161,6 +162,7 @@ Tensor Session::addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs,
 void Session::flush() {
   if (segment_.nodes.empty()) {
     segment_ = Segment();
+    argRefs_.clear();
     return;
   }
   for (Node& n : segment_.nodes)
@@ -172,6 +174,7 @@ void Session::flush() {
   segment_ = Segment();
   nodeOf_.clear();
   if (!seg.results.empty()) controller_->submit(std::move(seg));
+  argRefs_.clear();  // frees of dropped arguments now follow the run
 }
 
 void Session::release(TensorImpl* t) {

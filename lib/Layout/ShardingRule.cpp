@@ -135,6 +135,7 @@ ShardingStrategy chooseStrategy(
   ShardingStrategy best;
   double bestCost = std::numeric_limits<double>::infinity();
   double bestWork = std::numeric_limits<double>::infinity();
+  int bestChanges = std::numeric_limits<int>::max();
   ShardingStrategy cand;
   cand.operands.assign(nOps, Placements(nAxes));
   cand.result.assign(nAxes, Placement::replicate());
@@ -146,18 +147,26 @@ ShardingStrategy chooseStrategy(
         work /= (double)meshShape[a];
     }
     double cost = 0;
-    for (size_t k = 0; k < nOps; ++k)
+    int changes = 0;
+    for (size_t k = 0; k < nOps; ++k) {
       cost += redistributeCost(operandShapes[k], elementBytes, meshShape,
                                operandPlacements[k], cand.operands[k]);
+      for (size_t a = 0; a < nAxes; ++a)
+        changes += cand.operands[k][a] != operandPlacements[k][a];
+    }
     if (requiredResult)
       cost += redistributeCost(resultShape, elementBytes, meshShape,
                                cand.result, *requiredResult);
     cand.cost = cost;
-    // Communication first; local work only breaks ties.
+    // Communication first; then leaving operands as they are (even a free
+    // local slice copies data); then less local work.
     bool better = cost < bestCost - 1e-9 ||
-                  (cost <= bestCost + 1e-9 && work < bestWork);
+                  (cost <= bestCost + 1e-9 &&
+                   (changes < bestChanges ||
+                    (changes == bestChanges && work < bestWork)));
     if (better) {
       bestCost = cost;
+      bestChanges = changes;
       bestWork = work;
       best = cand;
     }

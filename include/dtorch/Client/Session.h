@@ -183,6 +183,9 @@ class Session {
   std::unique_ptr<Controller> controller_;
   Segment segment_;
   std::map<Handle, size_t> nodeOf_; // pending value -> node index
+  /// The pending segment's arguments stay alive until it is submitted, so a
+  /// free of a dropped tensor always follows the run that reads it.
+  std::vector<Tensor> argRefs_;
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
   std::vector<Handle> pendingFrees_;

@@ -1,0 +1,42 @@
+"""Starts one DTorch session (4 ranks) for the whole test run and always
+shuts it down. DTORCH_TEST_BACKEND picks "cluster" (2 worker processes x 2
+ranks, the default when dtorch-worker is built) or "inprocess"."""
+import os
+
+import numpy as np
+import pytest
+
+import dtorch
+from dtorch import _runtime
+
+
+def backend_name():
+    name = os.environ.get("DTORCH_TEST_BACKEND")
+    if name:
+        return name
+    return "cluster" if os.path.exists(_runtime._worker_executable() or "/nonexistent") else "inprocess"
+
+
+@pytest.fixture(scope="session")
+def dt():
+    dtorch.init(world_size=4, backend=backend_name(), num_processes=2)
+    try:
+        yield dtorch
+    finally:
+        dtorch.shutdown()
+
+
+@pytest.fixture(scope="session")
+def meshes(dt):
+    return {
+        "1": dt.init_device_mesh("cpu", (1,)),
+        "4": dt.init_device_mesh("cpu", (4,)),
+        "2x2": dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")),
+    }
+
+
+def assert_close(got, want, tol=1e-5):
+    got = np.asarray(got)
+    want = np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
