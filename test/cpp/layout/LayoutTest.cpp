@@ -1,0 +1,128 @@
+//===- LayoutTest.cpp - placement math, plans and strategies -------------===//
+#include "dtorch/Layout.h"
+#include "dtorch/OpRules.h"
+#include "dtorch/Redistribute.h"
+#include "dtorch/ShardingRule.h"
+
+#include <gtest/gtest.h>
+
+using namespace dtorch;
+
+namespace {
+const Placement R = Placement::replicate();
+Placement S(int64_t d) { return Placement::shard(d); }
+Placement P(ReduceOp op = ReduceOp::Sum) { return Placement::partial(op); }
+} // namespace
+
+TEST(Chunks, TorchChunkSemantics) {
+  EXPECT_EQ(chunkSizes(7, 4), (std::vector<int64_t>{2, 2, 2, 1}));
+  EXPECT_EQ(chunkSizes(5, 4), (std::vector<int64_t>{2, 2, 1, 0}));
+  EXPECT_EQ(chunkSizes(2, 3), (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(chunkSizes(0, 2), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(chunkOffset(7, 4, 3), 6);
+  EXPECT_EQ(chunkOffset(5, 4, 3), 5);
+}
+
+TEST(Mesh, CoordsAndGroups) {
+  std::vector<int64_t> mesh = {2, 3};
+  EXPECT_EQ(meshCoords(mesh, 4), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(meshLinear(mesh, {1, 2}), 5);
+  EXPECT_EQ(axisGroup(mesh, {1, 1}, 0), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(axisGroup(mesh, {1, 1}, 1), (std::vector<int64_t>{3, 4, 5}));
+}
+
+TEST(LocalBox, NestedSplitsFollowMeshOrder) {
+  // 7 rows split over axis 0 (4 + 3), then each piece over axis 1 of size 3.
+  std::vector<int64_t> mesh = {2, 3};
+  LocalBox b = localBox({7, 5}, mesh, {S(0), S(0)}, {1, 2});
+  EXPECT_EQ(b.offset, (std::vector<int64_t>{6, 0}));
+  EXPECT_EQ(b.shape, (std::vector<int64_t>{1, 5}));
+  LocalBox e = localBox({7, 5}, mesh, {S(0), S(0)}, {0, 2});
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{0, 5})); // 4 rows over 3: 2, 2, 0
+  LocalBox p = localBox({7, 5}, mesh, {P(), S(1)}, {1, 1});
+  EXPECT_EQ(p.offset, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(p.shape, (std::vector<int64_t>{7, 2}));
+}
+
+TEST(Validate, RejectsBadPlacements) {
+  EXPECT_NE(validatePlacements(2, 2, {S(0)}), "");
+  EXPECT_NE(validatePlacements(2, 1, {S(2)}), "");
+  EXPECT_NE(validatePlacements(2, 1, {S(-1)}), "");
+  EXPECT_EQ(validatePlacements(2, 2, {S(1), P(ReduceOp::Max)}), "");
+}
+
+TEST(Plan, StepsPerAxis) {
+  using K = RedistributeStep::Kind;
+  auto kinds = [](const Placements &a, const Placements &b) {
+    std::vector<K> ks;
+    for (const RedistributeStep &s : planRedistribute(a, b))
+      ks.push_back(s.kind);
+    return ks;
+  };
+  EXPECT_EQ(kinds({S(0)}, {R}), (std::vector<K>{K::AllGather}));
+  EXPECT_EQ(kinds({R}, {S(1)}), (std::vector<K>{K::LocalSlice}));
+  EXPECT_EQ(kinds({P()}, {R}), (std::vector<K>{K::AllReduce}));
+  EXPECT_EQ(kinds({P()}, {S(0)}), (std::vector<K>{K::ReduceScatter}));
+  EXPECT_EQ(kinds({S(0)}, {S(1)}), (std::vector<K>{K::AllToAll}));
+  EXPECT_EQ(kinds({R}, {P()}), (std::vector<K>{K::ToPartial}));
+  EXPECT_EQ(kinds({P(ReduceOp::Max)}, {P()}), (std::vector<K>{K::AllReduce, K::ToPartial}));
+  EXPECT_TRUE(kinds({S(0), R}, {S(0), R}).empty());
+  // Nested: the inner split must go first.
+  EXPECT_EQ(kinds({S(0), S(0)}, {R, S(0)}),
+            (std::vector<K>{K::AllGather, K::AllGather, K::LocalSlice}));
+  // Every step changes exactly the axis it names.
+  for (const RedistributeStep &s : planRedistribute({P(), S(0)}, {S(1), R}))
+    for (size_t a = 0; a < 2; ++a)
+      if ((int64_t)a != s.axis)
+        EXPECT_EQ(s.before[a], s.after[a]);
+}
+
+TEST(Cost, CheaperPathsCostLess) {
+  std::vector<int64_t> shape = {64, 64}, mesh = {4};
+  double gather = redistributeCost(shape, 4, mesh, {S(0)}, {R});
+  double slice = redistributeCost(shape, 4, mesh, {R}, {S(0)});
+  double allReduce = redistributeCost(shape, 4, mesh, {P()}, {R});
+  double reduceScatter = redistributeCost(shape, 4, mesh, {P()}, {S(0)});
+  EXPECT_EQ(slice, 0);
+  EXPECT_GT(gather, 0);
+  EXPECT_LT(reduceScatter, allReduce);
+}
+
+TEST(Strategy, MatmulContractingShardGivesPartial) {
+  ShardingRule rule = rules::matmul({8, 6}, {6, 4});
+  ShardingStrategy s =
+      chooseStrategy(rule, {{8, 6}, {6, 4}}, {{S(1)}, {S(0)}}, {8, 4}, 4, {4}, nullptr);
+  EXPECT_EQ(s.cost, 0);
+  EXPECT_EQ(s.result, (Placements{P()}));
+  EXPECT_TRUE(isLocalStrategy(rule, {{S(1)}, {S(0)}}, {P()}));
+  EXPECT_FALSE(isLocalStrategy(rule, {{S(1)}, {S(0)}}, {R}));
+}
+
+TEST(Strategy, RequiredResultIsRespected) {
+  ShardingRule rule = rules::elementwise({8, 8}, 2, *rules::elementwiseTraits("add", 2));
+  Placements want = {S(1)};
+  ShardingStrategy s =
+      chooseStrategy(rule, {{8, 8}, {8, 8}}, {{S(0)}, {S(0)}}, {8, 8}, 4, {4}, &want);
+  EXPECT_TRUE(isLocalStrategy(rule, s.operands, s.result));
+  EXPECT_GT(s.cost, 0);
+}
+
+TEST(Strategy, PartialPassesThroughLinearOps) {
+  auto add = rules::elementwise({4}, 2, *rules::elementwiseTraits("add", 2));
+  EXPECT_TRUE(isLocalStrategy(add, {{P()}, {P()}}, {P()}));
+  EXPECT_FALSE(isLocalStrategy(add, {{P()}, {R}}, {P()}));
+  auto mul = rules::elementwise({4}, 2, *rules::elementwiseTraits("mul", 2));
+  EXPECT_TRUE(isLocalStrategy(mul, {{P()}, {R}}, {P()}));
+  EXPECT_FALSE(isLocalStrategy(mul, {{P()}, {P()}}, {P()}));
+  auto relu = rules::elementwise({4}, 1, *rules::elementwiseTraits("relu", 1));
+  EXPECT_FALSE(isLocalStrategy(relu, {{P()}}, {P()}));
+  auto mx = rules::reduction({4, 4}, {1}, false, /*isMax=*/true);
+  EXPECT_TRUE(isLocalStrategy(mx, {{S(1)}}, {P(ReduceOp::Max)}));
+}
+
+TEST(Rules, ReshapeKeepsOnlyOneToOneDims) {
+  ShardingRule r = rules::reshape({4, 6, 5}, {4, 2, 3, 5});
+  EXPECT_EQ(r.operands[0], (std::vector<int64_t>{0, -1, 1}));
+  EXPECT_EQ(r.results[0], (std::vector<int64_t>{0, -1, -1, 1}));
+  EXPECT_EQ(r.str(), "([i, _, j]) -> ([i, _, _, j]) reduction={} joint={sum, avg, max, min} linear={}");
+}
