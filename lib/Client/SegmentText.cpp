@@ -74,6 +74,15 @@ std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string&
 
   size_t counter = 0;
   for (const Node& n : seg.nodes) {
+    if (n.scalar.index >= 0) {
+      // A Python number operand: a full tensor of the node's shape.
+      std::string s = "%" + std::to_string(counter++);
+      TensorMeta sm{n.meta.shape, n.meta.dtype, n.meta.meshId, n.scalar.placements};
+      names[0] = s;
+      types[0] = typeText(sm, mesh);
+      os << "  " << s << " = dtensor.full " << floatText(n.scalar.value) << " : " << types[0]
+         << "\n";
+    }
     std::string self = "%" + std::to_string(counter++);
     std::string ty = typeText(n.meta, mesh);
     os << "  " << self << " = dtensor." << n.op;

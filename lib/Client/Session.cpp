@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <unordered_map>
 
 namespace dtorch::client {
 namespace {
@@ -135,15 +136,18 @@ Handle Session::useValue(const Tensor& t) {
   return t->id_;
 }
 
-Tensor Session::addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs,
-                        TensorMeta meta) {
+Tensor Session::addNode(std::string op, const std::vector<Tensor>& inputs, Attrs attrs,
+                        TensorMeta meta, ScalarOperand scalar) {
   if (shutDown_) throw DTorchError("dtorch has been shut down");
   if (segment_.meshId != -1 && segment_.meshId != meta.meshId) flush();
   if (segment_.nodes.size() >= options_.maxSegmentNodes) flush();
   segment_.meshId = meta.meshId;
   Node n;
   n.op = std::move(op);
+  n.inputs.reserve(inputs.size() + (scalar.index >= 0));
   for (const Tensor& t : inputs) n.inputs.push_back(useValue(t));
+  if (scalar.index >= 0) n.inputs.insert(n.inputs.begin() + scalar.index, 0);
+  n.scalar = std::move(scalar);
   n.attrs = std::move(attrs);
   n.meta = meta;
   Tensor result = newTensor(std::move(meta));
@@ -154,7 +158,6 @@ Tensor Session::addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs,
   }
   n.id = result->id_;
   n.owner = result;
-  nodeOf_[n.id] = segment_.nodes.size();
   segment_.nodes.push_back(std::move(n));
   return result;
 }
@@ -172,7 +175,6 @@ void Session::flush() {
     }
   Segment seg = std::move(segment_);
   segment_ = Segment();
-  nodeOf_.clear();
   if (!seg.results.empty()) controller_->submit(std::move(seg));
   argRefs_.clear();  // frees of dropped arguments now follow the run
 }
@@ -242,6 +244,15 @@ Tensor Session::fromData(const rt::Tensor& data, int meshId, const Placements& p
 
 /// Result placements of an op from its rule: free when the operands already
 /// fit one strategy, else the cheapest.
+static Placements inferPlacements(const ShardingRule& rule, const std::vector<Shape>& shapes,
+                                  const std::vector<Placements>& placements,
+                                  const Shape& resultShape, const Mesh& mesh,
+                                  wire::DType dtype) {
+  return chooseStrategy(rule, shapes, placements, resultShape, elementBytes(dtype), mesh.shape,
+                        nullptr)
+      .result;
+}
+
 static Placements inferPlacements(const ShardingRule& rule, const std::vector<Tensor>& operands,
                                   const Shape& resultShape, const Mesh& mesh,
                                   wire::DType dtype) {
@@ -251,9 +262,13 @@ static Placements inferPlacements(const ShardingRule& rule, const std::vector<Te
     shapes.push_back(t->meta().shape);
     placements.push_back(t->meta().placements);
   }
-  return chooseStrategy(rule, shapes, placements, resultShape, elementBytes(dtype), mesh.shape,
-                        nullptr)
-      .result;
+  return inferPlacements(rule, shapes, placements, resultShape, mesh, dtype);
+}
+
+static bool hasPartial(const Placements& ps) {
+  for (const Placement& p : ps)
+    if (p.isPartial()) return true;
+  return false;
 }
 
 Tensor Session::unary(const std::string& op, const Tensor& x) {
@@ -263,9 +278,7 @@ Tensor Session::unary(const std::string& op, const Tensor& x) {
   if (traits->floatOnly && !isFloat(m.dtype))
     throw TypeError(op + ": needs a float tensor, got " + dtypeName(m.dtype));
   Placements result = m.placements;
-  bool hasPartial = std::any_of(result.begin(), result.end(),
-                                [](const Placement& p) { return p.isPartial(); });
-  if (hasPartial)
+  if (hasPartial(result))
     result = inferPlacements(rules::elementwise(m.shape, 1, *traits), {x}, m.shape,
                              mesh(m.meshId), m.dtype);
   return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, result});
@@ -290,8 +303,7 @@ Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0
   Placements result;
   const Placements& pa = m.placements;
   bool same = pa == b->meta().placements;
-  bool hasPartial = std::any_of(pa.begin(), pa.end(), [](const Placement& p) { return p.isPartial(); });
-  if (same && !hasPartial)
+  if (same && !hasPartial(pa))
     result = pa;  // every shard maps dim to dim: already a local strategy
   else
     result = inferPlacements(rules::elementwise(shape, 2, *traits), {a, b}, shape,
@@ -299,15 +311,26 @@ Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0
   return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
 }
 
-Tensor Session::binaryScalar(const std::string& op, const Tensor& a, double scalar,
+Tensor Session::binaryScalar(const std::string& op, const Tensor& a, double value,
                              bool scalarFirst) {
+  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
+  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
   const TensorMeta& m = a->meta();
-  Placements p = m.placements;
-  for (Placement& q : p)
-    if (q.isPartial()) q = Placement::replicate();
-  Tensor s = full(m.shape, scalar, m.dtype, m.meshId, p);
-  s->view = a->view;
-  return scalarFirst ? binary(op, s, a) : binary(op, a, s);
+  ScalarOperand scalar;
+  scalar.index = scalarFirst ? 0 : 1;
+  scalar.value = value;
+  scalar.placements = m.placements;
+  Placements result = m.placements;
+  if (hasPartial(m.placements)) {
+    for (Placement& q : scalar.placements)
+      if (q.isPartial()) q = Placement::replicate();
+    std::vector<Placements> ps = {m.placements, scalar.placements};
+    if (scalarFirst) std::swap(ps[0], ps[1]);
+    result = inferPlacements(rules::elementwise(m.shape, 2, *traits), {m.shape, m.shape}, ps,
+                             m.shape, mesh(m.meshId), m.dtype);
+  }
+  return addNode(op, {a}, {}, {m.shape, m.dtype, m.meshId, std::move(result)},
+                 std::move(scalar));
 }
 
 Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
@@ -494,15 +517,17 @@ std::string Session::graphText(const std::vector<Tensor>& inputs,
     g.argMetas.push_back(t->meta());
     isInput[t->id()] = true;
   }
+  std::unordered_map<Handle, size_t> nodeOf;
+  for (size_t i = 0; i < segment_.nodes.size(); ++i) nodeOf[segment_.nodes[i].id] = i;
   std::vector<bool> needed(segment_.nodes.size(), false);
   std::vector<Handle> stack;
   for (const Tensor& t : outputs) stack.push_back(t->id());
   while (!stack.empty()) {
     Handle h = stack.back();
     stack.pop_back();
-    if (isInput.count(h)) continue;
-    auto it = nodeOf_.find(h);
-    if (it == nodeOf_.end())
+    if (h == 0 || isInput.count(h)) continue;  // 0: a scalar operand
+    auto it = nodeOf.find(h);
+    if (it == nodeOf.end())
       throw ValueError("save_graph: an output depends on a tensor that is not among the inputs");
     if (needed[it->second]) continue;
     needed[it->second] = true;

@@ -87,13 +87,22 @@ class TensorImpl {
 };
 using Tensor = std::shared_ptr<TensorImpl>;
 
+/// A Python number used as an operand: `dtensor.full` of the node's shape
+/// with these placements, written into the segment text right before the node.
+struct ScalarOperand {
+  int index = -1; // position among the node's inputs (-1: none)
+  double value = 0;
+  Placements placements;
+};
+
 struct Node {
   std::string op; // dtensor op mnemonic
-  std::vector<Handle> inputs;
+  std::vector<Handle> inputs; // the scalar operand's slot holds 0
   Attrs attrs;
   TensorMeta meta;
   Handle id;
   std::weak_ptr<TensorImpl> owner;
+  ScalarOperand scalar;
 };
 
 /// A cut of the op stream: nodes in order, the materialized values they read
@@ -172,7 +181,8 @@ class Session {
   void release(TensorImpl* t);
 
  private:
-  Tensor addNode(std::string op, std::vector<Tensor> inputs, Attrs attrs, TensorMeta meta);
+  Tensor addNode(std::string op, const std::vector<Tensor>& inputs, Attrs attrs, TensorMeta meta,
+                 ScalarOperand scalar = {});
   Handle useValue(const Tensor& t);
   void flush();
   void checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const;
@@ -182,7 +192,6 @@ class Session {
   std::vector<Mesh> meshes_;
   std::unique_ptr<Controller> controller_;
   Segment segment_;
-  std::map<Handle, size_t> nodeOf_; // pending value -> node index
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Tensor> argRefs_;

@@ -1,0 +1,701 @@
+#include "dtorch/runtime/Cluster.h"
+
+#include "ClusterProcesses.h"
+#include "dtorch/runtime/Transport.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sys/eventfd.h>
+#include <thread>
+#include <unistd.h>
+
+namespace dtorch::rt {
+
+namespace wire = ::dtorch::wire;
+using Clock = std::chrono::steady_clock;
+
+WorkerError::WorkerError(int rank, std::string host, const std::string& what)
+    : RuntimeError("rank " + std::to_string(rank) + " (host " + host + "): " + what),
+      rank_(rank),
+      host_(std::move(host)) {}
+
+namespace {
+
+struct WorkerInfo {
+  std::string id;        // ZeroMQ routing id
+  std::string address;   // manual mode
+  int firstRank = -1;
+  int numRanks = 0;
+  std::string host = "?";
+  int64_t pid = 0;
+  pid_t child = -1;      // embedded mode
+  bool authenticated = false;
+  bool dead = false;
+  std::string deathReason;
+  Clock::time_point lastHeard;
+};
+
+struct PendingFetch {
+  int rank;
+  std::promise<Tensor> promise;
+};
+
+struct SyncWait {
+  std::set<size_t> waiting;  // worker indices
+  bool failed = false;
+  int rank = -1;
+  std::string host, message;
+};
+
+struct AsyncError {
+  int rank;
+  std::string host, message;
+};
+
+wire::Envelope envelope() {
+  wire::Envelope e;
+  e.set_protocol_version(wire::PROTOCOL_VERSION);
+  return e;
+}
+
+}  // namespace
+
+struct Cluster::Impl {
+  ClusterOptions options;
+  std::string token;
+  bool embedded = true;
+  int worldSize = 0;
+
+  std::mutex mutex;  // guards everything below up to the I/O-only section
+  std::condition_variable changed;
+  std::vector<WorkerInfo> workers;
+  std::vector<int> rankToWorker;
+  std::map<uint64_t, PendingFetch> fetches;
+  std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
+  std::vector<AsyncError> errors;
+  bool ready = false;
+  std::string startupError;
+  int startupErrorRank = -1;
+  bool stopping = false;
+  bool stopped = false;
+
+  std::mutex outboxMutex;
+  std::deque<std::pair<size_t, std::string>> outbox;
+  int wakeFd = -1;
+
+  std::atomic<uint64_t> nextRequest{1};
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> trips{0};
+  std::thread io;
+
+  // I/O thread only.
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<zmq::socket_t> socket;
+  std::map<std::string, std::string> store;
+  std::map<std::string, std::vector<std::pair<std::string, uint64_t>>> parkedGets;
+
+  void post(size_t worker, const wire::Envelope& message) {
+    std::string bytes = encodeEnvelope(message);
+    {
+      std::lock_guard<std::mutex> lock(outboxMutex);
+      outbox.emplace_back(worker, std::move(bytes));
+    }
+    uint64_t one = 1;
+    ssize_t ignored = write(wakeFd, &one, sizeof(one));
+    (void)ignored;
+  }
+
+  void sendTo(const std::string& id, const std::string& payload) {
+    try {
+      socket->send(zmq::buffer(id), zmq::send_flags::sndmore);
+      socket->send(zmq::buffer(payload), zmq::send_flags::none);
+    } catch (const zmq::error_t&) {
+      // Unroutable peer: its death is detected elsewhere.
+    }
+  }
+
+  void replyError(const std::string& id, uint64_t requestId, const std::string& message) {
+    wire::Envelope e = envelope();
+    e.set_request_id(requestId);
+    e.mutable_error()->set_rank(-1);
+    e.mutable_error()->set_message(message);
+    e.mutable_error()->set_instruction(-1);
+    sendTo(id, encodeEnvelope(e));
+  }
+
+  std::string describe(const WorkerInfo& w) const {
+    return "worker pid " + std::to_string(w.pid ? w.pid : w.child) + " (ranks " +
+           std::to_string(w.firstRank) + "-" + std::to_string(w.firstRank + w.numRanks - 1) + ")";
+  }
+
+  // Caller holds `mutex`.
+  void markDead(size_t index, const std::string& reason) {
+    WorkerInfo& w = workers[index];
+    if (w.dead) return;
+    w.dead = true;
+    w.deathReason = describe(w) + " " + reason;
+    for (auto it = fetches.begin(); it != fetches.end();) {
+      int rank = it->second.rank;
+      if (rank >= w.firstRank && rank < w.firstRank + w.numRanks) {
+        it->second.promise.set_exception(
+            std::make_exception_ptr(WorkerError(rank, w.host, w.deathReason)));
+        it = fetches.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& [id, sync] : syncs) {
+      if (sync->waiting.count(index) && !sync->failed) {
+        sync->failed = true;
+        sync->rank = w.firstRank;
+        sync->host = w.host;
+        sync->message = w.deathReason;
+      }
+    }
+    changed.notify_all();
+  }
+
+  void ioMain();
+  void onMessage(const std::string& id, const zmq::message_t& payload);
+  void onHello(const std::string& id, const wire::Hello& hello);
+  void onWorkerMessage(size_t index, wire::Envelope& e);
+  void checkHealth(Clock::time_point started);
+  void stopWorkers();
+  size_t workerOfRank(int rank) const {
+    if (rank < 0 || rank >= worldSize)
+      throw RuntimeError("rank " + std::to_string(rank) + " is outside the world of " +
+                         std::to_string(worldSize));
+    return static_cast<size_t>(rankToWorker[rank]);
+  }
+};
+
+void Cluster::Impl::onHello(const std::string& id, const wire::Hello& hello) {
+  std::string reason = checkHello(hello, token, wire::ROLE_WORKER);
+  std::unique_lock<std::mutex> lock(mutex);
+  size_t index = workers.size();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerInfo& w = workers[i];
+    if (w.authenticated) continue;
+    bool match = embedded ? w.firstRank == hello.first_rank() : w.id == id;
+    if (match) index = i;
+  }
+  if (reason.empty() && index == workers.size()) reason = "unexpected worker";
+  if (reason.empty() && embedded &&
+      (hello.num_ranks() != workers[index].numRanks || hello.world_size() != worldSize))
+    reason = "worker reports ranks/world that this cluster did not start";
+  if (!reason.empty()) {
+    replyError(id, 0, "handshake refused: " + reason);
+    if (index < workers.size() && startupError.empty()) {
+      startupError = "handshake refused: " + reason;
+      startupErrorRank = workers[index].firstRank;
+    }
+    changed.notify_all();
+    return;
+  }
+  WorkerInfo& w = workers[index];
+  w.id = id;
+  w.authenticated = true;
+  w.host = hello.host();
+  w.pid = hello.pid();
+  w.firstRank = hello.first_rank();
+  w.numRanks = hello.num_ranks();
+  w.lastHeard = Clock::now();
+  if (embedded) {
+    wire::Envelope reply = envelope();
+    *reply.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
+    sendTo(id, encodeEnvelope(reply));
+  }
+  bool all = true;
+  for (auto& other : workers) all = all && other.authenticated;
+  if (all && !embedded) {
+    // Manual mode: the world is what the workers report, in address order.
+    int next = 0;
+    for (auto& other : workers) {
+      if (other.firstRank != next && startupError.empty())
+        startupError = "workers' rank blocks are not contiguous in address order";
+      next = other.firstRank + other.numRanks;
+    }
+    worldSize = next;
+    rankToWorker.assign(static_cast<size_t>(worldSize), 0);
+    for (size_t i = 0; i < workers.size(); ++i)
+      for (int r = 0; r < workers[i].numRanks; ++r)
+        if (workers[i].firstRank + r < worldSize) rankToWorker[workers[i].firstRank + r] = static_cast<int>(i);
+  }
+  if (all) ready = true;
+  changed.notify_all();
+}
+
+void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
+  uint64_t requestId = e.request_id();
+  switch (e.body_case()) {
+    case wire::Envelope::kFetchReply: {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = fetches.find(requestId);
+      if (it == fetches.end()) return;
+      const auto& reply = e.fetch_reply();
+      try {
+        if (!reply.ok())
+          throw WorkerError(reply.rank(), workers[index].host, reply.error().message());
+        it->second.promise.set_value(tensorFromWire(reply.value()));
+      } catch (...) {
+        it->second.promise.set_exception(std::current_exception());
+      }
+      fetches.erase(it);
+      return;
+    }
+    case wire::Envelope::kSyncReply: {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = syncs.find(requestId);
+      if (it != syncs.end()) it->second->waiting.erase(index);
+      changed.notify_all();
+      return;
+    }
+    case wire::Envelope::kError: {
+      std::lock_guard<std::mutex> lock(mutex);
+      const auto& error = e.error();
+      int rank = error.rank() >= 0 ? error.rank() : workers[index].firstRank;
+      std::string host = error.host().empty() ? workers[index].host : error.host();
+      auto fetch = fetches.find(requestId);
+      if (requestId && fetch != fetches.end()) {
+        fetch->second.promise.set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, error.message())));
+        fetches.erase(fetch);
+        return;
+      }
+      errors.push_back(AsyncError{rank, host, error.message()});
+      changed.notify_all();
+      return;
+    }
+    case wire::Envelope::kKvSet: {
+      const std::string& key = e.kv_set().key();
+      store[key] = e.kv_set().value();
+      auto parked = parkedGets.find(key);
+      if (parked == parkedGets.end()) return;
+      for (auto& [peer, request] : parked->second) {
+        wire::Envelope reply = envelope();
+        reply.set_request_id(request);
+        reply.mutable_kv_reply()->set_key(key);
+        reply.mutable_kv_reply()->set_value(store[key]);
+        sendTo(peer, encodeEnvelope(reply));
+      }
+      parkedGets.erase(parked);
+      return;
+    }
+    case wire::Envelope::kKvGet: {
+      const std::string& key = e.kv_get().key();
+      auto found = store.find(key);
+      std::string peer = workers[index].id;
+      if (found == store.end()) {
+        parkedGets[key].emplace_back(peer, requestId);
+        return;
+      }
+      wire::Envelope reply = envelope();
+      reply.set_request_id(requestId);
+      reply.mutable_kv_reply()->set_key(key);
+      reply.mutable_kv_reply()->set_value(found->second);
+      sendTo(peer, encodeEnvelope(reply));
+      return;
+    }
+    default:
+      return;  // heartbeats, repeated hellos
+  }
+}
+
+void Cluster::Impl::onMessage(const std::string& id, const zmq::message_t& payload) {
+  wire::Envelope e;
+  if (!decodeEnvelope(payload.data(), payload.size(), e)) {
+    replyError(id, 0, "malformed message");
+    return;
+  }
+  size_t index = workers.size();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (size_t i = 0; i < workers.size(); ++i)
+      if (workers[i].authenticated && workers[i].id == id) index = i;
+    if (index < workers.size()) workers[index].lastHeard = Clock::now();
+  }
+  if (index == workers.size()) {
+    if (e.body_case() == wire::Envelope::kHello) return onHello(id, e.hello());
+    if (e.body_case() == wire::Envelope::kError) {
+      // A worker refused our Hello (manual mode).
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto& w : workers)
+        if (w.id == id && startupError.empty()) {
+          startupError = e.error().message();
+          startupErrorRank = std::max(0, w.firstRank);
+        }
+      changed.notify_all();
+      return;
+    }
+    replyError(id, e.request_id(), "not authenticated: the first message must be a Hello");
+    return;
+  }
+  onWorkerMessage(index, e);
+}
+
+void Cluster::Impl::checkHealth(Clock::time_point started) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto now = Clock::now();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    WorkerInfo& w = workers[i];
+    if (w.dead) continue;
+    if (w.child > 0) {
+      std::string how = detail::pollExit(w.child);
+      if (!how.empty()) {
+        w.child = -1;
+        markDead(i, how);
+        if (!ready && startupError.empty()) {
+          startupError = workers[i].deathReason;
+          startupErrorRank = w.firstRank;
+        }
+        continue;
+      }
+    }
+    if (w.authenticated && now - w.lastHeard > options.peerTimeout) {
+      if (w.child > 0) {
+        detail::killAndReap(w.child);
+        w.child = -1;
+      }
+      markDead(i, "stopped answering (silent for more than " +
+                      std::to_string(options.peerTimeout.count()) + " ms)");
+    }
+  }
+  if (!ready && startupError.empty() && now - started > std::chrono::seconds(30)) {
+    for (auto& w : workers)
+      if (!w.authenticated) {
+        startupError = describe(w) + " did not complete the handshake within 30 s";
+        startupErrorRank = std::max(0, w.firstRank);
+        break;
+      }
+    changed.notify_all();
+  }
+}
+
+void Cluster::Impl::stopWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& w : workers)
+      if (w.authenticated && !w.dead) sendTo(w.id, encodeEnvelope([] {
+                                                auto e = envelope();
+                                                e.mutable_shutdown();
+                                                return e;
+                                              }()));
+  }
+  // Give them up to 1 s to leave on their own, then SIGKILL.
+  auto until = Clock::now() + std::chrono::milliseconds(embedded ? 1000 : 100);
+  while (Clock::now() < until) {
+    bool running = false;
+    for (auto& w : workers)
+      if (w.child > 0) {
+        if (detail::pollExit(w.child).empty()) running = true;
+        else w.child = -1;
+      }
+    if (!running && embedded) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& w : workers)
+    if (w.child > 0) {
+      detail::killAndReap(w.child);
+      w.child = -1;
+    }
+}
+
+void Cluster::Impl::ioMain() {
+  auto started = Clock::now();
+  try {
+    context = std::make_unique<zmq::context_t>(1);
+    socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
+    TransportOptions transport;
+    transport.heartbeatInterval = options.heartbeatInterval;
+    transport.peerTimeout = options.peerTimeout;
+    configureSocket(*socket, transport);
+    if (embedded) {
+      socket->bind("tcp://127.0.0.1:0");
+      std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
+      std::string exe = detail::findWorkerExecutable(options.workerExecutable);
+      int controllerTimeout = static_cast<int>(std::min<int64_t>(3000, options.peerTimeout.count()));
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto& w : workers) {
+        w.child = detail::spawnProcess(
+            exe, {"--connect", endpoint, "--token", token, "--ranks",
+                  std::to_string(w.firstRank) + "-" + std::to_string(w.firstRank + w.numRanks - 1),
+                  "--world-size", std::to_string(worldSize), "--controller-timeout-ms",
+                  std::to_string(controllerTimeout)});
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (size_t i = 0; i < workers.size(); ++i) {
+        workers[i].id = "w" + std::to_string(i);
+        socket->set(zmq::sockopt::connect_routing_id, workers[i].id);
+        socket->connect(workers[i].address);
+        wire::Envelope hello = envelope();
+        *hello.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
+        sendTo(workers[i].id, encodeEnvelope(hello));
+      }
+    }
+  } catch (const std::exception& error) {
+    std::lock_guard<std::mutex> lock(mutex);
+    startupError = std::string("cluster setup failed: ") + error.what();
+    startupErrorRank = 0;
+    changed.notify_all();
+  }
+
+  auto lastBeat = Clock::now();
+  uint64_t beats = 0;
+  while (socket) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (stopping) break;
+    }
+    zmq::pollitem_t items[2] = {{socket->handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeFd, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(20));
+    while (true) {
+      zmq::message_t idFrame;
+      if (!socket->recv(idFrame, zmq::recv_flags::dontwait)) break;
+      std::vector<zmq::message_t> rest;
+      bool more = idFrame.more();
+      while (more) {
+        zmq::message_t frame;
+        if (!socket->recv(frame, zmq::recv_flags::none)) break;
+        more = frame.more();
+        rest.push_back(std::move(frame));
+      }
+      if (rest.size() != 1) {
+        replyError(idFrame.to_string(), 0, "malformed message (expected one frame)");
+        continue;
+      }
+      onMessage(idFrame.to_string(), rest[0]);
+    }
+    if (items[1].revents) {
+      uint64_t value;
+      ssize_t ignored = read(wakeFd, &value, sizeof(value));
+      (void)ignored;
+    }
+    std::deque<std::pair<size_t, std::string>> pending;
+    {
+      std::lock_guard<std::mutex> lock(outboxMutex);
+      pending.swap(outbox);
+    }
+    if (!pending.empty()) {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto& [index, payload] : pending)
+        if (!workers[index].dead) sendTo(workers[index].id, payload);
+    }
+    auto now = Clock::now();
+    if (now - lastBeat >= options.heartbeatInterval) {
+      lastBeat = now;
+      wire::Envelope beat = envelope();
+      beat.mutable_heartbeat()->set_sequence(++beats);
+      std::string bytes = encodeEnvelope(beat);
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto& w : workers)
+        if (w.authenticated && !w.dead) sendTo(w.id, bytes);
+    }
+    checkHealth(started);
+  }
+  if (socket) stopWorkers();
+  else {
+    for (auto& w : workers)
+      if (w.child > 0) detail::killAndReap(w.child);
+  }
+  socket.reset();
+  context.reset();
+}
+
+// ---- Cluster -------------------------------------------------------------------
+
+Cluster::Cluster(const ClusterOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  impl.options = options;
+  impl.token = options.token.empty() ? randomToken() : options.token;
+  impl.embedded = options.workerAddresses.empty();
+  if (impl.embedded) {
+    if (options.worldSize < 1 || options.numProcesses < 1 || options.numProcesses > options.worldSize)
+      throw RuntimeError("ClusterOptions: need 1 <= numProcesses <= worldSize");
+    impl.worldSize = options.worldSize;
+    impl.rankToWorker.assign(static_cast<size_t>(options.worldSize), 0);
+    int first = 0;
+    for (int p = 0; p < options.numProcesses; ++p) {
+      WorkerInfo w;
+      w.firstRank = first;
+      w.numRanks = options.worldSize / options.numProcesses + (p < options.worldSize % options.numProcesses);
+      for (int r = 0; r < w.numRanks; ++r) impl.rankToWorker[first + r] = p;
+      first += w.numRanks;
+      impl.workers.push_back(w);
+    }
+  } else {
+    for (const auto& address : options.workerAddresses) {
+      WorkerInfo w;
+      w.address = address;
+      impl.workers.push_back(w);
+    }
+  }
+  impl.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl.wakeFd < 0) throw RuntimeError("eventfd failed");
+  impl.io = std::thread([&impl] { impl.ioMain(); });
+  std::unique_lock<std::mutex> lock(impl.mutex);
+  impl.changed.wait(lock, [&] { return impl.ready || !impl.startupError.empty(); });
+  if (!impl.startupError.empty()) {
+    int rank = impl.startupErrorRank;
+    std::string host = "?";
+    for (auto& w : impl.workers)
+      if (w.firstRank == rank && !w.host.empty()) host = w.host;
+    std::string message = impl.startupError;
+    lock.unlock();
+    shutdown();
+    throw WorkerError(rank, host, "cluster start failed: " + message);
+  }
+}
+
+Cluster::~Cluster() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+}
+
+int Cluster::worldSize() const { return impl_->worldSize; }
+
+std::string Cluster::hostOf(int rank) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->workers[impl_->workerOfRank(rank)].host;
+}
+
+void Cluster::uploadProgram(int rank, uint64_t programId, const wire::Program& program) {
+  wire::Envelope e = envelope();
+  auto* upload = e.mutable_upload();
+  upload->set_rank(rank);
+  upload->set_program_id(programId);
+  *upload->mutable_program() = program;
+  impl_->post(impl_->workerOfRank(rank), e);
+  ++impl_->sent;
+}
+
+void Cluster::run(int rank, uint64_t programId, const std::vector<TensorHandle>& inputs,
+                  const std::vector<TensorHandle>& outputs) {
+  wire::Envelope e = envelope();
+  auto* run = e.mutable_run();
+  run->set_rank(rank);
+  run->set_program_id(programId);
+  for (auto handle : inputs) run->add_inputs(handle);
+  for (auto handle : outputs) run->add_outputs(handle);
+  impl_->post(impl_->workerOfRank(rank), e);
+  ++impl_->sent;
+}
+
+void Cluster::put(int rank, TensorHandle handle, const Tensor& value) {
+  wire::Envelope e = envelope();
+  auto* put = e.mutable_put();
+  put->set_rank(rank);
+  put->set_handle(handle);
+  tensorToWire(value, put->mutable_value());
+  impl_->post(impl_->workerOfRank(rank), e);
+  ++impl_->sent;
+}
+
+std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
+  Impl& impl = *impl_;
+  size_t index = impl.workerOfRank(rank);
+  std::promise<Tensor> promise;
+  std::future<Tensor> result = promise.get_future();
+  uint64_t id = impl.nextRequest++;
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    const WorkerInfo& w = impl.workers[index];
+    if (w.dead || impl.stopped) {
+      promise.set_exception(std::make_exception_ptr(
+          WorkerError(rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
+      return result;
+    }
+    impl.fetches.emplace(id, PendingFetch{rank, std::move(promise)});
+  }
+  wire::Envelope e = envelope();
+  e.set_request_id(id);
+  e.mutable_fetch()->set_rank(rank);
+  e.mutable_fetch()->set_handle(handle);
+  impl.post(index, e);
+  ++impl.sent;
+  ++impl.trips;
+  return result;
+}
+
+void Cluster::free(int rank, const std::vector<TensorHandle>& handles) {
+  wire::Envelope e = envelope();
+  e.mutable_free()->set_rank(rank);
+  for (auto handle : handles) e.mutable_free()->add_handles(handle);
+  impl_->post(impl_->workerOfRank(rank), e);
+  ++impl_->sent;
+}
+
+void Cluster::synchronize() {
+  Impl& impl = *impl_;
+  auto wait = std::make_shared<SyncWait>();
+  std::vector<uint64_t> ids;
+  std::unique_lock<std::mutex> lock(impl.mutex);
+  for (size_t i = 0; i < impl.workers.size(); ++i) {
+    const WorkerInfo& w = impl.workers[i];
+    if (w.dead) throw WorkerError(w.firstRank, w.host, w.deathReason);
+    if (impl.stopped) throw WorkerError(w.firstRank, w.host, "the cluster was shut down");
+  }
+  for (size_t i = 0; i < impl.workers.size(); ++i) {
+    uint64_t id = impl.nextRequest++;
+    ids.push_back(id);
+    wait->waiting.insert(i);
+    impl.syncs[id] = wait;
+    wire::Envelope e = envelope();
+    e.set_request_id(id);
+    e.mutable_sync();
+    impl.post(i, e);
+    ++impl.sent;
+    ++impl.trips;
+  }
+  impl.changed.wait(lock, [&] { return wait->waiting.empty() || wait->failed || impl.stopped; });
+  for (uint64_t id : ids) impl.syncs.erase(id);
+  if (wait->failed) throw WorkerError(wait->rank, wait->host, wait->message);
+  if (!wait->waiting.empty()) throw WorkerError(0, "?", "the cluster was shut down");
+  if (!impl.errors.empty()) {
+    AsyncError first = impl.errors.front();
+    size_t more = impl.errors.size() - 1;
+    impl.errors.clear();
+    throw WorkerError(first.rank, first.host,
+                      first.message + (more ? " (and " + std::to_string(more) + " more error(s))" : ""));
+  }
+}
+
+void Cluster::shutdown() {
+  Impl& impl = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    if (impl.stopped) return;
+    impl.stopping = true;
+  }
+  uint64_t one = 1;
+  ssize_t ignored = write(impl.wakeFd, &one, sizeof(one));
+  (void)ignored;
+  if (impl.io.joinable()) impl.io.join();
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  impl.stopped = true;
+  for (auto& [id, fetch] : impl.fetches) {
+    size_t index = static_cast<size_t>(impl.rankToWorker.empty() ? 0 : impl.rankToWorker[fetch.rank]);
+    fetch.promise.set_exception(std::make_exception_ptr(
+        WorkerError(fetch.rank, impl.workers[index].host, "the cluster was shut down")));
+  }
+  impl.fetches.clear();
+  impl.changed.notify_all();
+  close(impl.wakeFd);
+  impl.wakeFd = -1;
+}
+
+uint64_t Cluster::messagesSent() const { return impl_->sent; }
+uint64_t Cluster::roundTrips() const { return impl_->trips; }
+
+int64_t Cluster::pidOf(int rank) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->workers[impl_->workerOfRank(rank)].pid;
+}
+
+}  // namespace dtorch::rt

@@ -1,0 +1,93 @@
+//===- Cluster.h - the controller's handle on its workers ---------*- C++ -*-===//
+//
+// The controller side of the runtime: starts local dtorch-worker processes
+// (embedded mode) or connects to workers started by hand, and talks to them
+// over ZeroMQ (ROUTER here, DEALER per worker process) with the messages of
+// runtime/proto/dtorch_messages.proto. MLIR-free.
+//
+// Every call except fetch().get() and synchronize() returns without waiting
+// for a worker. Errors of asynchronous work (a failing kernel, a dead worker)
+// surface at the next fetch or synchronize as WorkerError.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "dtorch/runtime/Tensor.h"
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtorch::rt {
+
+/// A worker died, stopped answering or reported an error.
+class WorkerError : public RuntimeError {
+ public:
+  WorkerError(int rank, std::string host, const std::string& what);
+  int rank() const { return rank_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  int rank_;
+  std::string host_;
+};
+
+/// Names a tensor's per-rank buffer on the workers; chosen by the controller.
+using TensorHandle = uint64_t;
+
+struct ClusterOptions {
+  /// Embedded mode: start `numProcesses` local `dtorch-worker` processes from
+  /// `workerExecutable` hosting ranks 0..worldSize-1 in contiguous blocks.
+  int worldSize = 4;
+  int numProcesses = 2;
+  std::string workerExecutable;
+  /// Or connect to workers started by hand (`dtorch-worker --listen ADDR
+  /// --token T`), in rank-block order; worldSize is then what they report.
+  std::vector<std::string> workerAddresses;
+  /// Shared secret every peer must present; empty: a fresh random one.
+  std::string token;
+  std::chrono::milliseconds heartbeatInterval{500};
+  /// A worker silent for this long is declared dead.
+  std::chrono::milliseconds peerTimeout{5000};
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const ClusterOptions& options);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  int worldSize() const;
+  std::string hostOf(int rank) const;
+
+  /// Sends a program for `rank`, kept by the worker under `programId`.
+  void uploadProgram(int rank, uint64_t programId, const ::dtorch::wire::Program& program);
+  /// Runs an uploaded program on `rank`: inputs bind to the program's inputs,
+  /// outputs name the buffers it creates.
+  void run(int rank, uint64_t programId, const std::vector<TensorHandle>& inputs,
+           const std::vector<TensorHandle>& outputs);
+  void put(int rank, TensorHandle handle, const Tensor& value);
+  std::future<Tensor> fetch(int rank, TensorHandle handle);
+  void free(int rank, const std::vector<TensorHandle>& handles);
+  /// Waits until every worker finished all work sent so far.
+  void synchronize();
+  /// Stops the workers this cluster started (within 2 s) and closes sockets.
+  void shutdown();
+
+  /// For tests: messages sent to workers, and requests whose reply was awaited.
+  uint64_t messagesSent() const;
+  uint64_t roundTrips() const;
+  /// For tests: the operating-system pid of the worker process hosting `rank`.
+  int64_t pidOf(int rank) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtorch::rt

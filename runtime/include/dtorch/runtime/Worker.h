@@ -1,0 +1,44 @@
+// The dtorch-worker process: one process hosting a block of ranks, each a
+// thread with its tensor table, uploaded programs and an Executor, running
+// what the controller sends in arrival order. Collectives among the ranks of
+// this process go through shared memory, the others through Gloo (whose
+// rendezvous goes through the controller).
+#pragma once
+
+#include "dtorch/runtime/Transport.h"
+
+#include <chrono>
+#include <string>
+
+namespace dtorch::rt {
+
+struct WorkerOptions {
+  // Exactly one of: connect to a controller (embedded mode, DEALER) or listen
+  // for one (manual mode, ROUTER bound; the first peer that authenticates
+  // becomes the controller).
+  std::string connect;
+  std::string listen;
+  std::string token;
+  int firstRank = 0;
+  int numRanks = 1;
+  int worldSize = 1;
+  // Address the Gloo TCP device binds.
+  std::string glooHost = "127.0.0.1";
+  std::chrono::milliseconds collectiveTimeout{30000};
+  // Exit when no message arrived from the controller for this long (after a
+  // controller authenticated; in connect mode also before).
+  std::chrono::milliseconds controllerTimeout{3000};
+  TransportOptions transport;
+};
+
+// Parses dtorch-worker's command line (--connect ADDR | --listen ADDR,
+// --token T, --ranks a-b, --world-size N, --collective-timeout-ms MS,
+// --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H).
+// Throws RuntimeError with a usage message on errors.
+WorkerOptions parseWorkerArgs(int argc, char** argv);
+
+// Runs the worker until the controller sends Shutdown or goes silent.
+// Returns the process exit code.
+int runWorker(const WorkerOptions& options);
+
+}  // namespace dtorch::rt

@@ -1,0 +1,108 @@
+"""A dead worker becomes dtorch.WorkerError naming the rank within 5 s,
+shutdown returns within 2 s, and no process is left behind. Each case runs
+in its own interpreter so the shared test session is untouched."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import backend_name
+
+pytestmark = pytest.mark.skipif(backend_name() != "cluster", reason="needs worker processes")
+
+
+def worker_pids():
+    out = subprocess.run(["pgrep", "-f", "dtorch-worker"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def run_script(body, timeout=60):
+    script = textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=timeout, cwd="/")
+
+
+def wait_gone(pids, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not (pids & worker_pids()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_killed_worker_raises_worker_error_naming_the_rank():
+    before = worker_pids()
+    r = run_script("""
+        import os, signal, subprocess, time
+        import dtorch
+        from dtorch import Shard
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        x = dtorch.ones(64, 64, device_mesh=mesh, placements=[Shard(0)])
+        print("ok", (x @ x).sum().item())
+        kids = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "dtorch-worker"],
+                              capture_output=True, text=True).stdout.split()
+        print("workers", len(kids))
+        victim = max(int(k) for k in kids)   # the second process: ranks 2 and 3
+        os.kill(victim, signal.SIGKILL)
+        t = time.time()
+        try:
+            y = x
+            for _ in range(50):
+                y = (y @ x) * 0.01
+            y.numpy()
+            print("no error")
+        except dtorch.WorkerError as e:
+            print("WorkerError", round(time.time() - t, 2), "rank", e.rank, "|", e)
+        t = time.time()
+        dtorch.shutdown()
+        print("shutdown", round(time.time() - t, 2))
+    """)
+    out = r.stdout
+    assert "ok 262144.0" in out, out + r.stderr
+    assert "workers 2" in out, out + r.stderr
+    line = next(l for l in out.splitlines() if l.startswith("WorkerError"))
+    seconds = float(line.split()[1])
+    rank = int(line.split()[3])
+    assert seconds < 5, line
+    assert rank in (2, 3), line
+    assert f"rank {rank}" in line, line
+    shutdown = float(next(l for l in out.splitlines() if l.startswith("shutdown")).split()[1])
+    assert shutdown < 2, out
+    assert wait_gone(worker_pids() - before, 5), "worker processes left behind"
+
+
+def test_script_that_dies_leaves_no_worker_behind():
+    before = worker_pids()
+    r = run_script("""
+        import dtorch
+        mesh = dtorch.init_device_mesh("cpu", (2, 2))
+        x = dtorch.ones(4, 4, device_mesh=mesh)
+        x.numpy()
+        raise SystemExit("boom")
+    """)
+    assert "boom" in r.stderr
+    assert wait_gone(worker_pids() - before, 5), "worker processes left behind"
+
+
+def test_killed_client_leaves_no_worker_behind():
+    before = worker_pids()
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import time, dtorch
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        dtorch.ones(4, device_mesh=mesh).numpy()
+        print("ready", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        started = worker_pids() - before
+        assert len(started) == 2
+        p.kill()
+        p.wait()
+        assert wait_gone(started, 6), "workers outlived their controller"
+    finally:
+        p.kill()
