@@ -164,6 +164,40 @@ struct Cluster::Impl {
   void onHello(const std::string& id, const wire::Hello& hello);
   void onWorkerMessage(size_t index, wire::Envelope& e);
   void checkHealth(Clock::time_point started);
+  /// Caller holds `mutex`. An error a survivor reports because a peer died
+  /// (its collective lost a connection) names the dead worker instead: its
+  /// exit is visible by the time the survivor notices the closed socket.
+  void blameDeadPeer(int& rank, std::string& host, std::string& message) {
+    // A survivor can see the closed socket a moment before the killed
+    // process becomes waitable, so a lost-connection error waits briefly.
+    bool lostPeer = message.find("closed by peer") != std::string::npos ||
+                    message.find("Connection reset") != std::string::npos ||
+                    message.find("Broken pipe") != std::string::npos;
+    auto deadline = Clock::now() + std::chrono::milliseconds(lostPeer ? 1000 : 0);
+    while (true) {
+      bool anyDead = false;
+      for (size_t i = 0; i < workers.size(); ++i) {
+        WorkerInfo& w = workers[i];
+        if (!w.dead && w.child > 0) {
+          std::string how = detail::pollExit(w.child);
+          if (!how.empty()) {
+            w.child = -1;
+            markDead(i, how);
+          }
+        }
+        anyDead |= w.dead;
+      }
+      if (anyDead || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (const WorkerInfo& w : workers) {
+      if (!w.dead) continue;
+      message = w.deathReason + " (seen by rank " + std::to_string(rank) + ": " + message + ")";
+      rank = w.firstRank;
+      host = w.host;
+      return;
+    }
+  }
   void stopWorkers();
   size_t workerOfRank(int rank) const {
     if (rank < 0 || rank >= worldSize)
@@ -234,12 +268,15 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
   switch (e.body_case()) {
     case wire::Envelope::kFetchReply: {
       std::lock_guard<std::mutex> lock(mutex);
+      const auto& reply = e.fetch_reply();
+      int errRank = reply.rank();
+      std::string errHost = workers[index].host, errMessage = reply.error().message();
+      if (!reply.ok()) blameDeadPeer(errRank, errHost, errMessage);  // before `it`: may fail fetches
       auto it = fetches.find(requestId);
       if (it == fetches.end()) return;
-      const auto& reply = e.fetch_reply();
       try {
         if (!reply.ok())
-          throw WorkerError(reply.rank(), workers[index].host, reply.error().message());
+          throw WorkerError(errRank, errHost, errMessage);
         it->second.promise.set_value(tensorFromWire(reply.value()));
       } catch (...) {
         it->second.promise.set_exception(std::current_exception());
@@ -259,14 +296,16 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
       const auto& error = e.error();
       int rank = error.rank() >= 0 ? error.rank() : workers[index].firstRank;
       std::string host = error.host().empty() ? workers[index].host : error.host();
+      std::string message = error.message();
+      blameDeadPeer(rank, host, message);
       auto fetch = fetches.find(requestId);
       if (requestId && fetch != fetches.end()) {
         fetch->second.promise.set_exception(
-            std::make_exception_ptr(WorkerError(rank, host, error.message())));
+            std::make_exception_ptr(WorkerError(rank, host, message)));
         fetches.erase(fetch);
         return;
       }
-      errors.push_back(AsyncError{rank, host, error.message()});
+      errors.push_back(AsyncError{rank, host, message});
       changed.notify_all();
       return;
     }
