@@ -44,9 +44,8 @@ def LowerRedistribute : Pass<"dtensor-lower-redistribute", "::mlir::func::FuncOp
     ```
     After:
     ```mlir
-    %a = dtensor.all_reduce %0 on axis 0 : ... [P(sum), S(0)]> -> ... [R, S(0)]>
-    %b = dtensor.all_gather %a on axis 1 : ... [R, S(0)]> -> ... [R, R]>
-    %1 = dtensor.local_slice %b on axis 0 : ... [R, R]> -> ... [S(1), R]>
+    %a = dtensor.reduce_scatter %0 on axis 0 : ... [P(sum), S(0)]> -> ... [S(1), S(0)]>
+    %1 = dtensor.all_gather %a on axis 1 : ... [S(1), S(0)]> -> ... [S(1), R]>
     ```
   }];
   let dependentDialects = ["::dtorch::dtensor::DTensorDialect"];
