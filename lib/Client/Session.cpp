@@ -67,6 +67,7 @@ Session::Session(const SessionOptions& options) : options_(options) {
     cfg.numProcesses = options.numProcesses;
     cfg.workerExecutable = options.workerExecutable;
     cfg.workerAddresses = options.workerAddresses;
+    cfg.token = options.token;
     backend = makeClusterBackend(cfg);
   } else {
     throw ValueError("unknown backend '" + options.backend + "' (expected cluster or inprocess)");

@@ -25,11 +25,12 @@ def _worker_executable():
     return shutil.which("dtorch-worker") or ""
 
 
-def init(world_size=None, workers=None, backend=None, num_processes=None):
+def init(world_size=None, workers=None, backend=None, num_processes=None, token=None):
     """Starts the embedded default: a controller in this process and local
     dtorch-worker processes hosting `world_size` ranks (else
-    $DTORCH_WORLD_SIZE, else 4), or connects to `workers` (else
-    $DTORCH_WORKERS, comma separated) started with `dtorch-worker --listen`."""
+    $DTORCH_WORLD_SIZE, else 4) with a fresh token, or connects to `workers`
+    (else $DTORCH_WORKERS, comma separated) started with
+    `dtorch-worker --listen ADDR --token T` (token: else $DTORCH_TOKEN)."""
     if _C.is_initialized():
         raise RuntimeError("dtorch is already initialized; call dtorch.shutdown() first")
     if workers is None and os.environ.get("DTORCH_WORKERS"):
@@ -42,7 +43,11 @@ def init(world_size=None, workers=None, backend=None, num_processes=None):
     backend = backend or os.environ.get("DTORCH_BACKEND", "cluster")
     if num_processes is None:
         num_processes = int(os.environ.get("DTORCH_NUM_PROCESSES", "0")) or min(2, world_size)
-    _C.init(world_size, num_processes, backend, _worker_executable(), workers)
+    if workers and token is None:
+        token = os.environ.get("DTORCH_TOKEN")
+        if not token:
+            raise ValueError("connecting to workers needs their token: init(token=...) or $DTORCH_TOKEN")
+    _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "")
     _state["started"] = True
 
 

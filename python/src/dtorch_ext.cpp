@@ -150,7 +150,8 @@ NB_MODULE(_C, m) {
 
   m.def("init",
         [](int worldSize, int numProcesses, const std::string& backend,
-           const std::string& workerExe, const std::vector<std::string>& workers) {
+           const std::string& workerExe, const std::vector<std::string>& workers,
+           const std::string& token) {
           if (g_session) throw DTorchError("dtorch is already initialized");
           SessionOptions o;
           o.worldSize = worldSize;
@@ -158,10 +159,14 @@ NB_MODULE(_C, m) {
           o.backend = backend;
           o.workerExecutable = workerExe;
           o.workerAddresses = workers;
-          g_session = std::make_unique<Session>(o);
+          o.token = token;
+          {
+            nb::gil_scoped_release release;
+            g_session = std::make_unique<Session>(o);
+          }
         },
         nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
-        nb::arg("worker_executable"), nb::arg("workers"));
+        nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "");
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {

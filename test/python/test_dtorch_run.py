@@ -90,3 +90,17 @@ def test_bad_input_is_an_error_not_a_crash(tmp_path, case):
     r = run(args, tmp_path, check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "dtorch-run:" in r.stderr
+
+
+def test_bytecode_input(tmp_path):
+    bc = os.path.join(tmp_path, "mlp.mlirbc")
+    subprocess.run([os.path.join(_build_info.BUILD_DIR, "bin", "dtorch-opt"),
+                    os.path.join(EXAMPLES, "mlp.mlir"), "--emit-bytecode", "-o", bc], check=True)
+    with open(bc, "rb") as f:
+        assert f.read(4) == b"ML\xefR"  # MLIR bytecode magic
+    text_dir, bc_dir = tmp_path / "text", tmp_path / "bc"
+    text_dir.mkdir()
+    bc_dir.mkdir()
+    run([os.path.join(EXAMPLES, "mlp.mlir"), "--seed", "5", "--backend", "inprocess"], text_dir)
+    run([bc, "--seed", "5", "--backend", "inprocess"], bc_dir)
+    np.testing.assert_array_equal(np.load(text_dir / "out0.npy"), np.load(bc_dir / "out0.npy"))

@@ -106,3 +106,38 @@ def test_killed_client_leaves_no_worker_behind():
         assert wait_gone(started, 6), "workers outlived their controller"
     finally:
         p.kill()
+
+
+def test_connects_to_workers_started_by_hand():
+    import socket
+    from dtorch import _runtime
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    exe = _runtime._worker_executable()
+    ports = [free_port(), free_port()]
+    procs = [subprocess.Popen([exe, "--listen", f"tcp://127.0.0.1:{p}", "--token", "s3cret",
+                               "--ranks", r, "--world-size", "4"])
+             for p, r in zip(ports, ["0-1", "2-3"])]
+    try:
+        r = run_script(f"""
+            import os, numpy as np, dtorch
+            from dtorch import Shard
+            os.environ["DTORCH_WORKERS"] = "tcp://127.0.0.1:{ports[0]},tcp://127.0.0.1:{ports[1]}"
+            os.environ["DTORCH_TOKEN"] = "s3cret"
+            dtorch.init()
+            mesh = dtorch.init_device_mesh("cpu", (2, 2))
+            a = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+            x = dtorch.tensor(a, device_mesh=mesh, placements=[Shard(0), Shard(1)])
+            print("world", dtorch._C.world_size(), "ok", np.allclose((x @ x.t()).numpy(), a @ a.T))
+            dtorch.shutdown()
+        """)
+        assert "world 4 ok True" in r.stdout, r.stdout + r.stderr
+        for p in procs:
+            p.wait(timeout=5)  # served their one controller, then exited
+    finally:
+        for p in procs:
+            p.kill()

@@ -123,6 +123,7 @@ struct SessionOptions {
   std::string backend = "cluster"; // "cluster" or "inprocess"
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
+  std::string token; // shared secret of workers started by hand
   size_t maxSegmentNodes = 2048;
 };
 
