@@ -11,6 +11,7 @@
 #include "dtorch/runtime/FakeCollectives.h"
 
 #include <atomic>
+#include <stdexcept>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -178,6 +179,12 @@ class InProcessBackend : public Backend {
 
 std::unique_ptr<Backend> makeInProcessBackend(int worldSize) {
   return std::make_unique<InProcessBackend>(worldSize);
+}
+
+std::unique_ptr<Backend> makeBackend(const std::string& kind, const ClusterConfig& config) {
+  if (kind == "inprocess") return makeInProcessBackend(config.worldSize);
+  if (kind == "cluster") return makeClusterBackend(config);
+  throw std::invalid_argument("unknown backend '" + kind + "' (expected cluster or inprocess)");
 }
 
 }  // namespace dtorch::client

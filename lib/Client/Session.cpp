@@ -58,20 +58,15 @@ TensorImpl::~TensorImpl() {
 }
 
 Session::Session(const SessionOptions& options) : options_(options) {
-  std::unique_ptr<Backend> backend;
-  if (options.backend == "inprocess") {
-    backend = makeInProcessBackend(options.worldSize);
-  } else if (options.backend == "cluster") {
-    ClusterConfig cfg;
-    cfg.worldSize = options.worldSize;
-    cfg.numProcesses = options.numProcesses;
-    cfg.workerExecutable = options.workerExecutable;
-    cfg.workerAddresses = options.workerAddresses;
-    cfg.token = options.token;
-    backend = makeClusterBackend(cfg);
-  } else {
+  if (options.backend != "inprocess" && options.backend != "cluster")
     throw ValueError("unknown backend '" + options.backend + "' (expected cluster or inprocess)");
-  }
+  ClusterConfig cfg;
+  cfg.worldSize = options.worldSize;
+  cfg.numProcesses = options.numProcesses;
+  cfg.workerExecutable = options.workerExecutable;
+  cfg.workerAddresses = options.workerAddresses;
+  cfg.token = options.token;
+  std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ = std::make_unique<Controller>(std::move(backend));
 }
 

@@ -1,47 +1,12 @@
 //===- TensorData.cpp - global values <-> per-rank pieces ----------------===//
 #include "TensorData.h"
 
+#include "dtorch/runtime/Shape.h"
+
 #include <cstring>
 #include <functional>
 
 namespace dtorch::client {
-
-void copyBox(const void* src, const Shape& srcShape, const Shape& srcOffset, void* dst,
-             const Shape& dstShape, const Shape& dstOffset, const Shape& extent,
-             size_t elemSize) {
-  size_t rank = extent.size();
-  int64_t count = 1;
-  for (int64_t e : extent) count *= e;
-  if (count == 0) return;
-  if (rank == 0) {
-    std::memcpy(dst, src, elemSize);
-    return;
-  }
-  auto strides = [](const Shape& s) {
-    Shape st(s.size(), 1);
-    for (int64_t d = (int64_t)s.size() - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
-    return st;
-  };
-  Shape ss = strides(srcShape), ds = strides(dstShape);
-  Shape idx(rank, 0);
-  size_t rowBytes = extent[rank - 1] * elemSize;
-  const char* s = static_cast<const char*>(src);
-  char* d = static_cast<char*>(dst);
-  while (true) {
-    int64_t so = 0, doff = 0;
-    for (size_t k = 0; k < rank; ++k) {
-      so += (srcOffset[k] + idx[k]) * ss[k];
-      doff += (dstOffset[k] + idx[k]) * ds[k];
-    }
-    std::memcpy(d + doff * elemSize, s + so * elemSize, rowBytes);
-    int64_t k = (int64_t)rank - 2;
-    for (; k >= 0; --k) {
-      if (++idx[k] < extent[k]) break;
-      idx[k] = 0;
-    }
-    if (k < 0) break;
-  }
-}
 
 std::vector<rt::Tensor> scatterPieces(const rt::Tensor& full, const Shape& meshShape,
                                       const Placements& placements) {
@@ -59,7 +24,7 @@ std::vector<rt::Tensor> scatterPieces(const rt::Tensor& full, const Shape& meshS
     if (zero)
       std::memset(piece.data(), 0, piece.nbytes());
     else
-      copyBox(full.data(), full.shape(), box.offset, piece.data(), box.shape,
+      rt::copyBox(full.data(), full.shape(), box.offset, piece.data(), box.shape,
               Shape(box.shape.size(), 0), box.shape, es);
     pieces.push_back(std::move(piece));
   }
@@ -152,7 +117,7 @@ rt::Tensor assemblePieces(const std::vector<rt::Tensor>& piecesIn, const Shape& 
     if (pieces[p].shape() != box.shape)
       throw DTorchError("a worker returned a piece of shape " + pieces[p].describe() +
                         " where the layout expects another shape");
-    copyBox(pieces[p].data(), box.shape, Shape(box.shape.size(), 0), full.data(), globalShape,
+    rt::copyBox(pieces[p].data(), box.shape, Shape(box.shape.size(), 0), full.data(), globalShape,
             box.offset, box.shape, es);
   }
   return full;

@@ -19,9 +19,4 @@ rt::Tensor assemblePieces(const std::vector<rt::Tensor>& pieces, const Shape& gl
                           wire::DType dtype, const Shape& meshShape,
                           const Placements& placements);
 
-/// Copies the box [offset, offset+box.shape) between a dense tensor of
-/// `fullShape` and a dense box tensor, in either direction.
-void copyBox(const void* src, const Shape& srcShape, const Shape& srcOffset, void* dst,
-             const Shape& dstShape, const Shape& dstOffset, const Shape& extent, size_t elemSize);
-
 }  // namespace dtorch::client

@@ -6,21 +6,8 @@
 namespace dtorch::rt {
 
 ReduceOp parseReduceOp(const std::string& name) {
-  if (name == "sum") return ReduceOp::Sum;
-  if (name == "avg") return ReduceOp::Avg;
-  if (name == "max") return ReduceOp::Max;
-  if (name == "min") return ReduceOp::Min;
+  if (std::optional<ReduceOp> op = ::dtorch::parseReduceOp(name)) return *op;
   throw RuntimeError("unknown reduction '" + name + "' (expected sum, avg, max or min)");
-}
-
-const char* reduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
 }
 
 size_t groupIndexOf(const Group& group, int64_t rank) {

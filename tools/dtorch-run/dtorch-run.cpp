@@ -30,7 +30,7 @@ using namespace dtorch::client;
 namespace {
 
 struct Options {
-  std::string file, entry, backend = "cluster", outputDir = ".", printIr;
+  std::string file, entry, backend = "cluster", outputDir = ".", printIr, token;
   int worldSize = 4, procs = 2, repeat = 1;
   uint64_t seed = 0;
   std::vector<std::string> inputs, workers;
@@ -39,7 +39,7 @@ struct Options {
 [[noreturn]] void usage(const std::string& error) {
   std::cerr << "dtorch-run: " << error << "\n"
             << "usage: dtorch-run FILE.mlir [--entry NAME] [--world-size N] [--procs P]\n"
-            << "         [--backend cluster|inprocess] [--workers ADDR,ADDR...]\n"
+            << "         [--backend cluster|inprocess] [--workers ADDR,ADDR... --token T]\n"
             << "         [--input X.npy]... [--seed S] [--output-dir DIR] [--repeat K]\n"
             << "         [--print-ir input|sharded|redistributed|rank]\n";
   std::exit(1);
@@ -72,6 +72,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--output-dir") o.outputDir = value();
     else if (a == "--repeat") o.repeat = number(value());
     else if (a == "--print-ir") o.printIr = value();
+    else if (a == "--token") o.token = value();
     else if (a == "--workers") {
       std::stringstream ss(value());
       std::string w;
@@ -177,19 +178,15 @@ int run(const Options& o, const char* argv0) {
   }
   auto t1 = Clock::now();
 
-  std::unique_ptr<Backend> backend;
-  if (o.backend == "inprocess") {
-    backend = makeInProcessBackend(o.worldSize);
-  } else if (o.backend == "cluster") {
-    ClusterConfig cfg;
-    cfg.worldSize = o.worldSize;
-    cfg.numProcesses = o.procs;
-    cfg.workerExecutable = workerExecutable(argv0);
-    cfg.workerAddresses = o.workers;
-    backend = makeClusterBackend(cfg);
-  } else {
-    throw std::runtime_error("unknown --backend '" + o.backend + "'");
-  }
+  ClusterConfig cfg;
+  cfg.worldSize = o.worldSize;
+  cfg.numProcesses = o.procs;
+  cfg.workerExecutable = workerExecutable(argv0);
+  cfg.workerAddresses = o.workers;
+  cfg.token = o.token;
+  if (!o.workers.empty() && o.token.empty())
+    if (const char* env = std::getenv("DTORCH_TOKEN")) cfg.token = env;
+  std::unique_ptr<Backend> backend = makeBackend(o.backend, cfg);
   auto t2 = Clock::now();
 
   Handle next = 1;

@@ -48,4 +48,7 @@ struct ClusterConfig {
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig& config);
 
+/// "cluster" or "inprocess" (the in-process one uses only config.worldSize).
+std::unique_ptr<Backend> makeBackend(const std::string& kind, const ClusterConfig& config);
+
 }  // namespace dtorch::client

@@ -10,6 +10,7 @@
 //    time the call throws RuntimeError naming the missing rank(s).
 #pragma once
 
+#include "dtorch/Layout.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <cstdint>
@@ -20,10 +21,13 @@ namespace dtorch::rt {
 
 using Group = std::vector<int64_t>;
 
-enum class ReduceOp { Sum, Avg, Max, Min };
+// The one reduction enum of the project (include/dtorch/Layout.h, MLIR-free),
+// with its names from dtorch::reduceOpName.
+using ReduceOp = ::dtorch::ReduceOp;
+using ::dtorch::reduceOpName;
 // "sum" "avg" "max" "min"; throws RuntimeError otherwise.
+// Throws RuntimeError on an unknown name.
 ReduceOp parseReduceOp(const std::string& name);
-const char* reduceOpName(ReduceOp op);
 
 class Communicator {
  public:
