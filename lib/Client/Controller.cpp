@@ -92,6 +92,10 @@ void Controller::submit(Segment segment) {
 
 void Controller::runSegment(const Segment& seg) {
   const Mesh& mesh = meshes_.at(seg.meshId);
+  for (Handle h : seg.args)
+    if (!live_.count(h))
+      throw DTorchError("internal error: a segment reads tensor " + std::to_string(h) +
+                        ", which is not on the workers");
   std::string text = segmentText(seg, mesh, "segment");
   auto it = cache_.find(text);
   if (it == cache_.end()) {
@@ -123,6 +127,8 @@ void Controller::runSegment(const Segment& seg) {
     }
     backend_->run(rank, c.programId, seg.args, seg.results);
   }
+  for (Handle h : seg.results) live_[h] = seg.meshId;
+  liveCount_ = live_.size();
 }
 
 void Controller::put(int meshId, Handle handle, rt::Tensor full, Placements placements) {
@@ -132,6 +138,8 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full, Placements plac
       std::vector<rt::Tensor> pieces = scatterPieces(full, mesh.shape, placements);
       for (size_t p = 0; p < pieces.size(); ++p)
         backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
+      live_[handle] = meshId;
+      liveCount_ = live_.size();
     });
   });
 }
@@ -141,6 +149,8 @@ void Controller::free(int meshId, Handle handle) {
     guarded([&] {
       const Mesh& mesh = meshes_.at(meshId);
       for (int64_t r : mesh.ranks) backend_->free(static_cast<int>(r), {handle});
+      live_.erase(handle);
+      liveCount_ = live_.size();
     });
   });
 }

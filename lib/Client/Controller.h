@@ -11,6 +11,7 @@
 
 #include "dtorch/Client/Session.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,6 +38,8 @@ class Controller {
   int worldSize() const { return backend_->worldSize(); }
   uint64_t messagesSent() const { return backend_->messagesSent(); }
   uint64_t roundTrips() const { return backend_->roundTrips(); }
+  /// Tensors that exist on the workers (as of the last handled request).
+  size_t liveTensors() const { return liveCount_; }
   void shutdown();
 
  private:
@@ -57,6 +60,8 @@ class Controller {
   std::unique_ptr<Backend> backend_;
   std::unordered_map<int, Mesh> meshes_;           // controller thread only
   std::unordered_map<std::string, Compiled> cache_;  // controller thread only
+  std::unordered_map<Handle, int> live_;             // handle -> mesh; controller thread only
+  std::atomic<size_t> liveCount_{0};
   uint64_t nextProgramId_ = 1;
   const Compiled* last_ = nullptr;
 

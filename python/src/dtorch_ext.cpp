@@ -189,6 +189,7 @@ NB_MODULE(_C, m) {
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });
+  m.def("live_tensors", [] { return session().liveTensors(); });
 
   using PList = std::vector<std::tuple<std::string, int64_t, std::string>>;
   m.def("full", [](std::vector<int64_t> shape, double v, wire::DType dt, int mesh, PList p, int view) {

@@ -463,7 +463,8 @@ void Cluster::Impl::ioMain() {
             exe, {"--connect", endpoint, "--token", token, "--ranks",
                   std::to_string(w.firstRank) + "-" + std::to_string(w.firstRank + w.numRanks - 1),
                   "--world-size", std::to_string(worldSize), "--controller-timeout-ms",
-                  std::to_string(controllerTimeout)});
+                  std::to_string(controllerTimeout), "--collective-timeout-ms",
+                  std::to_string(options.collectiveTimeout.count())});
       }
     } else {
       std::lock_guard<std::mutex> lock(mutex);

@@ -175,6 +175,8 @@ class Session {
 
   uint64_t messagesSent() const;
   uint64_t roundTrips() const;
+  /// Tensors the controller holds on the workers (after synchronize()).
+  size_t liveTensors() const;
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
 

@@ -244,6 +244,33 @@ TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
   EXPECT_EQ(valuesOf<int64_t>(cluster.fetch(1, 3).get()), (std::vector<int64_t>{2, 2}));
 }
 
+TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
+  ClusterOptions options = localOptions();
+  options.collectiveTimeout = Ms(300);
+  Cluster cluster(options);
+  // Rank 0 (process 1) waits for rank 2 (process 2), which never joins.
+  ProgramBuilder b(0);
+  int x = b.input(wire::F32, {3});
+  int y = b.buffer(wire::F32, {3});
+  auto& reduce = b.add("all_reduce", {x}, {y}, wire::COMM);
+  setInts(reduce, "group", {0, 2});
+  setString(reduce, "reduce", "sum");
+  b.output(y);
+  cluster.uploadProgram(0, 9, b.program());
+  cluster.put(0, 1, makeTensor<float>(wire::F32, {3}, {1, 2, 3}));
+  auto start = std::chrono::steady_clock::now();
+  cluster.run(0, 9, {1}, {2});
+  try {
+    cluster.fetch(0, 2).get();
+    ADD_FAILURE() << "expected a WorkerError";
+  } catch (const WorkerError& error) {
+    std::string what = error.what();
+    EXPECT_EQ(error.rank(), 0) << what;
+    EXPECT_NE(what.find("rank(s) 2"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(5000));
+}
+
 TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {
   std::vector<int64_t> pids;
   {

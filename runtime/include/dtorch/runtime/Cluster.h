@@ -52,6 +52,8 @@ struct ClusterOptions {
   std::chrono::milliseconds heartbeatInterval{500};
   /// A worker silent for this long is declared dead.
   std::chrono::milliseconds peerTimeout{5000};
+  /// Deadline of every blocking collective on the workers started here.
+  std::chrono::milliseconds collectiveTimeout{30000};
 };
 
 class Cluster {
