@@ -104,3 +104,18 @@ def test_bytecode_input(tmp_path):
     run([os.path.join(EXAMPLES, "mlp.mlir"), "--seed", "5", "--backend", "inprocess"], text_dir)
     run([bc, "--seed", "5", "--backend", "inprocess"], bc_dir)
     np.testing.assert_array_equal(np.load(text_dir / "out0.npy"), np.load(bc_dir / "out0.npy"))
+
+
+def test_save_graph_then_dtorch_run(dt, meshes, tmp_path):
+    from dtorch import Replicate, Shard
+    x = dt.randn(8, 4, device_mesh=meshes["2x2"], placements=[Shard(0), Replicate()])
+    w = dt.randn(4, 6, device_mesh=meshes["2x2"], placements=[Replicate(), Shard(1)])
+    path = dt.save_graph(lambda a, b: ((a @ b).relu() + 1.0).sum(0), (x, w),
+                         str(tmp_path / "g.mlir"))
+    text = open(path).read()
+    assert "func.func @main" in text and "dtensor.matmul" in text
+    xn, wn = x.numpy(), w.numpy()
+    run([path, "--world-size", "4", "--procs", "2", "--input", save(tmp_path, "x.npy", xn),
+         "--input", save(tmp_path, "w.npy", wn)], tmp_path)
+    want = (np.maximum(xn @ wn, 0) + 1).sum(0)
+    np.testing.assert_allclose(np.load(tmp_path / "out0.npy"), want, rtol=1e-5, atol=1e-5)
