@@ -39,7 +39,6 @@ struct Slot {
 };
 
 using SlotKey = std::pair<Group, uint64_t>;
-using MailboxKey = std::tuple<int64_t, int64_t, int64_t>;  // (sender, receiver, tag)
 
 }  // namespace
 
@@ -50,7 +49,7 @@ struct SharedMemoryHub::State {
   std::mutex mutex;
   std::condition_variable changed;
   std::map<SlotKey, std::shared_ptr<Slot>> slots;
-  std::map<MailboxKey, std::deque<Tensor>> mailboxes;
+  Mailboxes mailboxes;
 };
 
 namespace {
@@ -195,35 +194,12 @@ class ShmCommunicator final : public Communicator {
 
   void send(const Tensor& x, int64_t peer, int64_t tag) override {
     checkPeer(peer);
-    Tensor copy = x.clone();
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->mailboxes[MailboxKey(rank_, peer, tag)].push_back(std::move(copy));
-    state_->changed.notify_all();
+    state_->mailboxes.post(rank_, peer, tag, x);
   }
 
   void recv(Tensor& out, int64_t peer, int64_t tag) override {
     checkPeer(peer);
-    Tensor message;
-    {
-      std::unique_lock<std::mutex> lock(state_->mutex);
-      MailboxKey key(peer, rank_, tag);
-      auto ready = [&] {
-        auto it = state_->mailboxes.find(key);
-        return it != state_->mailboxes.end() && !it->second.empty();
-      };
-      if (!state_->changed.wait_until(lock, Clock::now() + state_->deadline, ready))
-        throw RuntimeError("recv on rank " + std::to_string(rank_) + " from rank " +
-                           std::to_string(peer) + " (tag " + std::to_string(tag) +
-                           "): timed out after " + std::to_string(state_->deadline.count()) +
-                           " ms waiting for rank(s) " + std::to_string(peer));
-      auto& queue = state_->mailboxes[key];
-      message = std::move(queue.front());
-      queue.pop_front();
-      if (queue.empty()) state_->mailboxes.erase(key);
-    }
-    requireShape(message, out.dtype(), out.shape(),
-                 "recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
-    if (out.nbytes()) std::memcpy(out.data(), message.data(), out.nbytes());
+    state_->mailboxes.take(peer, rank_, tag, state_->deadline, out);
   }
 
  private:

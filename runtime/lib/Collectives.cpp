@@ -1,6 +1,7 @@
 #include "dtorch/runtime/Collectives.h"
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace dtorch::rt {
@@ -8,6 +9,38 @@ namespace dtorch::rt {
 ReduceOp parseReduceOp(const std::string& name) {
   if (std::optional<ReduceOp> op = ::dtorch::parseReduceOp(name)) return *op;
   throw RuntimeError("unknown reduction '" + name + "' (expected sum, avg, max or min)");
+}
+
+void Mailboxes::post(int64_t from, int64_t to, int64_t tag, const Tensor& x) {
+  Tensor copy = x.clone();
+  std::lock_guard<std::mutex> lock(mutex_);
+  queues_[{from, to, tag}].push_back(std::move(copy));
+  arrived_.notify_all();
+}
+
+void Mailboxes::take(int64_t from, int64_t to, int64_t tag, std::chrono::milliseconds deadline,
+                     Tensor& out) {
+  std::string what = "recv on rank " + std::to_string(to) + " from rank " + std::to_string(from) +
+                     " (tag " + std::to_string(tag) + ")";
+  Tensor message;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto key = std::make_tuple(from, to, tag);
+    auto ready = [&] {
+      auto it = queues_.find(key);
+      return it != queues_.end() && !it->second.empty();
+    };
+    if (!arrived_.wait_for(lock, deadline, ready))
+      throw RuntimeError(what + ": timed out after " + std::to_string(deadline.count()) +
+                         " ms waiting for rank(s) " + std::to_string(from));
+    auto& queue = queues_[key];
+    message = std::move(queue.front());
+    queue.pop_front();
+    if (queue.empty()) queues_.erase(key);
+  }
+  if (message.dtype() != out.dtype() || message.shape() != out.shape())
+    throw RuntimeError(what + ": got " + message.describe() + ", expected " + out.describe());
+  if (out.nbytes()) std::memcpy(out.data(), message.data(), out.nbytes());
 }
 
 size_t groupIndexOf(const Group& group, int64_t rank) {

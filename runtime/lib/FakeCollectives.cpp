@@ -35,7 +35,6 @@ struct Rendezvous {
 };
 
 using RendezvousKey = std::pair<Group, uint64_t>;
-using MailboxKey = std::tuple<int64_t, int64_t, int64_t>;  // (sender, receiver, tag)
 
 std::string missingRanks(const Group& group, const std::map<int64_t, Contribution>& arrived) {
   std::string text;
@@ -86,7 +85,7 @@ struct FakeCollectiveHub::State {
   std::mutex mutex;
   std::condition_variable changed;
   std::map<RendezvousKey, std::shared_ptr<Rendezvous>> rendezvous;
-  std::map<MailboxKey, std::deque<Tensor>> mailboxes;
+  Mailboxes mailboxes;
 };
 
 namespace {
@@ -225,35 +224,12 @@ class FakeCommunicator final : public Communicator {
 
   void send(const Tensor& x, int64_t peer, int64_t tag) override {
     checkPeer(peer);
-    Tensor copy = x.clone();
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->mailboxes[MailboxKey(rank_, peer, tag)].push_back(std::move(copy));
-    state_->changed.notify_all();
+    state_->mailboxes.post(rank_, peer, tag, x);
   }
 
   void recv(Tensor& out, int64_t peer, int64_t tag) override {
     checkPeer(peer);
-    Tensor message;
-    {
-      std::unique_lock<std::mutex> lock(state_->mutex);
-      MailboxKey key(peer, rank_, tag);
-      auto ready = [&] {
-        auto it = state_->mailboxes.find(key);
-        return it != state_->mailboxes.end() && !it->second.empty();
-      };
-      if (!state_->changed.wait_until(lock, Clock::now() + state_->deadline, ready))
-        throw RuntimeError("recv on rank " + std::to_string(rank_) + " from rank " +
-                           std::to_string(peer) + " (tag " + std::to_string(tag) +
-                           "): timed out after " + std::to_string(state_->deadline.count()) +
-                           " ms waiting for rank(s) " + std::to_string(peer));
-      auto& queue = state_->mailboxes[key];
-      message = std::move(queue.front());
-      queue.pop_front();
-      if (queue.empty()) state_->mailboxes.erase(key);
-    }
-    requireShape(message, out.dtype(), out.shape(),
-                 "recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")");
-    if (out.nbytes()) std::memcpy(out.data(), message.data(), out.nbytes());
+    state_->mailboxes.take(peer, rank_, tag, state_->deadline, out);
   }
 
  private:

@@ -13,7 +13,13 @@
 #include "dtorch/Layout.h"
 #include "dtorch/runtime/Tensor.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -71,6 +77,22 @@ class Communicator {
 // Helpers shared by backends.
 // Index of `rank` in `group`; throws RuntimeError when absent or when the
 // group is empty or has duplicates.
+// Point-to-point messages between ranks of one process, matched by (sender,
+// receiver, tag) in issue order; shared by the in-process backends.
+class Mailboxes {
+ public:
+  // Copies `x`: the sender may reuse its buffer at once.
+  void post(int64_t from, int64_t to, int64_t tag, const Tensor& x);
+  // Waits for the next message or throws after `deadline`, naming `from`; the
+  // message is copied into `out`, whose dtype and shape it must have.
+  void take(int64_t from, int64_t to, int64_t tag, std::chrono::milliseconds deadline, Tensor& out);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<Tensor>> queues_;
+};
+
 size_t groupIndexOf(const Group& group, int64_t rank);
 std::string groupToString(const Group& group);
 // acc[i] = acc[i] (op) x[i] over `count` elements of dtype (Avg accumulates
