@@ -416,6 +416,25 @@ TYPED_TEST(AllKernels, Transpose) {
       {"repeats a dim"});
 }
 
+TYPED_TEST(AllKernels, BroadcastTo) {
+  using T = typename TypeParam::T;
+  std::vector<T> xs = iota<T>(3);
+  Tensor x = makeTensor<T>(TypeParam::dtype, {3, 1}, xs);
+  // [3, 1] -> [2, 3, 4]: a new leading dim and a repeated trailing one.
+  std::vector<T> got = valuesOf<T>(runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 3, 4}));
+  ASSERT_EQ(got.size(), 24u);
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(got[(a * 3 + b) * 4 + c], xs[b]);
+  Tensor row = makeTensor<T>(TypeParam::dtype, {4}, iota<T>(4));
+  std::vector<T> rows = valuesOf<T>(runKernel("broadcast_to", {row}, TypeParam::dtype, {2, 4}));
+  EXPECT_EQ(rows, (std::vector<T>{rows[0], rows[1], rows[2], rows[3], rows[0], rows[1], rows[2], rows[3]}));
+  EXPECT_EQ(std::vector<T>(rows.begin(), rows.begin() + 4), iota<T>(4));
+  EXPECT_EQ(runKernel("broadcast_to", {x}, TypeParam::dtype, {0, 3, 2}).numel(), 0);
+  expectRuntimeError([&] { runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 4}); },
+                     {"cannot broadcast"});
+}
+
 TYPED_TEST(AllKernels, Slice) {
   using T = typename TypeParam::T;
   std::vector<T> xs = iota<T>(12);
@@ -549,7 +568,8 @@ TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
   const std::vector<DType> floats = {F32, F64};
   const std::vector<DType> all = {F32, F64, I64, BOOL};
   const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>> table = {
-      {{"full", "constant", "copy", "reshape", "transpose", "slice", "maximum", "minimum", "max"},
+      {{"full", "constant", "copy", "reshape", "transpose", "slice", "broadcast_to", "maximum",
+        "minimum", "max"},
        all},
       {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg", "abs", "relu"}, numeric},
       {{"random", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "silu", "sin", "cos"},
