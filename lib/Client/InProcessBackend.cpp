@@ -55,7 +55,11 @@ class RankThread {
   rt::Executor exec_;
   std::unordered_map<Handle, rt::Tensor> buffers;
   std::unordered_map<Handle, std::string> poisoned;  // handle -> error
-  std::map<uint64_t, wire::Program> programs;
+  struct Uploaded {
+    wire::Program program;
+    std::string invalid;  // why validation refused it; empty when valid
+  };
+  std::map<uint64_t, Uploaded> programs;
 
  private:
   void loop() {
@@ -100,7 +104,16 @@ class InProcessBackend : public Backend {
 
   void uploadProgram(int rank, uint64_t id, const wire::Program& program) override {
     RankThread& t = at(rank);
-    t.post([&t, id, program] { t.programs[id] = program; });
+    t.post([&t, id, program] {
+      RankThread::Uploaded& u = t.programs[id];
+      u.program = program;
+      u.invalid.clear();
+      try {
+        t.exec_.validate(u.program);  // once per upload, not per run
+      } catch (const std::exception& e) {
+        u.invalid = e.what();
+      }
+    });
   }
 
   void run(int rank, uint64_t id, const std::vector<Handle>& inputs,
@@ -116,7 +129,9 @@ class InProcessBackend : public Backend {
         in.push_back(t.buffers.at(h));
       }
       try {
-        std::vector<rt::Tensor> out = t.exec_.run(t.programs.at(id), in);
+        const RankThread::Uploaded& u = t.programs.at(id);
+        if (!u.invalid.empty()) throw rt::RuntimeError(u.invalid);
+        std::vector<rt::Tensor> out = t.exec_.runValidated(u.program, in);
         for (size_t i = 0; i < outputs.size(); ++i) t.buffers[outputs[i]] = out[i];
       } catch (const std::exception& e) {
         std::string msg = "rank " + std::to_string(t.rank_) + ": " + e.what();

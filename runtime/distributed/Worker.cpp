@@ -129,7 +129,11 @@ struct Rank {
   // Owned by the rank thread.
   std::unordered_map<uint64_t, Tensor> tensors;
   std::unordered_map<uint64_t, std::string> poisoned;  // handle -> original error
-  std::unordered_map<uint64_t, wire::Program> programs;
+  struct Uploaded {
+    wire::Program program;
+    std::string invalid;  // why validation refused it; empty when valid
+  };
+  std::unordered_map<uint64_t, Uploaded> programs;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Executor> executor;
 };
@@ -346,7 +350,14 @@ void Worker::dispatch(wire::Envelope& envelope) {
       enqueue(rank, [this, shared, rank] {
         Rank& r = *ranks_[rank - options_.firstRank];
         auto* upload = shared->mutable_upload();
-        r.programs[upload->program_id()].Swap(upload->mutable_program());
+        Rank::Uploaded& u = r.programs[upload->program_id()];
+        u.program.Swap(upload->mutable_program());
+        u.invalid.clear();
+        try {
+          r.executor->validate(u.program);  // once per upload, not per run
+        } catch (const std::exception& e) {
+          u.invalid = e.what();
+        }
       });
       return;
     }
@@ -456,25 +467,28 @@ void Worker::runProgram(Rank& r, const wire::RunProgram& run) {
     }
     reportError(r.rank, programId, message);
   };
-  auto program = r.programs.find(programId);
-  if (program == r.programs.end())
+  auto uploaded = r.programs.find(programId);
+  if (uploaded == r.programs.end())
     return fail("rank " + std::to_string(r.rank) + ": unknown program id " + std::to_string(programId));
+  if (!uploaded->second.invalid.empty())
+    return fail("rank " + std::to_string(r.rank) + ": " + uploaded->second.invalid);
+  const wire::Program* program = &uploaded->second.program;
   std::vector<Tensor> inputs;
   for (uint64_t handle : run.inputs()) {
     auto poison = r.poisoned.find(handle);
     if (poison != r.poisoned.end()) return fail(poison->second);
     auto it = r.tensors.find(handle);
     if (it == r.tensors.end())
-      return fail("rank " + std::to_string(r.rank) + ": program '" + program->second.name() +
+      return fail("rank " + std::to_string(r.rank) + ": program '" + program->name() +
                   "' input tensor handle " + std::to_string(handle) + " is unknown");
     inputs.push_back(it->second);
   }
-  if (run.outputs_size() != program->second.outputs_size())
-    return fail("rank " + std::to_string(r.rank) + ": program '" + program->second.name() +
-                "' has " + std::to_string(program->second.outputs_size()) + " output(s), run names " +
+  if (run.outputs_size() != program->outputs_size())
+    return fail("rank " + std::to_string(r.rank) + ": program '" + program->name() +
+                "' has " + std::to_string(program->outputs_size()) + " output(s), run names " +
                 std::to_string(run.outputs_size()));
   try {
-    std::vector<Tensor> outputs = r.executor->run(program->second, inputs);
+    std::vector<Tensor> outputs = r.executor->runValidated(*program, inputs);
     for (int i = 0; i < run.outputs_size(); ++i) {
       r.tensors[run.outputs(i)] = outputs[i];
       r.poisoned.erase(run.outputs(i));

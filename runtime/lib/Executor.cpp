@@ -94,7 +94,16 @@ void runCollective(Communicator& comm, const Instruction& inst,
 Executor::Executor(Communicator* comm) : comm_(comm) {}
 
 std::vector<Tensor> Executor::run(const Program& program, const std::vector<Tensor>& inputs) {
+  validate(program);
+  return runValidated(program, inputs);
+}
+
+void Executor::validate(const Program& program) const {
   validateProgram(program, comm_ ? comm_->rank() : -1);
+}
+
+std::vector<Tensor> Executor::runValidated(const Program& program,
+                                           const std::vector<Tensor>& inputs) {
 
   const std::string prefix = "program '" + program.name() + "': ";
   if (inputs.size() != static_cast<size_t>(program.inputs_size()))

@@ -24,6 +24,13 @@ class Executor {
   std::vector<Tensor> run(const ::dtorch::wire::Program& program,
                           const std::vector<Tensor>& inputs);
 
+  // The two halves of run(), for callers that keep programs: validate once
+  // when a program arrives, then run it as often as asked without
+  // re-validating (the steady-state path of a training loop).
+  void validate(const ::dtorch::wire::Program& program) const;
+  std::vector<Tensor> runValidated(const ::dtorch::wire::Program& program,
+                                   const std::vector<Tensor>& inputs);
+
  private:
   Communicator* comm_;
 };
