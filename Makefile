@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/dtorch-ccache
 
-.PHONY: setup configure build test test-lit test-cpp test-python demo clean docs
+.PHONY: setup configure build test test-lit test-cpp test-python demo clean docs pip-check
 
 setup:
 	@bash scripts/setup.sh
@@ -50,3 +50,11 @@ docs: build
 
 clean:
 	rm -rf $(BUILD)
+
+# `pip install .` into a scratch virtual environment, then a smoke run.
+pip-check: setup
+	rm -rf $(BUILD)/pip-venv && $(PYTHON) -m venv $(BUILD)/pip-venv
+	$(BUILD)/pip-venv/bin/pip install -q .
+	cd / && $(CURDIR)/$(BUILD)/pip-venv/bin/python -c "import dtorch, numpy as np; \
+	  m = dtorch.init_device_mesh('cpu', (2,)); x = dtorch.ones(4, device_mesh=m); \
+	  assert (x + 1).numpy().tolist() == [2.0] * 4; print('pip install . works')"
