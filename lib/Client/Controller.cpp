@@ -77,7 +77,7 @@ void Controller::rethrowIfFailed() {
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    e = error_;
+    std::swap(e, error_);  // reported once; the session stays usable
   }
   if (e) std::rethrow_exception(e);
 }

@@ -275,8 +275,12 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
       auto it = fetches.find(requestId);
       if (it == fetches.end()) return;
       try {
-        if (!reply.ok())
+        if (!reply.ok()) {
+          // The user learns of the failure here; the same failure queued by
+          // the other ranks would only repeat it at the next synchronize.
+          errors.clear();
           throw WorkerError(errRank, errHost, errMessage);
+        }
         it->second.promise.set_value(tensorFromWire(reply.value()));
       } catch (...) {
         it->second.promise.set_exception(std::current_exception());
@@ -300,6 +304,7 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
       blameDeadPeer(rank, host, message);
       auto fetch = fetches.find(requestId);
       if (requestId && fetch != fetches.end()) {
+        errors.clear();  // reported now, as above
         fetch->second.promise.set_exception(
             std::make_exception_ptr(WorkerError(rank, host, message)));
         fetches.erase(fetch);

@@ -88,3 +88,13 @@ def test_error_classes():
     assert issubclass(dtorch.WorkerError, dtorch.DTorchError)
     assert issubclass(dtorch.CollectiveTimeout, dtorch.DTorchError)
     assert issubclass(dtorch.OutOfMemoryError, dtorch.DTorchError)
+
+
+def test_worker_side_error_is_reported_once_and_session_survives(dt, meshes):
+    a = dt.tensor(np.array([1, 2, 3, 4]), device_mesh=meshes["4"])
+    b = dt.tensor(np.array([1, 0, 3, 4]), device_mesh=meshes["4"])
+    with pytest.raises(dt.DTorchError, match="division by zero"):
+        (a / b).numpy()
+    dt.synchronize()  # nothing left to report
+    assert (a + b).numpy().tolist() == [2, 2, 6, 8]
+    still_works(dt, meshes)

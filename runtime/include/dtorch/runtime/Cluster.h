@@ -7,7 +7,9 @@
 //
 // Every call except fetch().get() and synchronize() returns without waiting
 // for a worker. Errors of asynchronous work (a failing kernel, a dead worker)
-// surface at the next fetch or synchronize as WorkerError.
+// surface at the next fetch or synchronize as WorkerError, once: a failed
+// fetch also clears the errors queued so far (other ranks' reports of the
+// same failure).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
