@@ -39,6 +39,13 @@ int64_t normalizeDim(int64_t d, int64_t rank, const char* op) {
 
 const char* dtypeName(wire::DType dt) { return rt::dtypeName(dt); }
 
+wire::DType promoteTypes(wire::DType a, wire::DType b) {
+  if (a == b) return a;
+  auto kind = [](wire::DType t) { return t == wire::BOOL ? 0 : isFloat(t) ? 2 : 1; };
+  if (kind(a) != kind(b)) return kind(a) > kind(b) ? a : b;
+  return rt::dtypeSize(a) >= rt::dtypeSize(b) ? a : b;
+}
+
 Shape broadcastShapes(const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);
@@ -270,9 +277,9 @@ static bool hasPartial(const Placements& ps) {
 Tensor Session::unary(const std::string& op, const Tensor& x) {
   const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 1);
   if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+  if (traits->floatOnly && !isFloat(x->meta().dtype))
+    return unary(op, cast(x, wire::F32));  // as torch: exp(int) is float32
   const TensorMeta& m = x->meta();
-  if (traits->floatOnly && !isFloat(m.dtype))
-    throw TypeError(op + ": needs a float tensor, got " + dtypeName(m.dtype));
   Placements result = m.placements;
   if (hasPartial(result))
     result = inferPlacements(rules::elementwise(m.shape, 1, *traits), {x}, m.shape,
@@ -284,9 +291,11 @@ Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0
   const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
   if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
   checkSameMesh(a0, b0, op.c_str());
-  if (a0->meta().dtype != b0->meta().dtype)
-    throw TypeError(op + ": dtypes " + dtypeName(a0->meta().dtype) + " and " +
-                    dtypeName(b0->meta().dtype) + " differ");
+  // torch's type promotion; true division of integers gives float32.
+  wire::DType dtype = promoteTypes(a0->meta().dtype, b0->meta().dtype);
+  if (op == "div" && !isFloat(dtype)) dtype = wire::F32;
+  if (a0->meta().dtype != dtype || b0->meta().dtype != dtype)
+    return binary(op, cast(a0, dtype), cast(b0, dtype));
   Shape shape;
   try {
     shape = broadcastShapes(a0->meta().shape, b0->meta().shape);
@@ -307,10 +316,13 @@ Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0
   return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
 }
 
-Tensor Session::binaryScalar(const std::string& op, const Tensor& a, double value,
-                             bool scalarFirst) {
+Tensor Session::binaryScalar(const std::string& op, const Tensor& a0, double value,
+                             bool scalarFirst, bool scalarIsFloat) {
   const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
   if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+  wire::DType dtype = a0->meta().dtype;
+  if ((scalarIsFloat || op == "div") && !isFloat(dtype)) dtype = wire::F32;
+  Tensor a = cast(a0, dtype);
   const TensorMeta& m = a->meta();
   ScalarOperand scalar;
   scalar.index = scalarFirst ? 0 : 1;
@@ -327,6 +339,21 @@ Tensor Session::binaryScalar(const std::string& op, const Tensor& a, double valu
   }
   return addNode(op, {a}, {}, {m.shape, m.dtype, m.meshId, std::move(result)},
                  std::move(scalar));
+}
+
+Tensor Session::cast(const Tensor& x, wire::DType dtype) {
+  const TensorMeta& m = x->meta();
+  if (m.dtype == dtype) return x;
+  if (dtype != wire::F32 && dtype != wire::F64 && dtype != wire::I64 && dtype != wire::BOOL)
+    throw TypeError(std::string("cannot convert to ") + dtypeName(dtype) +
+                    " (supported: float32, float64, int64, bool)");
+  if (m.dtype != wire::F32 && m.dtype != wire::F64 && m.dtype != wire::I64 && m.dtype != wire::BOOL)
+    throw TypeError(std::string("cannot convert from ") + dtypeName(m.dtype));
+  Placements result = m.placements;
+  if (hasPartial(result))
+    result = inferPlacements(rules::elementwise(m.shape, 1, *rules::elementwiseTraits("cast", 1)),
+                             {x}, m.shape, mesh(m.meshId), m.dtype);
+  return addNode("cast", {x}, {}, {m.shape, dtype, m.meshId, std::move(result)});
 }
 
 Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
@@ -346,10 +373,12 @@ Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
 
 Tensor Session::matmul(const Tensor& a, const Tensor& b) {
   checkSameMesh(a, b, "matmul");
+  if (a->meta().dtype != b->meta().dtype) {
+    wire::DType dtype = promoteTypes(a->meta().dtype, b->meta().dtype);
+    return matmul(cast(a, dtype), cast(b, dtype));
+  }
   const TensorMeta &ma = a->meta(), &mb = b->meta();
-  if (ma.dtype != mb.dtype)
-    throw TypeError(std::string("matmul: dtypes ") + dtypeName(ma.dtype) + " and " +
-                    dtypeName(mb.dtype) + " differ");
+  if (ma.dtype == wire::BOOL) throw TypeError("matmul: not defined for bool tensors");
   size_t ra = ma.shape.size(), rb = mb.shape.size();
   if (ra == 2 && rb == 2) {
     if (ma.shape[1] != mb.shape[0])

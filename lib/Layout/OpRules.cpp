@@ -38,6 +38,8 @@ const ElementwiseTraits *elementwiseTraits(std::string_view op, size_t arity) {
       {"sigmoid", {{}, {}, true}},  {"gelu", {{}, {}, true}},
       {"silu", {{}, {}, true}},     {"sin", {{}, {}, true}},
       {"cos", {{}, {}, true}},
+      // Element type conversion is monotone: max/min commute with it.
+      {"cast", {{ReduceOp::Max, ReduceOp::Min}, {}}},
   };
   const auto &table = arity == 2 ? binary : unary;
   auto it = table.find(op);

@@ -207,6 +207,18 @@ def _matmul(self, other):
     return _C.matmul(self, other)
 
 
+def _to(self, *args, dtype=None, **kwargs):
+    """x.to(dtype), x.to("cpu"), x.to(other_tensor): dtype conversion only."""
+    for a in args:
+        if isinstance(a, _C.dtype):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype = a.dtype
+        elif isinstance(a, str) and a != "cpu":
+            raise ValueError(f"to({a!r}): dtorch tensors stay on their mesh's devices")
+    return self if dtype is None else _C.cast(self, dtype)
+
+
 def _clamp(self, min=None, max=None):
     out = self
     if min is not None:
@@ -257,6 +269,11 @@ def _install():
     T.mm = _matmul
     T.bmm = _matmul
     T.clamp = _clamp
+    T.to = _to
+    T.float = lambda self: _C.cast(self, _C.dtype.float32)
+    T.double = lambda self: _C.cast(self, _C.dtype.float64)
+    T.long = lambda self: _C.cast(self, _C.dtype.int64)
+    T.bool = lambda self: _C.cast(self, _C.dtype.bool)
     T.__array_priority__ = 1000  # numpy scalars defer to our reflected operators
 
 

@@ -111,7 +111,8 @@ Tensor binaryAny(const char* op, const Tensor& a, nb::handle b, bool reflected) 
     return reflected ? session().binary(op, tb, a) : session().binary(op, a, tb);
   }
   if (PyFloat_Check(b.ptr()) || PyLong_Check(b.ptr()) || PyBool_Check(b.ptr()))
-    return session().binaryScalar(op, a, nb::cast<double>(b), reflected);
+    return session().binaryScalar(op, a, nb::cast<double>(b), reflected,
+                                  PyFloat_Check(b.ptr()) != 0);
   throw TypeError(std::string(op) + ": unsupported operand type " +
                   nb::cast<std::string>(nb::str(b.type())));
 }
@@ -213,6 +214,7 @@ NB_MODULE(_C, m) {
     return binaryAny(op.c_str(), a, b, reflected);
   });
   m.def("matmul", [](const Tensor& a, const Tensor& b) { return session().matmul(a, b); });
+  m.def("cast", [](const Tensor& x, wire::DType dt) { return session().cast(x, dt); });
   m.def("reduce", [](const std::string& op, const Tensor& x, std::vector<int64_t> dims,
                      bool keepdim) { return session().reduce(op, x, std::move(dims), keepdim); });
   m.def("reshape", [](const Tensor& x, std::vector<int64_t> shape) {

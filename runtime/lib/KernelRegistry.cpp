@@ -14,6 +14,7 @@ KernelRegistry& KernelRegistry::global() {
     registerReductionKernels(*created);
     registerLinalgKernels(*created);
     registerLayoutKernels(*created);
+    registerCastKernels(*created);
     return created;
   }();
   return *registry;

@@ -59,10 +59,8 @@ def test_bad_dims_and_types(dt, meshes):
         x.sum(2)
     with pytest.raises(ValueError, match="more than once"):
         x.sum((0, 0))
-    with pytest.raises(TypeError, match="differ"):
-        x + dt.ones(4, 4, device_mesh=meshes["4"], dtype=dt.int64)
-    with pytest.raises(TypeError, match="float"):
-        dt.ones(4, device_mesh=meshes["4"], dtype=dt.int64).exp()
+    with pytest.raises(TypeError, match="cannot convert"):
+        x.to(dt.int32)
     with pytest.raises(TypeError):
         x + "a"
     with pytest.raises(TypeError, match="sizes must be ints"):
@@ -92,9 +90,9 @@ def test_error_classes():
 
 def test_worker_side_error_is_reported_once_and_session_survives(dt, meshes):
     a = dt.tensor(np.array([1, 2, 3, 4]), device_mesh=meshes["4"])
-    b = dt.tensor(np.array([1, 0, 3, 4]), device_mesh=meshes["4"])
-    with pytest.raises(dt.DTorchError, match="division by zero"):
-        (a / b).numpy()
+    b = dt.tensor(np.array([1, -1, 3, 4]), device_mesh=meshes["4"])
+    with pytest.raises(dt.DTorchError, match="negative exponent"):
+        (a ** b).numpy()  # int64 power with a negative exponent fails on the worker
     dt.synchronize()  # nothing left to report
-    assert (a + b).numpy().tolist() == [2, 2, 6, 8]
+    assert (a + b).numpy().tolist() == [2, 1, 6, 8]
     still_works(dt, meshes)

@@ -227,3 +227,42 @@ def test_redistribute_all_pairs(dt, meshes):
                 y = x.redistribute(m, dst)
                 assert list(y.placements) == dst
                 assert_close(y.numpy(), a)
+
+
+def test_casts_and_type_promotion(dt, meshes):
+    m = meshes["2x2"]
+    fa = np.array([[-2.7, -0.5], [1.9, 3.0]], dtype=np.float32)
+    ia = np.array([[1, 2], [3, 4]], dtype=np.int64)
+    f = dt.tensor(fa, device_mesh=m, placements=[Shard(0), Shard(1)])
+    i = dt.tensor(ia, device_mesh=m, placements=[Replicate(), Shard(0)])
+    assert f.long().dtype == dt.int64
+    assert f.long().tolist() == [[-2, 0], [1, 3]]          # truncation toward zero
+    assert f.bool().tolist() == [[True, True], [True, True]]
+    assert f.to(dt.float64).dtype == dt.float64
+    assert f.to(i).dtype == dt.int64
+    assert i.float().dtype == dt.float32
+    # Promotion as torch: int op float -> float; int / int -> float32.
+    assert (i + f).dtype == dt.float32
+    assert_close((i + f).numpy(), ia + fa)
+    assert (i / i).dtype == dt.float32
+    assert_close((i / dt.tensor(np.array([[2, 4], [5, 8]]), device_mesh=m)).numpy(),
+                 ia / np.array([[2, 4], [5, 8]]))
+    assert (i * 2).dtype == dt.int64 and (i * 2).tolist() == [[2, 4], [6, 8]]
+    assert (i * 2.5).dtype == dt.float32
+    assert_close((i * 2.5).numpy(), ia * 2.5)
+    assert i.exp().dtype == dt.float32
+    assert_close(i.exp().numpy(), np.exp(ia), tol=1e-4)
+    d = f.double()
+    assert (d + f).dtype == dt.float64
+    assert ((i @ i).tolist() == (ia @ ia).tolist())
+
+
+def test_cast_of_partial_values(dt, meshes):
+    a, b = data((8, 6), 30), data((6, 4), 31)
+    x = dt.tensor(a, device_mesh=meshes["4"], placements=[Shard(1)])
+    w = dt.tensor(b, device_mesh=meshes["4"], placements=[Shard(0)])
+    p = x @ w  # P(sum): a cast needs the value first
+    assert_close(p.double().numpy(), (a @ b).astype(np.float64), tol=1e-4)
+    mx = x.amax(1)  # P(max) passes through the monotone cast
+    assert mx.double().placements == (Partial("max"),)
+    assert_close(mx.double().numpy(), a.max(1))

@@ -149,6 +149,21 @@ UNARY_OP(SinOp)
 UNARY_OP(CosOp)
 #undef UNARY_OP
 
+LogicalResult CastOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  if (getInput().getType().getShape() != getResult().getType().getShape())
+    return emitOpError("operand shape [")
+           << getInput().getType().getShape() << "] does not match result shape ["
+           << getResult().getType().getShape() << "]";
+  return success();
+}
+
+ShardingRule CastOp::getShardingRule() {
+  return rules::elementwise(toVec(getResult().getType().getShape()), 1,
+                            *rules::elementwiseTraits("cast", 1));
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra
 //===----------------------------------------------------------------------===//

@@ -116,6 +116,22 @@ def DTensor_SiluOp : DTensor_UnaryOp<"silu", "SiLU (x * sigmoid(x))">;
 def DTensor_SinOp : DTensor_UnaryOp<"sin", "sine">;
 def DTensor_CosOp : DTensor_UnaryOp<"cos", "cosine">;
 
+def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
+  let summary = "Element type conversion (torch's rules)";
+  let description = [{
+    Floats truncate toward zero into integers; any value becomes `i1` as
+    `!= 0`. The shape and placements may not change the values' layout:
+    partial max/min pass through (the conversion is monotone), partial sums
+    do not (rounding does not commute with addition).
+
+    ```mlir
+    %1 = dtensor.cast %0 : (!dtensor.tensor<4x4xi64, #mesh, [S(0)]>) -> !dtensor.tensor<4x4xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra
 //===----------------------------------------------------------------------===//

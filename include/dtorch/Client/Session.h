@@ -151,7 +151,11 @@ class Session {
   // ---- ops -----------------------------------------------------------------
   Tensor unary(const std::string& op, const Tensor& x);
   Tensor binary(const std::string& op, const Tensor& a, const Tensor& b);
-  Tensor binaryScalar(const std::string& op, const Tensor& a, double scalar, bool scalarFirst);
+  /// `scalarIsFloat`: a Python float (promotes an integer tensor to float32).
+  Tensor binaryScalar(const std::string& op, const Tensor& a, double scalar, bool scalarFirst,
+                      bool scalarIsFloat = true);
+  /// Element type conversion; the same tensor when the dtype already matches.
+  Tensor cast(const Tensor& x, wire::DType dtype);
   Tensor matmul(const Tensor& a, const Tensor& b);
   Tensor reduce(const std::string& op, const Tensor& x, std::vector<int64_t> dims, bool keepdim);
   Tensor reshape(const Tensor& x, Shape shape);
@@ -207,6 +211,9 @@ class Session {
 
 /// Global shape inference helpers, exposed for tests.
 Shape broadcastShapes(const Shape& a, const Shape& b);
+/// torch's type promotion of two tensor dtypes (bool < integers < floats,
+/// the wider within a kind).
+wire::DType promoteTypes(wire::DType a, wire::DType b);
 const char* dtypeName(wire::DType dtype);
 
 }  // namespace dtorch::client

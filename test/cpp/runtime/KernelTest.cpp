@@ -563,13 +563,28 @@ TYPED_TEST(FloatKernels, RandomIsPlacementIndependent) {
                      {"dist must be"});
 }
 
+TEST(CastKernel, FollowsTorchConversions) {
+  Tensor f = makeTensor<double>(F64, {5}, {-2.7, -0.5, 0.0, 1.9, 3.0});
+  EXPECT_EQ(valuesOf<int64_t>(runKernel("cast", {f}, I64, {5})),
+            (std::vector<int64_t>{-2, 0, 0, 1, 3}));
+  std::vector<float> single = valuesOf<float>(runKernel("cast", {f}, F32, {5}));
+  EXPECT_FLOAT_EQ(single[0], -2.7f);
+  std::vector<bool> truth = valuesOf<bool>(runKernel("cast", {f}, BOOL, {5}));
+  EXPECT_EQ(truth, (std::vector<bool>{true, true, false, true, true}));
+  Tensor b = makeTensor<bool>(BOOL, {2}, {true, false});
+  EXPECT_EQ(valuesOf<double>(runKernel("cast", {b}, F64, {2})), (std::vector<double>{1.0, 0.0}));
+  Tensor i = makeTensor<int64_t>(I64, {2}, {7, -3});
+  EXPECT_EQ(valuesOf<double>(runKernel("cast", {i}, F64, {2})), (std::vector<double>{7.0, -3.0}));
+  expectRuntimeError([&] { runKernel("cast", {i}, F64, {3}); }, {"differ in shape"});
+}
+
 TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
   const std::vector<DType> numeric = {F32, F64, I64};
   const std::vector<DType> floats = {F32, F64};
   const std::vector<DType> all = {F32, F64, I64, BOOL};
   const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>> table = {
-      {{"full", "constant", "copy", "reshape", "transpose", "slice", "broadcast_to", "maximum",
-        "minimum", "max"},
+      {{"full", "constant", "copy", "reshape", "transpose", "slice", "broadcast_to", "cast",
+        "maximum", "minimum", "max"},
        all},
       {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg", "abs", "relu"}, numeric},
       {{"random", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "silu", "sin", "cos"},

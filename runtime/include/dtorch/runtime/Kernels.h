@@ -80,6 +80,7 @@ void registerElementwiseKernels(KernelRegistry& registry);
 void registerReductionKernels(KernelRegistry& registry);
 void registerLinalgKernels(KernelRegistry& registry);
 void registerLayoutKernels(KernelRegistry& registry);
+void registerCastKernels(KernelRegistry& registry);
 
 // Check helpers for kernel implementations (throw RuntimeError).
 void requireSameDescs(const TensorDesc& a, const TensorDesc& b, const char* what);

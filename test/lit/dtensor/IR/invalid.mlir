@@ -279,3 +279,12 @@ func.func @broadcast_rank(%a: !dtensor.tensor<3x4xf32, #m, [R]>) {
   %0 = dtensor.broadcast_to %a : (!dtensor.tensor<3x4xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @cast_shape(%a: !dtensor.tensor<3x4xi64, #m, [R]>) {
+  // expected-error @+1 {{operand shape [3, 4] does not match result shape [4, 3]}}
+  %0 = dtensor.cast %a : (!dtensor.tensor<3x4xi64, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
+  return
+}

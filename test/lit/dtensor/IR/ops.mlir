@@ -60,6 +60,8 @@ func.func @elementwise(%a: !dtensor.tensor<7x5xf32, #m2, [S(0), R]>, %b: !dtenso
   %18 = dtensor.sin %a : (!dtensor.tensor<7x5xf32, #m2, [S(0), R]>) -> !dtensor.tensor<7x5xf32, #m2, [S(0), R]>
   // CHECK: dtensor.cos
   %19 = dtensor.cos %a : (!dtensor.tensor<7x5xf32, #m2, [S(0), R]>) -> !dtensor.tensor<7x5xf32, #m2, [S(0), R]>
+  // CHECK: dtensor.cast %{{.*}} : (!dtensor.tensor<7x5xf32, #[[M2]], [S(0), R]>) -> !dtensor.tensor<7x5xi64, #[[M2]], [S(0), R]>
+  %20 = dtensor.cast %a : (!dtensor.tensor<7x5xf32, #m2, [S(0), R]>) -> !dtensor.tensor<7x5xi64, #m2, [S(0), R]>
   return
 }
 

@@ -45,5 +45,7 @@ func.func @rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %b: !dtensor.tensor<6x8x
   %18 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<6x4xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: ([j, k]) -> ([i, j, k]) reduction={} joint={sum, avg, max, min} linear={}}}
   %19 = dtensor.broadcast_to %b : (!dtensor.tensor<6x8xf32, #m, [R]>) -> !dtensor.tensor<5x6x8xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={max, min} linear={}}}
+  %20 = dtensor.cast %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi64, #m, [R]>
   return
 }
