@@ -188,6 +188,7 @@ class Worker {
   }
   void onFrames(std::vector<zmq::message_t>& frames);
   void onAuthenticated(const std::string& peer);
+  void sendHello(const std::string& peer);
   void dispatch(wire::Envelope& envelope);
   void startGloo();
 
@@ -268,21 +269,23 @@ void Worker::startGloo() {
   }
 }
 
+void Worker::sendHello(const std::string& peer) {
+  wire::Envelope envelope;
+  envelope.set_protocol_version(wire::PROTOCOL_VERSION);
+  auto* hello = envelope.mutable_hello();
+  *hello = makeHello(wire::ROLE_WORKER, options_.token);
+  hello->set_first_rank(options_.firstRank);
+  hello->set_num_ranks(options_.numRanks);
+  hello->set_world_size(options_.worldSize);
+  sendFrames(peer, encodeEnvelope(envelope));
+  helloSent_ = true;
+}
+
 void Worker::onAuthenticated(const std::string& peer) {
   authenticated_ = true;
   controller_ = peer;
   lastHeard_ = Clock::now();
-  if (!helloSent_) {
-    wire::Envelope envelope;
-    envelope.set_protocol_version(wire::PROTOCOL_VERSION);
-    auto* hello = envelope.mutable_hello();
-    *hello = makeHello(wire::ROLE_WORKER, options_.token);
-    hello->set_first_rank(options_.firstRank);
-    hello->set_num_ranks(options_.numRanks);
-    hello->set_world_size(options_.worldSize);
-    sendFrames(peer, encodeEnvelope(envelope));
-    helloSent_ = true;
-  }
+  if (!helloSent_) sendHello(peer);
   startGloo();
 }
 
@@ -551,15 +554,7 @@ int Worker::run() {
     std::fflush(stdout);
   } else {
     socket_->connect(options_.connect);
-    wire::Envelope envelope;
-    envelope.set_protocol_version(wire::PROTOCOL_VERSION);
-    auto* hello = envelope.mutable_hello();
-    *hello = makeHello(wire::ROLE_WORKER, options_.token);
-    hello->set_first_rank(options_.firstRank);
-    hello->set_num_ranks(options_.numRanks);
-    hello->set_world_size(options_.worldSize);
-    sendFrames("", encodeEnvelope(envelope));
-    helloSent_ = true;
+    sendHello("");
   }
   for (auto& rank : ranks_) {
     Rank* r = rank.get();
