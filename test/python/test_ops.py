@@ -9,12 +9,14 @@ from conftest import assert_close
 from dtorch import Partial, Replicate, Shard
 
 R, S0, S1 = Replicate(), Shard(0), Shard(1)
+PS, PM = Partial("sum"), Partial("max")
 
-# Placements per mesh, for a 2-D tensor.
+# Placements per mesh, for a 2-D tensor; the partial ones make every op
+# meet partial inputs too.
 LAYOUTS = {
-    "1": [[R], [S0], [S1]],
-    "4": [[R], [S0], [S1]],
-    "2x2": [[R, R], [S0, R], [R, S1], [S0, S1], [S1, S0], [S0, S0]],
+    "1": [[R], [S0], [S1], [PS]],
+    "4": [[R], [S0], [S1], [PS], [PM]],
+    "2x2": [[R, R], [S0, R], [R, S1], [S0, S1], [S1, S0], [S0, S0], [S0, PS], [PM, S1]],
 }
 
 SHAPE = (7, 5)  # uneven on every mesh
@@ -217,14 +219,14 @@ def test_submesh_mixes_with_parent(dt, meshes):
 
 def test_redistribute_all_pairs(dt, meshes):
     a = data(SHAPE, 20)
-    opts = [R, S0, S1, Partial("sum"), Partial("max")]
+    opts = [R, S0, S1, Partial("sum"), Partial("avg"), Partial("max"), Partial("min")]
     for mesh in ("4", "2x2"):
         m = meshes[mesh]
         layouts = [list(p) for p in itertools.product(opts, repeat=m.ndim)]
         for src in layouts:
             x = dt.tensor(a, device_mesh=m, placements=src)
-            for dst in layouts:
-                y = x.redistribute(m, dst)
+            ys = [x.redistribute(m, dst) for dst in layouts]  # one segment per source
+            for dst, y in zip(layouts, ys):
                 assert list(y.placements) == dst
                 assert_close(y.numpy(), a)
 
