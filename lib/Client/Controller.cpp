@@ -23,6 +23,18 @@ void remapRanks(wire::Program& program, const Mesh& mesh) {
   }
 }
 
+/// The program with this run's seeds: random kernels were compiled with their
+/// slot number as seed.
+wire::Program withSeeds(const wire::Program& compiled, const std::vector<int64_t>& seeds) {
+  wire::Program program = compiled;
+  for (wire::Instruction& inst : *program.mutable_instructions()) {
+    if (inst.op() != "random") continue;
+    wire::Attr& seed = (*inst.mutable_attrs())["seed"];
+    seed.set_i(seeds.at(static_cast<size_t>(seed.i())));
+  }
+  return program;
+}
+
 }  // namespace
 
 Controller::Controller(std::unique_ptr<Backend> backend)
@@ -96,9 +108,11 @@ void Controller::runSegment(const Segment& seg) {
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " + std::to_string(h) +
                         ", which is not on the workers");
-  std::string text = segmentText(seg, mesh, "segment");
+  std::vector<int64_t> seeds;
+  std::string text = segmentText(seg, mesh, "segment", &seeds);
   auto it = cache_.find(text);
   if (it == cache_.end()) {
+    ++compiles_;
     CompileOptions options;
     options.recordStages = true;
     CompileResult result = compileModule(text, "segment.mlir", options);
@@ -119,10 +133,18 @@ void Controller::runSegment(const Segment& seg) {
     std::lock_guard<std::mutex> lock(stagesMutex_);
     lastStages_ = c.stages;
   }
+  if (seeds != c.seeds) {
+    // Fresh random numbers: same compiled program, new seeds, uploaded again
+    // under the same id (a worker runs its queue in order, so earlier runs
+    // keep the seeds they were sent with).
+    c.seeds = seeds;
+    c.uploaded.assign(c.programs.size(), false);
+  }
   for (size_t p = 0; p < c.programs.size(); ++p) {
     int rank = static_cast<int>(mesh.ranks[p]);
     if (!c.uploaded[p]) {
-      backend_->uploadProgram(rank, c.programId, c.programs[p]);
+      backend_->uploadProgram(rank, c.programId,
+                              seeds.empty() ? c.programs[p] : withSeeds(c.programs[p], seeds));
       c.uploaded[p] = true;
     }
     backend_->run(rank, c.programId, seg.args, seg.results);

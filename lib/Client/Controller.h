@@ -40,6 +40,8 @@ class Controller {
   uint64_t roundTrips() const { return backend_->roundTrips(); }
   /// Tensors that exist on the workers (as of the last handled request).
   size_t liveTensors() const { return liveCount_; }
+  /// Segments compiled so far (program cache misses).
+  size_t compiles() const { return compiles_; }
   void shutdown();
 
  private:
@@ -47,6 +49,7 @@ class Controller {
     uint64_t programId;
     std::vector<wire::Program> programs;  // by mesh position, global ranks
     std::vector<bool> uploaded;
+    std::vector<int64_t> seeds;  // the random seeds the uploaded programs carry
     std::vector<std::pair<std::string, std::string>> stages;
   };
 
@@ -62,6 +65,7 @@ class Controller {
   std::unordered_map<std::string, Compiled> cache_;  // controller thread only
   std::unordered_map<Handle, int> live_;             // handle -> mesh; controller thread only
   std::atomic<size_t> liveCount_{0};
+  std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
   const Compiled* last_ = nullptr;
 

@@ -54,7 +54,8 @@ std::string typeText(const TensorMeta& meta, const Mesh& mesh) {
   return s;
 }
 
-std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string& name) {
+std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string& name,
+                        std::vector<int64_t>* seeds) {
   std::unordered_map<Handle, std::string> names;
   std::unordered_map<Handle, std::string> types;
   std::ostringstream os;
@@ -89,7 +90,12 @@ std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string&
     if (n.op == "full") {
       os << " " << floatText(findAttr(n.attrs, "value")->f) << " : " << ty;
     } else if (n.op == "random") {
-      os << " seed = " << findAttr(n.attrs, "seed")->i << " distribution = \""
+      int64_t seed = findAttr(n.attrs, "seed")->i;
+      if (seeds) {
+        seeds->push_back(seed);
+        seed = static_cast<int64_t>(seeds->size()) - 1;  // the slot
+      }
+      os << " seed = " << seed << " distribution = \""
          << findAttr(n.attrs, "distribution")->s << "\" : " << ty;
     } else {
       for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : " ") << names.at(n.inputs[i]);

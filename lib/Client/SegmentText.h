@@ -12,7 +12,11 @@ std::string typeText(const TensorMeta& meta, const Mesh& mesh);
 
 /// A function `@name` whose arguments are the segment's args and whose
 /// results are its results. Values are numbered locally, so the same step
-/// gives the same text (the structural cache key).
-std::string segmentText(const Segment& segment, const Mesh& mesh, const std::string& name);
+/// gives the same text (the structural cache key). With `seeds`, random ops
+/// get their slot number (0, 1, ... in segment order) as seed and the real
+/// seeds are appended to `seeds`, so steps that draw fresh random numbers
+/// still share one text; without it, the real seeds are written.
+std::string segmentText(const Segment& segment, const Mesh& mesh, const std::string& name,
+                        std::vector<int64_t>* seeds = nullptr);
 
 }  // namespace dtorch::client

@@ -567,5 +567,6 @@ std::string Session::graphText(const std::vector<Tensor>& inputs,
 uint64_t Session::messagesSent() const { return controller_->messagesSent(); }
 uint64_t Session::roundTrips() const { return controller_->roundTrips(); }
 size_t Session::liveTensors() const { return controller_->liveTensors(); }
+size_t Session::compiles() const { return controller_->compiles(); }
 
 }  // namespace dtorch::client

@@ -191,6 +191,7 @@ NB_MODULE(_C, m) {
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });
   m.def("live_tensors", [] { return session().liveTensors(); });
+  m.def("compile_count", [] { return session().compiles(); });
 
   using PList = std::vector<std::tuple<std::string, int64_t, std::string>>;
   m.def("full", [](std::vector<int64_t> shape, double v, wire::DType dt, int mesh, PList p, int view) {

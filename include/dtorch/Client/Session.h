@@ -181,6 +181,8 @@ class Session {
   uint64_t roundTrips() const;
   /// Tensors the controller holds on the workers (after synchronize()).
   size_t liveTensors() const;
+  /// Segments compiled so far (cache misses of the controller).
+  size_t compiles() const;
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
 
