@@ -14,9 +14,18 @@ class WorkerError(DTorchError):
         self.host = host
 
 
-class CollectiveTimeout(DTorchError):
-    """A collective did not complete before its deadline."""
+class CollectiveTimeout(WorkerError):
+    """A collective did not complete before its deadline (a peer never came)."""
 
 
-class OutOfMemoryError(DTorchError):
+class OutOfMemoryError(WorkerError):
     """A worker could not allocate a buffer."""
+
+
+def worker_error_class(message):
+    """The most specific class for a worker's error message."""
+    if "out of memory" in message:
+        return OutOfMemoryError
+    if "waiting for rank(s)" in message or "timed out" in message:
+        return CollectiveTimeout
+    return WorkerError

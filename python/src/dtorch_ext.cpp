@@ -140,7 +140,7 @@ NB_MODULE(_C, m) {
     } catch (const TypeError& e) {
       PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const rt::WorkerError& e) {
-      nb::object cls = nb::module_::import_("dtorch.errors").attr("WorkerError");
+      nb::object cls = nb::module_::import_("dtorch.errors").attr("worker_error_class")(e.what());
       nb::object exc = cls(e.what(), e.rank(), e.host());
       PyErr_SetObject(cls.ptr(), exc.ptr());
     } catch (const std::exception& e) {

@@ -84,6 +84,10 @@ def test_mesh_errors(dt, meshes):
 
 def test_error_classes():
     assert issubclass(dtorch.WorkerError, dtorch.DTorchError)
+    assert dtorch.errors.worker_error_class("x: out of memory allocating") is dtorch.OutOfMemoryError
+    assert dtorch.errors.worker_error_class(
+        "all_reduce: failed after waiting for rank(s) 2") is dtorch.CollectiveTimeout
+    assert dtorch.errors.worker_error_class("division by zero") is dtorch.WorkerError
     assert issubclass(dtorch.CollectiveTimeout, dtorch.DTorchError)
     assert issubclass(dtorch.OutOfMemoryError, dtorch.DTorchError)
 
@@ -95,4 +99,12 @@ def test_worker_side_error_is_reported_once_and_session_survives(dt, meshes):
         (a ** b).numpy()  # int64 power with a negative exponent fails on the worker
     dt.synchronize()  # nothing left to report
     assert (a + b).numpy().tolist() == [2, 1, 6, 8]
+    still_works(dt, meshes)
+
+
+def test_out_of_memory_on_a_worker(dt, meshes):
+    x = dt.zeros(1 << 20, 1 << 20, device_mesh=meshes["4"], placements=[Shard(0)])
+    with pytest.raises(dt.OutOfMemoryError, match="out of memory") as info:
+        (x + 1).sum().item()
+    assert isinstance(info.value, dt.WorkerError) and info.value.rank in range(4)
     still_works(dt, meshes)
