@@ -139,17 +139,27 @@ class ShmCommunicator final : public Communicator {
     size_t esize = dtypeSize(x.dtype());
     Tensor scratch;
     if (!contiguous && n > 1) scratch = Tensor::empty(out.dtype(), out.shape());
-    for (size_t j = 0; j < n; ++j) {
-      const Tensor& whole = *s.member(j).x;
-      requireShape(whole, x.dtype(), x.shape(),
+    for (size_t j = 0; j < n; ++j)
+      requireShape(*s.member(j).x, x.dtype(), x.shape(),
                    "reduce_scatter input of rank " + std::to_string(group[j]));
-      if (out.numel() == 0) continue;
-      if (contiguous) {
-        const char* piece = static_cast<const char*>(whole.data()) + offsetElems * esize;
-        if (j == 0) std::memcpy(out.data(), piece, out.nbytes());
-        else reduceInto(out.data(), piece, out.numel(), out.dtype(), op);
-        continue;
+    if (contiguous) {
+      // As all_reduce: block by block, the accumulator stays in cache.
+      constexpr int64_t kBlockBytes = 32 << 10;
+      int64_t block = std::max<int64_t>(1, kBlockBytes / static_cast<int64_t>(esize));
+      for (int64_t at = 0; at < out.numel(); at += block) {
+        int64_t len = std::min(block, out.numel() - at);
+        char* acc = static_cast<char*>(out.data()) + at * esize;
+        for (size_t j = 0; j < n; ++j) {
+          const char* piece =
+              static_cast<const char*>(s.member(j).x->data()) + (offsetElems + at) * esize;
+          if (j == 0) std::memcpy(acc, piece, len * esize);
+          else reduceInto(acc, piece, len, out.dtype(), op);
+        }
       }
+    }
+    for (size_t j = 0; j < n && !contiguous; ++j) {
+      const Tensor& whole = *s.member(j).x;
+      if (out.numel() == 0) continue;
       Tensor& target = j == 0 ? out : scratch;
       copyBox(whole.data(), whole.shape(), source, target.data(), out.shape(), zero, out.shape(),
               esize);
