@@ -206,8 +206,6 @@ class Session {
   std::vector<Tensor> argRefs_;
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
-  std::vector<Handle> pendingFrees_;
-  int pendingFreeMesh_ = -1;
   bool shutDown_ = false;
 };
 
