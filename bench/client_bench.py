@@ -38,10 +38,12 @@ def main():
     dtorch.init(world_size=4, backend=args.backend)
     mesh = dtorch.init_device_mesh("cpu", (4,))
     x = dtorch.ones(4, 4, device_mesh=mesh, placements=[Shard(0)])
+    w = dtorch.ones(4, 4, device_mesh=mesh, placements=[Shard(1)]) * 0.25
     rows = []
     for name, step in [("mul by scalar", lambda y: y * 1.0001),
                        ("add tensor", lambda y: y + x),
-                       ("relu", lambda y: y.relu())]:
+                       ("relu", lambda y: y.relu()),
+                       ("matmul", lambda y: y @ w)]:
         time_chain(step, x, 1000)  # warm up
         dtorch.synchronize()
         us, y = time_chain(step, x, args.ops)
@@ -56,7 +58,8 @@ def main():
         import torch
         peer = "torch eager"
         tx = torch.ones(4, 4)
-        steps = [lambda y: y * 1.0001, lambda y: y + tx, lambda y: y.relu()]
+        tw = torch.full((4, 4), 0.25)
+        steps = [lambda y: y * 1.0001, lambda y: y + tx, lambda y: y.relu(), lambda y: y @ tw]
         with torch.no_grad():
             for row, step in zip(rows, steps):
                 time_chain(step, tx, 1000)
@@ -64,7 +67,9 @@ def main():
     except ImportError:
         peer = "numpy eager (torch not installed)"
         nx = np.ones((4, 4), np.float32)
-        steps = [lambda y: y * np.float32(1.0001), lambda y: y + nx, lambda y: np.maximum(y, 0)]
+        nw = np.full((4, 4), 0.25, np.float32)
+        steps = [lambda y: y * np.float32(1.0001), lambda y: y + nx, lambda y: np.maximum(y, 0),
+                 lambda y: y @ nw]
         for row, step in zip(rows, steps):
             time_chain(step, nx, 1000)
             row["peer_us_per_op"], _ = time_chain(step, nx, args.ops)

@@ -245,27 +245,47 @@ Tensor Session::fromData(const rt::Tensor& data, int meshId, const Placements& p
 
 // ---- ops -----------------------------------------------------------------------
 
-/// Result placements of an op from its rule: free when the operands already
-/// fit one strategy, else the cheapest.
-static Placements inferPlacements(const ShardingRule& rule, const std::vector<Shape>& shapes,
-                                  const std::vector<Placements>& placements,
-                                  const Shape& resultShape, const Mesh& mesh,
-                                  wire::DType dtype) {
-  return chooseStrategy(rule, shapes, placements, resultShape, elementBytes(dtype), mesh.shape,
-                        nullptr)
-      .result;
+Placements Session::inferPlacements(const std::string& tag, const std::vector<Shape>& shapes,
+                                    const std::vector<Placements>& placements,
+                                    const Shape& resultShape, int meshId, wire::DType dtype,
+                                    const std::function<ShardingRule()>& makeRule) {
+  std::string& key = keyBuffer_;
+  key.assign(tag);
+  auto addInts = [&](const Shape& v) {
+    for (int64_t d : v) key.append(std::to_string(d)).push_back(',');
+    key.push_back('|');
+  };
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    addInts(shapes[k]);
+    for (const Placement& p : placements[k]) {
+      key.push_back(static_cast<char>('0' + static_cast<int>(p.kind)));
+      key.append(std::to_string(p.isShard() ? p.dim : static_cast<int64_t>(p.op)));
+    }
+    key.push_back('|');
+  }
+  addInts(resultShape);
+  key.append(std::to_string(meshId)).push_back(':');
+  key.append(std::to_string(elementBytes(dtype)));
+  auto it = strategyCache_.find(key);
+  if (it != strategyCache_.end()) return it->second;
+  Placements result = chooseStrategy(makeRule(), shapes, placements, resultShape,
+                                     elementBytes(dtype), mesh(meshId).shape, nullptr)
+                          .result;
+  strategyCache_.emplace(key, result);
+  return result;
 }
 
-static Placements inferPlacements(const ShardingRule& rule, const std::vector<Tensor>& operands,
-                                  const Shape& resultShape, const Mesh& mesh,
-                                  wire::DType dtype) {
+Placements Session::inferPlacements(const std::string& tag, const std::vector<Tensor>& operands,
+                                    const Shape& resultShape,
+                                    const std::function<ShardingRule()>& makeRule) {
   std::vector<Shape> shapes;
   std::vector<Placements> placements;
   for (const Tensor& t : operands) {
     shapes.push_back(t->meta().shape);
     placements.push_back(t->meta().placements);
   }
-  return inferPlacements(rule, shapes, placements, resultShape, mesh, dtype);
+  const TensorMeta& m = operands[0]->meta();
+  return inferPlacements(tag, shapes, placements, resultShape, m.meshId, m.dtype, makeRule);
 }
 
 static bool hasPartial(const Placements& ps) {
@@ -282,8 +302,8 @@ Tensor Session::unary(const std::string& op, const Tensor& x) {
   const TensorMeta& m = x->meta();
   Placements result = m.placements;
   if (hasPartial(result))
-    result = inferPlacements(rules::elementwise(m.shape, 1, *traits), {x}, m.shape,
-                             mesh(m.meshId), m.dtype);
+    result = inferPlacements(op, {x}, m.shape,
+                             [&] { return rules::elementwise(m.shape, 1, *traits); });
   return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, result});
 }
 
@@ -311,8 +331,8 @@ Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0
   if (same && !hasPartial(pa))
     result = pa;  // every shard maps dim to dim: already a local strategy
   else
-    result = inferPlacements(rules::elementwise(shape, 2, *traits), {a, b}, shape,
-                             mesh(m.meshId), m.dtype);
+    result = inferPlacements(op, {a, b}, shape,
+                             [&] { return rules::elementwise(shape, 2, *traits); });
   return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
 }
 
@@ -334,8 +354,8 @@ Tensor Session::binaryScalar(const std::string& op, const Tensor& a0, double val
       if (q.isPartial()) q = Placement::replicate();
     std::vector<Placements> ps = {m.placements, scalar.placements};
     if (scalarFirst) std::swap(ps[0], ps[1]);
-    result = inferPlacements(rules::elementwise(m.shape, 2, *traits), {m.shape, m.shape}, ps,
-                             m.shape, mesh(m.meshId), m.dtype);
+    result = inferPlacements(op, {m.shape, m.shape}, ps, m.shape, m.meshId, m.dtype,
+                             [&] { return rules::elementwise(m.shape, 2, *traits); });
   }
   return addNode(op, {a}, {}, {m.shape, m.dtype, m.meshId, std::move(result)},
                  std::move(scalar));
@@ -351,8 +371,9 @@ Tensor Session::cast(const Tensor& x, wire::DType dtype) {
     throw TypeError(std::string("cannot convert from ") + dtypeName(m.dtype));
   Placements result = m.placements;
   if (hasPartial(result))
-    result = inferPlacements(rules::elementwise(m.shape, 1, *rules::elementwiseTraits("cast", 1)),
-                             {x}, m.shape, mesh(m.meshId), m.dtype);
+    result = inferPlacements("cast", {x}, m.shape, [&] {
+      return rules::elementwise(m.shape, 1, *rules::elementwiseTraits("cast", 1));
+    });
   return addNode("cast", {x}, {}, {m.shape, dtype, m.meshId, std::move(result)});
 }
 
@@ -366,8 +387,8 @@ Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
   }
   if (b != shape || m.shape.size() > shape.size())
     throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " + shapeStr(shape));
-  Placements result = inferPlacements(rules::broadcastTo(m.shape, shape), {x}, shape,
-                                      mesh(m.meshId), m.dtype);
+  Placements result = inferPlacements("broadcast_to", {x}, shape,
+                                      [&] { return rules::broadcastTo(m.shape, shape); });
   return addNode("broadcast_to", {x}, {}, {shape, m.dtype, m.meshId, result});
 }
 
@@ -386,8 +407,8 @@ Tensor Session::matmul(const Tensor& a, const Tensor& b) {
                        " cannot be multiplied (" + std::to_string(ma.shape[1]) + " != " +
                        std::to_string(mb.shape[0]) + ")");
     Shape out = {ma.shape[0], mb.shape[1]};
-    Placements p = inferPlacements(rules::matmul(ma.shape, mb.shape), {a, b}, out,
-                                   mesh(ma.meshId), ma.dtype);
+    Placements p = inferPlacements("matmul", {a, b}, out,
+                                   [&] { return rules::matmul(ma.shape, mb.shape); });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
   if (ra == 3 && rb == 3) {
@@ -395,8 +416,8 @@ Tensor Session::matmul(const Tensor& a, const Tensor& b) {
       throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " + shapeStr(mb.shape) +
                        " cannot be multiplied");
     Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
-    Placements p = inferPlacements(rules::bmm(ma.shape, mb.shape), {a, b}, out,
-                                   mesh(ma.meshId), ma.dtype);
+    Placements p = inferPlacements("bmm", {a, b}, out,
+                                   [&] { return rules::bmm(ma.shape, mb.shape); });
     return addNode("bmm", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
   if (ra > 2 && rb == 2) {
@@ -432,8 +453,11 @@ Tensor Session::reduce(const std::string& op, const Tensor& x, std::vector<int64
     if (!reduced) out.push_back(m.shape[d]);
     else if (keepdim) out.push_back(1);
   }
-  Placements p = inferPlacements(rules::reduction(m.shape, dims, keepdim, op == "max"), {x}, out,
-                                 mesh(m.meshId), m.dtype);
+  std::string tag = op + (keepdim ? "k" : "");
+  for (int64_t d : dims) tag += "," + std::to_string(d);
+  Placements p = inferPlacements(tag, {x}, out, [&] {
+    return rules::reduction(m.shape, dims, keepdim, op == "max");
+  });
   AttrValue dv, kv;
   dv.kind = AttrValue::Kind::Ints;
   dv.ints = dims;
@@ -466,8 +490,8 @@ Tensor Session::reshape(const Tensor& x, Shape shape) {
                      std::to_string(numel));
   }
   if (shape == m.shape) return x;
-  Placements p = inferPlacements(rules::reshape(m.shape, shape), {x}, shape, mesh(m.meshId),
-                                 m.dtype);
+  Placements p = inferPlacements("reshape", {x}, shape,
+                                 [&] { return rules::reshape(m.shape, shape); });
   return addNode("reshape", {x}, {}, {shape, m.dtype, m.meshId, p});
 }
 
@@ -485,8 +509,9 @@ Tensor Session::transpose(const Tensor& x, std::vector<int64_t> perm) {
   }
   Shape out(rank);
   for (int64_t i = 0; i < rank; ++i) out[i] = m.shape[perm[i]];
-  Placements p = inferPlacements(rules::transpose(m.shape, perm), {x}, out, mesh(m.meshId),
-                                 m.dtype);
+  std::string tag = "transpose";
+  for (int64_t d : perm) tag += "," + std::to_string(d);
+  Placements p = inferPlacements(tag, {x}, out, [&] { return rules::transpose(m.shape, perm); });
   AttrValue pv;
   pv.kind = AttrValue::Kind::Ints;
   pv.ints = perm;

@@ -13,8 +13,11 @@
 
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Layout.h"
+#include "dtorch/ShardingRule.h"
 
 #include <cstdint>
+#include <functional>
+#include <unordered_map>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -196,6 +199,16 @@ class Session {
   void flush();
   void checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const;
   Tensor newTensor(TensorMeta meta);
+  /// Result placements from the op's sharding rule (chooseStrategy with no
+  /// required result), memoized: an op seen before with the same operand
+  /// shapes and placements costs a lookup. `tag` names the op and its
+  /// attributes; `makeRule` runs only on a miss.
+  Placements inferPlacements(const std::string& tag, const std::vector<Shape>& shapes,
+                             const std::vector<Placements>& placements, const Shape& resultShape,
+                             int meshId, wire::DType dtype,
+                             const std::function<ShardingRule()>& makeRule);
+  Placements inferPlacements(const std::string& tag, const std::vector<Tensor>& operands,
+                             const Shape& resultShape, const std::function<ShardingRule()>& makeRule);
 
   SessionOptions options_;
   std::vector<Mesh> meshes_;
@@ -204,6 +217,8 @@ class Session {
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Tensor> argRefs_;
+  std::unordered_map<std::string, Placements> strategyCache_;
+  std::string keyBuffer_;
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
   bool shutDown_ = false;
