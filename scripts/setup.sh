@@ -4,7 +4,7 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  cmake ninja-build ccache lld-19 clang-19
+  cmake ninja-build pkg-config ccache lld-19 clang-19
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev
