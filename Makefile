@@ -6,7 +6,9 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_DIR ?= $(HOME)/.cache/dtorch-ccache
 
-.PHONY: setup configure build test test-lit test-cpp test-python demo clean docs pip-check
+CLANG_FORMAT ?= clang-format-22
+
+.PHONY: format format-check setup configure build test test-lit test-cpp test-python demo clean docs pip-check
 
 setup:
 	@bash scripts/setup.sh
@@ -14,9 +16,9 @@ setup:
 $(BUILD)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD) -G Ninja \
 	  -DCMAKE_BUILD_TYPE=Release \
-	  -DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
-	  -DMLIR_DIR=/usr/lib/llvm-19/lib/cmake/mlir \
-	  -DLLVM_DIR=/usr/lib/llvm-19/lib/cmake/llvm \
+	  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+	  -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+	  -DLLVM_DIR=/usr/lib/llvm-22/lib/cmake/llvm \
 	  -DPython_EXECUTABLE=$(PYTHON) -DPython3_EXECUTABLE=$(PYTHON)
 
 configure: setup $(BUILD)/build.ninja
@@ -34,9 +36,17 @@ test-cpp: build
 test-python: build
 	$(PYTHON) -m pytest -q test/python
 
+# One .clang-format (LLVM style) for every C++ file of the project.
+format:
+	git ls-files '*.cpp' '*.h' | xargs $(CLANG_FORMAT) -i
+
+format-check: setup
+	git ls-files '*.cpp' '*.h' | xargs $(CLANG_FORMAT) --dry-run -Werror
+
 # Every layer runs even when an earlier one fails; the exit code reports all.
 test: build
 	@rc=0; \
+	$(MAKE) --no-print-directory format-check || rc=1; \
 	$(MAKE) --no-print-directory test-lit || rc=1; \
 	$(MAKE) --no-print-directory test-cpp || rc=1; \
 	$(MAKE) --no-print-directory test-python || rc=1; \

@@ -4,8 +4,8 @@
 set -euo pipefail
 
 APT_PACKAGES=(
-  cmake ninja-build pkg-config ccache lld-19 clang-19
-  llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
+  cmake ninja-build pkg-config ccache lld-22 clang-22 clang-format-22
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev
 )

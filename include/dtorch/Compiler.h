@@ -1,4 +1,5 @@
-//===- Compiler.h - dtensor graphs to per-rank programs -----------*- C++ -*-===//
+//===- Compiler.h - dtensor graphs to per-rank programs -----------*- C++
+//-*-===//
 //
 // The compiler's MLIR-free entry point, used by the client, the controller,
 // dtorch-run and the tests: parse a module in the dtensor dialect, run the

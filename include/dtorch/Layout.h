@@ -1,4 +1,5 @@
-//===- Layout.h - placements, meshes and per-rank layout math -----*- C++ -*-===//
+//===- Layout.h - placements, meshes and per-rank layout math -----*- C++
+//-*-===//
 //
 // The MLIR-free core of DTorch's DTensor semantics, shared by the dialect's
 // verifiers, the passes, the client core and the tests:
@@ -26,8 +27,8 @@ std::optional<ReduceOp> parseReduceOp(const std::string &name);
 struct Placement {
   enum class Kind : uint8_t { Replicate, Shard, Partial };
   Kind kind = Kind::Replicate;
-  int64_t dim = 0;              // for Shard
-  ReduceOp op = ReduceOp::Sum;  // for Partial
+  int64_t dim = 0;             // for Shard
+  ReduceOp op = ReduceOp::Sum; // for Partial
 
   static Placement replicate() { return {}; }
   static Placement shard(int64_t d) { return {Kind::Shard, d, ReduceOp::Sum}; }

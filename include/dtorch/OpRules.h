@@ -1,4 +1,5 @@
-//===- OpRules.h - the sharding rules of every op family ----------*- C++ -*-===//
+//===- OpRules.h - the sharding rules of every op family ----------*- C++
+//-*-===//
 //
 // MLIR-free builders of each op family's ShardingRule. The dialect's ops
 // return them from ShardingRuleOpInterface::getShardingRule, and the client

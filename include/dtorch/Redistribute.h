@@ -1,4 +1,5 @@
-//===- Redistribute.h - plans for changing a DTensor's placements -*- C++ -*-===//
+//===- Redistribute.h - plans for changing a DTensor's placements -*- C++
+//-*-===//
 //
 // A redistribution from placements `src` to `dst` becomes a short sequence of
 // steps, each changing the placement on one mesh axis with one collective or

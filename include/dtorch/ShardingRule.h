@@ -1,4 +1,5 @@
-//===- ShardingRule.h - factor-based sharding rules of ops --------*- C++ -*-===//
+//===- ShardingRule.h - factor-based sharding rules of ops --------*- C++
+//-*-===//
 //
 // Every dtensor op describes how it may be sharded with a ShardingRule, in the
 // style of einsum factors (as Shardy does): each operand and result dim names
@@ -50,12 +51,13 @@ struct ShardingStrategy {
 /// Picks the cheapest strategy for one op. `requiredResult` may be null (the
 /// client's inference) or the result placements that must be produced (a
 /// result redistribution is then included in the cost).
-ShardingStrategy chooseStrategy(
-    const ShardingRule &rule,
-    const std::vector<std::vector<int64_t>> &operandShapes,
-    const std::vector<Placements> &operandPlacements,
-    const std::vector<int64_t> &resultShape, int64_t elementBytes,
-    const std::vector<int64_t> &meshShape, const Placements *requiredResult);
+ShardingStrategy
+chooseStrategy(const ShardingRule &rule,
+               const std::vector<std::vector<int64_t>> &operandShapes,
+               const std::vector<Placements> &operandPlacements,
+               const std::vector<int64_t> &resultShape, int64_t elementBytes,
+               const std::vector<int64_t> &meshShape,
+               const Placements *requiredResult);
 
 /// True when the op can compute `result` from operands placed as given with
 /// local work alone (every mesh axis matches one choice of the rule).

@@ -11,13 +11,14 @@ namespace dtorch::client {
 namespace {
 
 /// Rewrites a program compiled for mesh positions to global ranks.
-void remapRanks(wire::Program& program, const Mesh& mesh) {
+void remapRanks(wire::Program &program, const Mesh &mesh) {
   program.set_rank(mesh.ranks[program.rank()]);
-  for (wire::Instruction& inst : *program.mutable_instructions()) {
-    auto& attrs = *inst.mutable_attrs();
+  for (wire::Instruction &inst : *program.mutable_instructions()) {
+    auto &attrs = *inst.mutable_attrs();
     if (auto it = attrs.find("group"); it != attrs.end())
-      for (int64_t& r : *it->second.mutable_ints()->mutable_values()) r = mesh.ranks[r];
-    for (const char* key : {"root", "peer"})
+      for (int64_t &r : *it->second.mutable_ints()->mutable_values())
+        r = mesh.ranks[r];
+    for (const char *key : {"root", "peer"})
       if (auto it = attrs.find(key); it != attrs.end())
         it->second.set_i(mesh.ranks[it->second.i()]);
   }
@@ -25,17 +26,19 @@ void remapRanks(wire::Program& program, const Mesh& mesh) {
 
 /// The program with this run's seeds: random kernels were compiled with their
 /// slot number as seed.
-wire::Program withSeeds(const wire::Program& compiled, const std::vector<int64_t>& seeds) {
+wire::Program withSeeds(const wire::Program &compiled,
+                        const std::vector<int64_t> &seeds) {
   wire::Program program = compiled;
-  for (wire::Instruction& inst : *program.mutable_instructions()) {
-    if (inst.op() != "random") continue;
-    wire::Attr& seed = (*inst.mutable_attrs())["seed"];
+  for (wire::Instruction &inst : *program.mutable_instructions()) {
+    if (inst.op() != "random")
+      continue;
+    wire::Attr &seed = (*inst.mutable_attrs())["seed"];
     seed.set_i(seeds.at(static_cast<size_t>(seed.i())));
   }
   return program;
 }
 
-}  // namespace
+} // namespace
 
 Controller::Controller(std::unique_ptr<Backend> backend)
     : backend_(std::move(backend)), thread_([this] { loop(); }) {}
@@ -45,18 +48,21 @@ Controller::~Controller() { shutdown(); }
 void Controller::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stop_) return;
+    if (stop_)
+      return;
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable())
+    thread_.join();
   backend_->shutdown();
 }
 
 void Controller::enqueue(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stop_) throw DTorchError("dtorch has been shut down");
+    if (stop_)
+      throw DTorchError("dtorch has been shut down");
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -68,7 +74,8 @@ void Controller::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      if (queue_.empty())
+        return; // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -76,12 +83,13 @@ void Controller::loop() {
   }
 }
 
-void Controller::guarded(const std::function<void()>& fn) {
+void Controller::guarded(const std::function<void()> &fn) {
   try {
     fn();
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!error_) error_ = std::current_exception();
+    if (!error_)
+      error_ = std::current_exception();
   }
 }
 
@@ -89,25 +97,27 @@ void Controller::rethrowIfFailed() {
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::swap(e, error_);  // reported once; the session stays usable
+    std::swap(e, error_); // reported once; the session stays usable
   }
-  if (e) std::rethrow_exception(e);
+  if (e)
+    std::rethrow_exception(e);
 }
 
-void Controller::addMesh(const Mesh& mesh) {
+void Controller::addMesh(const Mesh &mesh) {
   enqueue([this, mesh] { meshes_[mesh.id] = mesh; });
 }
 
 void Controller::submit(Segment segment) {
-  enqueue([this, seg = std::move(segment)] { guarded([&] { runSegment(seg); }); });
+  enqueue(
+      [this, seg = std::move(segment)] { guarded([&] { runSegment(seg); }); });
 }
 
-void Controller::runSegment(const Segment& seg) {
-  const Mesh& mesh = meshes_.at(seg.meshId);
+void Controller::runSegment(const Segment &seg) {
+  const Mesh &mesh = meshes_.at(seg.meshId);
   for (Handle h : seg.args)
     if (!live_.count(h))
-      throw DTorchError("internal error: a segment reads tensor " + std::to_string(h) +
-                        ", which is not on the workers");
+      throw DTorchError("internal error: a segment reads tensor " +
+                        std::to_string(h) + ", which is not on the workers");
   std::vector<int64_t> seeds;
   std::string text = segmentText(seg, mesh, "segment", &seeds);
   auto it = cache_.find(text);
@@ -117,17 +127,18 @@ void Controller::runSegment(const Segment& seg) {
     options.recordStages = true;
     CompileResult result = compileModule(text, "segment.mlir", options);
     if (!result.ok || result.functions.size() != 1)
-      throw DTorchError("internal error: compiling a segment failed:\n" + result.error +
-                        "\nsegment:\n" + text);
+      throw DTorchError("internal error: compiling a segment failed:\n" +
+                        result.error + "\nsegment:\n" + text);
     Compiled c;
     c.programId = nextProgramId_++;
     c.programs = std::move(result.functions[0].programs);
-    for (wire::Program& p : c.programs) remapRanks(p, mesh);
+    for (wire::Program &p : c.programs)
+      remapRanks(p, mesh);
     c.uploaded.assign(c.programs.size(), false);
     c.stages = std::move(result.stages);
     it = cache_.emplace(text, std::move(c)).first;
   }
-  Compiled& c = it->second;
+  Compiled &c = it->second;
   if (last_ != &c) {
     last_ = &c;
     std::lock_guard<std::mutex> lock(stagesMutex_);
@@ -144,20 +155,24 @@ void Controller::runSegment(const Segment& seg) {
     int rank = static_cast<int>(mesh.ranks[p]);
     if (!c.uploaded[p]) {
       backend_->uploadProgram(rank, c.programId,
-                              seeds.empty() ? c.programs[p] : withSeeds(c.programs[p], seeds));
+                              seeds.empty() ? c.programs[p]
+                                            : withSeeds(c.programs[p], seeds));
       c.uploaded[p] = true;
     }
     backend_->run(rank, c.programId, seg.args, seg.results);
   }
-  for (Handle h : seg.results) live_[h] = seg.meshId;
+  for (Handle h : seg.results)
+    live_[h] = seg.meshId;
   liveCount_ = live_.size();
 }
 
-void Controller::put(int meshId, Handle handle, rt::Tensor full, Placements placements) {
+void Controller::put(int meshId, Handle handle, rt::Tensor full,
+                     Placements placements) {
   enqueue([this, meshId, handle, full = std::move(full), placements] {
     guarded([&] {
-      const Mesh& mesh = meshes_.at(meshId);
-      std::vector<rt::Tensor> pieces = scatterPieces(full, mesh.shape, placements);
+      const Mesh &mesh = meshes_.at(meshId);
+      std::vector<rt::Tensor> pieces =
+          scatterPieces(full, mesh.shape, placements);
       for (size_t p = 0; p < pieces.size(); ++p)
         backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
       live_[handle] = meshId;
@@ -169,8 +184,9 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full, Placements plac
 void Controller::free(int meshId, Handle handle) {
   enqueue([this, meshId, handle] {
     guarded([&] {
-      const Mesh& mesh = meshes_.at(meshId);
-      for (int64_t r : mesh.ranks) backend_->free(static_cast<int>(r), {handle});
+      const Mesh &mesh = meshes_.at(meshId);
+      for (int64_t r : mesh.ranks)
+        backend_->free(static_cast<int>(r), {handle});
       live_.erase(handle);
       liveCount_ = live_.size();
     });
@@ -178,7 +194,8 @@ void Controller::free(int meshId, Handle handle) {
 }
 
 std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
-  auto promise = std::make_shared<std::promise<std::vector<std::future<rt::Tensor>>>>();
+  auto promise =
+      std::make_shared<std::promise<std::vector<std::future<rt::Tensor>>>>();
   auto result = promise->get_future();
   enqueue([this, meshId, handle, promise] {
     try {
@@ -193,15 +210,17 @@ std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
   std::vector<std::future<rt::Tensor>> futures = result.get();
   std::vector<rt::Tensor> pieces;
   std::exception_ptr firstError;
-  for (auto& f : futures) {
+  for (auto &f : futures) {
     try {
       pieces.push_back(f.get());
     } catch (...) {
-      if (!firstError) firstError = std::current_exception();
+      if (!firstError)
+        firstError = std::current_exception();
     }
   }
   rethrowIfFailed();
-  if (firstError) std::rethrow_exception(firstError);
+  if (firstError)
+    std::rethrow_exception(firstError);
   return pieces;
 }
 
@@ -220,14 +239,18 @@ void Controller::synchronize() {
   rethrowIfFailed();
 }
 
-std::string Controller::lastIr(const std::string& stage) {
+std::string Controller::lastIr(const std::string &stage) {
   std::lock_guard<std::mutex> lock(stagesMutex_);
-  for (const auto& [name, ir] : lastStages_)
-    if (name == stage) return ir;
+  for (const auto &[name, ir] : lastStages_)
+    if (name == stage)
+      return ir;
   std::string known;
-  for (const auto& [name, ir] : lastStages_) known += (known.empty() ? "" : ", ") + name;
-  if (lastStages_.empty()) throw ValueError("no segment has been compiled yet");
-  throw ValueError("unknown stage '" + stage + "' (expected one of " + known + ")");
+  for (const auto &[name, ir] : lastStages_)
+    known += (known.empty() ? "" : ", ") + name;
+  if (lastStages_.empty())
+    throw ValueError("no segment has been compiled yet");
+  throw ValueError("unknown stage '" + stage + "' (expected one of " + known +
+                   ")");
 }
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

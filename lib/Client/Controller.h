@@ -1,4 +1,5 @@
-//===- Controller.h - compiles segments and drives the workers ----*- C++ -*-===//
+//===- Controller.h - compiles segments and drives the workers ----*- C++
+//-*-===//
 //
 // Runs on its own thread: every request of the client is queued and handled
 // in order, so the client never waits except for a fetch or synchronize.
@@ -23,18 +24,18 @@
 namespace dtorch::client {
 
 class Controller {
- public:
+public:
   explicit Controller(std::unique_ptr<Backend> backend);
   ~Controller();
 
-  void addMesh(const Mesh& mesh);
+  void addMesh(const Mesh &mesh);
   void submit(Segment segment);
   void put(int meshId, Handle handle, rt::Tensor full, Placements placements);
   void free(int meshId, Handle handle);
   /// Every mesh position's piece of `handle` (waits).
   std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
   void synchronize();
-  std::string lastIr(const std::string& stage);
+  std::string lastIr(const std::string &stage);
   int worldSize() const { return backend_->worldSize(); }
   uint64_t messagesSent() const { return backend_->messagesSent(); }
   uint64_t roundTrips() const { return backend_->roundTrips(); }
@@ -44,30 +45,31 @@ class Controller {
   size_t compiles() const { return compiles_; }
   void shutdown();
 
- private:
+private:
   struct Compiled {
     uint64_t programId;
-    std::vector<wire::Program> programs;  // by mesh position, global ranks
+    std::vector<wire::Program> programs; // by mesh position, global ranks
     std::vector<bool> uploaded;
-    std::vector<int64_t> seeds;  // the random seeds the uploaded programs carry
+    std::vector<int64_t> seeds; // the random seeds the uploaded programs carry
     std::vector<std::pair<std::string, std::string>> stages;
   };
 
   void enqueue(std::function<void()> task);
   void loop();
-  void runSegment(const Segment& segment);
+  void runSegment(const Segment &segment);
   void rethrowIfFailed();
   /// Runs `fn` and, on failure, remembers the first error for later fetches.
-  void guarded(const std::function<void()>& fn);
+  void guarded(const std::function<void()> &fn);
 
   std::unique_ptr<Backend> backend_;
-  std::unordered_map<int, Mesh> meshes_;           // controller thread only
-  std::unordered_map<std::string, Compiled> cache_;  // controller thread only
-  std::unordered_map<Handle, int> live_;             // handle -> mesh; controller thread only
+  std::unordered_map<int, Mesh> meshes_;            // controller thread only
+  std::unordered_map<std::string, Compiled> cache_; // controller thread only
+  std::unordered_map<Handle, int>
+      live_; // handle -> mesh; controller thread only
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
-  const Compiled* last_ = nullptr;
+  const Compiled *last_ = nullptr;
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -79,4 +81,4 @@ class Controller {
   std::thread thread_;
 };
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

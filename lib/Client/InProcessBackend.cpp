@@ -11,12 +11,12 @@
 #include "dtorch/runtime/FakeCollectives.h"
 
 #include <atomic>
-#include <stdexcept>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 
@@ -24,8 +24,8 @@ namespace dtorch::client {
 namespace {
 
 class RankThread {
- public:
-  RankThread(int rank, rt::FakeCollectiveHub& hub)
+public:
+  RankThread(int rank, rt::FakeCollectiveHub &hub)
       : rank_(rank), comm_(hub.communicator(rank)), exec_(comm_.get()),
         thread_([this] { loop(); }) {}
   ~RankThread() {
@@ -54,21 +54,22 @@ class RankThread {
   std::unique_ptr<rt::Communicator> comm_;
   rt::Executor exec_;
   std::unordered_map<Handle, rt::Tensor> buffers;
-  std::unordered_map<Handle, std::string> poisoned;  // handle -> error
+  std::unordered_map<Handle, std::string> poisoned; // handle -> error
   struct Uploaded {
     wire::Program program;
-    std::string invalid;  // why validation refused it; empty when valid
+    std::string invalid; // why validation refused it; empty when valid
   };
   std::map<uint64_t, Uploaded> programs;
 
- private:
+private:
   void loop() {
     while (true) {
       std::function<void()> task;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
+        if (tasks_.empty())
+          return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
       }
@@ -93,76 +94,85 @@ class RankThread {
 };
 
 class InProcessBackend : public Backend {
- public:
-  explicit InProcessBackend(int worldSize) : hub_(worldSize, std::chrono::seconds(30)) {
-    for (int r = 0; r < worldSize; ++r) ranks_.push_back(std::make_unique<RankThread>(r, hub_));
+public:
+  explicit InProcessBackend(int worldSize)
+      : hub_(worldSize, std::chrono::seconds(30)) {
+    for (int r = 0; r < worldSize; ++r)
+      ranks_.push_back(std::make_unique<RankThread>(r, hub_));
   }
   ~InProcessBackend() override { shutdown(); }
 
   int worldSize() const override { return static_cast<int>(hub_.worldSize()); }
   std::string hostOf(int) const override { return "in-process"; }
 
-  void uploadProgram(int rank, uint64_t id, const wire::Program& program) override {
-    RankThread& t = at(rank);
+  void uploadProgram(int rank, uint64_t id,
+                     const wire::Program &program) override {
+    RankThread &t = at(rank);
     t.post([&t, id, program] {
-      RankThread::Uploaded& u = t.programs[id];
+      RankThread::Uploaded &u = t.programs[id];
       u.program = program;
       u.invalid.clear();
       try {
-        t.exec_.validate(u.program);  // once per upload, not per run
-      } catch (const std::exception& e) {
+        t.exec_.validate(u.program); // once per upload, not per run
+      } catch (const std::exception &e) {
         u.invalid = e.what();
       }
     });
   }
 
-  void run(int rank, uint64_t id, const std::vector<Handle>& inputs,
-           const std::vector<Handle>& outputs) override {
-    RankThread& t = at(rank);
+  void run(int rank, uint64_t id, const std::vector<Handle> &inputs,
+           const std::vector<Handle> &outputs) override {
+    RankThread &t = at(rank);
     t.post([&t, id, inputs, outputs] {
       std::vector<rt::Tensor> in;
       for (Handle h : inputs) {
         if (auto p = t.poisoned.find(h); p != t.poisoned.end()) {
-          for (Handle o : outputs) t.poisoned[o] = p->second;
+          for (Handle o : outputs)
+            t.poisoned[o] = p->second;
           return;
         }
         in.push_back(t.buffers.at(h));
       }
       try {
-        const RankThread::Uploaded& u = t.programs.at(id);
-        if (!u.invalid.empty()) throw rt::RuntimeError(u.invalid);
+        const RankThread::Uploaded &u = t.programs.at(id);
+        if (!u.invalid.empty())
+          throw rt::RuntimeError(u.invalid);
         std::vector<rt::Tensor> out = t.exec_.runValidated(u.program, in);
-        for (size_t i = 0; i < outputs.size(); ++i) t.buffers[outputs[i]] = out[i];
-      } catch (const std::exception& e) {
+        for (size_t i = 0; i < outputs.size(); ++i)
+          t.buffers[outputs[i]] = out[i];
+      } catch (const std::exception &e) {
         std::string msg = "rank " + std::to_string(t.rank_) + ": " + e.what();
-        for (Handle o : outputs) t.poisoned[o] = msg;
+        for (Handle o : outputs)
+          t.poisoned[o] = msg;
       }
     });
   }
 
-  void put(int rank, Handle h, const rt::Tensor& value) override {
-    RankThread& t = at(rank);
+  void put(int rank, Handle h, const rt::Tensor &value) override {
+    RankThread &t = at(rank);
     t.post([&t, h, value] { t.buffers[h] = value; });
   }
 
   std::future<rt::Tensor> fetch(int rank, Handle h) override {
     ++roundTrips_;
     auto promise = std::make_shared<std::promise<rt::Tensor>>();
-    RankThread& t = at(rank);
+    RankThread &t = at(rank);
     t.post([&t, h, promise] {
       if (auto p = t.poisoned.find(h); p != t.poisoned.end())
-        promise->set_exception(std::make_exception_ptr(rt::RuntimeError(p->second)));
+        promise->set_exception(
+            std::make_exception_ptr(rt::RuntimeError(p->second)));
       else if (auto b = t.buffers.find(h); b != t.buffers.end())
         promise->set_value(b->second.clone());
       else
-        promise->set_exception(std::make_exception_ptr(rt::RuntimeError(
-            "rank " + std::to_string(t.rank_) + " has no tensor " + std::to_string(h))));
+        promise->set_exception(std::make_exception_ptr(
+            rt::RuntimeError("rank " + std::to_string(t.rank_) +
+                             " has no tensor " + std::to_string(h))));
     });
     return promise->get_future();
   }
 
-  void free(int rank, const std::vector<Handle>& handles) override {
-    RankThread& t = at(rank);
+  void free(int rank, const std::vector<Handle> &handles) override {
+    RankThread &t = at(rank);
     t.post([&t, handles] {
       for (Handle h : handles) {
         t.buffers.erase(h);
@@ -173,14 +183,15 @@ class InProcessBackend : public Backend {
 
   void synchronize() override {
     ++roundTrips_;
-    for (auto& t : ranks_) t->waitIdle();
+    for (auto &t : ranks_)
+      t->waitIdle();
   }
   void shutdown() override { ranks_.clear(); }
   uint64_t messagesSent() const override { return 0; }
   uint64_t roundTrips() const override { return roundTrips_; }
 
- private:
-  RankThread& at(int rank) {
+private:
+  RankThread &at(int rank) {
     if (rank < 0 || rank >= (int)ranks_.size())
       throw rt::RuntimeError("no rank " + std::to_string(rank));
     return *ranks_[rank];
@@ -190,16 +201,20 @@ class InProcessBackend : public Backend {
   std::atomic<uint64_t> roundTrips_{0};
 };
 
-}  // namespace
+} // namespace
 
 std::unique_ptr<Backend> makeInProcessBackend(int worldSize) {
   return std::make_unique<InProcessBackend>(worldSize);
 }
 
-std::unique_ptr<Backend> makeBackend(const std::string& kind, const ClusterConfig& config) {
-  if (kind == "inprocess") return makeInProcessBackend(config.worldSize);
-  if (kind == "cluster") return makeClusterBackend(config);
-  throw std::invalid_argument("unknown backend '" + kind + "' (expected cluster or inprocess)");
+std::unique_ptr<Backend> makeBackend(const std::string &kind,
+                                     const ClusterConfig &config) {
+  if (kind == "inprocess")
+    return makeInProcessBackend(config.worldSize);
+  if (kind == "cluster")
+    return makeClusterBackend(config);
+  throw std::invalid_argument("unknown backend '" + kind +
+                              "' (expected cluster or inprocess)");
 }
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

@@ -9,53 +9,68 @@
 namespace dtorch::client {
 namespace {
 
-const char* mlirElementType(wire::DType dt) {
+const char *mlirElementType(wire::DType dt) {
   switch (dt) {
-    case wire::F32: return "f32";
-    case wire::F64: return "f64";
-    case wire::F16: return "f16";
-    case wire::BF16: return "bf16";
-    case wire::I32: return "i32";
-    case wire::I64: return "i64";
-    case wire::BOOL: return "i1";
-    default: return "?";
+  case wire::F32:
+    return "f32";
+  case wire::F64:
+    return "f64";
+  case wire::F16:
+    return "f16";
+  case wire::BF16:
+    return "bf16";
+  case wire::I32:
+    return "i32";
+  case wire::I64:
+    return "i64";
+  case wire::BOOL:
+    return "i1";
+  default:
+    return "?";
   }
 }
 
 std::string floatText(double v) {
-  if (std::isnan(v)) return "0x7FF8000000000000";
-  if (std::isinf(v)) return v > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000";
+  if (std::isnan(v))
+    return "0x7FF8000000000000";
+  if (std::isinf(v))
+    return v > 0 ? "0x7FF0000000000000" : "0xFFF0000000000000";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   std::string s = buf;
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  if (s.find_first_of(".eE") == std::string::npos)
+    s += ".0";
   return s;
 }
 
-std::string intList(const std::vector<int64_t>& v) {
+std::string intList(const std::vector<int64_t> &v) {
   std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
 
-const AttrValue* findAttr(const Attrs& attrs, const char* name) {
-  for (const auto& [k, v] : attrs)
-    if (k == name) return &v;
+const AttrValue *findAttr(const Attrs &attrs, const char *name) {
+  for (const auto &[k, v] : attrs)
+    if (k == name)
+      return &v;
   return nullptr;
 }
 
-}  // namespace
+} // namespace
 
-std::string typeText(const TensorMeta& meta, const Mesh& mesh) {
+std::string typeText(const TensorMeta &meta, const Mesh &mesh) {
   std::string s = "!dtensor.tensor<";
-  for (int64_t d : meta.shape) s += std::to_string(d) + "x";
+  for (int64_t d : meta.shape)
+    s += std::to_string(d) + "x";
   s += mlirElementType(meta.dtype);
-  s += ", #dtensor.mesh<" + intList(mesh.shape) + ">, " + placementsStr(meta.placements) + ">";
+  s += ", #dtensor.mesh<" + intList(mesh.shape) + ">, " +
+       placementsStr(meta.placements) + ">";
   return s;
 }
 
-std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string& name,
-                        std::vector<int64_t>* seeds) {
+std::string segmentText(const Segment &seg, const Mesh &mesh,
+                        const std::string &name, std::vector<int64_t> *seeds) {
   std::unordered_map<Handle, std::string> names;
   std::unordered_map<Handle, std::string> types;
   std::ostringstream os;
@@ -67,22 +82,24 @@ std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string&
     os << (i ? ", " : "") << n << ": " << types[seg.args[i]];
   }
   os << ") -> (";
-  std::unordered_map<Handle, const Node*> byId;
-  for (const Node& n : seg.nodes) byId[n.id] = &n;
+  std::unordered_map<Handle, const Node *> byId;
+  for (const Node &n : seg.nodes)
+    byId[n.id] = &n;
   for (size_t i = 0; i < seg.results.size(); ++i)
     os << (i ? ", " : "") << typeText(byId.at(seg.results[i])->meta, mesh);
   os << ") {\n";
 
   size_t counter = 0;
-  for (const Node& n : seg.nodes) {
+  for (const Node &n : seg.nodes) {
     if (n.scalar.index >= 0) {
       // A Python number operand: a full tensor of the node's shape.
       std::string s = "%" + std::to_string(counter++);
-      TensorMeta sm{n.meta.shape, n.meta.dtype, n.meta.meshId, n.scalar.placements};
+      TensorMeta sm{n.meta.shape, n.meta.dtype, n.meta.meshId,
+                    n.scalar.placements};
       names[0] = s;
       types[0] = typeText(sm, mesh);
-      os << "  " << s << " = dtensor.full " << floatText(n.scalar.value) << " : " << types[0]
-         << "\n";
+      os << "  " << s << " = dtensor.full " << floatText(n.scalar.value)
+         << " : " << types[0] << "\n";
     }
     std::string self = "%" + std::to_string(counter++);
     std::string ty = typeText(n.meta, mesh);
@@ -93,22 +110,26 @@ std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string&
       int64_t seed = findAttr(n.attrs, "seed")->i;
       if (seeds) {
         seeds->push_back(seed);
-        seed = static_cast<int64_t>(seeds->size()) - 1;  // the slot
+        seed = static_cast<int64_t>(seeds->size()) - 1; // the slot
       }
       os << " seed = " << seed << " distribution = \""
          << findAttr(n.attrs, "distribution")->s << "\" : " << ty;
     } else {
-      for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : " ") << names.at(n.inputs[i]);
-      if (const AttrValue* dims = findAttr(n.attrs, "dims")) {
+      for (size_t i = 0; i < n.inputs.size(); ++i)
+        os << (i ? ", " : " ") << names.at(n.inputs[i]);
+      if (const AttrValue *dims = findAttr(n.attrs, "dims")) {
         os << " dims = " << intList(dims->ints);
-        if (const AttrValue* k = findAttr(n.attrs, "keepdim"); k && k->i) os << " keepdim";
+        if (const AttrValue *k = findAttr(n.attrs, "keepdim"); k && k->i)
+          os << " keepdim";
       }
-      if (const AttrValue* perm = findAttr(n.attrs, "perm")) os << " perm = " << intList(perm->ints);
+      if (const AttrValue *perm = findAttr(n.attrs, "perm"))
+        os << " perm = " << intList(perm->ints);
       if (n.op == "redistribute") {
         os << " : " << types.at(n.inputs[0]) << " -> " << ty;
       } else {
         os << " : (";
-        for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << types.at(n.inputs[i]);
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          os << (i ? ", " : "") << types.at(n.inputs[i]);
         os << ") -> " << ty;
       }
     }
@@ -117,13 +138,15 @@ std::string segmentText(const Segment& seg, const Mesh& mesh, const std::string&
     types[n.id] = ty;
   }
   os << "  return";
-  for (size_t i = 0; i < seg.results.size(); ++i) os << (i ? ", " : " ") << names.at(seg.results[i]);
+  for (size_t i = 0; i < seg.results.size(); ++i)
+    os << (i ? ", " : " ") << names.at(seg.results[i]);
   if (!seg.results.empty()) {
     os << " : ";
-    for (size_t i = 0; i < seg.results.size(); ++i) os << (i ? ", " : "") << types.at(seg.results[i]);
+    for (size_t i = 0; i < seg.results.size(); ++i)
+      os << (i ? ", " : "") << types.at(seg.results[i]);
   }
   os << "\n}\n";
   return os.str();
 }
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

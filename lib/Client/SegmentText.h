@@ -1,4 +1,5 @@
-//===- SegmentText.h - a segment as a dtensor-dialect function ----*- C++ -*-===//
+//===- SegmentText.h - a segment as a dtensor-dialect function ----*- C++
+//-*-===//
 #pragma once
 
 #include "dtorch/Client/Session.h"
@@ -7,8 +8,9 @@
 
 namespace dtorch::client {
 
-/// The dtensor type text of a tensor: !dtensor.tensor<4x8xf32, #dtensor.mesh<[2, 2]>, [S(0), R]>.
-std::string typeText(const TensorMeta& meta, const Mesh& mesh);
+/// The dtensor type text of a tensor: !dtensor.tensor<4x8xf32,
+/// #dtensor.mesh<[2, 2]>, [S(0), R]>.
+std::string typeText(const TensorMeta &meta, const Mesh &mesh);
 
 /// A function `@name` whose arguments are the segment's args and whose
 /// results are its results. Values are numbered locally, so the same step
@@ -16,7 +18,8 @@ std::string typeText(const TensorMeta& meta, const Mesh& mesh);
 /// get their slot number (0, 1, ... in segment order) as seed and the real
 /// seeds are appended to `seeds`, so steps that draw fresh random numbers
 /// still share one text; without it, the real seeds are written.
-std::string segmentText(const Segment& segment, const Mesh& mesh, const std::string& name,
-                        std::vector<int64_t>* seeds = nullptr);
+std::string segmentText(const Segment &segment, const Mesh &mesh,
+                        const std::string &name,
+                        std::vector<int64_t> *seeds = nullptr);
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

@@ -15,38 +15,47 @@
 namespace dtorch::client {
 namespace {
 
-std::string shapeStr(const Shape& s) {
+std::string shapeStr(const Shape &s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
 
-int64_t elementBytes(wire::DType dt) { return static_cast<int64_t>(rt::dtypeSize(dt)); }
-
-bool isFloat(wire::DType dt) {
-  return dt == wire::F32 || dt == wire::F64 || dt == wire::F16 || dt == wire::BF16;
+int64_t elementBytes(wire::DType dt) {
+  return static_cast<int64_t>(rt::dtypeSize(dt));
 }
 
-int64_t normalizeDim(int64_t d, int64_t rank, const char* op) {
+bool isFloat(wire::DType dt) {
+  return dt == wire::F32 || dt == wire::F64 || dt == wire::F16 ||
+         dt == wire::BF16;
+}
+
+int64_t normalizeDim(int64_t d, int64_t rank, const char *op) {
   int64_t r = std::max<int64_t>(rank, 1);
   if (d < -r || d >= r)
     throw ValueError(std::string(op) + ": dim " + std::to_string(d) +
-                     " is out of range for a tensor of rank " + std::to_string(rank));
+                     " is out of range for a tensor of rank " +
+                     std::to_string(rank));
   return d < 0 ? d + r : d;
 }
 
-}  // namespace
+} // namespace
 
-const char* dtypeName(wire::DType dt) { return rt::dtypeName(dt); }
+const char *dtypeName(wire::DType dt) { return rt::dtypeName(dt); }
 
 wire::DType promoteTypes(wire::DType a, wire::DType b) {
-  if (a == b) return a;
-  auto kind = [](wire::DType t) { return t == wire::BOOL ? 0 : isFloat(t) ? 2 : 1; };
-  if (kind(a) != kind(b)) return kind(a) > kind(b) ? a : b;
+  if (a == b)
+    return a;
+  auto kind = [](wire::DType t) {
+    return t == wire::BOOL ? 0 : isFloat(t) ? 2 : 1;
+  };
+  if (kind(a) != kind(b))
+    return kind(a) > kind(b) ? a : b;
   return rt::dtypeSize(a) >= rt::dtypeSize(b) ? a : b;
 }
 
-Shape broadcastShapes(const Shape& a, const Shape& b) {
+Shape broadcastShapes(const Shape &a, const Shape &b) {
   size_t n = std::max(a.size(), b.size());
   Shape out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -61,12 +70,14 @@ Shape broadcastShapes(const Shape& a, const Shape& b) {
 }
 
 TensorImpl::~TensorImpl() {
-  if (session_) session_->release(this);
+  if (session_)
+    session_->release(this);
 }
 
-Session::Session(const SessionOptions& options) : options_(options) {
+Session::Session(const SessionOptions &options) : options_(options) {
   if (options.backend != "inprocess" && options.backend != "cluster")
-    throw ValueError("unknown backend '" + options.backend + "' (expected cluster or inprocess)");
+    throw ValueError("unknown backend '" + options.backend +
+                     "' (expected cluster or inprocess)");
   ClusterConfig cfg;
   cfg.worldSize = options.worldSize;
   cfg.numProcesses = options.numProcesses;
@@ -80,43 +91,51 @@ Session::Session(const SessionOptions& options) : options_(options) {
 Session::~Session() { shutdown(); }
 
 void Session::shutdown() {
-  if (shutDown_) return;
+  if (shutDown_)
+    return;
   shutDown_ = true;
-  if (controller_) controller_->shutdown();
+  if (controller_)
+    controller_->shutdown();
 }
 
 int Session::worldSize() const { return controller_->worldSize(); }
 
-const Mesh& Session::mesh(int id) const { return meshes_.at(id); }
+const Mesh &Session::mesh(int id) const { return meshes_.at(id); }
 
-int Session::addMesh(Shape shape, std::vector<std::string> names, std::vector<int64_t> ranks,
-                     std::string device) {
-  if (shape.empty()) throw ValueError("a device mesh needs at least one dim");
+int Session::addMesh(Shape shape, std::vector<std::string> names,
+                     std::vector<int64_t> ranks, std::string device) {
+  if (shape.empty())
+    throw ValueError("a device mesh needs at least one dim");
   for (int64_t s : shape)
-    if (s <= 0) throw ValueError("mesh dims must be positive, got " + shapeStr(shape));
+    if (s <= 0)
+      throw ValueError("mesh dims must be positive, got " + shapeStr(shape));
   int64_t n = meshSize(shape);
   if (ranks.empty()) {
     ranks.resize(n);
     std::iota(ranks.begin(), ranks.end(), 0);
   }
   if ((int64_t)ranks.size() != n)
-    throw ValueError("mesh of shape " + shapeStr(shape) + " needs " + std::to_string(n) +
-                     " ranks, got " + std::to_string(ranks.size()));
+    throw ValueError("mesh of shape " + shapeStr(shape) + " needs " +
+                     std::to_string(n) + " ranks, got " +
+                     std::to_string(ranks.size()));
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= worldSize())
-      throw ValueError("mesh rank " + std::to_string(ranks[i]) + " is outside the world of " +
+      throw ValueError("mesh rank " + std::to_string(ranks[i]) +
+                       " is outside the world of " +
                        std::to_string(worldSize()) + " ranks");
     for (size_t j = 0; j < i; ++j)
       if (ranks[i] == ranks[j])
-        throw ValueError("mesh rank " + std::to_string(ranks[i]) + " appears twice");
+        throw ValueError("mesh rank " + std::to_string(ranks[i]) +
+                         " appears twice");
   }
   if (!names.empty() && names.size() != shape.size())
     throw ValueError("mesh has " + std::to_string(shape.size()) + " dims but " +
                      std::to_string(names.size()) + " dim names");
   if (device != "cpu")
-    throw ValueError("device type '" + device + "' is not available (workers run on cpu)");
-  Mesh m{static_cast<int>(meshes_.size()), std::move(shape), std::move(names), std::move(ranks),
-         std::move(device)};
+    throw ValueError("device type '" + device +
+                     "' is not available (workers run on cpu)");
+  Mesh m{static_cast<int>(meshes_.size()), std::move(shape), std::move(names),
+         std::move(ranks), std::move(device)};
   meshes_.push_back(m);
   controller_->addMesh(m);
   return m.id;
@@ -128,10 +147,11 @@ Tensor Session::newTensor(TensorMeta meta) {
   return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
 }
 
-Handle Session::useValue(const Tensor& t) {
-  if (t->session_ != this) throw ValueError("tensor belongs to another dtorch session");
-  if (t->materialized_ &&
-      std::find(segment_.args.begin(), segment_.args.end(), t->id_) == segment_.args.end()) {
+Handle Session::useValue(const Tensor &t) {
+  if (t->session_ != this)
+    throw ValueError("tensor belongs to another dtorch session");
+  if (t->materialized_ && std::find(segment_.args.begin(), segment_.args.end(),
+                                    t->id_) == segment_.args.end()) {
     segment_.args.push_back(t->id_);
     segment_.argMetas.push_back(t->meta_);
     argRefs_.push_back(t);
@@ -139,25 +159,31 @@ Handle Session::useValue(const Tensor& t) {
   return t->id_;
 }
 
-Tensor Session::addNode(std::string op, const std::vector<Tensor>& inputs, Attrs attrs,
-                        TensorMeta meta, ScalarOperand scalar) {
-  if (shutDown_) throw DTorchError("dtorch has been shut down");
-  if (segment_.meshId != -1 && segment_.meshId != meta.meshId) flush();
-  if (segment_.nodes.size() >= options_.maxSegmentNodes) flush();
+Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
+                        Attrs attrs, TensorMeta meta, ScalarOperand scalar) {
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  if (segment_.meshId != -1 && segment_.meshId != meta.meshId)
+    flush();
+  if (segment_.nodes.size() >= options_.maxSegmentNodes)
+    flush();
   segment_.meshId = meta.meshId;
   Node n;
   n.op = std::move(op);
   n.inputs.reserve(inputs.size() + (scalar.index >= 0));
-  for (const Tensor& t : inputs) n.inputs.push_back(useValue(t));
-  if (scalar.index >= 0) n.inputs.insert(n.inputs.begin() + scalar.index, 0);
+  for (const Tensor &t : inputs)
+    n.inputs.push_back(useValue(t));
+  if (scalar.index >= 0)
+    n.inputs.insert(n.inputs.begin() + scalar.index, 0);
   n.scalar = std::move(scalar);
   n.attrs = std::move(attrs);
   n.meta = meta;
   Tensor result = newTensor(std::move(meta));
   if (!inputs.empty()) {
     result->view = inputs[0]->view;
-    for (const Tensor& t : inputs)
-      if (t->view != result->view) result->view = -1;
+    for (const Tensor &t : inputs)
+      if (t->view != result->view)
+        result->view = -1;
   }
   n.id = result->id_;
   n.owner = result;
@@ -171,19 +197,21 @@ void Session::flush() {
     argRefs_.clear();
     return;
   }
-  for (Node& n : segment_.nodes)
+  for (Node &n : segment_.nodes)
     if (Tensor t = n.owner.lock()) {
       segment_.results.push_back(n.id);
       t->materialized_ = true;
     }
   Segment seg = std::move(segment_);
   segment_ = Segment();
-  if (!seg.results.empty()) controller_->submit(std::move(seg));
-  argRefs_.clear();  // frees of dropped arguments now follow the run
+  if (!seg.results.empty())
+    controller_->submit(std::move(seg));
+  argRefs_.clear(); // frees of dropped arguments now follow the run
 }
 
-void Session::release(TensorImpl* t) {
-  if (!t->materialized_ || shutDown_) return;
+void Session::release(TensorImpl *t) {
+  if (!t->materialized_ || shutDown_)
+    return;
   try {
     controller_->free(t->meta_.meshId, t->id_);
   } catch (...) {
@@ -191,38 +219,48 @@ void Session::release(TensorImpl* t) {
   }
 }
 
-void Session::checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const {
+void Session::checkSameMesh(const Tensor &a, const Tensor &b,
+                            const char *op) const {
   if (a->meta_.meshId != b->meta_.meshId)
-    throw ValueError(std::string(op) + ": tensors are on different device meshes");
+    throw ValueError(std::string(op) +
+                     ": tensors are on different device meshes");
 }
 
-// ---- creation -----------------------------------------------------------------
+// ---- creation
+// -----------------------------------------------------------------
 
-static void checkPlacements(const Shape& shape, const Mesh& mesh, const Placements& p) {
+static void checkPlacements(const Shape &shape, const Mesh &mesh,
+                            const Placements &p) {
   std::string err = validatePlacements(shape.size(), mesh.shape.size(), p);
-  if (!err.empty()) throw ValueError(err);
+  if (!err.empty())
+    throw ValueError(err);
 }
 
-Tensor Session::full(const Shape& shape, double value, wire::DType dtype, int meshId,
-                     const Placements& placements) {
+Tensor Session::full(const Shape &shape, double value, wire::DType dtype,
+                     int meshId, const Placements &placements) {
   for (int64_t s : shape)
-    if (s < 0) throw ValueError("negative dimension in shape " + shapeStr(shape));
+    if (s < 0)
+      throw ValueError("negative dimension in shape " + shapeStr(shape));
   checkPlacements(shape, mesh(meshId), placements);
   AttrValue v;
   v.kind = AttrValue::Kind::Float;
   v.f = value;
-  return addNode("full", {}, {{"value", v}}, {shape, dtype, meshId, placements});
+  return addNode("full", {}, {{"value", v}},
+                 {shape, dtype, meshId, placements});
 }
 
-Tensor Session::random(const Shape& shape, bool normal, wire::DType dtype, int meshId,
-                       const Placements& placements) {
+Tensor Session::random(const Shape &shape, bool normal, wire::DType dtype,
+                       int meshId, const Placements &placements) {
   for (int64_t s : shape)
-    if (s < 0) throw ValueError("negative dimension in shape " + shapeStr(shape));
+    if (s < 0)
+      throw ValueError("negative dimension in shape " + shapeStr(shape));
   if (!isFloat(dtype))
-    throw TypeError(std::string("random values need a float dtype, got ") + dtypeName(dtype));
+    throw TypeError(std::string("random values need a float dtype, got ") +
+                    dtypeName(dtype));
   checkPlacements(shape, mesh(meshId), placements);
   AttrValue seed, dist;
-  seed.i = static_cast<int64_t>((seed_ * 1000003ULL + seedCounter_++) & 0x7fffffffffffffffULL);
+  seed.i = static_cast<int64_t>((seed_ * 1000003ULL + seedCounter_++) &
+                                0x7fffffffffffffffULL);
   dist.kind = AttrValue::Kind::String;
   dist.s = normal ? "normal" : "uniform";
   return addNode("random", {}, {{"seed", seed}, {"distribution", dist}},
@@ -234,32 +272,38 @@ void Session::manualSeed(uint64_t seed) {
   seedCounter_ = 0;
 }
 
-Tensor Session::fromData(const rt::Tensor& data, int meshId, const Placements& placements) {
+Tensor Session::fromData(const rt::Tensor &data, int meshId,
+                         const Placements &placements) {
   checkPlacements(data.shape(), mesh(meshId), placements);
-  if (shutDown_) throw DTorchError("dtorch has been shut down");
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
   Tensor t = newTensor({data.shape(), data.dtype(), meshId, placements});
   t->materialized_ = true;
   controller_->put(meshId, t->id_, data, placements);
   return t;
 }
 
-// ---- ops -----------------------------------------------------------------------
+// ---- ops
+// -----------------------------------------------------------------------
 
-Placements Session::inferPlacements(const std::string& tag, const std::vector<Shape>& shapes,
-                                    const std::vector<Placements>& placements,
-                                    const Shape& resultShape, int meshId, wire::DType dtype,
-                                    const std::function<ShardingRule()>& makeRule) {
-  std::string& key = keyBuffer_;
+Placements Session::inferPlacements(
+    const std::string &tag, const std::vector<Shape> &shapes,
+    const std::vector<Placements> &placements, const Shape &resultShape,
+    int meshId, wire::DType dtype,
+    const std::function<ShardingRule()> &makeRule) {
+  std::string &key = keyBuffer_;
   key.assign(tag);
-  auto addInts = [&](const Shape& v) {
-    for (int64_t d : v) key.append(std::to_string(d)).push_back(',');
+  auto addInts = [&](const Shape &v) {
+    for (int64_t d : v)
+      key.append(std::to_string(d)).push_back(',');
     key.push_back('|');
   };
   for (size_t k = 0; k < shapes.size(); ++k) {
     addInts(shapes[k]);
-    for (const Placement& p : placements[k]) {
+    for (const Placement &p : placements[k]) {
       key.push_back(static_cast<char>('0' + static_cast<int>(p.kind)));
-      key.append(std::to_string(p.isShard() ? p.dim : static_cast<int64_t>(p.op)));
+      key.append(
+          std::to_string(p.isShard() ? p.dim : static_cast<int64_t>(p.op)));
     }
     key.push_back('|');
   }
@@ -267,164 +311,191 @@ Placements Session::inferPlacements(const std::string& tag, const std::vector<Sh
   key.append(std::to_string(meshId)).push_back(':');
   key.append(std::to_string(elementBytes(dtype)));
   auto it = strategyCache_.find(key);
-  if (it != strategyCache_.end()) return it->second;
-  Placements result = chooseStrategy(makeRule(), shapes, placements, resultShape,
-                                     elementBytes(dtype), mesh(meshId).shape, nullptr)
-                          .result;
+  if (it != strategyCache_.end())
+    return it->second;
+  Placements result =
+      chooseStrategy(makeRule(), shapes, placements, resultShape,
+                     elementBytes(dtype), mesh(meshId).shape, nullptr)
+          .result;
   strategyCache_.emplace(key, result);
   return result;
 }
 
-Placements Session::inferPlacements(const std::string& tag, const std::vector<Tensor>& operands,
-                                    const Shape& resultShape,
-                                    const std::function<ShardingRule()>& makeRule) {
+Placements Session::inferPlacements(
+    const std::string &tag, const std::vector<Tensor> &operands,
+    const Shape &resultShape, const std::function<ShardingRule()> &makeRule) {
   std::vector<Shape> shapes;
   std::vector<Placements> placements;
-  for (const Tensor& t : operands) {
+  for (const Tensor &t : operands) {
     shapes.push_back(t->meta().shape);
     placements.push_back(t->meta().placements);
   }
-  const TensorMeta& m = operands[0]->meta();
-  return inferPlacements(tag, shapes, placements, resultShape, m.meshId, m.dtype, makeRule);
+  const TensorMeta &m = operands[0]->meta();
+  return inferPlacements(tag, shapes, placements, resultShape, m.meshId,
+                         m.dtype, makeRule);
 }
 
-static bool hasPartial(const Placements& ps) {
-  for (const Placement& p : ps)
-    if (p.isPartial()) return true;
+static bool hasPartial(const Placements &ps) {
+  for (const Placement &p : ps)
+    if (p.isPartial())
+      return true;
   return false;
 }
 
-Tensor Session::unary(const std::string& op, const Tensor& x) {
-  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 1);
-  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+Tensor Session::unary(const std::string &op, const Tensor &x) {
+  const rules::ElementwiseTraits *traits = rules::elementwiseTraits(op, 1);
+  if (!traits)
+    throw ValueError("unknown elementwise op '" + op + "'");
   if (traits->floatOnly && !isFloat(x->meta().dtype))
-    return unary(op, cast(x, wire::F32));  // as torch: exp(int) is float32
-  const TensorMeta& m = x->meta();
+    return unary(op, cast(x, wire::F32)); // as torch: exp(int) is float32
+  const TensorMeta &m = x->meta();
   Placements result = m.placements;
   if (hasPartial(result))
-    result = inferPlacements(op, {x}, m.shape,
-                             [&] { return rules::elementwise(m.shape, 1, *traits); });
+    result = inferPlacements(op, {x}, m.shape, [&] {
+      return rules::elementwise(m.shape, 1, *traits);
+    });
   return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, result});
 }
 
-Tensor Session::binary(const std::string& op, const Tensor& a0, const Tensor& b0) {
-  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
-  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+Tensor Session::binary(const std::string &op, const Tensor &a0,
+                       const Tensor &b0) {
+  const rules::ElementwiseTraits *traits = rules::elementwiseTraits(op, 2);
+  if (!traits)
+    throw ValueError("unknown elementwise op '" + op + "'");
   checkSameMesh(a0, b0, op.c_str());
   // torch's type promotion; true division of integers gives float32.
   wire::DType dtype = promoteTypes(a0->meta().dtype, b0->meta().dtype);
-  if (op == "div" && !isFloat(dtype)) dtype = wire::F32;
+  if (op == "div" && !isFloat(dtype))
+    dtype = wire::F32;
   if (a0->meta().dtype != dtype || b0->meta().dtype != dtype)
     return binary(op, cast(a0, dtype), cast(b0, dtype));
   Shape shape;
   try {
     shape = broadcastShapes(a0->meta().shape, b0->meta().shape);
-  } catch (const ValueError& e) {
+  } catch (const ValueError &e) {
     throw ValueError(op + ": " + e.what());
   }
   Tensor a = a0->meta().shape == shape ? a0 : broadcastTo(a0, shape);
   Tensor b = b0->meta().shape == shape ? b0 : broadcastTo(b0, shape);
-  const TensorMeta& m = a->meta();
+  const TensorMeta &m = a->meta();
   Placements result;
-  const Placements& pa = m.placements;
+  const Placements &pa = m.placements;
   bool same = pa == b->meta().placements;
   if (same && !hasPartial(pa))
-    result = pa;  // every shard maps dim to dim: already a local strategy
+    result = pa; // every shard maps dim to dim: already a local strategy
   else
-    result = inferPlacements(op, {a, b}, shape,
-                             [&] { return rules::elementwise(shape, 2, *traits); });
+    result = inferPlacements(op, {a, b}, shape, [&] {
+      return rules::elementwise(shape, 2, *traits);
+    });
   return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
 }
 
-Tensor Session::binaryScalar(const std::string& op, const Tensor& a0, double value,
-                             bool scalarFirst, bool scalarIsFloat) {
-  const rules::ElementwiseTraits* traits = rules::elementwiseTraits(op, 2);
-  if (!traits) throw ValueError("unknown elementwise op '" + op + "'");
+Tensor Session::binaryScalar(const std::string &op, const Tensor &a0,
+                             double value, bool scalarFirst,
+                             bool scalarIsFloat) {
+  const rules::ElementwiseTraits *traits = rules::elementwiseTraits(op, 2);
+  if (!traits)
+    throw ValueError("unknown elementwise op '" + op + "'");
   wire::DType dtype = a0->meta().dtype;
-  if ((scalarIsFloat || op == "div") && !isFloat(dtype)) dtype = wire::F32;
+  if ((scalarIsFloat || op == "div") && !isFloat(dtype))
+    dtype = wire::F32;
   Tensor a = cast(a0, dtype);
-  const TensorMeta& m = a->meta();
+  const TensorMeta &m = a->meta();
   ScalarOperand scalar;
   scalar.index = scalarFirst ? 0 : 1;
   scalar.value = value;
   scalar.placements = m.placements;
   Placements result = m.placements;
   if (hasPartial(m.placements)) {
-    for (Placement& q : scalar.placements)
-      if (q.isPartial()) q = Placement::replicate();
+    for (Placement &q : scalar.placements)
+      if (q.isPartial())
+        q = Placement::replicate();
     std::vector<Placements> ps = {m.placements, scalar.placements};
-    if (scalarFirst) std::swap(ps[0], ps[1]);
-    result = inferPlacements(op, {m.shape, m.shape}, ps, m.shape, m.meshId, m.dtype,
-                             [&] { return rules::elementwise(m.shape, 2, *traits); });
+    if (scalarFirst)
+      std::swap(ps[0], ps[1]);
+    result = inferPlacements(
+        op, {m.shape, m.shape}, ps, m.shape, m.meshId, m.dtype,
+        [&] { return rules::elementwise(m.shape, 2, *traits); });
   }
   return addNode(op, {a}, {}, {m.shape, m.dtype, m.meshId, std::move(result)},
                  std::move(scalar));
 }
 
-Tensor Session::cast(const Tensor& x, wire::DType dtype) {
-  const TensorMeta& m = x->meta();
-  if (m.dtype == dtype) return x;
-  if (dtype != wire::F32 && dtype != wire::F64 && dtype != wire::I64 && dtype != wire::BOOL)
+Tensor Session::cast(const Tensor &x, wire::DType dtype) {
+  const TensorMeta &m = x->meta();
+  if (m.dtype == dtype)
+    return x;
+  if (dtype != wire::F32 && dtype != wire::F64 && dtype != wire::I64 &&
+      dtype != wire::BOOL)
     throw TypeError(std::string("cannot convert to ") + dtypeName(dtype) +
                     " (supported: float32, float64, int64, bool)");
-  if (m.dtype != wire::F32 && m.dtype != wire::F64 && m.dtype != wire::I64 && m.dtype != wire::BOOL)
+  if (m.dtype != wire::F32 && m.dtype != wire::F64 && m.dtype != wire::I64 &&
+      m.dtype != wire::BOOL)
     throw TypeError(std::string("cannot convert from ") + dtypeName(m.dtype));
   Placements result = m.placements;
   if (hasPartial(result))
     result = inferPlacements("cast", {x}, m.shape, [&] {
-      return rules::elementwise(m.shape, 1, *rules::elementwiseTraits("cast", 1));
+      return rules::elementwise(m.shape, 1,
+                                *rules::elementwiseTraits("cast", 1));
     });
-  return addNode("cast", {x}, {}, {m.shape, dtype, m.meshId, std::move(result)});
+  return addNode("cast", {x}, {},
+                 {m.shape, dtype, m.meshId, std::move(result)});
 }
 
-Tensor Session::broadcastTo(const Tensor& x, const Shape& shape) {
-  const TensorMeta& m = x->meta();
+Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
+  const TensorMeta &m = x->meta();
   Shape b;
   try {
     b = broadcastShapes(m.shape, shape);
-  } catch (const ValueError&) {
+  } catch (const ValueError &) {
     b.clear();
   }
   if (b != shape || m.shape.size() > shape.size())
-    throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " + shapeStr(shape));
-  Placements result = inferPlacements("broadcast_to", {x}, shape,
-                                      [&] { return rules::broadcastTo(m.shape, shape); });
+    throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " +
+                     shapeStr(shape));
+  Placements result = inferPlacements("broadcast_to", {x}, shape, [&] {
+    return rules::broadcastTo(m.shape, shape);
+  });
   return addNode("broadcast_to", {x}, {}, {shape, m.dtype, m.meshId, result});
 }
 
-Tensor Session::matmul(const Tensor& a, const Tensor& b) {
+Tensor Session::matmul(const Tensor &a, const Tensor &b) {
   checkSameMesh(a, b, "matmul");
   if (a->meta().dtype != b->meta().dtype) {
     wire::DType dtype = promoteTypes(a->meta().dtype, b->meta().dtype);
     return matmul(cast(a, dtype), cast(b, dtype));
   }
   const TensorMeta &ma = a->meta(), &mb = b->meta();
-  if (ma.dtype == wire::BOOL) throw TypeError("matmul: not defined for bool tensors");
+  if (ma.dtype == wire::BOOL)
+    throw TypeError("matmul: not defined for bool tensors");
   size_t ra = ma.shape.size(), rb = mb.shape.size();
   if (ra == 2 && rb == 2) {
     if (ma.shape[1] != mb.shape[0])
-      throw ValueError("matmul: shapes " + shapeStr(ma.shape) + " and " + shapeStr(mb.shape) +
-                       " cannot be multiplied (" + std::to_string(ma.shape[1]) + " != " +
-                       std::to_string(mb.shape[0]) + ")");
+      throw ValueError("matmul: shapes " + shapeStr(ma.shape) + " and " +
+                       shapeStr(mb.shape) + " cannot be multiplied (" +
+                       std::to_string(ma.shape[1]) +
+                       " != " + std::to_string(mb.shape[0]) + ")");
     Shape out = {ma.shape[0], mb.shape[1]};
-    Placements p = inferPlacements("matmul", {a, b}, out,
-                                   [&] { return rules::matmul(ma.shape, mb.shape); });
+    Placements p = inferPlacements("matmul", {a, b}, out, [&] {
+      return rules::matmul(ma.shape, mb.shape);
+    });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
   if (ra == 3 && rb == 3) {
     if (ma.shape[0] != mb.shape[0] || ma.shape[2] != mb.shape[1])
-      throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " + shapeStr(mb.shape) +
-                       " cannot be multiplied");
+      throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " +
+                       shapeStr(mb.shape) + " cannot be multiplied");
     Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
-    Placements p = inferPlacements("bmm", {a, b}, out,
-                                   [&] { return rules::bmm(ma.shape, mb.shape); });
+    Placements p = inferPlacements(
+        "bmm", {a, b}, out, [&] { return rules::bmm(ma.shape, mb.shape); });
     return addNode("bmm", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
   if (ra > 2 && rb == 2) {
     // [..., M, K] @ [K, N]: flatten the leading dims, multiply, restore them.
     Shape lead(ma.shape.begin(), ma.shape.end() - 1);
     int64_t rows = 1;
-    for (int64_t d : lead) rows *= d;
+    for (int64_t d : lead)
+      rows *= d;
     Tensor flat = reshape(a, {rows, ma.shape.back()});
     Tensor y = matmul(flat, b);
     lead.push_back(mb.shape[1]);
@@ -434,27 +505,34 @@ Tensor Session::matmul(const Tensor& a, const Tensor& b) {
                    std::to_string(rb) + " (supported: 2x2, 3x3, Nx2)");
 }
 
-Tensor Session::reduce(const std::string& op, const Tensor& x, std::vector<int64_t> dims,
-                       bool keepdim) {
-  const TensorMeta& m = x->meta();
+Tensor Session::reduce(const std::string &op, const Tensor &x,
+                       std::vector<int64_t> dims, bool keepdim) {
+  const TensorMeta &m = x->meta();
   int64_t rank = m.shape.size();
   if (dims.empty())
-    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
-  for (int64_t& d : dims) d = normalizeDim(d, rank, op.c_str());
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+  for (int64_t &d : dims)
+    d = normalizeDim(d, rank, op.c_str());
   std::sort(dims.begin(), dims.end());
   if (std::adjacent_find(dims.begin(), dims.end()) != dims.end())
     throw ValueError(op + ": a dim appears more than once");
-  if (rank == 0) dims.clear();
+  if (rank == 0)
+    dims.clear();
   if (op == "mean" && !isFloat(m.dtype))
-    throw TypeError(std::string("mean: needs a float tensor, got ") + dtypeName(m.dtype));
+    throw TypeError(std::string("mean: needs a float tensor, got ") +
+                    dtypeName(m.dtype));
   Shape out;
   for (int64_t d = 0; d < rank; ++d) {
     bool reduced = std::binary_search(dims.begin(), dims.end(), d);
-    if (!reduced) out.push_back(m.shape[d]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced)
+      out.push_back(m.shape[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   std::string tag = op + (keepdim ? "k" : "");
-  for (int64_t d : dims) tag += "," + std::to_string(d);
+  for (int64_t d : dims)
+    tag += "," + std::to_string(d);
   Placements p = inferPlacements(tag, {x}, out, [&] {
     return rules::reduction(m.shape, dims, keepdim, op == "max");
   });
@@ -462,86 +540,104 @@ Tensor Session::reduce(const std::string& op, const Tensor& x, std::vector<int64
   dv.kind = AttrValue::Kind::Ints;
   dv.ints = dims;
   kv.i = keepdim;
-  return addNode(op, {x}, {{"dims", dv}, {"keepdim", kv}}, {out, m.dtype, m.meshId, p});
+  return addNode(op, {x}, {{"dims", dv}, {"keepdim", kv}},
+                 {out, m.dtype, m.meshId, p});
 }
 
-Tensor Session::reshape(const Tensor& x, Shape shape) {
-  const TensorMeta& m = x->meta();
+Tensor Session::reshape(const Tensor &x, Shape shape) {
+  const TensorMeta &m = x->meta();
   int64_t numel = 1;
-  for (int64_t s : m.shape) numel *= s;
+  for (int64_t s : m.shape)
+    numel *= s;
   int64_t known = 1, inferred = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      if (inferred >= 0) throw ValueError("reshape: only one dimension can be -1");
+      if (inferred >= 0)
+        throw ValueError("reshape: only one dimension can be -1");
       inferred = i;
     } else if (shape[i] < 0) {
-      throw ValueError("reshape: invalid dimension " + std::to_string(shape[i]));
+      throw ValueError("reshape: invalid dimension " +
+                       std::to_string(shape[i]));
     } else {
       known *= shape[i];
     }
   }
   if (inferred >= 0) {
     if (known == 0 || numel % known != 0)
-      throw ValueError("reshape: shape " + shapeStr(shape) + " is invalid for input of size " +
+      throw ValueError("reshape: shape " + shapeStr(shape) +
+                       " is invalid for input of size " +
                        std::to_string(numel));
     shape[inferred] = numel / known;
   } else if (known != numel) {
-    throw ValueError("reshape: shape " + shapeStr(shape) + " is invalid for input of size " +
-                     std::to_string(numel));
+    throw ValueError("reshape: shape " + shapeStr(shape) +
+                     " is invalid for input of size " + std::to_string(numel));
   }
-  if (shape == m.shape) return x;
-  Placements p = inferPlacements("reshape", {x}, shape,
-                                 [&] { return rules::reshape(m.shape, shape); });
+  if (shape == m.shape)
+    return x;
+  Placements p = inferPlacements(
+      "reshape", {x}, shape, [&] { return rules::reshape(m.shape, shape); });
   return addNode("reshape", {x}, {}, {shape, m.dtype, m.meshId, p});
 }
 
-Tensor Session::transpose(const Tensor& x, std::vector<int64_t> perm) {
-  const TensorMeta& m = x->meta();
+Tensor Session::transpose(const Tensor &x, std::vector<int64_t> perm) {
+  const TensorMeta &m = x->meta();
   int64_t rank = m.shape.size();
   if ((int64_t)perm.size() != rank)
-    throw ValueError("permute: expected " + std::to_string(rank) + " dims, got " +
-                     std::to_string(perm.size()));
+    throw ValueError("permute: expected " + std::to_string(rank) +
+                     " dims, got " + std::to_string(perm.size()));
   std::vector<bool> seen(rank, false);
-  for (int64_t& d : perm) {
+  for (int64_t &d : perm) {
     d = normalizeDim(d, rank, "permute");
-    if (seen[d]) throw ValueError("permute: dims must be a permutation");
+    if (seen[d])
+      throw ValueError("permute: dims must be a permutation");
     seen[d] = true;
   }
   Shape out(rank);
-  for (int64_t i = 0; i < rank; ++i) out[i] = m.shape[perm[i]];
+  for (int64_t i = 0; i < rank; ++i)
+    out[i] = m.shape[perm[i]];
   std::string tag = "transpose";
-  for (int64_t d : perm) tag += "," + std::to_string(d);
-  Placements p = inferPlacements(tag, {x}, out, [&] { return rules::transpose(m.shape, perm); });
+  for (int64_t d : perm)
+    tag += "," + std::to_string(d);
+  Placements p = inferPlacements(
+      tag, {x}, out, [&] { return rules::transpose(m.shape, perm); });
   AttrValue pv;
   pv.kind = AttrValue::Kind::Ints;
   pv.ints = perm;
   return addNode("transpose", {x}, {{"perm", pv}}, {out, m.dtype, m.meshId, p});
 }
 
-Tensor Session::redistribute(const Tensor& x, int meshId, const Placements& placements) {
-  const TensorMeta& m = x->meta();
+Tensor Session::redistribute(const Tensor &x, int meshId,
+                             const Placements &placements) {
+  const TensorMeta &m = x->meta();
   if (meshId != m.meshId)
-    throw ValueError("redistribute: moving a tensor to another mesh is not supported");
+    throw ValueError(
+        "redistribute: moving a tensor to another mesh is not supported");
   checkPlacements(m.shape, mesh(meshId), placements);
-  if (placements == m.placements) return x;
-  return addNode("redistribute", {x}, {}, {m.shape, m.dtype, meshId, placements});
+  if (placements == m.placements)
+    return x;
+  return addNode("redistribute", {x}, {},
+                 {m.shape, m.dtype, meshId, placements});
 }
 
-// ---- values -----------------------------------------------------------------------
+// ---- values
+// -----------------------------------------------------------------------
 
-std::map<int, rt::Tensor> Session::fetchLocal(const Tensor& x) {
+std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   flush();
-  std::vector<rt::Tensor> pieces = controller_->fetchPieces(x->meta().meshId, x->id());
+  std::vector<rt::Tensor> pieces =
+      controller_->fetchPieces(x->meta().meshId, x->id());
   std::map<int, rt::Tensor> out;
-  const Mesh& m = mesh(x->meta().meshId);
-  for (size_t p = 0; p < pieces.size(); ++p) out[static_cast<int>(m.ranks[p])] = pieces[p];
+  const Mesh &m = mesh(x->meta().meshId);
+  for (size_t p = 0; p < pieces.size(); ++p)
+    out[static_cast<int>(m.ranks[p])] = pieces[p];
   return out;
 }
 
-rt::Tensor Session::fetch(const Tensor& x) {
+rt::Tensor Session::fetch(const Tensor &x) {
   flush();
-  const TensorMeta& meta = x->meta();
-  std::vector<rt::Tensor> pieces = controller_->fetchPieces(meta.meshId, x->id());
+  const TensorMeta &meta = x->meta();
+  std::vector<rt::Tensor> pieces =
+      controller_->fetchPieces(meta.meshId, x->id());
   return assemblePieces(pieces, meta.shape, meta.dtype, mesh(meta.meshId).shape,
                         meta.placements);
 }
@@ -551,41 +647,50 @@ void Session::synchronize() {
   controller_->synchronize();
 }
 
-std::string Session::lastIr(const std::string& stage) {
+std::string Session::lastIr(const std::string &stage) {
   synchronize();
   return controller_->lastIr(stage);
 }
 
-std::string Session::graphText(const std::vector<Tensor>& inputs,
-                               const std::vector<Tensor>& outputs, const std::string& name) {
+std::string Session::graphText(const std::vector<Tensor> &inputs,
+                               const std::vector<Tensor> &outputs,
+                               const std::string &name) {
   // Keep only the nodes that lead to the outputs; inputs become arguments.
   Segment g;
   g.meshId = outputs.empty() ? 0 : outputs[0]->meta().meshId;
   std::map<Handle, bool> isInput;
-  for (const Tensor& t : inputs) {
+  for (const Tensor &t : inputs) {
     g.args.push_back(t->id());
     g.argMetas.push_back(t->meta());
     isInput[t->id()] = true;
   }
   std::unordered_map<Handle, size_t> nodeOf;
-  for (size_t i = 0; i < segment_.nodes.size(); ++i) nodeOf[segment_.nodes[i].id] = i;
+  for (size_t i = 0; i < segment_.nodes.size(); ++i)
+    nodeOf[segment_.nodes[i].id] = i;
   std::vector<bool> needed(segment_.nodes.size(), false);
   std::vector<Handle> stack;
-  for (const Tensor& t : outputs) stack.push_back(t->id());
+  for (const Tensor &t : outputs)
+    stack.push_back(t->id());
   while (!stack.empty()) {
     Handle h = stack.back();
     stack.pop_back();
-    if (h == 0 || isInput.count(h)) continue;  // 0: a scalar operand
+    if (h == 0 || isInput.count(h))
+      continue; // 0: a scalar operand
     auto it = nodeOf.find(h);
     if (it == nodeOf.end())
-      throw ValueError("save_graph: an output depends on a tensor that is not among the inputs");
-    if (needed[it->second]) continue;
+      throw ValueError("save_graph: an output depends on a tensor that is not "
+                       "among the inputs");
+    if (needed[it->second])
+      continue;
     needed[it->second] = true;
-    for (Handle in : segment_.nodes[it->second].inputs) stack.push_back(in);
+    for (Handle in : segment_.nodes[it->second].inputs)
+      stack.push_back(in);
   }
   for (size_t i = 0; i < segment_.nodes.size(); ++i)
-    if (needed[i]) g.nodes.push_back(segment_.nodes[i]);
-  for (const Tensor& t : outputs) g.results.push_back(t->id());
+    if (needed[i])
+      g.nodes.push_back(segment_.nodes[i]);
+  for (const Tensor &t : outputs)
+    g.results.push_back(t->id());
   return segmentText(g, mesh(g.meshId), name);
 }
 
@@ -594,4 +699,4 @@ uint64_t Session::roundTrips() const { return controller_->roundTrips(); }
 size_t Session::liveTensors() const { return controller_->liveTensors(); }
 size_t Session::compiles() const { return controller_->compiles(); }
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

@@ -24,8 +24,8 @@ namespace {
 
 std::unique_ptr<MLIRContext> makeContext() {
   DialectRegistry registry;
-  registry.insert<dtensor::DTensorDialect, rank::RankDialect,
-                  func::FuncDialect>();
+  registry
+      .insert<dtensor::DTensorDialect, rank::RankDialect, func::FuncDialect>();
   auto ctx = std::make_unique<MLIRContext>(registry);
   ctx->loadAllAvailableDialects();
   ctx->disableMultithreading();
@@ -64,7 +64,8 @@ CompileResult compileModule(const std::string &source,
       llvm::MemoryBuffer::getMemBufferCopy(source, sourceName), llvm::SMLoc());
   SourceMgrDiagnosticHandler handler(sourceMgr, ctx.get(), diagStream);
 
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, ctx.get());
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(sourceMgr, ctx.get());
   if (!module)
     return result;
 
@@ -105,7 +106,8 @@ CompileResult compileModule(const std::string &source,
        [](PassManager &pm) {
          pm.addNestedPass<func::FuncOp>(dtensor::createLowerRedistribute());
        }},
-      {"rank", [](PassManager &pm) { pm.addPass(dtensor::createLowerToRank()); }},
+      {"rank",
+       [](PassManager &pm) { pm.addPass(dtensor::createLowerToRank()); }},
   };
   for (const Stage &stage : stages) {
     PassManager pm(ctx.get());

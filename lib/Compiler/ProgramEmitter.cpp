@@ -14,13 +14,20 @@ using namespace mlir;
 namespace dtorch {
 
 wire::DType toWireDType(Type t) {
-  if (t.isF32()) return wire::F32;
-  if (t.isF64()) return wire::F64;
-  if (t.isF16()) return wire::F16;
-  if (t.isBF16()) return wire::BF16;
-  if (t.isInteger(1)) return wire::BOOL;
-  if (t.isInteger(32)) return wire::I32;
-  if (t.isInteger(64)) return wire::I64;
+  if (t.isF32())
+    return wire::F32;
+  if (t.isF64())
+    return wire::F64;
+  if (t.isF16())
+    return wire::F16;
+  if (t.isBF16())
+    return wire::BF16;
+  if (t.isInteger(1))
+    return wire::BOOL;
+  if (t.isInteger(32))
+    return wire::I32;
+  if (t.isInteger(64))
+    return wire::I64;
   return wire::DTYPE_INVALID;
 }
 
@@ -53,7 +60,8 @@ LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
                       Attribute value) {
   wire::Attr a;
   if (auto i = dyn_cast<IntegerAttr>(value))
-    a.set_i(i.getType().isInteger(1) ? i.getValue().getZExtValue() : i.getInt());
+    a.set_i(i.getType().isInteger(1) ? i.getValue().getZExtValue()
+                                     : i.getInt());
   else if (auto b = dyn_cast<BoolAttr>(value))
     a.set_i(b.getValue());
   else if (auto f = dyn_cast<FloatAttr>(value))
@@ -69,7 +77,8 @@ LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
       return op->emitOpError("cannot emit dense attribute '") << name << "'";
     a.set_data(*bytes);
   } else
-    return op->emitOpError("cannot emit attribute '") << name << "' = " << value;
+    return op->emitOpError("cannot emit attribute '")
+           << name << "' = " << value;
   (*inst.mutable_attrs())[name.str()] = std::move(a);
   return success();
 }
@@ -102,7 +111,8 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     auto t = dyn_cast<RankedTensorType>(v.getType());
     wire::DType dt = t ? toWireDType(t.getElementType()) : wire::DTYPE_INVALID;
     if (dt == wire::DTYPE_INVALID)
-      return emitError(v.getLoc()) << "cannot emit a value of type " << v.getType();
+      return emitError(v.getLoc())
+             << "cannot emit a value of type " << v.getType();
     wire::TensorSpec *spec = program.add_buffers();
     spec->set_dtype(dt);
     for (int64_t s : t.getShape())
@@ -149,8 +159,7 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       // A value made on the other stream is waited for through an event.
       auto it = producer.find(id);
       if (it != producer.end() && it->second.second != inst.stream()) {
-        wire::Instruction *src =
-            program.mutable_instructions(it->second.first);
+        wire::Instruction *src = program.mutable_instructions(it->second.first);
         if (src->record_event() < 0) {
           src->set_record_event(program.num_events());
           program.set_num_events(program.num_events() + 1);

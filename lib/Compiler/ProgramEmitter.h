@@ -1,4 +1,5 @@
-//===- ProgramEmitter.h - rank-dialect functions to wire programs -*- C++ -*-===//
+//===- ProgramEmitter.h - rank-dialect functions to wire programs -*- C++
+//-*-===//
 #ifndef DTORCH_LIB_COMPILER_PROGRAMEMITTER_H
 #define DTORCH_LIB_COMPILER_PROGRAMEMITTER_H
 

@@ -7,16 +7,21 @@ namespace dtorch {
 
 const char *reduceOpName(ReduceOp op) {
   switch (op) {
-  case ReduceOp::Sum: return "sum";
-  case ReduceOp::Avg: return "avg";
-  case ReduceOp::Max: return "max";
-  case ReduceOp::Min: return "min";
+  case ReduceOp::Sum:
+    return "sum";
+  case ReduceOp::Avg:
+    return "avg";
+  case ReduceOp::Max:
+    return "max";
+  case ReduceOp::Min:
+    return "min";
   }
   return "?";
 }
 
 std::optional<ReduceOp> parseReduceOp(const std::string &name) {
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+  for (ReduceOp op :
+       {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
     if (name == reduceOpName(op))
       return op;
   return std::nullopt;
@@ -34,9 +39,12 @@ bool Placement::operator==(const Placement &o) const {
 
 std::string Placement::str() const {
   switch (kind) {
-  case Kind::Replicate: return "R";
-  case Kind::Shard: return "S(" + std::to_string(dim) + ")";
-  case Kind::Partial: return std::string("P(") + reduceOpName(op) + ")";
+  case Kind::Replicate:
+    return "R";
+  case Kind::Shard:
+    return "S(" + std::to_string(dim) + ")";
+  case Kind::Partial:
+    return std::string("P(") + reduceOpName(op) + ")";
   }
   return "?";
 }

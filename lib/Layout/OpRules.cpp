@@ -25,25 +25,35 @@ const ElementwiseTraits *elementwiseTraits(std::string_view op, size_t arity) {
   // a+b and a-b are additive in both operands at once; a*b is linear in each
   // operand; a/b in its numerator; -a in a; max/min commute with themselves.
   static const std::map<std::string, ElementwiseTraits, std::less<>> binary = {
-      {"add", {kLinear, {}}},        {"sub", {kLinear, {}}},
-      {"mul", {{}, {0, 1}}},         {"div", {{}, {0}}},
-      {"maximum", {{ReduceOp::Max}, {}}}, {"minimum", {{ReduceOp::Min}, {}}},
+      {"add", {kLinear, {}}},
+      {"sub", {kLinear, {}}},
+      {"mul", {{}, {0, 1}}},
+      {"div", {{}, {0}}},
+      {"maximum", {{ReduceOp::Max}, {}}},
+      {"minimum", {{ReduceOp::Min}, {}}},
       {"pow", {{}, {}}},
   };
   static const std::map<std::string, ElementwiseTraits, std::less<>> unary = {
-      {"neg", {{}, {0}}},           {"abs", {{}, {}}},
-      {"relu", {{}, {}}},           {"exp", {{}, {}, true}},
-      {"log", {{}, {}, true}},      {"sqrt", {{}, {}, true}},
-      {"rsqrt", {{}, {}, true}},    {"tanh", {{}, {}, true}},
-      {"sigmoid", {{}, {}, true}},  {"gelu", {{}, {}, true}},
-      {"silu", {{}, {}, true}},     {"sin", {{}, {}, true}},
+      {"neg", {{}, {0}}},
+      {"abs", {{}, {}}},
+      {"relu", {{}, {}}},
+      {"exp", {{}, {}, true}},
+      {"log", {{}, {}, true}},
+      {"sqrt", {{}, {}, true}},
+      {"rsqrt", {{}, {}, true}},
+      {"tanh", {{}, {}, true}},
+      {"sigmoid", {{}, {}, true}},
+      {"gelu", {{}, {}, true}},
+      {"silu", {{}, {}, true}},
+      {"sin", {{}, {}, true}},
       {"cos", {{}, {}, true}},
       // Element type conversion is monotone: max/min commute with it.
       {"cast", {{ReduceOp::Max, ReduceOp::Min}, {}}},
   };
   const auto &table = arity == 2 ? binary : unary;
   auto it = table.find(op);
-  return (arity == 1 || arity == 2) && it != table.end() ? &it->second : nullptr;
+  return (arity == 1 || arity == 2) && it != table.end() ? &it->second
+                                                         : nullptr;
 }
 
 ShardingRule elementwise(const Shape &shape, size_t numOperands,
@@ -115,15 +125,23 @@ ShardingRule reshape(const Shape &in, const Shape &out) {
     return rule;
   size_t i = 0, j = 0;
   while (i < in.size() || j < out.size()) {
-    if (i < in.size() && in[i] == 1) { ++i; continue; }
-    if (j < out.size() && out[j] == 1) { ++j; continue; }
+    if (i < in.size() && in[i] == 1) {
+      ++i;
+      continue;
+    }
+    if (j < out.size() && out[j] == 1) {
+      ++j;
+      continue;
+    }
     if (i == in.size() || j == out.size())
       break;
     size_t i0 = i, j0 = j;
     int64_t pi = in[i++], po = out[j++];
     while (pi != po) {
-      if (pi < po) pi *= in[i++];
-      else po *= out[j++];
+      if (pi < po)
+        pi *= in[i++];
+      else
+        po *= out[j++];
     }
     if (i - i0 == 1 && j - j0 == 1) {
       rule.operands[0][i0] = rule.factorSizes.size();

@@ -6,12 +6,18 @@ namespace dtorch {
 const char *stepKindName(RedistributeStep::Kind kind) {
   using K = RedistributeStep::Kind;
   switch (kind) {
-  case K::AllReduce: return "all_reduce";
-  case K::ReduceScatter: return "reduce_scatter";
-  case K::AllGather: return "all_gather";
-  case K::AllToAll: return "all_to_all";
-  case K::LocalSlice: return "local_slice";
-  case K::ToPartial: return "to_partial";
+  case K::AllReduce:
+    return "all_reduce";
+  case K::ReduceScatter:
+    return "reduce_scatter";
+  case K::AllGather:
+    return "all_gather";
+  case K::AllToAll:
+    return "all_to_all";
+  case K::LocalSlice:
+    return "local_slice";
+  case K::ToPartial:
+    return "to_partial";
   }
   return "?";
 }
@@ -111,12 +117,21 @@ double redistributeCost(const std::vector<int64_t> &globalShape,
     double n = (double)meshShape[s.axis];
     using K = RedistributeStep::Kind;
     switch (s.kind) {
-    case K::AllReduce: total += 2 * (n - 1) / n * local; break;
-    case K::ReduceScatter: total += (n - 1) / n * local; break;
-    case K::AllGather: total += (n - 1) * local; break;
-    case K::AllToAll: total += (n - 1) / n * local; break;
+    case K::AllReduce:
+      total += 2 * (n - 1) / n * local;
+      break;
+    case K::ReduceScatter:
+      total += (n - 1) / n * local;
+      break;
+    case K::AllGather:
+      total += (n - 1) * local;
+      break;
+    case K::AllToAll:
+      total += (n - 1) / n * local;
+      break;
     case K::LocalSlice:
-    case K::ToPartial: break;
+    case K::ToPartial:
+      break;
     }
   }
   return total * (double)elementBytes;

@@ -60,9 +60,9 @@ namespace {
 
 struct AxisChoice {
   enum class Kind { Replicate, Factor, Joint, Linear } kind;
-  int64_t factor = -1;  // Factor
+  int64_t factor = -1;         // Factor
   ReduceOp op = ReduceOp::Sum; // Joint, Linear
-  int64_t operand = -1; // Linear
+  int64_t operand = -1;        // Linear
 };
 
 std::vector<AxisChoice> axisChoices(const ShardingRule &rule) {
@@ -116,12 +116,13 @@ void applyChoice(const ShardingRule &rule, const AxisChoice &c, size_t a,
 
 } // namespace
 
-ShardingStrategy chooseStrategy(
-    const ShardingRule &rule,
-    const std::vector<std::vector<int64_t>> &operandShapes,
-    const std::vector<Placements> &operandPlacements,
-    const std::vector<int64_t> &resultShape, int64_t elementBytes,
-    const std::vector<int64_t> &meshShape, const Placements *requiredResult) {
+ShardingStrategy
+chooseStrategy(const ShardingRule &rule,
+               const std::vector<std::vector<int64_t>> &operandShapes,
+               const std::vector<Placements> &operandPlacements,
+               const std::vector<int64_t> &resultShape, int64_t elementBytes,
+               const std::vector<int64_t> &meshShape,
+               const Placements *requiredResult) {
   using K = AxisChoice::Kind;
   const size_t nAxes = meshShape.size();
   const size_t nOps = rule.operands.size();

@@ -10,10 +10,10 @@
 
 #include <condition_variable>
 #include <cstring>
-#include <thread>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <thread>
 
 namespace dtorch::rt {
 
@@ -26,32 +26,39 @@ using UnboundBuffer = ::gloo::transport::UnboundBuffer;
 
 // Gloo's store interface on top of ours, with keys under a prefix.
 class StoreAdapter final : public ::gloo::rendezvous::Store {
- public:
+public:
   StoreAdapter(std::shared_ptr<KeyValueStore> store, std::string prefix,
                std::chrono::milliseconds timeout)
-      : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
+      : store_(std::move(store)), prefix_(std::move(prefix)),
+        timeout_(timeout) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override {
+  void set(const std::string &key, const std::vector<char> &data) override {
     store_->set(prefix_ + "/" + key, std::string(data.begin(), data.end()));
   }
-  std::vector<char> get(const std::string& key) override {
+  std::vector<char> get(const std::string &key) override {
     std::string value = fetch(key, timeout_);
     return std::vector<char>(value.begin(), value.end());
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    for (const auto& key : keys) fetch(key, std::min(timeout, timeout_));
+  void wait(const std::vector<std::string> &keys) override {
+    wait(keys, timeout_);
+  }
+  void wait(const std::vector<std::string> &keys,
+            const std::chrono::milliseconds &timeout) override {
+    for (const auto &key : keys)
+      fetch(key, std::min(timeout, timeout_));
   }
 
- private:
-  std::string fetch(const std::string& key, std::chrono::milliseconds timeout) {
+private:
+  std::string fetch(const std::string &key, std::chrono::milliseconds timeout) {
     try {
       return store_->get(prefix_ + "/" + key, timeout);
-    } catch (const RuntimeError& error) {
+    } catch (const RuntimeError &error) {
       // Gloo's keys are the ranks' numbers.
-      bool numeric = !key.empty() && key.find_first_not_of("0123456789") == std::string::npos;
+      bool numeric = !key.empty() &&
+                     key.find_first_not_of("0123456789") == std::string::npos;
       throw RuntimeError("gloo rendezvous: " +
-                         (numeric ? "rank " + key + " did not join" : "key '" + key + "' missing") +
+                         (numeric ? "rank " + key + " did not join"
+                                  : "key '" + key + "' missing") +
                          ": " + error.what());
     }
   }
@@ -61,11 +68,13 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-std::shared_ptr<::gloo::transport::Device> deviceFor(const std::string& hostname) {
+std::shared_ptr<::gloo::transport::Device>
+deviceFor(const std::string &hostname) {
   static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<::gloo::transport::Device>> devices;
+  static std::map<std::string, std::shared_ptr<::gloo::transport::Device>>
+      devices;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& device = devices[hostname];
+  auto &device = devices[hostname];
   if (!device) {
     ::gloo::transport::tcp::attr attr;
     attr.hostname = hostname;
@@ -74,7 +83,7 @@ std::shared_ptr<::gloo::transport::Device> deviceFor(const std::string& hostname
   return device;
 }
 
-uint64_t hashGroup(const Group& group) {
+uint64_t hashGroup(const Group &group) {
   uint64_t hash = 1469598103934665603ull;
   for (int64_t rank : group) {
     hash ^= static_cast<uint64_t>(rank) + 0x9E3779B97F4A7C15ull;
@@ -88,84 +97,100 @@ class GlooCommunicator;
 // The transfers of one step of a collective: one unbound buffer per transfer
 // so that each completion is known by peer; waits with the deadline.
 class Exchange {
- public:
-  Exchange(GlooCommunicator& comm, std::string what) : comm_(comm), what_(std::move(what)) {}
-  void send(const void* data, size_t nbytes, int64_t peer, uint64_t slot);
-  void recv(void* data, size_t nbytes, int64_t peer, uint64_t slot);
+public:
+  Exchange(GlooCommunicator &comm, std::string what)
+      : comm_(comm), what_(std::move(what)) {}
+  void send(const void *data, size_t nbytes, int64_t peer, uint64_t slot);
+  void recv(void *data, size_t nbytes, int64_t peer, uint64_t slot);
   void wait();
 
- private:
+private:
   struct Transfer {
     std::unique_ptr<UnboundBuffer> buffer;
     int64_t peer;
     bool isSend;
   };
-  GlooCommunicator& comm_;
+  GlooCommunicator &comm_;
   std::string what_;
   std::vector<Transfer> transfers_;
 };
 
 class GlooCommunicator final : public Communicator {
- public:
-  GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> context, int rank,
-                   std::chrono::milliseconds deadline)
+public:
+  GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> context,
+                   int rank, std::chrono::milliseconds deadline)
       : context_(std::move(context)), rank_(rank), deadline_(deadline) {}
 
   ~GlooCommunicator() override {
     {
       std::lock_guard<std::mutex> lock(reaperMutex_);
       stopReaper_ = true;
-      if (reaping_) reaping_->abortWaitSend();
+      if (reaping_)
+        reaping_->abortWaitSend();
     }
     reaperWake_.notify_all();
-    if (reaper_.joinable()) reaper_.join();
+    if (reaper_.joinable())
+      reaper_.join();
   }
 
   int rank() const override { return rank_; }
 
-  void all_reduce(const Tensor& x, Tensor& out, const Group& group, ReduceOp op) override {
+  void all_reduce(const Tensor &x, Tensor &out, const Group &group,
+                  ReduceOp op) override {
     size_t me = groupIndexOf(group, rank_);
-    if (!x.defined()) throw RuntimeError("all_reduce input is undefined");
+    if (!x.defined())
+      throw RuntimeError("all_reduce input is undefined");
     requireShape(out, x.dtype(), x.shape(), "all_reduce output");
     checkReducible(x.dtype(), op);
     uint64_t slot = begin(group, "all_reduce");
     size_t n = group.size();
     int64_t count = x.numel();
     size_t esize = dtypeSize(x.dtype());
-    auto chunk = [&](size_t j) { return count * static_cast<int64_t>(j) / static_cast<int64_t>(n); };
+    auto chunk = [&](size_t j) {
+      return count * static_cast<int64_t>(j) / static_cast<int64_t>(n);
+    };
     int64_t b = chunk(me), l = chunk(me + 1) - b;
     // Step 1: every member sends me its piece of my chunk.
     Tensor pieces = Tensor::empty(x.dtype(), {static_cast<int64_t>(n), l});
-    char* piecesData = static_cast<char*>(pieces.data());
-    const char* xData = static_cast<const char*>(x.data());
-    char* outData = static_cast<char*>(out.data());
+    char *piecesData = static_cast<char *>(pieces.data());
+    const char *xData = static_cast<const char *>(x.data());
+    char *outData = static_cast<char *>(out.data());
     Exchange step1(*this, where("all_reduce", group));
     for (size_t j = 0; j < n; ++j) {
-      if (j == me) continue;
-      step1.send(xData + chunk(j) * esize, (chunk(j + 1) - chunk(j)) * esize, group[j], slot);
+      if (j == me)
+        continue;
+      step1.send(xData + chunk(j) * esize, (chunk(j + 1) - chunk(j)) * esize,
+                 group[j], slot);
       step1.recv(piecesData + j * l * esize, l * esize, group[j], slot);
     }
     step1.wait();
     if (l > 0) {
       for (size_t j = 0; j < n; ++j) {
-        const char* piece = j == me ? xData + b * esize : piecesData + j * l * esize;
-        if (j == 0) std::memmove(outData + b * esize, piece, l * esize);
-        else reduceInto(outData + b * esize, piece, l, x.dtype(), op);
+        const char *piece =
+            j == me ? xData + b * esize : piecesData + j * l * esize;
+        if (j == 0)
+          std::memmove(outData + b * esize, piece, l * esize);
+        else
+          reduceInto(outData + b * esize, piece, l, x.dtype(), op);
       }
-      if (op == ReduceOp::Avg) finishAverage(outData + b * esize, l, x.dtype(), static_cast<int64_t>(n));
+      if (op == ReduceOp::Avg)
+        finishAverage(outData + b * esize, l, x.dtype(),
+                      static_cast<int64_t>(n));
     }
     // Step 2: all-gather of the reduced chunks.
     Exchange step2(*this, where("all_reduce", group));
     for (size_t j = 0; j < n; ++j) {
-      if (j == me) continue;
+      if (j == me)
+        continue;
       step2.send(outData + b * esize, l * esize, group[j], slot + 1);
-      step2.recv(outData + chunk(j) * esize, (chunk(j + 1) - chunk(j)) * esize, group[j], slot + 1);
+      step2.recv(outData + chunk(j) * esize, (chunk(j + 1) - chunk(j)) * esize,
+                 group[j], slot + 1);
     }
     step2.wait();
   }
 
-  void all_gather(const Tensor& x, Tensor& out, const Group& group, int64_t dim,
-                  const std::vector<int64_t>& sizes) override {
+  void all_gather(const Tensor &x, Tensor &out, const Group &group, int64_t dim,
+                  const std::vector<int64_t> &sizes) override {
     size_t me = groupIndexOf(group, rank_);
     checkAllGather(x, out, group, me, dim, sizes);
     uint64_t slot = begin(group, "all_gather");
@@ -176,11 +201,12 @@ class GlooCommunicator final : public Communicator {
     std::vector<Tensor> received(group.size());
     Exchange step(*this, where("all_gather", group));
     for (size_t j = 0; j < group.size(); ++j) {
-      if (j == me) continue;
+      if (j == me)
+        continue;
       step.send(x.data(), x.nbytes(), group[j], slot);
       Shape pieceShape = withExtent(out.shape(), dim, sizes[j]);
       if (contiguous) {
-        step.recv(static_cast<char*>(out.data()) + offsets[j] * unit * esize,
+        step.recv(static_cast<char *>(out.data()) + offsets[j] * unit * esize,
                   sizes[j] * unit * esize, group[j], slot);
       } else {
         received[j] = Tensor::empty(x.dtype(), pieceShape);
@@ -190,45 +216,59 @@ class GlooCommunicator final : public Communicator {
     received[me] = x;
     if (contiguous) {
       if (x.nbytes())
-        std::memcpy(static_cast<char*>(out.data()) + offsets[me] * unit * esize, x.data(), x.nbytes());
+        std::memcpy(static_cast<char *>(out.data()) +
+                        offsets[me] * unit * esize,
+                    x.data(), x.nbytes());
     }
     step.wait();
-    if (contiguous) return;
+    if (contiguous)
+      return;
     for (size_t j = 0; j < group.size(); ++j) {
-      const Shape& extent = received[j].shape();
-      copyBox(received[j].data(), extent, zeros(extent.size()), out.data(), out.shape(),
-              offsetAlong(extent.size(), dim, offsets[j]), extent, esize);
+      const Shape &extent = received[j].shape();
+      copyBox(received[j].data(), extent, zeros(extent.size()), out.data(),
+              out.shape(), offsetAlong(extent.size(), dim, offsets[j]), extent,
+              esize);
     }
   }
 
-  void reduce_scatter(const Tensor& x, Tensor& out, const Group& group, ReduceOp op, int64_t dim,
-                      const std::vector<int64_t>& sizes) override {
+  void reduce_scatter(const Tensor &x, Tensor &out, const Group &group,
+                      ReduceOp op, int64_t dim,
+                      const std::vector<int64_t> &sizes) override {
     size_t me = groupIndexOf(group, rank_);
     checkReduceScatter(x, out, group, me, op, dim, sizes);
     uint64_t slot = begin(group, "reduce_scatter");
     size_t n = group.size();
-    std::vector<Tensor> mine = cut(x, dim, sizes);  // piece j goes to member j
-    Tensor received = Tensor::empty(x.dtype(), {static_cast<int64_t>(n), out.numel()});
-    char* recvData = static_cast<char*>(received.data());
+    std::vector<Tensor> mine = cut(x, dim, sizes); // piece j goes to member j
+    Tensor received =
+        Tensor::empty(x.dtype(), {static_cast<int64_t>(n), out.numel()});
+    char *recvData = static_cast<char *>(received.data());
     Exchange step(*this, where("reduce_scatter", group));
     for (size_t j = 0; j < n; ++j) {
-      if (j == me) continue;
+      if (j == me)
+        continue;
       step.send(mine[j].data(), mine[j].nbytes(), group[j], slot);
       step.recv(recvData + j * out.nbytes(), out.nbytes(), group[j], slot);
     }
     step.wait();
-    if (out.numel() == 0) return;
+    if (out.numel() == 0)
+      return;
     for (size_t j = 0; j < n; ++j) {
-      const void* piece = j == me ? mine[me].data() : recvData + j * out.nbytes();
-      if (j == 0) std::memcpy(out.data(), piece, out.nbytes());
-      else reduceInto(out.data(), piece, out.numel(), out.dtype(), op);
+      const void *piece =
+          j == me ? mine[me].data() : recvData + j * out.nbytes();
+      if (j == 0)
+        std::memcpy(out.data(), piece, out.nbytes());
+      else
+        reduceInto(out.data(), piece, out.numel(), out.dtype(), op);
     }
-    if (op == ReduceOp::Avg) finishAverage(out.data(), out.numel(), out.dtype(), static_cast<int64_t>(n));
+    if (op == ReduceOp::Avg)
+      finishAverage(out.data(), out.numel(), out.dtype(),
+                    static_cast<int64_t>(n));
   }
 
-  void all_to_all(const Tensor& x, Tensor& out, const Group& group, int64_t splitDim,
-                  const std::vector<int64_t>& splitSizes, int64_t concatDim,
-                  const std::vector<int64_t>& concatSizes) override {
+  void all_to_all(const Tensor &x, Tensor &out, const Group &group,
+                  int64_t splitDim, const std::vector<int64_t> &splitSizes,
+                  int64_t concatDim,
+                  const std::vector<int64_t> &concatSizes) override {
     size_t me = groupIndexOf(group, rank_);
     checkAllToAll(x, out, group, splitDim, splitSizes, concatDim, concatSizes);
     uint64_t slot = begin(group, "all_to_all");
@@ -240,7 +280,8 @@ class GlooCommunicator final : public Communicator {
       if (j == me) {
         if (pieces[j].shape() != slotShape)
           throw RuntimeError("all_to_all: own piece " + pieces[j].describe() +
-                             " does not fit the output slot " + shapeToString(slotShape));
+                             " does not fit the output slot " +
+                             shapeToString(slotShape));
         received[j] = pieces[j];
         continue;
       }
@@ -251,30 +292,35 @@ class GlooCommunicator final : public Communicator {
     step.wait();
     std::vector<int64_t> offsets = exclusivePrefixSums(concatSizes);
     for (size_t j = 0; j < group.size(); ++j) {
-      const Shape& extent = received[j].shape();
-      copyBox(received[j].data(), extent, zeros(extent.size()), out.data(), out.shape(),
-              offsetAlong(extent.size(), concatDim, offsets[j]), extent, dtypeSize(out.dtype()));
+      const Shape &extent = received[j].shape();
+      copyBox(received[j].data(), extent, zeros(extent.size()), out.data(),
+              out.shape(), offsetAlong(extent.size(), concatDim, offsets[j]),
+              extent, dtypeSize(out.dtype()));
     }
   }
 
-  void broadcast(const Tensor& x, Tensor& out, const Group& group, int64_t root) override {
+  void broadcast(const Tensor &x, Tensor &out, const Group &group,
+                 int64_t root) override {
     size_t me = groupIndexOf(group, rank_);
     size_t rootIndex = groupIndexOf(group, root);
-    if (!out.defined()) throw RuntimeError("broadcast output is undefined");
+    if (!out.defined())
+      throw RuntimeError("broadcast output is undefined");
     uint64_t slot = begin(group, "broadcast");
     Exchange step(*this, where("broadcast", group));
     if (me == rootIndex) {
       requireShape(x, out.dtype(), out.shape(), "broadcast input on the root");
       for (size_t j = 0; j < group.size(); ++j)
-        if (j != me) step.send(x.data(), x.nbytes(), group[j], slot);
-      if (out.nbytes() && out.data() != x.data()) std::memcpy(out.data(), x.data(), out.nbytes());
+        if (j != me)
+          step.send(x.data(), x.nbytes(), group[j], slot);
+      if (out.nbytes() && out.data() != x.data())
+        std::memcpy(out.data(), x.data(), out.nbytes());
     } else {
       step.recv(out.data(), out.nbytes(), root, slot);
     }
     step.wait();
   }
 
-  void send(const Tensor& x, int64_t peer, int64_t tag) override {
+  void send(const Tensor &x, int64_t peer, int64_t tag) override {
     checkUsable();
     checkPeer(peer);
     Tensor copy = x.clone();
@@ -283,37 +329,42 @@ class GlooCommunicator final : public Communicator {
     // The buffer must live until the peer took the data; a reaper thread
     // waits for that (Gloo has no non-destructive completion test).
     std::lock_guard<std::mutex> lock(reaperMutex_);
-    if (!reaper_.joinable()) reaper_ = std::thread([this] { reapLoop(); });
-    pendingSends_.push_back(PendingSend{std::move(copy), std::move(buffer), peer});
+    if (!reaper_.joinable())
+      reaper_ = std::thread([this] { reapLoop(); });
+    pendingSends_.push_back(
+        PendingSend{std::move(copy), std::move(buffer), peer});
     reaperWake_.notify_all();
   }
 
-  void recv(Tensor& out, int64_t peer, int64_t tag) override {
+  void recv(Tensor &out, int64_t peer, int64_t tag) override {
     checkUsable();
     checkPeer(peer);
-    if (!out.defined()) throw RuntimeError("recv output is undefined");
+    if (!out.defined())
+      throw RuntimeError("recv output is undefined");
     auto buffer = context_->createUnboundBuffer(out.data(), out.nbytes());
     buffer->recv(static_cast<int>(peer), p2pSlot(tag), 0, out.nbytes());
     try {
       buffer->waitRecv(nullptr, deadline_);
-    } catch (const std::exception& error) {
+    } catch (const std::exception &error) {
       markBroken(error.what());
-      throw RuntimeError("recv on rank " + std::to_string(rank_) + " from rank " +
-                         std::to_string(peer) + " (tag " + std::to_string(tag) +
-                         "): failed waiting for rank(s) " + std::to_string(peer) + ": " +
-                         error.what());
+      throw RuntimeError("recv on rank " + std::to_string(rank_) +
+                         " from rank " + std::to_string(peer) + " (tag " +
+                         std::to_string(tag) +
+                         "): failed waiting for rank(s) " +
+                         std::to_string(peer) + ": " + error.what());
     }
   }
 
   std::chrono::milliseconds deadline() const { return deadline_; }
-  std::shared_ptr<::gloo::rendezvous::Context>& context() { return context_; }
+  std::shared_ptr<::gloo::rendezvous::Context> &context() { return context_; }
 
-  void markBroken(const std::string& why) {
+  void markBroken(const std::string &why) {
     std::lock_guard<std::mutex> lock(reaperMutex_);
-    if (broken_.empty()) broken_ = why;
+    if (broken_.empty())
+      broken_ = why;
   }
 
- private:
+private:
   struct PendingSend {
     Tensor data;
     std::unique_ptr<UnboundBuffer> buffer;
@@ -323,8 +374,10 @@ class GlooCommunicator final : public Communicator {
   void reapLoop() {
     std::unique_lock<std::mutex> lock(reaperMutex_);
     while (true) {
-      reaperWake_.wait(lock, [&] { return stopReaper_ || !pendingSends_.empty(); });
-      if (stopReaper_) return;
+      reaperWake_.wait(lock,
+                       [&] { return stopReaper_ || !pendingSends_.empty(); });
+      if (stopReaper_)
+        return;
       PendingSend pending = std::move(pendingSends_.front());
       pendingSends_.pop_front();
       reaping_ = pending.buffer.get();
@@ -332,13 +385,15 @@ class GlooCommunicator final : public Communicator {
       std::string failure;
       try {
         pending.buffer->waitSend(nullptr, deadline_);
-      } catch (const std::exception& error) {
-        failure = "send to rank " + std::to_string(pending.peer) + " was not received within " +
+      } catch (const std::exception &error) {
+        failure = "send to rank " + std::to_string(pending.peer) +
+                  " was not received within " +
                   std::to_string(deadline_.count()) + " ms: " + error.what();
       }
       lock.lock();
       reaping_ = nullptr;
-      if (!failure.empty() && broken_.empty()) broken_ = failure;
+      if (!failure.empty() && broken_.empty())
+        broken_ = failure;
     }
   }
 
@@ -351,41 +406,45 @@ class GlooCommunicator final : public Communicator {
 
   void checkPeer(int64_t peer) const {
     if (peer < 0 || peer >= context_->size || peer == rank_)
-      throw RuntimeError("invalid peer rank " + std::to_string(peer) + " for rank " +
-                         std::to_string(rank_) + " in a world of " +
-                         std::to_string(context_->size));
+      throw RuntimeError("invalid peer rank " + std::to_string(peer) +
+                         " for rank " + std::to_string(rank_) +
+                         " in a world of " + std::to_string(context_->size));
   }
 
   uint64_t p2pSlot(int64_t tag) const {
     return static_cast<uint64_t>(tag) & ((1ull << 62) - 1);
   }
 
-  uint64_t begin(const Group& group, const char* op) {
+  uint64_t begin(const Group &group, const char *op) {
     checkUsable();
     for (int64_t member : group)
       if (member < 0 || member >= context_->size)
         throw RuntimeError(std::string(op) + ": group " + groupToString(group) +
-                           " names a rank outside the world of " + std::to_string(context_->size));
+                           " names a rank outside the world of " +
+                           std::to_string(context_->size));
     uint64_t sequence = sequence_[group]++;
     lastSequence_ = sequence;
     uint64_t mixed = hashGroup(group) ^ (sequence * 0xBF58476D1CE4E5B9ull);
-    return (1ull << 63) | ((mixed << 2) & ((1ull << 63) - 1));  // low 2 bits: step
+    return (1ull << 63) |
+           ((mixed << 2) & ((1ull << 63) - 1)); // low 2 bits: step
   }
 
-  std::string where(const char* op, const Group& group) const {
+  std::string where(const char *op, const Group &group) const {
     return std::string(op) + " on group " + groupToString(group) + " (call " +
            std::to_string(lastSequence_) + ") on rank " + std::to_string(rank_);
   }
 
   // x cut along `dim` into contiguous pieces of `sizes`.
-  static std::vector<Tensor> cut(const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
+  static std::vector<Tensor> cut(const Tensor &x, int64_t dim,
+                                 const std::vector<int64_t> &sizes) {
     std::vector<Tensor> pieces;
     std::vector<int64_t> offsets = exclusivePrefixSums(sizes);
     for (size_t j = 0; j < sizes.size(); ++j) {
       Shape extent = withExtent(x.shape(), dim, sizes[j]);
       Tensor piece = Tensor::empty(x.dtype(), extent);
-      copyBox(x.data(), x.shape(), offsetAlong(extent.size(), dim, offsets[j]), piece.data(),
-              extent, zeros(extent.size()), extent, dtypeSize(x.dtype()));
+      copyBox(x.data(), x.shape(), offsetAlong(extent.size(), dim, offsets[j]),
+              piece.data(), extent, zeros(extent.size()), extent,
+              dtypeSize(x.dtype()));
       pieces.push_back(std::move(piece));
     }
     return pieces;
@@ -396,24 +455,28 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds deadline_;
   std::map<Group, uint64_t> sequence_;
   uint64_t lastSequence_ = 0;
-  std::mutex reaperMutex_;  // guards the members below
+  std::mutex reaperMutex_; // guards the members below
   std::condition_variable reaperWake_;
   std::deque<PendingSend> pendingSends_;
-  UnboundBuffer* reaping_ = nullptr;
+  UnboundBuffer *reaping_ = nullptr;
   bool stopReaper_ = false;
   std::thread reaper_;
   std::string broken_;
 };
 
-void Exchange::send(const void* data, size_t nbytes, int64_t peer, uint64_t slot) {
-  if (nbytes == 0) return;
-  auto buffer = comm_.context()->createUnboundBuffer(const_cast<void*>(data), nbytes);
+void Exchange::send(const void *data, size_t nbytes, int64_t peer,
+                    uint64_t slot) {
+  if (nbytes == 0)
+    return;
+  auto buffer =
+      comm_.context()->createUnboundBuffer(const_cast<void *>(data), nbytes);
   buffer->send(static_cast<int>(peer), slot, 0, nbytes);
   transfers_.push_back(Transfer{std::move(buffer), peer, true});
 }
 
-void Exchange::recv(void* data, size_t nbytes, int64_t peer, uint64_t slot) {
-  if (nbytes == 0) return;
+void Exchange::recv(void *data, size_t nbytes, int64_t peer, uint64_t slot) {
+  if (nbytes == 0)
+    return;
   auto buffer = comm_.context()->createUnboundBuffer(data, nbytes);
   buffer->recv(static_cast<int>(peer), slot, 0, nbytes);
   transfers_.push_back(Transfer{std::move(buffer), peer, false});
@@ -423,43 +486,52 @@ void Exchange::wait() {
   auto deadline = Clock::now() + comm_.deadline();
   // Receives first: a missing peer shows up there.
   for (bool sends : {false, true}) {
-    for (auto& transfer : transfers_) {
-      if (transfer.isSend != sends) continue;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() < 1) left = std::chrono::milliseconds(1);
+    for (auto &transfer : transfers_) {
+      if (transfer.isSend != sends)
+        continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - Clock::now());
+      if (left.count() < 1)
+        left = std::chrono::milliseconds(1);
       try {
-        if (sends) transfer.buffer->waitSend(nullptr, left);
-        else transfer.buffer->waitRecv(nullptr, left);
-      } catch (const std::exception& error) {
+        if (sends)
+          transfer.buffer->waitSend(nullptr, left);
+        else
+          transfer.buffer->waitRecv(nullptr, left);
+      } catch (const std::exception &error) {
         comm_.markBroken(error.what());
         throw RuntimeError(what_ + ": failed after waiting for rank(s) " +
                            std::to_string(transfer.peer) + " (deadline " +
-                           std::to_string(comm_.deadline().count()) + " ms): " + error.what());
+                           std::to_string(comm_.deadline().count()) +
+                           " ms): " + error.what());
       }
     }
   }
 }
 
-}  // namespace
+} // namespace
 
 std::unique_ptr<Communicator> connectGloo(int rank, int worldSize,
                                           std::shared_ptr<KeyValueStore> store,
-                                          const GlooOptions& options) {
+                                          const GlooOptions &options) {
   if (rank < 0 || rank >= worldSize)
-    throw RuntimeError("gloo: rank " + std::to_string(rank) + " outside a world of " +
-                       std::to_string(worldSize));
+    throw RuntimeError("gloo: rank " + std::to_string(rank) +
+                       " outside a world of " + std::to_string(worldSize));
   try {
     auto device = deviceFor(options.hostname);
-    auto context = std::make_shared<::gloo::rendezvous::Context>(rank, worldSize);
+    auto context =
+        std::make_shared<::gloo::rendezvous::Context>(rank, worldSize);
     context->setTimeout(options.deadline);
     StoreAdapter adapter(std::move(store), options.prefix, options.deadline);
     context->connectFullMesh(adapter, device);
-    return std::make_unique<GlooCommunicator>(std::move(context), rank, options.deadline);
-  } catch (const RuntimeError&) {
+    return std::make_unique<GlooCommunicator>(std::move(context), rank,
+                                              options.deadline);
+  } catch (const RuntimeError &) {
     throw;
-  } catch (const std::exception& error) {
-    throw RuntimeError("gloo: rank " + std::to_string(rank) + " failed to connect: " + error.what());
+  } catch (const std::exception &error) {
+    throw RuntimeError("gloo: rank " + std::to_string(rank) +
+                       " failed to connect: " + error.what());
   }
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -18,21 +18,21 @@ namespace dtorch::rt {
 namespace wire = ::dtorch::wire;
 using Clock = std::chrono::steady_clock;
 
-WorkerError::WorkerError(int rank, std::string host, const std::string& what)
-    : RuntimeError("rank " + std::to_string(rank) + " (host " + host + "): " + what),
-      rank_(rank),
-      host_(std::move(host)) {}
+WorkerError::WorkerError(int rank, std::string host, const std::string &what)
+    : RuntimeError("rank " + std::to_string(rank) + " (host " + host +
+                   "): " + what),
+      rank_(rank), host_(std::move(host)) {}
 
 namespace {
 
 struct WorkerInfo {
-  std::string id;        // ZeroMQ routing id
-  std::string address;   // manual mode
+  std::string id;      // ZeroMQ routing id
+  std::string address; // manual mode
   int firstRank = -1;
   int numRanks = 0;
   std::string host = "?";
   int64_t pid = 0;
-  pid_t child = -1;      // embedded mode
+  pid_t child = -1; // embedded mode
   bool authenticated = false;
   bool dead = false;
   std::string deathReason;
@@ -45,7 +45,7 @@ struct PendingFetch {
 };
 
 struct SyncWait {
-  std::set<size_t> waiting;  // worker indices
+  std::set<size_t> waiting; // worker indices
   bool failed = false;
   int rank = -1;
   std::string host, message;
@@ -62,7 +62,7 @@ wire::Envelope envelope() {
   return e;
 }
 
-}  // namespace
+} // namespace
 
 struct Cluster::Impl {
   ClusterOptions options;
@@ -70,7 +70,7 @@ struct Cluster::Impl {
   bool embedded = true;
   int worldSize = 0;
 
-  std::mutex mutex;  // guards everything below up to the I/O-only section
+  std::mutex mutex; // guards everything below up to the I/O-only section
   std::condition_variable changed;
   std::vector<WorkerInfo> workers;
   std::vector<int> rankToWorker;
@@ -96,9 +96,10 @@ struct Cluster::Impl {
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<zmq::socket_t> socket;
   std::map<std::string, std::string> store;
-  std::map<std::string, std::vector<std::pair<std::string, uint64_t>>> parkedGets;
+  std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>
+      parkedGets;
 
-  void post(size_t worker, const wire::Envelope& message) {
+  void post(size_t worker, const wire::Envelope &message) {
     std::string bytes = encodeEnvelope(message);
     {
       std::lock_guard<std::mutex> lock(outboxMutex);
@@ -109,16 +110,17 @@ struct Cluster::Impl {
     (void)ignored;
   }
 
-  void sendTo(const std::string& id, const std::string& payload) {
+  void sendTo(const std::string &id, const std::string &payload) {
     try {
       socket->send(zmq::buffer(id), zmq::send_flags::sndmore);
       socket->send(zmq::buffer(payload), zmq::send_flags::none);
-    } catch (const zmq::error_t&) {
+    } catch (const zmq::error_t &) {
       // Unroutable peer: its death is detected elsewhere.
     }
   }
 
-  void replyError(const std::string& id, uint64_t requestId, const std::string& message) {
+  void replyError(const std::string &id, uint64_t requestId,
+                  const std::string &message) {
     wire::Envelope e = envelope();
     e.set_request_id(requestId);
     e.mutable_error()->set_rank(-1);
@@ -127,15 +129,17 @@ struct Cluster::Impl {
     sendTo(id, encodeEnvelope(e));
   }
 
-  std::string describe(const WorkerInfo& w) const {
-    return "worker pid " + std::to_string(w.pid ? w.pid : w.child) + " (ranks " +
-           std::to_string(w.firstRank) + "-" + std::to_string(w.firstRank + w.numRanks - 1) + ")";
+  std::string describe(const WorkerInfo &w) const {
+    return "worker pid " + std::to_string(w.pid ? w.pid : w.child) +
+           " (ranks " + std::to_string(w.firstRank) + "-" +
+           std::to_string(w.firstRank + w.numRanks - 1) + ")";
   }
 
   // Caller holds `mutex`.
-  void markDead(size_t index, const std::string& reason) {
-    WorkerInfo& w = workers[index];
-    if (w.dead) return;
+  void markDead(size_t index, const std::string &reason) {
+    WorkerInfo &w = workers[index];
+    if (w.dead)
+      return;
     w.dead = true;
     w.deathReason = describe(w) + " " + reason;
     for (auto it = fetches.begin(); it != fetches.end();) {
@@ -148,7 +152,7 @@ struct Cluster::Impl {
         ++it;
       }
     }
-    for (auto& [id, sync] : syncs) {
+    for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
         sync->rank = w.firstRank;
@@ -160,24 +164,25 @@ struct Cluster::Impl {
   }
 
   void ioMain();
-  void onMessage(const std::string& id, const zmq::message_t& payload);
-  void onHello(const std::string& id, const wire::Hello& hello);
-  void onWorkerMessage(size_t index, wire::Envelope& e);
+  void onMessage(const std::string &id, const zmq::message_t &payload);
+  void onHello(const std::string &id, const wire::Hello &hello);
+  void onWorkerMessage(size_t index, wire::Envelope &e);
   void checkHealth(Clock::time_point started);
   /// Caller holds `mutex`. An error a survivor reports because a peer died
   /// (its collective lost a connection) names the dead worker instead: its
   /// exit is visible by the time the survivor notices the closed socket.
-  void blameDeadPeer(int& rank, std::string& host, std::string& message) {
+  void blameDeadPeer(int &rank, std::string &host, std::string &message) {
     // A survivor can see the closed socket a moment before the killed
     // process becomes waitable, so a lost-connection error waits briefly.
     bool lostPeer = message.find("closed by peer") != std::string::npos ||
                     message.find("Connection reset") != std::string::npos ||
                     message.find("Broken pipe") != std::string::npos;
-    auto deadline = Clock::now() + std::chrono::milliseconds(lostPeer ? 1000 : 0);
+    auto deadline =
+        Clock::now() + std::chrono::milliseconds(lostPeer ? 1000 : 0);
     while (true) {
       bool anyDead = false;
       for (size_t i = 0; i < workers.size(); ++i) {
-        WorkerInfo& w = workers[i];
+        WorkerInfo &w = workers[i];
         if (!w.dead && w.child > 0) {
           std::string how = detail::pollExit(w.child);
           if (!how.empty()) {
@@ -187,12 +192,15 @@ struct Cluster::Impl {
         }
         anyDead |= w.dead;
       }
-      if (anyDead || Clock::now() >= deadline) break;
+      if (anyDead || Clock::now() >= deadline)
+        break;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    for (const WorkerInfo& w : workers) {
-      if (!w.dead) continue;
-      message = w.deathReason + " (seen by rank " + std::to_string(rank) + ": " + message + ")";
+    for (const WorkerInfo &w : workers) {
+      if (!w.dead)
+        continue;
+      message = w.deathReason + " (seen by rank " + std::to_string(rank) +
+                ": " + message + ")";
       rank = w.firstRank;
       host = w.host;
       return;
@@ -201,25 +209,30 @@ struct Cluster::Impl {
   void stopWorkers();
   size_t workerOfRank(int rank) const {
     if (rank < 0 || rank >= worldSize)
-      throw RuntimeError("rank " + std::to_string(rank) + " is outside the world of " +
+      throw RuntimeError("rank " + std::to_string(rank) +
+                         " is outside the world of " +
                          std::to_string(worldSize));
     return static_cast<size_t>(rankToWorker[rank]);
   }
 };
 
-void Cluster::Impl::onHello(const std::string& id, const wire::Hello& hello) {
+void Cluster::Impl::onHello(const std::string &id, const wire::Hello &hello) {
   std::string reason = checkHello(hello, token, wire::ROLE_WORKER);
   std::unique_lock<std::mutex> lock(mutex);
   size_t index = workers.size();
   for (size_t i = 0; i < workers.size(); ++i) {
-    const WorkerInfo& w = workers[i];
-    if (w.authenticated) continue;
+    const WorkerInfo &w = workers[i];
+    if (w.authenticated)
+      continue;
     bool match = embedded ? w.firstRank == hello.first_rank() : w.id == id;
-    if (match) index = i;
+    if (match)
+      index = i;
   }
-  if (reason.empty() && index == workers.size()) reason = "unexpected worker";
+  if (reason.empty() && index == workers.size())
+    reason = "unexpected worker";
   if (reason.empty() && embedded &&
-      (hello.num_ranks() != workers[index].numRanks || hello.world_size() != worldSize))
+      (hello.num_ranks() != workers[index].numRanks ||
+       hello.world_size() != worldSize))
     reason = "worker reports ranks/world that this cluster did not start";
   if (!reason.empty()) {
     replyError(id, 0, "handshake refused: " + reason);
@@ -230,7 +243,7 @@ void Cluster::Impl::onHello(const std::string& id, const wire::Hello& hello) {
     changed.notify_all();
     return;
   }
-  WorkerInfo& w = workers[index];
+  WorkerInfo &w = workers[index];
   w.id = id;
   w.authenticated = true;
   w.host = hello.host();
@@ -244,112 +257,124 @@ void Cluster::Impl::onHello(const std::string& id, const wire::Hello& hello) {
     sendTo(id, encodeEnvelope(reply));
   }
   bool all = true;
-  for (auto& other : workers) all = all && other.authenticated;
+  for (auto &other : workers)
+    all = all && other.authenticated;
   if (all && !embedded) {
     // Manual mode: the world is what the workers report, in address order.
     int next = 0;
-    for (auto& other : workers) {
+    for (auto &other : workers) {
       if (other.firstRank != next && startupError.empty())
-        startupError = "workers' rank blocks are not contiguous in address order";
+        startupError =
+            "workers' rank blocks are not contiguous in address order";
       next = other.firstRank + other.numRanks;
     }
     worldSize = next;
     rankToWorker.assign(static_cast<size_t>(worldSize), 0);
     for (size_t i = 0; i < workers.size(); ++i)
       for (int r = 0; r < workers[i].numRanks; ++r)
-        if (workers[i].firstRank + r < worldSize) rankToWorker[workers[i].firstRank + r] = static_cast<int>(i);
+        if (workers[i].firstRank + r < worldSize)
+          rankToWorker[workers[i].firstRank + r] = static_cast<int>(i);
   }
-  if (all) ready = true;
+  if (all)
+    ready = true;
   changed.notify_all();
 }
 
-void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope& e) {
+void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
   uint64_t requestId = e.request_id();
   switch (e.body_case()) {
-    case wire::Envelope::kFetchReply: {
-      std::lock_guard<std::mutex> lock(mutex);
-      const auto& reply = e.fetch_reply();
-      int errRank = reply.rank();
-      std::string errHost = workers[index].host, errMessage = reply.error().message();
-      if (!reply.ok()) blameDeadPeer(errRank, errHost, errMessage);  // before `it`: may fail fetches
-      auto it = fetches.find(requestId);
-      if (it == fetches.end()) return;
-      try {
-        if (!reply.ok()) {
-          // The user learns of the failure here; the same failure queued by
-          // the other ranks would only repeat it at the next synchronize.
-          errors.clear();
-          throw WorkerError(errRank, errHost, errMessage);
-        }
-        it->second.promise.set_value(tensorFromWire(reply.value()));
-      } catch (...) {
-        it->second.promise.set_exception(std::current_exception());
+  case wire::Envelope::kFetchReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto &reply = e.fetch_reply();
+    int errRank = reply.rank();
+    std::string errHost = workers[index].host,
+                errMessage = reply.error().message();
+    if (!reply.ok())
+      blameDeadPeer(errRank, errHost,
+                    errMessage); // before `it`: may fail fetches
+    auto it = fetches.find(requestId);
+    if (it == fetches.end())
+      return;
+    try {
+      if (!reply.ok()) {
+        // The user learns of the failure here; the same failure queued by
+        // the other ranks would only repeat it at the next synchronize.
+        errors.clear();
+        throw WorkerError(errRank, errHost, errMessage);
       }
-      fetches.erase(it);
+      it->second.promise.set_value(tensorFromWire(reply.value()));
+    } catch (...) {
+      it->second.promise.set_exception(std::current_exception());
+    }
+    fetches.erase(it);
+    return;
+  }
+  case wire::Envelope::kSyncReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = syncs.find(requestId);
+    if (it != syncs.end())
+      it->second->waiting.erase(index);
+    changed.notify_all();
+    return;
+  }
+  case wire::Envelope::kError: {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto &error = e.error();
+    int rank = error.rank() >= 0 ? error.rank() : workers[index].firstRank;
+    std::string host =
+        error.host().empty() ? workers[index].host : error.host();
+    std::string message = error.message();
+    blameDeadPeer(rank, host, message);
+    auto fetch = fetches.find(requestId);
+    if (requestId && fetch != fetches.end()) {
+      errors.clear(); // reported now, as above
+      fetch->second.promise.set_exception(
+          std::make_exception_ptr(WorkerError(rank, host, message)));
+      fetches.erase(fetch);
       return;
     }
-    case wire::Envelope::kSyncReply: {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = syncs.find(requestId);
-      if (it != syncs.end()) it->second->waiting.erase(index);
-      changed.notify_all();
+    errors.push_back(AsyncError{rank, host, message});
+    changed.notify_all();
+    return;
+  }
+  case wire::Envelope::kKvSet: {
+    const std::string &key = e.kv_set().key();
+    store[key] = e.kv_set().value();
+    auto parked = parkedGets.find(key);
+    if (parked == parkedGets.end())
       return;
-    }
-    case wire::Envelope::kError: {
-      std::lock_guard<std::mutex> lock(mutex);
-      const auto& error = e.error();
-      int rank = error.rank() >= 0 ? error.rank() : workers[index].firstRank;
-      std::string host = error.host().empty() ? workers[index].host : error.host();
-      std::string message = error.message();
-      blameDeadPeer(rank, host, message);
-      auto fetch = fetches.find(requestId);
-      if (requestId && fetch != fetches.end()) {
-        errors.clear();  // reported now, as above
-        fetch->second.promise.set_exception(
-            std::make_exception_ptr(WorkerError(rank, host, message)));
-        fetches.erase(fetch);
-        return;
-      }
-      errors.push_back(AsyncError{rank, host, message});
-      changed.notify_all();
-      return;
-    }
-    case wire::Envelope::kKvSet: {
-      const std::string& key = e.kv_set().key();
-      store[key] = e.kv_set().value();
-      auto parked = parkedGets.find(key);
-      if (parked == parkedGets.end()) return;
-      for (auto& [peer, request] : parked->second) {
-        wire::Envelope reply = envelope();
-        reply.set_request_id(request);
-        reply.mutable_kv_reply()->set_key(key);
-        reply.mutable_kv_reply()->set_value(store[key]);
-        sendTo(peer, encodeEnvelope(reply));
-      }
-      parkedGets.erase(parked);
-      return;
-    }
-    case wire::Envelope::kKvGet: {
-      const std::string& key = e.kv_get().key();
-      auto found = store.find(key);
-      std::string peer = workers[index].id;
-      if (found == store.end()) {
-        parkedGets[key].emplace_back(peer, requestId);
-        return;
-      }
+    for (auto &[peer, request] : parked->second) {
       wire::Envelope reply = envelope();
-      reply.set_request_id(requestId);
+      reply.set_request_id(request);
       reply.mutable_kv_reply()->set_key(key);
-      reply.mutable_kv_reply()->set_value(found->second);
+      reply.mutable_kv_reply()->set_value(store[key]);
       sendTo(peer, encodeEnvelope(reply));
+    }
+    parkedGets.erase(parked);
+    return;
+  }
+  case wire::Envelope::kKvGet: {
+    const std::string &key = e.kv_get().key();
+    auto found = store.find(key);
+    std::string peer = workers[index].id;
+    if (found == store.end()) {
+      parkedGets[key].emplace_back(peer, requestId);
       return;
     }
-    default:
-      return;  // heartbeats, repeated hellos
+    wire::Envelope reply = envelope();
+    reply.set_request_id(requestId);
+    reply.mutable_kv_reply()->set_key(key);
+    reply.mutable_kv_reply()->set_value(found->second);
+    sendTo(peer, encodeEnvelope(reply));
+    return;
+  }
+  default:
+    return; // heartbeats, repeated hellos
   }
 }
 
-void Cluster::Impl::onMessage(const std::string& id, const zmq::message_t& payload) {
+void Cluster::Impl::onMessage(const std::string &id,
+                              const zmq::message_t &payload) {
   wire::Envelope e;
   if (!decodeEnvelope(payload.data(), payload.size(), e)) {
     replyError(id, 0, "malformed message");
@@ -359,15 +384,18 @@ void Cluster::Impl::onMessage(const std::string& id, const zmq::message_t& paylo
   {
     std::lock_guard<std::mutex> lock(mutex);
     for (size_t i = 0; i < workers.size(); ++i)
-      if (workers[i].authenticated && workers[i].id == id) index = i;
-    if (index < workers.size()) workers[index].lastHeard = Clock::now();
+      if (workers[i].authenticated && workers[i].id == id)
+        index = i;
+    if (index < workers.size())
+      workers[index].lastHeard = Clock::now();
   }
   if (index == workers.size()) {
-    if (e.body_case() == wire::Envelope::kHello) return onHello(id, e.hello());
+    if (e.body_case() == wire::Envelope::kHello)
+      return onHello(id, e.hello());
     if (e.body_case() == wire::Envelope::kError) {
       // A worker refused our Hello (manual mode).
       std::lock_guard<std::mutex> lock(mutex);
-      for (auto& w : workers)
+      for (auto &w : workers)
         if (w.id == id && startupError.empty()) {
           startupError = e.error().message();
           startupErrorRank = std::max(0, w.firstRank);
@@ -375,7 +403,8 @@ void Cluster::Impl::onMessage(const std::string& id, const zmq::message_t& paylo
       changed.notify_all();
       return;
     }
-    replyError(id, e.request_id(), "not authenticated: the first message must be a Hello");
+    replyError(id, e.request_id(),
+               "not authenticated: the first message must be a Hello");
     return;
   }
   onWorkerMessage(index, e);
@@ -385,8 +414,9 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
   std::lock_guard<std::mutex> lock(mutex);
   auto now = Clock::now();
   for (size_t i = 0; i < workers.size(); ++i) {
-    WorkerInfo& w = workers[i];
-    if (w.dead) continue;
+    WorkerInfo &w = workers[i];
+    if (w.dead)
+      continue;
     if (w.child > 0) {
       std::string how = detail::pollExit(w.child);
       if (!how.empty()) {
@@ -408,10 +438,12 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
                       std::to_string(options.peerTimeout.count()) + " ms)");
     }
   }
-  if (!ready && startupError.empty() && now - started > std::chrono::seconds(30)) {
-    for (auto& w : workers)
+  if (!ready && startupError.empty() &&
+      now - started > std::chrono::seconds(30)) {
+    for (auto &w : workers)
       if (!w.authenticated) {
-        startupError = describe(w) + " did not complete the handshake within 30 s";
+        startupError =
+            describe(w) + " did not complete the handshake within 30 s";
         startupErrorRank = std::max(0, w.firstRank);
         break;
       }
@@ -422,26 +454,30 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
 void Cluster::Impl::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex);
-    for (auto& w : workers)
-      if (w.authenticated && !w.dead) sendTo(w.id, encodeEnvelope([] {
-                                                auto e = envelope();
-                                                e.mutable_shutdown();
-                                                return e;
-                                              }()));
+    for (auto &w : workers)
+      if (w.authenticated && !w.dead)
+        sendTo(w.id, encodeEnvelope([] {
+                 auto e = envelope();
+                 e.mutable_shutdown();
+                 return e;
+               }()));
   }
   // Give them up to 1 s to leave on their own, then SIGKILL.
   auto until = Clock::now() + std::chrono::milliseconds(embedded ? 1000 : 100);
   while (Clock::now() < until) {
     bool running = false;
-    for (auto& w : workers)
+    for (auto &w : workers)
       if (w.child > 0) {
-        if (detail::pollExit(w.child).empty()) running = true;
-        else w.child = -1;
+        if (detail::pollExit(w.child).empty())
+          running = true;
+        else
+          w.child = -1;
       }
-    if (!running && embedded) break;
+    if (!running && embedded)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  for (auto& w : workers)
+  for (auto &w : workers)
     if (w.child > 0) {
       detail::killAndReap(w.child);
       w.child = -1;
@@ -452,7 +488,8 @@ void Cluster::Impl::ioMain() {
   auto started = Clock::now();
   try {
     context = std::make_unique<zmq::context_t>(1);
-    socket = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
+    socket =
+        std::make_unique<zmq::socket_t>(*context, zmq::socket_type::router);
     TransportOptions transport;
     transport.heartbeatInterval = options.heartbeatInterval;
     transport.peerTimeout = options.peerTimeout;
@@ -461,14 +498,17 @@ void Cluster::Impl::ioMain() {
       socket->bind("tcp://127.0.0.1:0");
       std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
       std::string exe = detail::findWorkerExecutable(options.workerExecutable);
-      int controllerTimeout = static_cast<int>(std::min<int64_t>(3000, options.peerTimeout.count()));
+      int controllerTimeout = static_cast<int>(
+          std::min<int64_t>(3000, options.peerTimeout.count()));
       std::lock_guard<std::mutex> lock(mutex);
-      for (auto& w : workers) {
+      for (auto &w : workers) {
         w.child = detail::spawnProcess(
             exe, {"--connect", endpoint, "--token", token, "--ranks",
-                  std::to_string(w.firstRank) + "-" + std::to_string(w.firstRank + w.numRanks - 1),
-                  "--world-size", std::to_string(worldSize), "--controller-timeout-ms",
-                  std::to_string(controllerTimeout), "--collective-timeout-ms",
+                  std::to_string(w.firstRank) + "-" +
+                      std::to_string(w.firstRank + w.numRanks - 1),
+                  "--world-size", std::to_string(worldSize),
+                  "--controller-timeout-ms", std::to_string(controllerTimeout),
+                  "--collective-timeout-ms",
                   std::to_string(options.collectiveTimeout.count())});
       }
     } else {
@@ -482,7 +522,7 @@ void Cluster::Impl::ioMain() {
         sendTo(workers[i].id, encodeEnvelope(hello));
       }
     }
-  } catch (const std::exception& error) {
+  } catch (const std::exception &error) {
     std::lock_guard<std::mutex> lock(mutex);
     startupError = std::string("cluster setup failed: ") + error.what();
     startupErrorRank = 0;
@@ -494,23 +534,28 @@ void Cluster::Impl::ioMain() {
   while (socket) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (stopping) break;
+      if (stopping)
+        break;
     }
-    zmq::pollitem_t items[2] = {{socket->handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wakeFd, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[2] = {{socket->handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, wakeFd, ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, std::chrono::milliseconds(20));
     while (true) {
       zmq::message_t idFrame;
-      if (!socket->recv(idFrame, zmq::recv_flags::dontwait)) break;
+      if (!socket->recv(idFrame, zmq::recv_flags::dontwait))
+        break;
       std::vector<zmq::message_t> rest;
       bool more = idFrame.more();
       while (more) {
         zmq::message_t frame;
-        if (!socket->recv(frame, zmq::recv_flags::none)) break;
+        if (!socket->recv(frame, zmq::recv_flags::none))
+          break;
         more = frame.more();
         rest.push_back(std::move(frame));
       }
       if (rest.size() != 1) {
-        replyError(idFrame.to_string(), 0, "malformed message (expected one frame)");
+        replyError(idFrame.to_string(), 0,
+                   "malformed message (expected one frame)");
         continue;
       }
       onMessage(idFrame.to_string(), rest[0]);
@@ -527,8 +572,9 @@ void Cluster::Impl::ioMain() {
     }
     if (!pending.empty()) {
       std::lock_guard<std::mutex> lock(mutex);
-      for (auto& [index, payload] : pending)
-        if (!workers[index].dead) sendTo(workers[index].id, payload);
+      for (auto &[index, payload] : pending)
+        if (!workers[index].dead)
+          sendTo(workers[index].id, payload);
     }
     auto now = Clock::now();
     if (now - lastBeat >= options.heartbeatInterval) {
@@ -537,29 +583,35 @@ void Cluster::Impl::ioMain() {
       beat.mutable_heartbeat()->set_sequence(++beats);
       std::string bytes = encodeEnvelope(beat);
       std::lock_guard<std::mutex> lock(mutex);
-      for (auto& w : workers)
-        if (w.authenticated && !w.dead) sendTo(w.id, bytes);
+      for (auto &w : workers)
+        if (w.authenticated && !w.dead)
+          sendTo(w.id, bytes);
     }
     checkHealth(started);
   }
-  if (socket) stopWorkers();
+  if (socket)
+    stopWorkers();
   else {
-    for (auto& w : workers)
-      if (w.child > 0) detail::killAndReap(w.child);
+    for (auto &w : workers)
+      if (w.child > 0)
+        detail::killAndReap(w.child);
   }
   socket.reset();
   context.reset();
 }
 
-// ---- Cluster -------------------------------------------------------------------
+// ---- Cluster
+// -------------------------------------------------------------------
 
-Cluster::Cluster(const ClusterOptions& options) : impl_(std::make_unique<Impl>()) {
-  Impl& impl = *impl_;
+Cluster::Cluster(const ClusterOptions &options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl &impl = *impl_;
   impl.options = options;
   impl.token = options.token.empty() ? randomToken() : options.token;
   impl.embedded = options.workerAddresses.empty();
   if (impl.embedded) {
-    if (options.worldSize < 1 || options.numProcesses < 1 || options.numProcesses > options.worldSize)
+    if (options.worldSize < 1 || options.numProcesses < 1 ||
+        options.numProcesses > options.worldSize)
       throw RuntimeError("ClusterOptions: need 1 <= numProcesses <= worldSize");
     impl.worldSize = options.worldSize;
     impl.rankToWorker.assign(static_cast<size_t>(options.worldSize), 0);
@@ -567,28 +619,33 @@ Cluster::Cluster(const ClusterOptions& options) : impl_(std::make_unique<Impl>()
     for (int p = 0; p < options.numProcesses; ++p) {
       WorkerInfo w;
       w.firstRank = first;
-      w.numRanks = options.worldSize / options.numProcesses + (p < options.worldSize % options.numProcesses);
-      for (int r = 0; r < w.numRanks; ++r) impl.rankToWorker[first + r] = p;
+      w.numRanks = options.worldSize / options.numProcesses +
+                   (p < options.worldSize % options.numProcesses);
+      for (int r = 0; r < w.numRanks; ++r)
+        impl.rankToWorker[first + r] = p;
       first += w.numRanks;
       impl.workers.push_back(w);
     }
   } else {
-    for (const auto& address : options.workerAddresses) {
+    for (const auto &address : options.workerAddresses) {
       WorkerInfo w;
       w.address = address;
       impl.workers.push_back(w);
     }
   }
   impl.wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl.wakeFd < 0) throw RuntimeError("eventfd failed");
+  if (impl.wakeFd < 0)
+    throw RuntimeError("eventfd failed");
   impl.io = std::thread([&impl] { impl.ioMain(); });
   std::unique_lock<std::mutex> lock(impl.mutex);
-  impl.changed.wait(lock, [&] { return impl.ready || !impl.startupError.empty(); });
+  impl.changed.wait(lock,
+                    [&] { return impl.ready || !impl.startupError.empty(); });
   if (!impl.startupError.empty()) {
     int rank = impl.startupErrorRank;
     std::string host = "?";
-    for (auto& w : impl.workers)
-      if (w.firstRank == rank && !w.host.empty()) host = w.host;
+    for (auto &w : impl.workers)
+      if (w.firstRank == rank && !w.host.empty())
+        host = w.host;
     std::string message = impl.startupError;
     lock.unlock();
     shutdown();
@@ -610,9 +667,10 @@ std::string Cluster::hostOf(int rank) const {
   return impl_->workers[impl_->workerOfRank(rank)].host;
 }
 
-void Cluster::uploadProgram(int rank, uint64_t programId, const wire::Program& program) {
+void Cluster::uploadProgram(int rank, uint64_t programId,
+                            const wire::Program &program) {
   wire::Envelope e = envelope();
-  auto* upload = e.mutable_upload();
+  auto *upload = e.mutable_upload();
   upload->set_rank(rank);
   upload->set_program_id(programId);
   *upload->mutable_program() = program;
@@ -620,21 +678,24 @@ void Cluster::uploadProgram(int rank, uint64_t programId, const wire::Program& p
   ++impl_->sent;
 }
 
-void Cluster::run(int rank, uint64_t programId, const std::vector<TensorHandle>& inputs,
-                  const std::vector<TensorHandle>& outputs) {
+void Cluster::run(int rank, uint64_t programId,
+                  const std::vector<TensorHandle> &inputs,
+                  const std::vector<TensorHandle> &outputs) {
   wire::Envelope e = envelope();
-  auto* run = e.mutable_run();
+  auto *run = e.mutable_run();
   run->set_rank(rank);
   run->set_program_id(programId);
-  for (auto handle : inputs) run->add_inputs(handle);
-  for (auto handle : outputs) run->add_outputs(handle);
+  for (auto handle : inputs)
+    run->add_inputs(handle);
+  for (auto handle : outputs)
+    run->add_outputs(handle);
   impl_->post(impl_->workerOfRank(rank), e);
   ++impl_->sent;
 }
 
-void Cluster::put(int rank, TensorHandle handle, const Tensor& value) {
+void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
   wire::Envelope e = envelope();
-  auto* put = e.mutable_put();
+  auto *put = e.mutable_put();
   put->set_rank(rank);
   put->set_handle(handle);
   tensorToWire(value, put->mutable_value());
@@ -643,17 +704,17 @@ void Cluster::put(int rank, TensorHandle handle, const Tensor& value) {
 }
 
 std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
-  Impl& impl = *impl_;
+  Impl &impl = *impl_;
   size_t index = impl.workerOfRank(rank);
   std::promise<Tensor> promise;
   std::future<Tensor> result = promise.get_future();
   uint64_t id = impl.nextRequest++;
   {
     std::lock_guard<std::mutex> lock(impl.mutex);
-    const WorkerInfo& w = impl.workers[index];
+    const WorkerInfo &w = impl.workers[index];
     if (w.dead || impl.stopped) {
-      promise.set_exception(std::make_exception_ptr(
-          WorkerError(rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
+      promise.set_exception(std::make_exception_ptr(WorkerError(
+          rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
       return result;
     }
     impl.fetches.emplace(id, PendingFetch{rank, std::move(promise)});
@@ -668,23 +729,26 @@ std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
   return result;
 }
 
-void Cluster::free(int rank, const std::vector<TensorHandle>& handles) {
+void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   wire::Envelope e = envelope();
   e.mutable_free()->set_rank(rank);
-  for (auto handle : handles) e.mutable_free()->add_handles(handle);
+  for (auto handle : handles)
+    e.mutable_free()->add_handles(handle);
   impl_->post(impl_->workerOfRank(rank), e);
   ++impl_->sent;
 }
 
 void Cluster::synchronize() {
-  Impl& impl = *impl_;
+  Impl &impl = *impl_;
   auto wait = std::make_shared<SyncWait>();
   std::vector<uint64_t> ids;
   std::unique_lock<std::mutex> lock(impl.mutex);
   for (size_t i = 0; i < impl.workers.size(); ++i) {
-    const WorkerInfo& w = impl.workers[i];
-    if (w.dead) throw WorkerError(w.firstRank, w.host, w.deathReason);
-    if (impl.stopped) throw WorkerError(w.firstRank, w.host, "the cluster was shut down");
+    const WorkerInfo &w = impl.workers[i];
+    if (w.dead)
+      throw WorkerError(w.firstRank, w.host, w.deathReason);
+    if (impl.stopped)
+      throw WorkerError(w.firstRank, w.host, "the cluster was shut down");
   }
   for (size_t i = 0; i < impl.workers.size(); ++i) {
     uint64_t id = impl.nextRequest++;
@@ -698,36 +762,46 @@ void Cluster::synchronize() {
     ++impl.sent;
     ++impl.trips;
   }
-  impl.changed.wait(lock, [&] { return wait->waiting.empty() || wait->failed || impl.stopped; });
-  for (uint64_t id : ids) impl.syncs.erase(id);
-  if (wait->failed) throw WorkerError(wait->rank, wait->host, wait->message);
-  if (!wait->waiting.empty()) throw WorkerError(0, "?", "the cluster was shut down");
+  impl.changed.wait(lock, [&] {
+    return wait->waiting.empty() || wait->failed || impl.stopped;
+  });
+  for (uint64_t id : ids)
+    impl.syncs.erase(id);
+  if (wait->failed)
+    throw WorkerError(wait->rank, wait->host, wait->message);
+  if (!wait->waiting.empty())
+    throw WorkerError(0, "?", "the cluster was shut down");
   if (!impl.errors.empty()) {
     AsyncError first = impl.errors.front();
     size_t more = impl.errors.size() - 1;
     impl.errors.clear();
-    throw WorkerError(first.rank, first.host,
-                      first.message + (more ? " (and " + std::to_string(more) + " more error(s))" : ""));
+    throw WorkerError(
+        first.rank, first.host,
+        first.message +
+            (more ? " (and " + std::to_string(more) + " more error(s))" : ""));
   }
 }
 
 void Cluster::shutdown() {
-  Impl& impl = *impl_;
+  Impl &impl = *impl_;
   {
     std::lock_guard<std::mutex> lock(impl.mutex);
-    if (impl.stopped) return;
+    if (impl.stopped)
+      return;
     impl.stopping = true;
   }
   uint64_t one = 1;
   ssize_t ignored = write(impl.wakeFd, &one, sizeof(one));
   (void)ignored;
-  if (impl.io.joinable()) impl.io.join();
+  if (impl.io.joinable())
+    impl.io.join();
   std::lock_guard<std::mutex> lock(impl.mutex);
   impl.stopped = true;
-  for (auto& [id, fetch] : impl.fetches) {
-    size_t index = static_cast<size_t>(impl.rankToWorker.empty() ? 0 : impl.rankToWorker[fetch.rank]);
-    fetch.promise.set_exception(std::make_exception_ptr(
-        WorkerError(fetch.rank, impl.workers[index].host, "the cluster was shut down")));
+  for (auto &[id, fetch] : impl.fetches) {
+    size_t index = static_cast<size_t>(
+        impl.rankToWorker.empty() ? 0 : impl.rankToWorker[fetch.rank]);
+    fetch.promise.set_exception(std::make_exception_ptr(WorkerError(
+        fetch.rank, impl.workers[index].host, "the cluster was shut down")));
   }
   impl.fetches.clear();
   impl.changed.notify_all();
@@ -743,4 +817,4 @@ int64_t Cluster::pidOf(int rank) const {
   return impl_->workers[impl_->workerOfRank(rank)].pid;
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -11,7 +11,8 @@ namespace dtorch::rt::detail {
 // fork + exec of `executable` (searched in PATH when it has no '/') in its
 // own process group, killed by the kernel (SIGKILL) when the calling thread
 // exits. Returns the pid; throws RuntimeError when fork fails.
-pid_t spawnProcess(const std::string& executable, const std::vector<std::string>& args);
+pid_t spawnProcess(const std::string &executable,
+                   const std::vector<std::string> &args);
 
 // Non-blocking: an empty string while `pid` runs, otherwise how it ended
 // ("exited with status 3", "killed by signal 9"); the process is reaped.
@@ -22,6 +23,6 @@ void killAndReap(pid_t pid);
 
 // The worker executable: `configured`, else $DTORCH_WORKER, else
 // "dtorch-worker" next to the running executable, else from PATH.
-std::string findWorkerExecutable(const std::string& configured);
+std::string findWorkerExecutable(const std::string &configured);
 
-}  // namespace dtorch::rt::detail
+} // namespace dtorch::rt::detail

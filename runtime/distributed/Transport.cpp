@@ -10,54 +10,63 @@ namespace dtorch::rt {
 
 namespace wire = ::dtorch::wire;
 
-int64_t zmqMessageSizeCap(const TransportOptions& options) {
+int64_t zmqMessageSizeCap(const TransportOptions &options) {
   return options.maxMessageBytes * 2 + (int64_t(1) << 20);
 }
 
-void configureSocket(zmq::socket_t& socket, const TransportOptions& options) {
+void configureSocket(zmq::socket_t &socket, const TransportOptions &options) {
   socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options.heartbeatInterval.count()));
-  socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(options.peerTimeout.count()));
-  socket.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(options.peerTimeout.count()));
+  socket.set(zmq::sockopt::heartbeat_ivl,
+             static_cast<int>(options.heartbeatInterval.count()));
+  socket.set(zmq::sockopt::heartbeat_timeout,
+             static_cast<int>(options.peerTimeout.count()));
+  socket.set(zmq::sockopt::heartbeat_ttl,
+             static_cast<int>(options.peerTimeout.count()));
   socket.set(zmq::sockopt::maxmsgsize, zmqMessageSizeCap(options));
   socket.set(zmq::sockopt::sndhwm, 0);
   socket.set(zmq::sockopt::rcvhwm, 0);
   socket.set(zmq::sockopt::ipv6, 0);
 }
 
-std::string encodeEnvelope(const wire::Envelope& envelope) {
+std::string encodeEnvelope(const wire::Envelope &envelope) {
   std::string bytes;
-  if (!envelope.SerializeToString(&bytes)) throw RuntimeError("failed to serialize a message");
+  if (!envelope.SerializeToString(&bytes))
+    throw RuntimeError("failed to serialize a message");
   return bytes;
 }
 
-bool decodeEnvelope(const void* data, size_t size, wire::Envelope& envelope) {
-  if (size > static_cast<size_t>(INT32_MAX)) return false;
-  if (!envelope.ParseFromArray(data, static_cast<int>(size))) return false;
+bool decodeEnvelope(const void *data, size_t size, wire::Envelope &envelope) {
+  if (size > static_cast<size_t>(INT32_MAX))
+    return false;
+  if (!envelope.ParseFromArray(data, static_cast<int>(size)))
+    return false;
   return envelope.body_case() != wire::Envelope::BODY_NOT_SET;
 }
 
 std::string randomToken() {
   std::random_device device;
   std::string token;
-  static const char* digits = "0123456789abcdef";
-  for (int i = 0; i < 32; ++i) token += digits[device() % 16];
+  static const char *digits = "0123456789abcdef";
+  for (int i = 0; i < 32; ++i)
+    token += digits[device() % 16];
   return token;
 }
 
 std::string localHostName() {
   char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  if (gethostname(name, sizeof(name) - 1) != 0)
+    return "localhost";
   return name;
 }
 
-bool tokensEqual(const std::string& a, const std::string& b) {
+bool tokensEqual(const std::string &a, const std::string &b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= a[i] ^ (i < b.size() ? b[i] : 0);
   return diff == 0;
 }
 
-wire::Hello makeHello(wire::PeerRole role, const std::string& token) {
+wire::Hello makeHello(wire::PeerRole role, const std::string &token) {
   wire::Hello hello;
   hello.set_protocol_version(wire::PROTOCOL_VERSION);
   hello.set_token(token);
@@ -67,45 +76,55 @@ wire::Hello makeHello(wire::PeerRole role, const std::string& token) {
   return hello;
 }
 
-std::string checkHello(const wire::Hello& hello, const std::string& token,
+std::string checkHello(const wire::Hello &hello, const std::string &token,
                        wire::PeerRole expectedRole) {
   if (hello.protocol_version() != static_cast<uint32_t>(wire::PROTOCOL_VERSION))
     return "protocol version mismatch: peer speaks version " +
-           std::to_string(hello.protocol_version()) + ", this side speaks version " +
+           std::to_string(hello.protocol_version()) +
+           ", this side speaks version " +
            std::to_string(static_cast<int>(wire::PROTOCOL_VERSION));
-  if (!tokensEqual(hello.token(), token)) return "authentication failed: wrong token";
-  if (hello.role() != expectedRole) return "unexpected peer role";
+  if (!tokensEqual(hello.token(), token))
+    return "authentication failed: wrong token";
+  if (hello.role() != expectedRole)
+    return "unexpected peer role";
   return "";
 }
 
-void tensorToWire(const Tensor& tensor, wire::TensorData* out) {
+void tensorToWire(const Tensor &tensor, wire::TensorData *out) {
   out->set_dtype(tensor.dtype());
   out->clear_shape();
-  for (int64_t extent : tensor.shape()) out->add_shape(extent);
-  out->set_data(static_cast<const char*>(tensor.data()), tensor.nbytes());
+  for (int64_t extent : tensor.shape())
+    out->add_shape(extent);
+  out->set_data(static_cast<const char *>(tensor.data()), tensor.nbytes());
 }
 
-Tensor tensorFromWire(const wire::TensorData& data) {
+Tensor tensorFromWire(const wire::TensorData &data) {
   Shape shape(data.shape().begin(), data.shape().end());
-  int64_t numel = shapeNumel(shape);  // rejects negative extents and overflow
+  int64_t numel = shapeNumel(shape); // rejects negative extents and overflow
   size_t expected = static_cast<size_t>(numel) * dtypeSize(data.dtype());
   if (data.data().size() != expected)
-    throw RuntimeError("tensor " + std::string(dtypeName(data.dtype())) + shapeToString(shape) +
-                       " needs " + std::to_string(expected) + " bytes, message has " +
+    throw RuntimeError("tensor " + std::string(dtypeName(data.dtype())) +
+                       shapeToString(shape) + " needs " +
+                       std::to_string(expected) + " bytes, message has " +
                        std::to_string(data.data().size()));
   Tensor tensor = Tensor::empty(data.dtype(), shape);
-  if (expected) std::memcpy(tensor.data(), data.data().data(), expected);
+  if (expected)
+    std::memcpy(tensor.data(), data.data().data(), expected);
   return tensor;
 }
 
-int failingInstructionOf(const std::string& message) {
+int failingInstructionOf(const std::string &message) {
   size_t at = message.find("instruction ");
-  if (at == std::string::npos) return -1;
+  if (at == std::string::npos)
+    return -1;
   at += 12;
   size_t end = at;
-  while (end < message.size() && isdigit(static_cast<unsigned char>(message[end]))) ++end;
-  if (end == at || end - at > 9) return -1;
+  while (end < message.size() &&
+         isdigit(static_cast<unsigned char>(message[end])))
+    ++end;
+  if (end == at || end - at > 9)
+    return -1;
   return std::stoi(message.substr(at, end - at));
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -28,12 +28,13 @@ using Clock = std::chrono::steady_clock;
 // Messages for the controller, produced by any thread, sent by the I/O thread
 // (which owns the socket) when the eventfd wakes it.
 class Outbox {
- public:
+public:
   Outbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    if (fd_ < 0) throw RuntimeError("eventfd failed");
+    if (fd_ < 0)
+      throw RuntimeError("eventfd failed");
   }
   ~Outbox() { close(fd_); }
-  void push(const wire::Envelope& envelope) {
+  void push(const wire::Envelope &envelope) {
     std::string bytes = encodeEnvelope(envelope);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -54,7 +55,7 @@ class Outbox {
   }
   int fd() const { return fd_; }
 
- private:
+private:
   int fd_;
   std::mutex mutex_;
   std::deque<std::string> queue_;
@@ -62,10 +63,10 @@ class Outbox {
 
 // The Gloo rendezvous store, served by the controller.
 class ControllerStore final : public KeyValueStore {
- public:
-  explicit ControllerStore(Outbox& outbox) : outbox_(outbox) {}
+public:
+  explicit ControllerStore(Outbox &outbox) : outbox_(outbox) {}
 
-  void set(const std::string& key, const std::string& value) override {
+  void set(const std::string &key, const std::string &value) override {
     wire::Envelope envelope;
     envelope.set_protocol_version(wire::PROTOCOL_VERSION);
     envelope.mutable_kv_set()->set_key(key);
@@ -73,7 +74,8 @@ class ControllerStore final : public KeyValueStore {
     outbox_.push(envelope);
   }
 
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+  std::string get(const std::string &key,
+                  std::chrono::milliseconds timeout) override {
     std::future<std::string> reply;
     uint64_t id;
     {
@@ -90,21 +92,23 @@ class ControllerStore final : public KeyValueStore {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.erase(id);
       throw RuntimeError("timed out after " + std::to_string(timeout.count()) +
-                         " ms waiting for key '" + key + "' in the controller's store");
+                         " ms waiting for key '" + key +
+                         "' in the controller's store");
     }
     return reply.get();
   }
 
-  void deliver(uint64_t id, const std::string& value) {
+  void deliver(uint64_t id, const std::string &value) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = pending_.find(id);
-    if (it == pending_.end()) return;
+    if (it == pending_.end())
+      return;
     it->second.set_value(value);
     pending_.erase(it);
   }
 
- private:
-  Outbox& outbox_;
+private:
+  Outbox &outbox_;
   std::mutex mutex_;
   uint64_t nextId_ = 1;
   std::map<uint64_t, std::promise<std::string>> pending_;
@@ -128,10 +132,11 @@ struct Rank {
   bool stopping = false;
   // Owned by the rank thread.
   std::unordered_map<uint64_t, Tensor> tensors;
-  std::unordered_map<uint64_t, std::string> poisoned;  // handle -> original error
+  std::unordered_map<uint64_t, std::string>
+      poisoned; // handle -> original error
   struct Uploaded {
     wire::Program program;
-    std::string invalid;  // why validation refused it; empty when valid
+    std::string invalid; // why validation refused it; empty when valid
   };
   std::unordered_map<uint64_t, Uploaded> programs;
   std::unique_ptr<Communicator> comm;
@@ -139,14 +144,16 @@ struct Rank {
 };
 
 class Worker {
- public:
-  explicit Worker(const WorkerOptions& options)
-      : options_(options),
-        host_(localHostName()),
+public:
+  explicit Worker(const WorkerOptions &options)
+      : options_(options), host_(localHostName()),
         store_(std::make_shared<ControllerStore>(outbox_)) {
     std::set<int64_t> local;
-    for (int r = options.firstRank; r < options.firstRank + options.numRanks; ++r) local.insert(r);
-    hub_ = std::make_unique<SharedMemoryHub>(local, options.worldSize, options.collectiveTimeout);
+    for (int r = options.firstRank; r < options.firstRank + options.numRanks;
+         ++r)
+      local.insert(r);
+    hub_ = std::make_unique<SharedMemoryHub>(local, options.worldSize,
+                                             options.collectiveTimeout);
     needsGloo_ = options.numRanks < options.worldSize;
     for (int r : local) {
       auto rank = std::make_unique<Rank>();
@@ -155,11 +162,15 @@ class Worker {
       glooSlots_.push_back(slot);
       auto timeout = options.collectiveTimeout;
       rank->comm = std::make_unique<RoutingCommunicator>(
-          r, local, hub_->communicator(r), [slot, timeout, r]() -> Communicator* {
+          r, local, hub_->communicator(r),
+          [slot, timeout, r]() -> Communicator * {
             std::unique_lock<std::mutex> lock(slot->mutex);
-            if (!slot->ready.wait_for(lock, timeout + std::chrono::seconds(1), [&] { return slot->done; }))
-              throw RuntimeError("rank " + std::to_string(r) + ": gloo mesh not connected in time");
-            if (!slot->comm) throw RuntimeError("gloo mesh unavailable: " + slot->error);
+            if (!slot->ready.wait_for(lock, timeout + std::chrono::seconds(1),
+                                      [&] { return slot->done; }))
+              throw RuntimeError("rank " + std::to_string(r) +
+                                 ": gloo mesh not connected in time");
+            if (!slot->comm)
+              throw RuntimeError("gloo mesh unavailable: " + slot->error);
             return slot->comm.get();
           });
       rank->executor = std::make_unique<Executor>(rank->comm.get());
@@ -169,44 +180,46 @@ class Worker {
 
   int run();
 
- private:
+private:
   // ---- I/O thread ----
-  void sendFrames(const std::string& peer, const std::string& payload) {
-    if (routerMode_) socket_->send(zmq::buffer(peer), zmq::send_flags::sndmore);
+  void sendFrames(const std::string &peer, const std::string &payload) {
+    if (routerMode_)
+      socket_->send(zmq::buffer(peer), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(payload), zmq::send_flags::none);
   }
-  void replyError(const std::string& peer, uint64_t requestId, const std::string& message) {
+  void replyError(const std::string &peer, uint64_t requestId,
+                  const std::string &message) {
     wire::Envelope envelope;
     envelope.set_protocol_version(wire::PROTOCOL_VERSION);
     envelope.set_request_id(requestId);
-    auto* error = envelope.mutable_error();
+    auto *error = envelope.mutable_error();
     error->set_rank(-1);
     error->set_host(host_);
     error->set_message(message);
     error->set_instruction(-1);
     sendFrames(peer, encodeEnvelope(envelope));
   }
-  void onFrames(std::vector<zmq::message_t>& frames);
-  void onAuthenticated(const std::string& peer);
-  void sendHello(const std::string& peer);
-  void dispatch(wire::Envelope& envelope);
+  void onFrames(std::vector<zmq::message_t> &frames);
+  void onAuthenticated(const std::string &peer);
+  void sendHello(const std::string &peer);
+  void dispatch(wire::Envelope &envelope);
   void startGloo();
 
   // ---- rank threads ----
   void enqueue(int rank, std::function<void()> task) {
-    Rank& r = *ranks_[rank - options_.firstRank];
+    Rank &r = *ranks_[rank - options_.firstRank];
     {
       std::lock_guard<std::mutex> lock(r.mutex);
       r.queue.push_back(std::move(task));
     }
     r.wake.notify_one();
   }
-  void rankLoop(Rank& r);
-  void runProgram(Rank& r, const wire::RunProgram& run);
-  void reportError(int rank, uint64_t programId, const std::string& message) {
+  void rankLoop(Rank &r);
+  void runProgram(Rank &r, const wire::RunProgram &run);
+  void reportError(int rank, uint64_t programId, const std::string &message) {
     wire::Envelope envelope;
     envelope.set_protocol_version(wire::PROTOCOL_VERSION);
-    auto* error = envelope.mutable_error();
+    auto *error = envelope.mutable_error();
     error->set_rank(rank);
     error->set_host(host_);
     error->set_message(message);
@@ -231,7 +244,7 @@ class Worker {
   bool routerMode_ = false;
   bool authenticated_ = false;
   bool helloSent_ = false;
-  std::string controller_;  // routing id of the controller (router mode)
+  std::string controller_; // routing id of the controller (router mode)
   Clock::time_point lastHeard_;
   bool stop_ = false;
   int exitCode_ = 0;
@@ -241,7 +254,8 @@ class Worker {
 };
 
 void Worker::startGloo() {
-  if (!needsGloo_ || glooStarted_) return;
+  if (!needsGloo_ || glooStarted_)
+    return;
   glooStarted_ = true;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     int rank = ranks_[i]->rank;
@@ -257,7 +271,7 @@ void Worker::startGloo() {
       std::string error;
       try {
         comm = connectGloo(rank, worldSize, store, gloo);
-      } catch (const std::exception& e) {
+      } catch (const std::exception &e) {
         error = e.what();
       }
       std::lock_guard<std::mutex> lock(slot->mutex);
@@ -269,10 +283,10 @@ void Worker::startGloo() {
   }
 }
 
-void Worker::sendHello(const std::string& peer) {
+void Worker::sendHello(const std::string &peer) {
   wire::Envelope envelope;
   envelope.set_protocol_version(wire::PROTOCOL_VERSION);
-  auto* hello = envelope.mutable_hello();
+  auto *hello = envelope.mutable_hello();
   *hello = makeHello(wire::ROLE_WORKER, options_.token);
   hello->set_first_rank(options_.firstRank);
   hello->set_num_ranks(options_.numRanks);
@@ -281,46 +295,57 @@ void Worker::sendHello(const std::string& peer) {
   helloSent_ = true;
 }
 
-void Worker::onAuthenticated(const std::string& peer) {
+void Worker::onAuthenticated(const std::string &peer) {
   authenticated_ = true;
   controller_ = peer;
   lastHeard_ = Clock::now();
-  if (!helloSent_) sendHello(peer);
+  if (!helloSent_)
+    sendHello(peer);
   startGloo();
 }
 
-void Worker::onFrames(std::vector<zmq::message_t>& frames) {
-  if (frames.empty()) return;
+void Worker::onFrames(std::vector<zmq::message_t> &frames) {
+  if (frames.empty())
+    return;
   std::string peer = routerMode_ ? frames.front().to_string() : std::string();
-  const zmq::message_t& payload = frames.back();
+  const zmq::message_t &payload = frames.back();
   bool fromController = authenticated_ && (!routerMode_ || peer == controller_);
-  if (static_cast<int64_t>(payload.size()) > options_.transport.maxMessageBytes) {
-    replyError(peer, 0, "message of " + std::to_string(payload.size()) +
-                            " bytes exceeds the limit of " +
-                            std::to_string(options_.transport.maxMessageBytes) + " bytes");
+  if (static_cast<int64_t>(payload.size()) >
+      options_.transport.maxMessageBytes) {
+    replyError(peer, 0,
+               "message of " + std::to_string(payload.size()) +
+                   " bytes exceeds the limit of " +
+                   std::to_string(options_.transport.maxMessageBytes) +
+                   " bytes");
     return;
   }
   wire::Envelope envelope;
-  if ((routerMode_ && frames.size() != 2) || (!routerMode_ && frames.size() != 1) ||
+  if ((routerMode_ && frames.size() != 2) ||
+      (!routerMode_ && frames.size() != 1) ||
       !decodeEnvelope(payload.data(), payload.size(), envelope)) {
-    replyError(peer, 0, "malformed message (" + std::to_string(payload.size()) + " bytes)");
+    replyError(peer, 0,
+               "malformed message (" + std::to_string(payload.size()) +
+                   " bytes)");
     return;
   }
   if (!fromController) {
     if (envelope.body_case() != wire::Envelope::kHello) {
       if (envelope.body_case() == wire::Envelope::kError && !routerMode_) {
         // The controller refused our Hello: nothing can ever work.
-        std::fprintf(stderr, "dtorch-worker: controller refused the handshake: %s\n",
+        std::fprintf(stderr,
+                     "dtorch-worker: controller refused the handshake: %s\n",
                      envelope.error().message().c_str());
         stop_ = true;
         exitCode_ = 2;
         return;
       }
       replyError(peer, envelope.request_id(),
-                 "not authenticated: the first message must be a Hello with the shared token");
+                 "not authenticated: the first message must be a Hello with "
+                 "the shared token");
       return;
     }
-    std::string reason = checkHello(envelope.hello(), options_.token, wire::ROLE_CONTROLLER);
+    std::string reason =
+        checkHello(envelope.hello(), options_.token, wire::ROLE_CONTROLLER);
     if (reason.empty() && routerMode_ && authenticated_)
       reason = "this worker already serves another controller";
     if (!reason.empty()) {
@@ -334,136 +359,153 @@ void Worker::onFrames(std::vector<zmq::message_t>& frames) {
   dispatch(envelope);
 }
 
-void Worker::dispatch(wire::Envelope& envelope) {
+void Worker::dispatch(wire::Envelope &envelope) {
   uint64_t requestId = envelope.request_id();
   auto hosted = [&](int rank) {
-    if (rank >= options_.firstRank && rank < options_.firstRank + options_.numRanks) return true;
+    if (rank >= options_.firstRank &&
+        rank < options_.firstRank + options_.numRanks)
+      return true;
     replyError(controller_, requestId,
-               "rank " + std::to_string(rank) + " is not hosted by this worker (ranks " +
+               "rank " + std::to_string(rank) +
+                   " is not hosted by this worker (ranks " +
                    std::to_string(options_.firstRank) + "-" +
-                   std::to_string(options_.firstRank + options_.numRanks - 1) + ")");
+                   std::to_string(options_.firstRank + options_.numRanks - 1) +
+                   ")");
     return false;
   };
   auto shared = std::make_shared<wire::Envelope>();
   shared->Swap(&envelope);
   switch (shared->body_case()) {
-    case wire::Envelope::kUpload: {
-      int rank = shared->upload().rank();
-      if (!hosted(rank)) return;
-      enqueue(rank, [this, shared, rank] {
-        Rank& r = *ranks_[rank - options_.firstRank];
-        auto* upload = shared->mutable_upload();
-        Rank::Uploaded& u = r.programs[upload->program_id()];
-        u.program.Swap(upload->mutable_program());
-        u.invalid.clear();
-        try {
-          r.executor->validate(u.program);  // once per upload, not per run
-        } catch (const std::exception& e) {
-          u.invalid = e.what();
-        }
-      });
+  case wire::Envelope::kUpload: {
+    int rank = shared->upload().rank();
+    if (!hosted(rank))
       return;
-    }
-    case wire::Envelope::kRun: {
-      int rank = shared->run().rank();
-      if (!hosted(rank)) return;
-      enqueue(rank, [this, shared, rank] { runProgram(*ranks_[rank - options_.firstRank], shared->run()); });
+    enqueue(rank, [this, shared, rank] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      auto *upload = shared->mutable_upload();
+      Rank::Uploaded &u = r.programs[upload->program_id()];
+      u.program.Swap(upload->mutable_program());
+      u.invalid.clear();
+      try {
+        r.executor->validate(u.program); // once per upload, not per run
+      } catch (const std::exception &e) {
+        u.invalid = e.what();
+      }
+    });
+    return;
+  }
+  case wire::Envelope::kRun: {
+    int rank = shared->run().rank();
+    if (!hosted(rank))
       return;
-    }
-    case wire::Envelope::kPut: {
-      int rank = shared->put().rank();
-      if (!hosted(rank)) return;
-      enqueue(rank, [this, shared, rank] {
-        Rank& r = *ranks_[rank - options_.firstRank];
-        uint64_t handle = shared->put().handle();
-        try {
-          r.tensors[handle] = tensorFromWire(shared->put().value());
-          r.poisoned.erase(handle);
-        } catch (const std::exception& e) {
-          std::string message = "put of tensor " + std::to_string(handle) + " failed: " + e.what();
-          r.tensors.erase(handle);
-          r.poisoned[handle] = message;
-          reportError(rank, 0, message);
-        }
-      });
+    enqueue(rank, [this, shared, rank] {
+      runProgram(*ranks_[rank - options_.firstRank], shared->run());
+    });
+    return;
+  }
+  case wire::Envelope::kPut: {
+    int rank = shared->put().rank();
+    if (!hosted(rank))
       return;
-    }
-    case wire::Envelope::kFetch: {
-      int rank = shared->fetch().rank();
-      if (!hosted(rank)) return;
-      enqueue(rank, [this, shared, rank, requestId] {
-        Rank& r = *ranks_[rank - options_.firstRank];
-        uint64_t handle = shared->fetch().handle();
+    enqueue(rank, [this, shared, rank] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      uint64_t handle = shared->put().handle();
+      try {
+        r.tensors[handle] = tensorFromWire(shared->put().value());
+        r.poisoned.erase(handle);
+      } catch (const std::exception &e) {
+        std::string message =
+            "put of tensor " + std::to_string(handle) + " failed: " + e.what();
+        r.tensors.erase(handle);
+        r.poisoned[handle] = message;
+        reportError(rank, 0, message);
+      }
+    });
+    return;
+  }
+  case wire::Envelope::kFetch: {
+    int rank = shared->fetch().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, shared, rank, requestId] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      uint64_t handle = shared->fetch().handle();
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      auto *fetched = reply.mutable_fetch_reply();
+      fetched->set_rank(rank);
+      fetched->set_handle(handle);
+      auto poison = r.poisoned.find(handle);
+      auto it = r.tensors.find(handle);
+      if (poison != r.poisoned.end() || it == r.tensors.end()) {
+        std::string message = poison != r.poisoned.end()
+                                  ? poison->second
+                                  : "unknown tensor handle " +
+                                        std::to_string(handle) + " on rank " +
+                                        std::to_string(rank);
+        fetched->set_ok(false);
+        fetched->mutable_error()->set_rank(rank);
+        fetched->mutable_error()->set_host(host_);
+        fetched->mutable_error()->set_message(message);
+        fetched->mutable_error()->set_instruction(
+            failingInstructionOf(message));
+      } else {
+        fetched->set_ok(true);
+        tensorToWire(it->second, fetched->mutable_value());
+      }
+      outbox_.push(reply);
+    });
+    return;
+  }
+  case wire::Envelope::kFree: {
+    int rank = shared->free().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, shared, rank] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      for (uint64_t handle : shared->free().handles()) {
+        r.tensors.erase(handle);
+        r.poisoned.erase(handle);
+      }
+    });
+    return;
+  }
+  case wire::Envelope::kSync: {
+    auto remaining =
+        std::make_shared<std::atomic<int>>(static_cast<int>(ranks_.size()));
+    for (auto &rank : ranks_)
+      enqueue(rank->rank, [this, remaining, requestId] {
+        if (--*remaining != 0)
+          return;
         wire::Envelope reply;
         reply.set_protocol_version(wire::PROTOCOL_VERSION);
         reply.set_request_id(requestId);
-        auto* fetched = reply.mutable_fetch_reply();
-        fetched->set_rank(rank);
-        fetched->set_handle(handle);
-        auto poison = r.poisoned.find(handle);
-        auto it = r.tensors.find(handle);
-        if (poison != r.poisoned.end() || it == r.tensors.end()) {
-          std::string message = poison != r.poisoned.end()
-                                    ? poison->second
-                                    : "unknown tensor handle " + std::to_string(handle) +
-                                          " on rank " + std::to_string(rank);
-          fetched->set_ok(false);
-          fetched->mutable_error()->set_rank(rank);
-          fetched->mutable_error()->set_host(host_);
-          fetched->mutable_error()->set_message(message);
-          fetched->mutable_error()->set_instruction(failingInstructionOf(message));
-        } else {
-          fetched->set_ok(true);
-          tensorToWire(it->second, fetched->mutable_value());
-        }
+        reply.mutable_sync_reply();
         outbox_.push(reply);
       });
-      return;
-    }
-    case wire::Envelope::kFree: {
-      int rank = shared->free().rank();
-      if (!hosted(rank)) return;
-      enqueue(rank, [this, shared, rank] {
-        Rank& r = *ranks_[rank - options_.firstRank];
-        for (uint64_t handle : shared->free().handles()) {
-          r.tensors.erase(handle);
-          r.poisoned.erase(handle);
-        }
-      });
-      return;
-    }
-    case wire::Envelope::kSync: {
-      auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(ranks_.size()));
-      for (auto& rank : ranks_)
-        enqueue(rank->rank, [this, remaining, requestId] {
-          if (--*remaining != 0) return;
-          wire::Envelope reply;
-          reply.set_protocol_version(wire::PROTOCOL_VERSION);
-          reply.set_request_id(requestId);
-          reply.mutable_sync_reply();
-          outbox_.push(reply);
-        });
-      return;
-    }
-    case wire::Envelope::kHeartbeat:
-    case wire::Envelope::kHello:
-      return;
-    case wire::Envelope::kShutdown:
-      stop_ = true;
-      return;
-    case wire::Envelope::kKvReply:
-      store_->deliver(requestId, shared->kv_reply().value());
-      return;
-    default:
-      replyError(controller_, requestId,
-                 "unexpected message (body " + std::to_string(shared->body_case()) + ")");
-      return;
+    return;
+  }
+  case wire::Envelope::kHeartbeat:
+  case wire::Envelope::kHello:
+    return;
+  case wire::Envelope::kShutdown:
+    stop_ = true;
+    return;
+  case wire::Envelope::kKvReply:
+    store_->deliver(requestId, shared->kv_reply().value());
+    return;
+  default:
+    replyError(controller_, requestId,
+               "unexpected message (body " +
+                   std::to_string(shared->body_case()) + ")");
+    return;
   }
 }
 
-void Worker::runProgram(Rank& r, const wire::RunProgram& run) {
+void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
   uint64_t programId = run.program_id();
-  auto fail = [&](const std::string& message) {
+  auto fail = [&](const std::string &message) {
     for (uint64_t handle : run.outputs()) {
       r.tensors.erase(handle);
       r.poisoned[handle] = message;
@@ -472,48 +514,54 @@ void Worker::runProgram(Rank& r, const wire::RunProgram& run) {
   };
   auto uploaded = r.programs.find(programId);
   if (uploaded == r.programs.end())
-    return fail("rank " + std::to_string(r.rank) + ": unknown program id " + std::to_string(programId));
+    return fail("rank " + std::to_string(r.rank) + ": unknown program id " +
+                std::to_string(programId));
   if (!uploaded->second.invalid.empty())
-    return fail("rank " + std::to_string(r.rank) + ": " + uploaded->second.invalid);
-  const wire::Program* program = &uploaded->second.program;
+    return fail("rank " + std::to_string(r.rank) + ": " +
+                uploaded->second.invalid);
+  const wire::Program *program = &uploaded->second.program;
   std::vector<Tensor> inputs;
   for (uint64_t handle : run.inputs()) {
     auto poison = r.poisoned.find(handle);
-    if (poison != r.poisoned.end()) return fail(poison->second);
+    if (poison != r.poisoned.end())
+      return fail(poison->second);
     auto it = r.tensors.find(handle);
     if (it == r.tensors.end())
-      return fail("rank " + std::to_string(r.rank) + ": program '" + program->name() +
-                  "' input tensor handle " + std::to_string(handle) + " is unknown");
+      return fail("rank " + std::to_string(r.rank) + ": program '" +
+                  program->name() + "' input tensor handle " +
+                  std::to_string(handle) + " is unknown");
     inputs.push_back(it->second);
   }
   if (run.outputs_size() != program->outputs_size())
-    return fail("rank " + std::to_string(r.rank) + ": program '" + program->name() +
-                "' has " + std::to_string(program->outputs_size()) + " output(s), run names " +
-                std::to_string(run.outputs_size()));
+    return fail("rank " + std::to_string(r.rank) + ": program '" +
+                program->name() + "' has " +
+                std::to_string(program->outputs_size()) +
+                " output(s), run names " + std::to_string(run.outputs_size()));
   try {
     std::vector<Tensor> outputs = r.executor->runValidated(*program, inputs);
     for (int i = 0; i < run.outputs_size(); ++i) {
       r.tensors[run.outputs(i)] = outputs[i];
       r.poisoned.erase(run.outputs(i));
     }
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     fail("rank " + std::to_string(r.rank) + ": " + e.what());
   }
 }
 
-void Worker::rankLoop(Rank& r) {
+void Worker::rankLoop(Rank &r) {
   while (true) {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(r.mutex);
       r.wake.wait(lock, [&] { return r.stopping || !r.queue.empty(); });
-      if (r.stopping) break;
+      if (r.stopping)
+        break;
       task = std::move(r.queue.front());
       r.queue.pop_front();
     }
     try {
       task();
-    } catch (const std::exception& e) {
+    } catch (const std::exception &e) {
       reportError(r.rank, 0, std::string("internal error: ") + e.what());
     }
   }
@@ -523,7 +571,7 @@ void Worker::rankLoop(Rank& r) {
 }
 
 void Worker::stopRanks() {
-  for (auto& rank : ranks_) {
+  for (auto &rank : ranks_) {
     std::lock_guard<std::mutex> lock(rank->mutex);
     rank->stopping = true;
     rank->wake.notify_all();
@@ -534,30 +582,34 @@ void Worker::stopRanks() {
   });
   lock.unlock();
   // A rank stuck in a collective is left behind; the process exits anyway.
-  for (auto& rank : ranks_) {
-    if (all) rank->thread.join();
-    else rank->thread.detach();
+  for (auto &rank : ranks_) {
+    if (all)
+      rank->thread.join();
+    else
+      rank->thread.detach();
   }
 }
 
 int Worker::run() {
   context_ = std::make_unique<zmq::context_t>(1);
   routerMode_ = !options_.listen.empty();
-  socket_ = std::make_unique<zmq::socket_t>(*context_, routerMode_ ? zmq::socket_type::router
-                                                                   : zmq::socket_type::dealer);
+  socket_ = std::make_unique<zmq::socket_t>(
+      *context_,
+      routerMode_ ? zmq::socket_type::router : zmq::socket_type::dealer);
   configureSocket(*socket_, options_.transport);
   if (routerMode_) {
     socket_->bind(options_.listen);
     std::printf("dtorch-worker listening on %s (ranks %d-%d of %d)\n",
-                socket_->get(zmq::sockopt::last_endpoint).c_str(), options_.firstRank,
-                options_.firstRank + options_.numRanks - 1, options_.worldSize);
+                socket_->get(zmq::sockopt::last_endpoint).c_str(),
+                options_.firstRank, options_.firstRank + options_.numRanks - 1,
+                options_.worldSize);
     std::fflush(stdout);
   } else {
     socket_->connect(options_.connect);
     sendHello("");
   }
-  for (auto& rank : ranks_) {
-    Rank* r = rank.get();
+  for (auto &rank : ranks_) {
+    Rank *r = rank.get();
     r->thread = std::thread([this, r] { rankLoop(*r); });
   }
   lastHeard_ = Clock::now();
@@ -570,28 +622,36 @@ int Worker::run() {
     while (!stop_) {
       std::vector<zmq::message_t> frames;
       zmq::message_t frame;
-      if (!socket_->recv(frame, zmq::recv_flags::dontwait)) break;
+      if (!socket_->recv(frame, zmq::recv_flags::dontwait))
+        break;
       frames.push_back(std::move(frame));
       while (frames.back().more()) {
         zmq::message_t next;
-        if (!socket_->recv(next, zmq::recv_flags::none)) break;
+        if (!socket_->recv(next, zmq::recv_flags::none))
+          break;
         frames.push_back(std::move(next));
       }
       onFrames(frames);
     }
-    for (auto& payload : outbox_.drain())
-      if (authenticated_ || !routerMode_) sendFrames(controller_, payload);
+    for (auto &payload : outbox_.drain())
+      if (authenticated_ || !routerMode_)
+        sendFrames(controller_, payload);
     auto now = Clock::now();
-    if (authenticated_ && now - lastBeat >= options_.transport.heartbeatInterval) {
+    if (authenticated_ &&
+        now - lastBeat >= options_.transport.heartbeatInterval) {
       wire::Envelope beat;
       beat.set_protocol_version(wire::PROTOCOL_VERSION);
       beat.mutable_heartbeat()->set_sequence(++beats);
       sendFrames(controller_, encodeEnvelope(beat));
       lastBeat = now;
     }
-    if ((authenticated_ || !routerMode_) && now - lastHeard_ > options_.controllerTimeout) {
-      std::fprintf(stderr, "dtorch-worker (ranks %d-%d): controller silent for %lld ms, exiting\n",
-                   options_.firstRank, options_.firstRank + options_.numRanks - 1,
+    if ((authenticated_ || !routerMode_) &&
+        now - lastHeard_ > options_.controllerTimeout) {
+      std::fprintf(stderr,
+                   "dtorch-worker (ranks %d-%d): controller silent for %lld "
+                   "ms, exiting\n",
+                   options_.firstRank,
+                   options_.firstRank + options_.numRanks - 1,
                    static_cast<long long>(options_.controllerTimeout.count()));
       exitCode_ = 3;
       break;
@@ -605,45 +665,59 @@ int Worker::run() {
   return exitCode_;
 }
 
-int parseInt(const std::string& text, const char* flag) {
+int parseInt(const std::string &text, const char *flag) {
   try {
     size_t used = 0;
     long long value = std::stoll(text, &used);
-    if (used != text.size()) throw std::invalid_argument(text);
+    if (used != text.size())
+      throw std::invalid_argument(text);
     return static_cast<int>(value);
-  } catch (const std::exception&) {
+  } catch (const std::exception &) {
     throw RuntimeError(std::string("invalid value '") + text + "' for " + flag);
   }
 }
 
-}  // namespace
+} // namespace
 
-WorkerOptions parseWorkerArgs(int argc, char** argv) {
-  static const char* usage =
-      "usage: dtorch-worker (--connect ADDR | --listen ADDR) --token T --ranks A-B "
-      "--world-size N [--collective-timeout-ms MS] [--controller-timeout-ms MS] "
-      "[--max-message-bytes B] [--gloo-host HOST]";
+WorkerOptions parseWorkerArgs(int argc, char **argv) {
+  static const char *usage = "usage: dtorch-worker (--connect ADDR | --listen "
+                             "ADDR) --token T --ranks A-B "
+                             "--world-size N [--collective-timeout-ms MS] "
+                             "[--controller-timeout-ms MS] "
+                             "[--max-message-bytes B] [--gloo-host HOST]";
   WorkerOptions options;
   bool haveRanks = false, haveWorld = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (i + 1 >= argc) throw RuntimeError("missing value for " + flag + "\n" + usage);
+    if (i + 1 >= argc)
+      throw RuntimeError("missing value for " + flag + "\n" + usage);
     std::string value = argv[++i];
-    if (flag == "--connect") options.connect = value;
-    else if (flag == "--listen") options.listen = value;
-    else if (flag == "--token") options.token = value;
-    else if (flag == "--world-size") { options.worldSize = parseInt(value, "--world-size"); haveWorld = true; }
-    else if (flag == "--collective-timeout-ms")
-      options.collectiveTimeout = std::chrono::milliseconds(parseInt(value, "--collective-timeout-ms"));
+    if (flag == "--connect")
+      options.connect = value;
+    else if (flag == "--listen")
+      options.listen = value;
+    else if (flag == "--token")
+      options.token = value;
+    else if (flag == "--world-size") {
+      options.worldSize = parseInt(value, "--world-size");
+      haveWorld = true;
+    } else if (flag == "--collective-timeout-ms")
+      options.collectiveTimeout =
+          std::chrono::milliseconds(parseInt(value, "--collective-timeout-ms"));
     else if (flag == "--controller-timeout-ms")
-      options.controllerTimeout = std::chrono::milliseconds(parseInt(value, "--controller-timeout-ms"));
+      options.controllerTimeout =
+          std::chrono::milliseconds(parseInt(value, "--controller-timeout-ms"));
     else if (flag == "--max-message-bytes")
-      options.transport.maxMessageBytes = parseInt(value, "--max-message-bytes");
-    else if (flag == "--gloo-host") options.glooHost = value;
+      options.transport.maxMessageBytes =
+          parseInt(value, "--max-message-bytes");
+    else if (flag == "--gloo-host")
+      options.glooHost = value;
     else if (flag == "--ranks") {
       size_t dash = value.find('-');
       int first = parseInt(value.substr(0, dash), "--ranks");
-      int last = dash == std::string::npos ? first : parseInt(value.substr(dash + 1), "--ranks");
+      int last = dash == std::string::npos
+                     ? first
+                     : parseInt(value.substr(dash + 1), "--ranks");
       options.firstRank = first;
       options.numRanks = last - first + 1;
       haveRanks = true;
@@ -652,23 +726,29 @@ WorkerOptions parseWorkerArgs(int argc, char** argv) {
     }
   }
   if (options.connect.empty() == options.listen.empty())
-    throw RuntimeError(std::string("give exactly one of --connect and --listen\n") + usage);
-  if (options.token.empty()) throw RuntimeError(std::string("--token is required\n") + usage);
-  if (!haveRanks || !haveWorld) throw RuntimeError(std::string("--ranks and --world-size are required\n") + usage);
+    throw RuntimeError(
+        std::string("give exactly one of --connect and --listen\n") + usage);
+  if (options.token.empty())
+    throw RuntimeError(std::string("--token is required\n") + usage);
+  if (!haveRanks || !haveWorld)
+    throw RuntimeError(std::string("--ranks and --world-size are required\n") +
+                       usage);
   if (options.numRanks < 1 || options.firstRank < 0 ||
       options.firstRank + options.numRanks > options.worldSize)
-    throw RuntimeError("--ranks must be a non-empty range inside [0, world-size)");
-  if (options.collectiveTimeout.count() <= 0 || options.controllerTimeout.count() <= 0 ||
+    throw RuntimeError(
+        "--ranks must be a non-empty range inside [0, world-size)");
+  if (options.collectiveTimeout.count() <= 0 ||
+      options.controllerTimeout.count() <= 0 ||
       options.transport.maxMessageBytes <= 0)
     throw RuntimeError("timeouts and --max-message-bytes must be positive");
   return options;
 }
 
-int runWorker(const WorkerOptions& options) {
+int runWorker(const WorkerOptions &options) {
   // Deliberately leaked: a rank stuck in a collective may still use it, and
   // the process exits right after.
-  auto* worker = new Worker(options);
+  auto *worker = new Worker(options);
   return worker->run();
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

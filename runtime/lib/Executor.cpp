@@ -19,8 +19,9 @@ namespace {
 
 // Events between the streams plus the first failure of the run.
 class RunState {
- public:
-  explicit RunState(int numEvents) : signalled_(static_cast<size_t>(numEvents), false) {}
+public:
+  explicit RunState(int numEvents)
+      : signalled_(static_cast<size_t>(numEvents), false) {}
 
   // False when the run failed elsewhere while waiting.
   bool waitFor(int event) {
@@ -50,7 +51,7 @@ class RunState {
     return error_;
   }
 
- private:
+private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<bool> signalled_;
@@ -58,10 +59,11 @@ class RunState {
   std::exception_ptr error_;
 };
 
-void runCollective(Communicator& comm, const Instruction& inst,
-                   const std::vector<const Tensor*>& in, const std::vector<Tensor*>& out) {
+void runCollective(Communicator &comm, const Instruction &inst,
+                   const std::vector<const Tensor *> &in,
+                   const std::vector<Tensor *> &out) {
   AttrReader attrs(inst.attrs());
-  const std::string& op = inst.op();
+  const std::string &op = inst.op();
   if (op == "send") {
     comm.send(*in[0], attrs.getInt("peer"), attrs.getInt("tag"));
   } else if (op == "recv") {
@@ -74,104 +76,120 @@ void runCollective(Communicator& comm, const Instruction& inst,
     comm.all_reduce(*in[0], *out[0], attrs.getInts("group"),
                     parseReduceOp(attrs.getString("reduce")));
   } else if (op == "all_gather") {
-    comm.all_gather(*in[0], *out[0], attrs.getInts("group"), attrs.getInt("dim"),
-                    attrs.getInts("sizes"));
+    comm.all_gather(*in[0], *out[0], attrs.getInts("group"),
+                    attrs.getInt("dim"), attrs.getInts("sizes"));
   } else if (op == "reduce_scatter") {
     comm.reduce_scatter(*in[0], *out[0], attrs.getInts("group"),
-                        parseReduceOp(attrs.getString("reduce")), attrs.getInt("dim"),
-                        attrs.getInts("sizes"));
+                        parseReduceOp(attrs.getString("reduce")),
+                        attrs.getInt("dim"), attrs.getInts("sizes"));
   } else if (op == "all_to_all") {
-    comm.all_to_all(*in[0], *out[0], attrs.getInts("group"), attrs.getInt("split_dim"),
-                    attrs.getInts("split_sizes"), attrs.getInt("concat_dim"),
-                    attrs.getInts("concat_sizes"));
+    comm.all_to_all(*in[0], *out[0], attrs.getInts("group"),
+                    attrs.getInt("split_dim"), attrs.getInts("split_sizes"),
+                    attrs.getInt("concat_dim"), attrs.getInts("concat_sizes"));
   } else {
     throw RuntimeError("unknown collective '" + op + "'");
   }
 }
 
-}  // namespace
+} // namespace
 
-Executor::Executor(Communicator* comm) : comm_(comm) {}
+Executor::Executor(Communicator *comm) : comm_(comm) {}
 
-std::vector<Tensor> Executor::run(const Program& program, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Executor::run(const Program &program,
+                                  const std::vector<Tensor> &inputs) {
   validate(program);
   return runValidated(program, inputs);
 }
 
-void Executor::validate(const Program& program) const {
+void Executor::validate(const Program &program) const {
   validateProgram(program, comm_ ? comm_->rank() : -1);
 }
 
-std::vector<Tensor> Executor::runValidated(const Program& program,
-                                           const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Executor::runValidated(const Program &program,
+                                           const std::vector<Tensor> &inputs) {
 
   const std::string prefix = "program '" + program.name() + "': ";
   if (inputs.size() != static_cast<size_t>(program.inputs_size()))
-    throw RuntimeError(prefix + "expects " + std::to_string(program.inputs_size()) +
+    throw RuntimeError(prefix + "expects " +
+                       std::to_string(program.inputs_size()) +
                        " input(s), got " + std::to_string(inputs.size()));
 
   // Bind inputs (shared, not copied) and allocate every other buffer.
   std::vector<Tensor> buffers(static_cast<size_t>(program.buffers_size()));
   for (int i = 0; i < program.inputs_size(); ++i) {
     int id = program.inputs(i);
-    const auto& spec = program.buffers(id);
+    const auto &spec = program.buffers(id);
     Shape expected(spec.shape().begin(), spec.shape().end());
-    const Tensor& given = inputs[i];
-    if (!given.defined() || given.dtype() != spec.dtype() || given.shape() != expected)
+    const Tensor &given = inputs[i];
+    if (!given.defined() || given.dtype() != spec.dtype() ||
+        given.shape() != expected)
       throw RuntimeError(prefix + "input " + std::to_string(i) + " (buffer " +
-                         std::to_string(id) + ") must be " + dtypeName(spec.dtype()) +
-                         shapeToString(expected) + ", got " + given.describe());
+                         std::to_string(id) + ") must be " +
+                         dtypeName(spec.dtype()) + shapeToString(expected) +
+                         ", got " + given.describe());
     buffers[id] = given;
   }
   for (int id = 0; id < program.buffers_size(); ++id) {
-    if (buffers[id].defined()) continue;
+    if (buffers[id].defined())
+      continue;
     try {
       buffers[id] = Tensor::emptyLike(program.buffers(id));
-    } catch (const std::bad_alloc&) {
-      throw RuntimeError(prefix + "out of memory allocating buffer " + std::to_string(id));
+    } catch (const std::bad_alloc &) {
+      throw RuntimeError(prefix + "out of memory allocating buffer " +
+                         std::to_string(id));
     }
   }
 
   // Resolve kernels up front (validation guarantees they exist).
-  std::vector<const Kernel*> kernels(static_cast<size_t>(program.instructions_size()), nullptr);
+  std::vector<const Kernel *> kernels(
+      static_cast<size_t>(program.instructions_size()), nullptr);
   for (int i = 0; i < program.instructions_size(); ++i) {
-    const Instruction& inst = program.instructions(i);
+    const Instruction &inst = program.instructions(i);
     if (inst.stream() == ::dtorch::wire::COMPUTE)
-      kernels[i] = lookupKernel(inst.op(), buffers[inst.outputs(0)].dtype(), kCpuDevice);
+      kernels[i] =
+          lookupKernel(inst.op(), buffers[inst.outputs(0)].dtype(), kCpuDevice);
   }
 
   RunState state(program.num_events());
   auto runStream = [&](::dtorch::wire::Stream stream) {
     for (int i = 0; i < program.instructions_size(); ++i) {
-      const Instruction& inst = program.instructions(i);
-      if (inst.stream() != stream) continue;
+      const Instruction &inst = program.instructions(i);
+      if (inst.stream() != stream)
+        continue;
       try {
         for (int event : inst.wait_events())
-          if (!state.waitFor(event)) return;
-        if (state.failed()) return;
-        std::vector<const Tensor*> in;
-        std::vector<Tensor*> out;
-        for (int id : inst.inputs()) in.push_back(&buffers[id]);
-        for (int id : inst.outputs()) out.push_back(&buffers[id]);
+          if (!state.waitFor(event))
+            return;
+        if (state.failed())
+          return;
+        std::vector<const Tensor *> in;
+        std::vector<Tensor *> out;
+        for (int id : inst.inputs())
+          in.push_back(&buffers[id]);
+        for (int id : inst.outputs())
+          out.push_back(&buffers[id]);
         if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs()), in, out);
         else
           runCollective(*comm_, inst, in, out);
-        if (inst.record_event() >= 0) state.signal(inst.record_event());
-      } catch (const std::exception& error) {
-        state.fail(std::make_exception_ptr(RuntimeError(
-            prefix + describeInstruction(program, i) + " failed: " + error.what())));
+        if (inst.record_event() >= 0)
+          state.signal(inst.record_event());
+      } catch (const std::exception &error) {
+        state.fail(std::make_exception_ptr(
+            RuntimeError(prefix + describeInstruction(program, i) +
+                         " failed: " + error.what())));
         return;
       } catch (...) {
-        state.fail(std::make_exception_ptr(RuntimeError(
-            prefix + describeInstruction(program, i) + " failed with an unknown exception")));
+        state.fail(std::make_exception_ptr(
+            RuntimeError(prefix + describeInstruction(program, i) +
+                         " failed with an unknown exception")));
         return;
       }
     }
   };
 
   bool hasComm = false;
-  for (const auto& inst : program.instructions())
+  for (const auto &inst : program.instructions())
     hasComm |= inst.stream() == ::dtorch::wire::COMM;
   if (hasComm) {
     std::thread commThread(runStream, ::dtorch::wire::COMM);
@@ -180,12 +198,14 @@ std::vector<Tensor> Executor::runValidated(const Program& program,
   } else {
     runStream(::dtorch::wire::COMPUTE);
   }
-  if (std::exception_ptr error = state.error()) std::rethrow_exception(error);
+  if (std::exception_ptr error = state.error())
+    std::rethrow_exception(error);
 
   std::vector<Tensor> results;
   results.reserve(program.outputs_size());
-  for (int id : program.outputs()) results.push_back(buffers[id]);
+  for (int id : program.outputs())
+    results.push_back(buffers[id]);
   return results;
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -6,9 +6,9 @@
 
 namespace dtorch::rt {
 
-KernelRegistry& KernelRegistry::global() {
-  static KernelRegistry* registry = [] {
-    auto* created = new KernelRegistry();  // never destroyed
+KernelRegistry &KernelRegistry::global() {
+  static KernelRegistry *registry = [] {
+    auto *created = new KernelRegistry(); // never destroyed
     registerCreationKernels(*created);
     registerElementwiseKernels(*created);
     registerReductionKernels(*created);
@@ -20,57 +20,61 @@ KernelRegistry& KernelRegistry::global() {
   return *registry;
 }
 
-void KernelRegistry::add(const std::string& op, DType dtype, const std::string& device,
-                         Kernel kernel) {
-  if (!kernel.run) throw RuntimeError("kernel '" + op + "' registered without a run function");
+void KernelRegistry::add(const std::string &op, DType dtype,
+                         const std::string &device, Kernel kernel) {
+  if (!kernel.run)
+    throw RuntimeError("kernel '" + op + "' registered without a run function");
   std::lock_guard<std::mutex> lock(mutex_);
   kernels_[Key(op, static_cast<int>(dtype), device)] =
       std::make_unique<Kernel>(std::move(kernel));
 }
 
-const Kernel* KernelRegistry::lookup(const std::string& op, DType dtype,
-                                     const std::string& device) const {
+const Kernel *KernelRegistry::lookup(const std::string &op, DType dtype,
+                                     const std::string &device) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = kernels_.find(Key(op, static_cast<int>(dtype), device));
   return it == kernels_.end() ? nullptr : it->second.get();
 }
 
-bool KernelRegistry::hasOp(const std::string& op) const {
+bool KernelRegistry::hasOp(const std::string &op) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = kernels_.lower_bound(Key(op, std::numeric_limits<int>::min(), std::string()));
+  auto it = kernels_.lower_bound(
+      Key(op, std::numeric_limits<int>::min(), std::string()));
   return it != kernels_.end() && std::get<0>(it->first) == op;
 }
 
-std::vector<DType> KernelRegistry::dtypesFor(const std::string& op,
-                                             const std::string& device) const {
+std::vector<DType> KernelRegistry::dtypesFor(const std::string &op,
+                                             const std::string &device) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<DType> dtypes;
-  for (const auto& entry : kernels_)
+  for (const auto &entry : kernels_)
     if (std::get<0>(entry.first) == op && std::get<2>(entry.first) == device)
       dtypes.push_back(static_cast<DType>(std::get<1>(entry.first)));
   return dtypes;
 }
 
-const Kernel* lookupKernel(const std::string& op, DType dtype, const std::string& device) {
+const Kernel *lookupKernel(const std::string &op, DType dtype,
+                           const std::string &device) {
   return KernelRegistry::global().lookup(op, dtype, device);
 }
 
-void registerKernel(const std::string& op, DType dtype, const std::string& device,
-                    Kernel kernel) {
+void registerKernel(const std::string &op, DType dtype,
+                    const std::string &device, Kernel kernel) {
   KernelRegistry::global().add(op, dtype, device, std::move(kernel));
 }
 
-void requireSameDescs(const TensorDesc& a, const TensorDesc& b, const char* what) {
+void requireSameDescs(const TensorDesc &a, const TensorDesc &b,
+                      const char *what) {
   if (a.dtype != b.dtype || a.shape != b.shape)
     throw RuntimeError(std::string(what) + ": expected " + dtypeName(a.dtype) +
                        shapeToString(a.shape) + ", got " + dtypeName(b.dtype) +
                        shapeToString(b.shape));
 }
 
-void requireDtype(const TensorDesc& d, DType dtype, const char* what) {
+void requireDtype(const TensorDesc &d, DType dtype, const char *what) {
   if (d.dtype != dtype)
-    throw RuntimeError(std::string(what) + " must be " + dtypeName(dtype) + ", got " +
-                       dtypeName(d.dtype));
+    throw RuntimeError(std::string(what) + " must be " + dtypeName(dtype) +
+                       ", got " + dtypeName(d.dtype));
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

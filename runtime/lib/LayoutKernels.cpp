@@ -9,13 +9,14 @@ using namespace detail;
 
 namespace {
 
-void requireSameDtype(const TensorDesc& x, const TensorDesc& out) {
+void requireSameDtype(const TensorDesc &x, const TensorDesc &out) {
   if (x.dtype != out.dtype)
-    throw RuntimeError(std::string("input is ") + dtypeName(x.dtype) + ", output is " +
-                       dtypeName(out.dtype));
+    throw RuntimeError(std::string("input is ") + dtypeName(x.dtype) +
+                       ", output is " + dtypeName(out.dtype));
 }
 
-void copyWhole(const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs) {
+void copyWhole(const std::vector<const Tensor *> &inputs,
+               const std::vector<Tensor *> &outputs) {
   if (outputs[0]->nbytes() != 0)
     std::memcpy(outputs[0]->data(), inputs[0]->data(), outputs[0]->nbytes());
 }
@@ -23,79 +24,94 @@ void copyWhole(const std::vector<const Tensor*>& inputs, const std::vector<Tenso
 Kernel reshapeKernel() {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.check = [](const AttrReader&, const std::vector<TensorDesc>& inputs,
-                    const std::vector<TensorDesc>& outputs) {
+  kernel.check = [](const AttrReader &, const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
     requireSameDtype(inputs[0], outputs[0]);
     if (shapeNumel(inputs[0].shape) != shapeNumel(outputs[0].shape))
       throw RuntimeError("reshape " + shapeToString(inputs[0].shape) + " -> " +
-                         shapeToString(outputs[0].shape) + " changes the element count");
+                         shapeToString(outputs[0].shape) +
+                         " changes the element count");
   };
-  kernel.run = [](const AttrReader&, const std::vector<const Tensor*>& inputs,
-                  const std::vector<Tensor*>& outputs) { copyWhole(inputs, outputs); };
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    copyWhole(inputs, outputs);
+  };
   return kernel;
 }
 
 Kernel copyKernel() {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.check = [](const AttrReader&, const std::vector<TensorDesc>& inputs,
-                    const std::vector<TensorDesc>& outputs) { checkAllSame(inputs, outputs); };
-  kernel.run = [](const AttrReader&, const std::vector<const Tensor*>& inputs,
-                  const std::vector<Tensor*>& outputs) { copyWhole(inputs, outputs); };
+  kernel.check = [](const AttrReader &, const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
+    checkAllSame(inputs, outputs);
+  };
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    copyWhole(inputs, outputs);
+  };
   return kernel;
 }
 
-std::vector<int64_t> readPermutation(const AttrReader& attrs, size_t rank) {
+std::vector<int64_t> readPermutation(const AttrReader &attrs, size_t rank) {
   std::vector<int64_t> perm = attrs.getInts("perm");
   if (perm.size() != rank)
-    throw RuntimeError("transpose: perm " + shapeToString(perm) + " must have " +
-                       std::to_string(rank) + " entries");
+    throw RuntimeError("transpose: perm " + shapeToString(perm) +
+                       " must have " + std::to_string(rank) + " entries");
   std::vector<bool> seen(rank, false);
-  for (int64_t& p : perm) {
+  for (int64_t &p : perm) {
     p = normalizeDim(p, static_cast<int64_t>(rank), "transpose perm entry");
-    if (seen[p]) throw RuntimeError("transpose: perm " + shapeToString(perm) + " repeats a dim");
+    if (seen[p])
+      throw RuntimeError("transpose: perm " + shapeToString(perm) +
+                         " repeats a dim");
     seen[p] = true;
   }
   return perm;
 }
 
-template <class T>
-Kernel transposeKernel() {
+template <class T> Kernel transposeKernel() {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.check = [](const AttrReader& attrs, const std::vector<TensorDesc>& inputs,
-                    const std::vector<TensorDesc>& outputs) {
+  kernel.check = [](const AttrReader &attrs,
+                    const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
     requireSameDtype(inputs[0], outputs[0]);
-    const Shape& in = inputs[0].shape;
+    const Shape &in = inputs[0].shape;
     std::vector<int64_t> perm = readPermutation(attrs, in.size());
     Shape expected(in.size());
-    for (size_t i = 0; i < in.size(); ++i) expected[i] = in[perm[i]];
+    for (size_t i = 0; i < in.size(); ++i)
+      expected[i] = in[perm[i]];
     if (expected != outputs[0].shape)
       throw RuntimeError("transpose of " + shapeToString(in) + " by perm " +
-                         shapeToString(perm) + " gives " + shapeToString(expected) +
-                         ", output is " + shapeToString(outputs[0].shape));
+                         shapeToString(perm) + " gives " +
+                         shapeToString(expected) + ", output is " +
+                         shapeToString(outputs[0].shape));
   };
-  kernel.run = [](const AttrReader& attrs, const std::vector<const Tensor*>& inputs,
-                  const std::vector<Tensor*>& outputs) {
-    const Tensor& x = *inputs[0];
-    Tensor& out = *outputs[0];
-    if (out.numel() == 0) return;
+  kernel.run = [](const AttrReader &attrs,
+                  const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    const Tensor &x = *inputs[0];
+    Tensor &out = *outputs[0];
+    if (out.numel() == 0)
+      return;
     size_t rank = out.shape().size();
     std::vector<int64_t> perm = readPermutation(attrs, rank);
     std::vector<int64_t> inStrides = rowMajorStrides(x.shape());
     // Stride in x of each out dim.
     std::vector<int64_t> gatherStrides(rank);
-    for (size_t i = 0; i < rank; ++i) gatherStrides[i] = inStrides[perm[i]];
-    const T* xs = x.data_as<T>();
-    T* os = out.data_as<T>();
-    const Shape& shape = out.shape();
+    for (size_t i = 0; i < rank; ++i)
+      gatherStrides[i] = inStrides[perm[i]];
+    const T *xs = x.data_as<T>();
+    T *os = out.data_as<T>();
+    const Shape &shape = out.shape();
     std::vector<int64_t> index(rank, 0);
     int64_t source = 0;
     for (int64_t i = 0, n = out.numel(); i < n; ++i) {
       os[i] = xs[source];
       for (size_t d = rank; d-- > 0;) {
         source += gatherStrides[d];
-        if (++index[d] < shape[d]) break;
+        if (++index[d] < shape[d])
+          break;
         source -= gatherStrides[d] * shape[d];
         index[d] = 0;
       }
@@ -107,74 +123,81 @@ Kernel transposeKernel() {
 Kernel sliceKernel(size_t elementSize) {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.check = [](const AttrReader& attrs, const std::vector<TensorDesc>& inputs,
-                    const std::vector<TensorDesc>& outputs) {
+  kernel.check = [](const AttrReader &attrs,
+                    const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
     requireSameDtype(inputs[0], outputs[0]);
     const Shape &in = inputs[0].shape, &out = outputs[0].shape;
     if (in.size() != out.size())
       throw RuntimeError("slice: output rank differs from input rank");
-    int64_t dim = normalizeDim(attrs.getInt("dim"), static_cast<int64_t>(in.size()), "slice dim");
+    int64_t dim = normalizeDim(attrs.getInt("dim"),
+                               static_cast<int64_t>(in.size()), "slice dim");
     int64_t start = attrs.getInt("start");
     for (size_t d = 0; d < in.size(); ++d)
       if (static_cast<int64_t>(d) != dim && in[d] != out[d])
-        throw RuntimeError("slice: output " + shapeToString(out) + " and input " +
-                           shapeToString(in) + " differ outside dim " + std::to_string(dim));
+        throw RuntimeError("slice: output " + shapeToString(out) +
+                           " and input " + shapeToString(in) +
+                           " differ outside dim " + std::to_string(dim));
     if (start < 0 || start > in[dim] || out[dim] > in[dim] - start)
-      throw RuntimeError("slice: [" + std::to_string(start) + ", " + std::to_string(start) +
-                         " + " + std::to_string(out[dim]) + ") is out of range for extent " +
-                         std::to_string(in[dim]));
+      throw RuntimeError(
+          "slice: [" + std::to_string(start) + ", " + std::to_string(start) +
+          " + " + std::to_string(out[dim]) + ") is out of range for extent " +
+          std::to_string(in[dim]));
   };
-  kernel.run = [elementSize](const AttrReader& attrs, const std::vector<const Tensor*>& inputs,
-                             const std::vector<Tensor*>& outputs) {
-    const Tensor& x = *inputs[0];
-    Tensor& out = *outputs[0];
+  kernel.run = [elementSize](const AttrReader &attrs,
+                             const std::vector<const Tensor *> &inputs,
+                             const std::vector<Tensor *> &outputs) {
+    const Tensor &x = *inputs[0];
+    Tensor &out = *outputs[0];
     int64_t dim = normalizeDim(attrs.getInt("dim"), x.dim(), "slice dim");
     Shape offset(out.shape().size(), 0);
     offset[dim] = attrs.getInt("start");
-    copyBox(x.data(), x.shape(), offset, out.data(), out.shape(), Shape(offset.size(), 0),
-            out.shape(), elementSize);
+    copyBox(x.data(), x.shape(), offset, out.data(), out.shape(),
+            Shape(offset.size(), 0), out.shape(), elementSize);
   };
   return kernel;
 }
 
 // numpy broadcasting: trailing dims aligned, input extents of 1 repeat.
-template <class T>
-Kernel broadcastToKernel() {
+template <class T> Kernel broadcastToKernel() {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.check = [](const AttrReader&, const std::vector<TensorDesc>& inputs,
-                    const std::vector<TensorDesc>& outputs) {
+  kernel.check = [](const AttrReader &, const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
     requireSameDtype(inputs[0], outputs[0]);
     const Shape &in = inputs[0].shape, &out = outputs[0].shape;
     if (in.size() > out.size())
-      throw RuntimeError("broadcast_to: input " + shapeToString(in) + " has more dims than " +
-                         shapeToString(out));
+      throw RuntimeError("broadcast_to: input " + shapeToString(in) +
+                         " has more dims than " + shapeToString(out));
     size_t lead = out.size() - in.size();
     for (size_t d = 0; d < in.size(); ++d)
       if (in[d] != 1 && in[d] != out[lead + d])
-        throw RuntimeError("broadcast_to: cannot broadcast " + shapeToString(in) + " to " +
-                           shapeToString(out));
+        throw RuntimeError("broadcast_to: cannot broadcast " +
+                           shapeToString(in) + " to " + shapeToString(out));
   };
-  kernel.run = [](const AttrReader&, const std::vector<const Tensor*>& inputs,
-                  const std::vector<Tensor*>& outputs) {
-    const Tensor& x = *inputs[0];
-    Tensor& out = *outputs[0];
-    if (out.numel() == 0) return;
-    const Shape& shape = out.shape();
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    const Tensor &x = *inputs[0];
+    Tensor &out = *outputs[0];
+    if (out.numel() == 0)
+      return;
+    const Shape &shape = out.shape();
     size_t rank = shape.size(), lead = rank - x.shape().size();
     std::vector<int64_t> inStrides = rowMajorStrides(x.shape());
-    std::vector<int64_t> strides(rank, 0);  // stride in x of each out dim (0: repeated)
+    std::vector<int64_t> strides(
+        rank, 0); // stride in x of each out dim (0: repeated)
     for (size_t d = 0; d < x.shape().size(); ++d)
       strides[lead + d] = x.shape()[d] == 1 ? 0 : inStrides[d];
-    const T* xs = x.data_as<T>();
-    T* os = out.data_as<T>();
+    const T *xs = x.data_as<T>();
+    T *os = out.data_as<T>();
     std::vector<int64_t> index(rank, 0);
     int64_t source = 0;
     for (int64_t i = 0, n = out.numel(); i < n; ++i) {
       os[i] = xs[source];
       for (size_t d = rank; d-- > 0;) {
         source += strides[d];
-        if (++index[d] < shape[d]) break;
+        if (++index[d] < shape[d])
+          break;
         source -= strides[d] * shape[d];
         index[d] = 0;
       }
@@ -183,8 +206,7 @@ Kernel broadcastToKernel() {
   return kernel;
 }
 
-template <class T>
-void registerLayoutKernelsFor(KernelRegistry& registry) {
+template <class T> void registerLayoutKernelsFor(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "broadcast_to", broadcastToKernel<T>());
   addCpuKernel<T>(registry, "reshape", reshapeKernel());
   addCpuKernel<T>(registry, "copy", copyKernel());
@@ -192,13 +214,13 @@ void registerLayoutKernelsFor(KernelRegistry& registry) {
   addCpuKernel<T>(registry, "slice", sliceKernel(sizeof(T)));
 }
 
-}  // namespace
+} // namespace
 
-void registerLayoutKernels(KernelRegistry& registry) {
+void registerLayoutKernels(KernelRegistry &registry) {
   registerLayoutKernelsFor<float>(registry);
   registerLayoutKernelsFor<double>(registry);
   registerLayoutKernelsFor<int64_t>(registry);
   registerLayoutKernelsFor<bool>(registry);
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -12,18 +12,21 @@ namespace dtorch::rt {
 using ::dtorch::wire::Instruction;
 using ::dtorch::wire::Program;
 
-bool isCollectiveOp(const std::string& op) {
+bool isCollectiveOp(const std::string &op) {
   static const std::set<std::string> collectives = {
-      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"};
+      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+      "send",       "recv"};
   return collectives.count(op) != 0;
 }
 
-std::string describeInstruction(const Program& program, int index) {
+std::string describeInstruction(const Program &program, int index) {
   std::string text = "instruction " + std::to_string(index);
-  if (index < 0 || index >= program.instructions_size()) return text;
-  const Instruction& inst = program.instructions(index);
+  if (index < 0 || index >= program.instructions_size())
+    return text;
+  const Instruction &inst = program.instructions(index);
   text += " ('" + inst.op() + "'";
-  if (!inst.location().empty()) text += " at " + inst.location();
+  if (!inst.location().empty())
+    text += " at " + inst.location();
   return text + ")";
 }
 
@@ -36,68 +39,80 @@ Shape withExtent(Shape shape, int64_t dim, int64_t extent) {
   return shape;
 }
 
-int64_t checkedSum(const std::vector<int64_t>& sizes, size_t groupSize, const char* what) {
+int64_t checkedSum(const std::vector<int64_t> &sizes, size_t groupSize,
+                   const char *what) {
   if (sizes.size() != groupSize)
-    throw RuntimeError(std::string(what) + " has " + std::to_string(sizes.size()) +
+    throw RuntimeError(std::string(what) + " has " +
+                       std::to_string(sizes.size()) +
                        " entries for a group of " + std::to_string(groupSize));
   int64_t total = 0;
   for (int64_t size : sizes) {
-    if (size < 0) throw RuntimeError(std::string(what) + " has a negative entry");
+    if (size < 0)
+      throw RuntimeError(std::string(what) + " has a negative entry");
     total += size;
   }
   return total;
 }
 
-void requireShape(const TensorDesc& d, const TensorDesc& like, const Shape& shape,
-                  const std::string& what) {
+void requireShape(const TensorDesc &d, const TensorDesc &like,
+                  const Shape &shape, const std::string &what) {
   if (d.dtype != like.dtype || d.shape != shape)
-    throw RuntimeError(what + " must be " + dtypeName(like.dtype) + shapeToString(shape) +
-                       ", got " + dtypeName(d.dtype) + shapeToString(d.shape));
+    throw RuntimeError(what + " must be " + dtypeName(like.dtype) +
+                       shapeToString(shape) + ", got " + dtypeName(d.dtype) +
+                       shapeToString(d.shape));
 }
 
-void requireArity(const Instruction& inst, int minInputs, int maxInputs, int outputs) {
+void requireArity(const Instruction &inst, int minInputs, int maxInputs,
+                  int outputs) {
   if (inst.inputs_size() < minInputs || inst.inputs_size() > maxInputs)
-    throw RuntimeError("takes " +
-                       (minInputs == maxInputs ? std::to_string(minInputs)
-                                               : std::to_string(minInputs) + " or " +
-                                                     std::to_string(maxInputs)) +
-                       " input(s), got " + std::to_string(inst.inputs_size()));
+    throw RuntimeError(
+        "takes " +
+        (minInputs == maxInputs
+             ? std::to_string(minInputs)
+             : std::to_string(minInputs) + " or " + std::to_string(maxInputs)) +
+        " input(s), got " + std::to_string(inst.inputs_size()));
   if (inst.outputs_size() != outputs)
     throw RuntimeError("takes " + std::to_string(outputs) + " output(s), got " +
                        std::to_string(inst.outputs_size()));
 }
 
-void checkCollective(const Instruction& inst, const std::vector<TensorDesc>& in,
-                     const std::vector<TensorDesc>& out, int64_t rank) {
+void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
+                     const std::vector<TensorDesc> &out, int64_t rank) {
   AttrReader attrs(inst.attrs());
-  const std::string& op = inst.op();
+  const std::string &op = inst.op();
   if (op == "send" || op == "recv") {
-    requireArity(inst, op == "send" ? 1 : 0, op == "send" ? 1 : 0, op == "send" ? 0 : 1);
-    if (attrs.getInt("peer") < 0) throw RuntimeError("peer must be a rank >= 0");
+    requireArity(inst, op == "send" ? 1 : 0, op == "send" ? 1 : 0,
+                 op == "send" ? 0 : 1);
+    if (attrs.getInt("peer") < 0)
+      throw RuntimeError("peer must be a rank >= 0");
     attrs.getInt("tag");
     return;
   }
   Group group = attrs.getInts("group");
   size_t me = groupIndexOf(group, rank);
   for (int64_t member : group)
-    if (member < 0) throw RuntimeError("group " + groupToString(group) + " has a negative rank");
+    if (member < 0)
+      throw RuntimeError("group " + groupToString(group) +
+                         " has a negative rank");
   if (op == "broadcast") {
     int64_t root = attrs.getInt("root");
     groupIndexOf(group, root);
     requireArity(inst, root == rank ? 1 : 0, 1, 1);
-    if (!in.empty()) requireShape(in[0], out[0], out[0].shape, "broadcast input");
+    if (!in.empty())
+      requireShape(in[0], out[0], out[0].shape, "broadcast input");
     dtypeSize(out[0].dtype);
     return;
   }
   requireArity(inst, 1, 1, 1);
-  const TensorDesc& x = in[0];
-  const TensorDesc& y = out[0];
+  const TensorDesc &x = in[0];
+  const TensorDesc &y = out[0];
   if (x.dtype != y.dtype)
-    throw RuntimeError(std::string("input is ") + dtypeName(x.dtype) + ", output is " +
-                       dtypeName(y.dtype));
+    throw RuntimeError(std::string("input is ") + dtypeName(x.dtype) +
+                       ", output is " + dtypeName(y.dtype));
   int64_t rankOfX = static_cast<int64_t>(x.shape.size());
   if (op == "all_reduce") {
-    reduceInto(nullptr, nullptr, 0, x.dtype, parseReduceOp(attrs.getString("reduce")));
+    reduceInto(nullptr, nullptr, 0, x.dtype,
+               parseReduceOp(attrs.getString("reduce")));
     requireShape(y, x, x.shape, "all_reduce output");
   } else if (op == "all_gather") {
     int64_t dim = normalizeDim(attrs.getInt("dim"), rankOfX, "all_gather dim");
@@ -106,61 +121,75 @@ void checkCollective(const Instruction& inst, const std::vector<TensorDesc>& in,
     requireShape(x, x, withExtent(x.shape, dim, sizes[me]), "all_gather input");
     requireShape(y, x, withExtent(x.shape, dim, total), "all_gather output");
   } else if (op == "reduce_scatter") {
-    reduceInto(nullptr, nullptr, 0, x.dtype, parseReduceOp(attrs.getString("reduce")));
-    int64_t dim = normalizeDim(attrs.getInt("dim"), rankOfX, "reduce_scatter dim");
+    reduceInto(nullptr, nullptr, 0, x.dtype,
+               parseReduceOp(attrs.getString("reduce")));
+    int64_t dim =
+        normalizeDim(attrs.getInt("dim"), rankOfX, "reduce_scatter dim");
     std::vector<int64_t> sizes = attrs.getInts("sizes");
     int64_t total = checkedSum(sizes, group.size(), "reduce_scatter sizes");
     requireShape(x, x, withExtent(x.shape, dim, total), "reduce_scatter input");
-    requireShape(y, x, withExtent(x.shape, dim, sizes[me]), "reduce_scatter output");
+    requireShape(y, x, withExtent(x.shape, dim, sizes[me]),
+                 "reduce_scatter output");
   } else if (op == "all_to_all") {
-    int64_t splitDim = normalizeDim(attrs.getInt("split_dim"), rankOfX, "all_to_all split_dim");
-    int64_t concatDim =
-        normalizeDim(attrs.getInt("concat_dim"), rankOfX, "all_to_all concat_dim");
-    int64_t splitTotal =
-        checkedSum(attrs.getInts("split_sizes"), group.size(), "all_to_all split_sizes");
-    int64_t concatTotal =
-        checkedSum(attrs.getInts("concat_sizes"), group.size(), "all_to_all concat_sizes");
+    int64_t splitDim = normalizeDim(attrs.getInt("split_dim"), rankOfX,
+                                    "all_to_all split_dim");
+    int64_t concatDim = normalizeDim(attrs.getInt("concat_dim"), rankOfX,
+                                     "all_to_all concat_dim");
+    int64_t splitTotal = checkedSum(attrs.getInts("split_sizes"), group.size(),
+                                    "all_to_all split_sizes");
+    int64_t concatTotal = checkedSum(attrs.getInts("concat_sizes"),
+                                     group.size(), "all_to_all concat_sizes");
     if (x.shape[splitDim] != splitTotal)
-      throw RuntimeError("all_to_all input extent " + std::to_string(x.shape[splitDim]) +
+      throw RuntimeError("all_to_all input extent " +
+                         std::to_string(x.shape[splitDim]) +
                          " along split_dim differs from sum(split_sizes) " +
                          std::to_string(splitTotal));
     if (y.shape.size() != x.shape.size() || y.shape[concatDim] != concatTotal)
-      throw RuntimeError("all_to_all output " + shapeToString(y.shape) + " must have rank " +
-                         std::to_string(rankOfX) + " and extent sum(concat_sizes) " +
+      throw RuntimeError("all_to_all output " + shapeToString(y.shape) +
+                         " must have rank " + std::to_string(rankOfX) +
+                         " and extent sum(concat_sizes) " +
                          std::to_string(concatTotal) + " along concat_dim");
     for (int64_t d = 0; d < rankOfX; ++d)
       if (d != splitDim && d != concatDim && x.shape[d] != y.shape[d])
-        throw RuntimeError("all_to_all output " + shapeToString(y.shape) + " and input " +
-                           shapeToString(x.shape) + " differ outside split_dim and concat_dim");
+        throw RuntimeError("all_to_all output " + shapeToString(y.shape) +
+                           " and input " + shapeToString(x.shape) +
+                           " differ outside split_dim and concat_dim");
   }
 }
 
 struct Validator {
-  const Program& program;
+  const Program &program;
   int communicatorRank;
   std::string prefix;
 
-  [[noreturn]] void fail(const std::string& message) const {
+  [[noreturn]] void fail(const std::string &message) const {
     throw RuntimeError(prefix + message);
   }
-  [[noreturn]] void failAt(int index, const std::string& message) const {
-    throw RuntimeError(prefix + describeInstruction(program, index) + ": " + message);
+  [[noreturn]] void failAt(int index, const std::string &message) const {
+    throw RuntimeError(prefix + describeInstruction(program, index) + ": " +
+                       message);
   }
 
   void checkHeader() const {
     if (program.version() != ::dtorch::wire::PROGRAM_FORMAT_VERSION)
-      fail("unsupported program format version " + std::to_string(program.version()) +
-           " (this runtime reads version " +
-           std::to_string(static_cast<int>(::dtorch::wire::PROGRAM_FORMAT_VERSION)) + ")");
-    if (program.num_events() < 0) fail("num_events is negative");
+      fail("unsupported program format version " +
+           std::to_string(program.version()) + " (this runtime reads version " +
+           std::to_string(
+               static_cast<int>(::dtorch::wire::PROGRAM_FORMAT_VERSION)) +
+           ")");
+    if (program.num_events() < 0)
+      fail("num_events is negative");
     for (int b = 0; b < program.buffers_size(); ++b) {
-      const auto& spec = program.buffers(b);
+      const auto &spec = program.buffers(b);
       try {
-        if (spec.dtype() == ::dtorch::wire::DTYPE_INVALID) throw RuntimeError("invalid dtype");
+        if (spec.dtype() == ::dtorch::wire::DTYPE_INVALID)
+          throw RuntimeError("invalid dtype");
         dtypeSize(spec.dtype());
-        int64_t numel = shapeNumel(Shape(spec.shape().begin(), spec.shape().end()));
-        if (numel > (int64_t(1) << 60) / 8) throw RuntimeError("too many elements");
-      } catch (const RuntimeError& error) {
+        int64_t numel =
+            shapeNumel(Shape(spec.shape().begin(), spec.shape().end()));
+        if (numel > (int64_t(1) << 60) / 8)
+          throw RuntimeError("too many elements");
+      } catch (const RuntimeError &error) {
         fail("buffer " + std::to_string(b) + ": " + error.what());
       }
     }
@@ -169,50 +198,62 @@ struct Validator {
       if (id < 0 || id >= program.buffers_size())
         fail("input buffer id " + std::to_string(id) + " is out of range (" +
              std::to_string(program.buffers_size()) + " buffers)");
-      if (!inputs.insert(id).second) fail("buffer " + std::to_string(id) + " is bound twice");
+      if (!inputs.insert(id).second)
+        fail("buffer " + std::to_string(id) + " is bound twice");
     }
     for (int id : program.outputs())
       if (id < 0 || id >= program.buffers_size())
         fail("output buffer id " + std::to_string(id) + " is out of range (" +
              std::to_string(program.buffers_size()) + " buffers)");
     bool hasCollectives = false;
-    for (const auto& inst : program.instructions()) hasCollectives |= isCollectiveOp(inst.op());
+    for (const auto &inst : program.instructions())
+      hasCollectives |= isCollectiveOp(inst.op());
     if (hasCollectives) {
-      if (communicatorRank < 0) fail("it has collectives but the executor has no communicator");
+      if (communicatorRank < 0)
+        fail("it has collectives but the executor has no communicator");
       if (program.rank() != communicatorRank)
         fail("it is for rank " + std::to_string(program.rank()) +
-             " but the communicator is rank " + std::to_string(communicatorRank));
+             " but the communicator is rank " +
+             std::to_string(communicatorRank));
     }
   }
 
   TensorDesc descOf(int id) const {
-    const auto& spec = program.buffers(id);
-    return TensorDesc{spec.dtype(), Shape(spec.shape().begin(), spec.shape().end())};
+    const auto &spec = program.buffers(id);
+    return TensorDesc{spec.dtype(),
+                      Shape(spec.shape().begin(), spec.shape().end())};
   }
 
   void checkInstruction(int index) const {
-    const Instruction& inst = program.instructions(index);
-    if (inst.stream() != ::dtorch::wire::COMPUTE && inst.stream() != ::dtorch::wire::COMM)
-      failAt(index, "unknown stream " + std::to_string(static_cast<int>(inst.stream())));
+    const Instruction &inst = program.instructions(index);
+    if (inst.stream() != ::dtorch::wire::COMPUTE &&
+        inst.stream() != ::dtorch::wire::COMM)
+      failAt(index, "unknown stream " +
+                        std::to_string(static_cast<int>(inst.stream())));
     for (int id : inst.inputs())
       if (id < 0 || id >= program.buffers_size())
-        failAt(index, "input buffer id " + std::to_string(id) + " is out of range (" +
+        failAt(index, "input buffer id " + std::to_string(id) +
+                          " is out of range (" +
                           std::to_string(program.buffers_size()) + " buffers)");
     for (int id : inst.outputs())
       if (id < 0 || id >= program.buffers_size())
-        failAt(index, "output buffer id " + std::to_string(id) + " is out of range (" +
+        failAt(index, "output buffer id " + std::to_string(id) +
+                          " is out of range (" +
                           std::to_string(program.buffers_size()) + " buffers)");
     for (int event : inst.wait_events())
       if (event < 0 || event >= program.num_events())
-        failAt(index, "waits on event " + std::to_string(event) + " outside [0, " +
+        failAt(index, "waits on event " + std::to_string(event) +
+                          " outside [0, " +
                           std::to_string(program.num_events()) + ")");
     if (inst.record_event() < -1 || inst.record_event() >= program.num_events())
       failAt(index, "records event " + std::to_string(inst.record_event()) +
                         " outside [0, " + std::to_string(program.num_events()) +
                         ") (use -1 for none)");
     std::vector<TensorDesc> in, out;
-    for (int id : inst.inputs()) in.push_back(descOf(id));
-    for (int id : inst.outputs()) out.push_back(descOf(id));
+    for (int id : inst.inputs())
+      in.push_back(descOf(id));
+    for (int id : inst.outputs())
+      out.push_back(descOf(id));
     try {
       if (isCollectiveOp(inst.op())) {
         if (inst.stream() != ::dtorch::wire::COMM)
@@ -222,20 +263,26 @@ struct Validator {
       }
       if (inst.stream() != ::dtorch::wire::COMPUTE)
         throw RuntimeError("kernels run on the COMPUTE stream");
-      const KernelRegistry& registry = KernelRegistry::global();
-      if (!registry.hasOp(inst.op())) throw RuntimeError("unknown op '" + inst.op() + "'");
-      if (out.empty()) throw RuntimeError("a kernel needs at least one output");
-      const Kernel* kernel = registry.lookup(inst.op(), out[0].dtype, kCpuDevice);
+      const KernelRegistry &registry = KernelRegistry::global();
+      if (!registry.hasOp(inst.op()))
+        throw RuntimeError("unknown op '" + inst.op() + "'");
+      if (out.empty())
+        throw RuntimeError("a kernel needs at least one output");
+      const Kernel *kernel =
+          registry.lookup(inst.op(), out[0].dtype, kCpuDevice);
       if (!kernel)
-        throw RuntimeError("op '" + inst.op() + "' has no " + kCpuDevice + " kernel for " +
-                           dtypeName(out[0].dtype));
-      if (inst.inputs_size() != kernel->numInputs || inst.outputs_size() != kernel->numOutputs)
-        throw RuntimeError("takes " + std::to_string(kernel->numInputs) + " input(s) and " +
-                           std::to_string(kernel->numOutputs) + " output(s), got " +
-                           std::to_string(inst.inputs_size()) + " and " +
-                           std::to_string(inst.outputs_size()));
-      if (kernel->check) kernel->check(AttrReader(inst.attrs()), in, out);
-    } catch (const RuntimeError& error) {
+        throw RuntimeError("op '" + inst.op() + "' has no " + kCpuDevice +
+                           " kernel for " + dtypeName(out[0].dtype));
+      if (inst.inputs_size() != kernel->numInputs ||
+          inst.outputs_size() != kernel->numOutputs)
+        throw RuntimeError(
+            "takes " + std::to_string(kernel->numInputs) + " input(s) and " +
+            std::to_string(kernel->numOutputs) + " output(s), got " +
+            std::to_string(inst.inputs_size()) + " and " +
+            std::to_string(inst.outputs_size()));
+      if (kernel->check)
+        kernel->check(AttrReader(inst.attrs()), in, out);
+    } catch (const RuntimeError &error) {
       failAt(index, error.what());
     }
   }
@@ -245,18 +292,21 @@ struct Validator {
   void checkDataflow() const {
     int numInstructions = program.instructions_size();
     std::vector<bool> isInput(program.buffers_size(), false);
-    for (int id : program.inputs()) isInput[id] = true;
+    for (int id : program.inputs())
+      isInput[id] = true;
     std::vector<int> writer(program.buffers_size(), -1);
     std::vector<int> recorder(program.num_events(), -1);
     std::array<std::vector<int>, kStreams> streamOrder;
     std::vector<int> positionInStream(numInstructions);
     for (int i = 0; i < numInstructions; ++i) {
-      const Instruction& inst = program.instructions(i);
+      const Instruction &inst = program.instructions(i);
       for (int id : inst.outputs()) {
         if (isInput[id])
-          failAt(i, "writes buffer " + std::to_string(id) + ", which is a program input");
+          failAt(i, "writes buffer " + std::to_string(id) +
+                        ", which is a program input");
         if (writer[id] >= 0)
-          failAt(i, "writes buffer " + std::to_string(id) + ", already written by " +
+          failAt(i, "writes buffer " + std::to_string(id) +
+                        ", already written by " +
                         describeInstruction(program, writer[id]));
         writer[id] = i;
       }
@@ -264,7 +314,8 @@ struct Validator {
         if (recorder[inst.record_event()] >= 0)
           failAt(i, "records event " + std::to_string(inst.record_event()) +
                         ", already recorded by " +
-                        describeInstruction(program, recorder[inst.record_event()]));
+                        describeInstruction(program,
+                                            recorder[inst.record_event()]));
         recorder[inst.record_event()] = i;
       }
       int stream = static_cast<int>(inst.stream());
@@ -274,7 +325,8 @@ struct Validator {
     for (int i = 0; i < numInstructions; ++i)
       for (int event : program.instructions(i).wait_events())
         if (recorder[event] < 0)
-          failAt(i, "waits on event " + std::to_string(event) + ", which no instruction records");
+          failAt(i, "waits on event " + std::to_string(event) +
+                        ", which no instruction records");
     for (int id : program.outputs())
       if (!isInput[id] && writer[id] < 0)
         fail("output buffer " + std::to_string(id) + " is never written");
@@ -291,20 +343,27 @@ struct Validator {
       for (int s = 0; s < kStreams; ++s) {
         while (next[s] < streamOrder[s].size()) {
           int i = streamOrder[s][next[s]];
-          const Instruction& inst = program.instructions(i);
+          const Instruction &inst = program.instructions(i);
           bool ready = true;
-          for (int event : inst.wait_events()) ready = ready && recorded[event];
-          if (!ready) break;
+          for (int event : inst.wait_events())
+            ready = ready && recorded[event];
+          if (!ready)
+            break;
           Clock clock = streamClock[s];
           for (int event : inst.wait_events())
-            for (int t = 0; t < kStreams; ++t) clock[t] = std::max(clock[t], eventClock[event][t]);
+            for (int t = 0; t < kStreams; ++t)
+              clock[t] = std::max(clock[t], eventClock[event][t]);
           for (int id : inst.inputs()) {
-            if (isInput[id]) continue;
+            if (isInput[id])
+              continue;
             int w = writer[id];
-            if (w < 0) failAt(i, "reads buffer " + std::to_string(id) + ", which nothing writes");
+            if (w < 0)
+              failAt(i, "reads buffer " + std::to_string(id) +
+                            ", which nothing writes");
             int ws = static_cast<int>(program.instructions(w).stream());
             if (clock[ws] <= positionInStream[w])
-              failAt(i, "reads buffer " + std::to_string(id) + " without being ordered after " +
+              failAt(i, "reads buffer " + std::to_string(id) +
+                            " without being ordered after " +
                             describeInstruction(program, w) +
                             ", which writes it (missing event?)");
           }
@@ -322,7 +381,8 @@ struct Validator {
         std::string stuck;
         for (int s = 0; s < kStreams; ++s)
           if (next[s] < streamOrder[s].size()) {
-            if (!stuck.empty()) stuck += " and ";
+            if (!stuck.empty())
+              stuck += " and ";
             stuck += describeInstruction(program, streamOrder[s][next[s]]);
           }
         fail("deadlock: " + stuck + " wait on events recorded only after them");
@@ -331,13 +391,15 @@ struct Validator {
   }
 };
 
-}  // namespace
+} // namespace
 
-void validateProgram(const Program& program, int communicatorRank) {
-  Validator validator{program, communicatorRank, "invalid program '" + program.name() + "': "};
+void validateProgram(const Program &program, int communicatorRank) {
+  Validator validator{program, communicatorRank,
+                      "invalid program '" + program.name() + "': "};
   validator.checkHeader();
-  for (int i = 0; i < program.instructions_size(); ++i) validator.checkInstruction(i);
+  for (int i = 0; i < program.instructions_size(); ++i)
+    validator.checkInstruction(i);
   validator.checkDataflow();
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -7,39 +7,44 @@
 
 namespace dtorch::rt {
 
-int64_t shapeNumel(const Shape& shape) {
+int64_t shapeNumel(const Shape &shape) {
   int64_t numel = 1;
   bool hasZero = false;
   for (int64_t extent : shape) {
-    if (extent < 0) throw RuntimeError("negative extent in shape " + shapeToString(shape));
-    if (extent == 0) hasZero = true;
+    if (extent < 0)
+      throw RuntimeError("negative extent in shape " + shapeToString(shape));
+    if (extent == 0)
+      hasZero = true;
   }
-  if (hasZero) return 0;
+  if (hasZero)
+    return 0;
   for (int64_t extent : shape) {
     if (numel > std::numeric_limits<int64_t>::max() / extent)
-      throw RuntimeError("element count of shape " + shapeToString(shape) + " overflows");
+      throw RuntimeError("element count of shape " + shapeToString(shape) +
+                         " overflows");
     numel *= extent;
   }
   return numel;
 }
 
-std::vector<int64_t> rowMajorStrides(const Shape& shape) {
+std::vector<int64_t> rowMajorStrides(const Shape &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * shape[i + 1];
   return strides;
 }
 
-std::string shapeToString(const Shape& shape) {
+std::string shapeToString(const Shape &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) text += ", ";
+    if (i)
+      text += ", ";
     text += std::to_string(shape[i]);
   }
   return text + "]";
 }
 
-int64_t normalizeDim(int64_t dim, int64_t rank, const char* what) {
+int64_t normalizeDim(int64_t dim, int64_t rank, const char *what) {
   int64_t normalized = dim < 0 ? dim + rank : dim;
   if (normalized < 0 || normalized >= rank)
     throw RuntimeError(std::string(what) + " " + std::to_string(dim) +
@@ -47,7 +52,7 @@ int64_t normalizeDim(int64_t dim, int64_t rank, const char* what) {
   return normalized;
 }
 
-std::vector<int64_t> exclusivePrefixSums(const std::vector<int64_t>& sizes) {
+std::vector<int64_t> exclusivePrefixSums(const std::vector<int64_t> &sizes) {
   std::vector<int64_t> offsets(sizes.size(), 0);
   int64_t running = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -57,24 +62,27 @@ std::vector<int64_t> exclusivePrefixSums(const std::vector<int64_t>& sizes) {
   return offsets;
 }
 
-void copyBox(const void* src, const Shape& srcShape, const Shape& srcOffset, void* dst,
-             const Shape& dstShape, const Shape& dstOffset, const Shape& extent,
-             size_t elementSize) {
+void copyBox(const void *src, const Shape &srcShape, const Shape &srcOffset,
+             void *dst, const Shape &dstShape, const Shape &dstOffset,
+             const Shape &extent, size_t elementSize) {
   size_t rank = extent.size();
-  if (srcShape.size() != rank || srcOffset.size() != rank || dstShape.size() != rank ||
-      dstOffset.size() != rank)
+  if (srcShape.size() != rank || srcOffset.size() != rank ||
+      dstShape.size() != rank || dstOffset.size() != rank)
     throw RuntimeError("copyBox: rank mismatch");
   for (size_t d = 0; d < rank; ++d) {
     if (extent[d] < 0 || srcOffset[d] < 0 || dstOffset[d] < 0 ||
-        srcOffset[d] + extent[d] > srcShape[d] || dstOffset[d] + extent[d] > dstShape[d])
+        srcOffset[d] + extent[d] > srcShape[d] ||
+        dstOffset[d] + extent[d] > dstShape[d])
       throw RuntimeError("copyBox: box " + shapeToString(extent) + " at " +
-                         shapeToString(srcOffset) + " in " + shapeToString(srcShape) +
-                         " -> at " + shapeToString(dstOffset) + " in " +
+                         shapeToString(srcOffset) + " in " +
+                         shapeToString(srcShape) + " -> at " +
+                         shapeToString(dstOffset) + " in " +
                          shapeToString(dstShape) + " does not fit");
   }
-  if (shapeNumel(extent) == 0) return;
-  const auto* srcBytes = static_cast<const char*>(src);
-  auto* dstBytes = static_cast<char*>(dst);
+  if (shapeNumel(extent) == 0)
+    return;
+  const auto *srcBytes = static_cast<const char *>(src);
+  auto *dstBytes = static_cast<char *>(dst);
   if (rank == 0) {
     std::memcpy(dstBytes, srcBytes, elementSize);
     return;
@@ -84,7 +92,8 @@ void copyBox(const void* src, const Shape& srcShape, const Shape& srcOffset, voi
   // Merge the innermost dims into one contiguous run when possible.
   size_t inner = rank - 1;
   int64_t runElements = extent[inner];
-  while (inner > 0 && extent[inner] == srcShape[inner] && extent[inner] == dstShape[inner]) {
+  while (inner > 0 && extent[inner] == srcShape[inner] &&
+         extent[inner] == dstShape[inner]) {
     --inner;
     runElements *= extent[inner];
   }
@@ -99,16 +108,20 @@ void copyBox(const void* src, const Shape& srcShape, const Shape& srcOffset, voi
     }
     srcElem += srcOffset[inner] * srcStrides[inner];
     dstElem += dstOffset[inner] * dstStrides[inner];
-    std::memcpy(dstBytes + dstElem * elementSize, srcBytes + srcElem * elementSize, runBytes);
+    std::memcpy(dstBytes + dstElem * elementSize,
+                srcBytes + srcElem * elementSize, runBytes);
     size_t d = inner;
     while (d > 0) {
       --d;
-      if (++index[d] < extent[d]) break;
+      if (++index[d] < extent[d])
+        break;
       index[d] = 0;
-      if (d == 0) return;
+      if (d == 0)
+        return;
     }
-    if (inner == 0) return;
+    if (inner == 0)
+      return;
   }
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -13,44 +13,61 @@ using ::dtorch::wire::DType;
 
 size_t dtypeSize(DType dtype) {
   switch (dtype) {
-    case ::dtorch::wire::F32: return 4;
-    case ::dtorch::wire::F64: return 8;
-    case ::dtorch::wire::F16: return 2;
-    case ::dtorch::wire::BF16: return 2;
-    case ::dtorch::wire::I32: return 4;
-    case ::dtorch::wire::I64: return 8;
-    case ::dtorch::wire::BOOL: return 1;
-    default: break;
+  case ::dtorch::wire::F32:
+    return 4;
+  case ::dtorch::wire::F64:
+    return 8;
+  case ::dtorch::wire::F16:
+    return 2;
+  case ::dtorch::wire::BF16:
+    return 2;
+  case ::dtorch::wire::I32:
+    return 4;
+  case ::dtorch::wire::I64:
+    return 8;
+  case ::dtorch::wire::BOOL:
+    return 1;
+  default:
+    break;
   }
-  throw RuntimeError(std::string("invalid dtype ") + std::to_string(static_cast<int>(dtype)));
+  throw RuntimeError(std::string("invalid dtype ") +
+                     std::to_string(static_cast<int>(dtype)));
 }
 
-const char* dtypeName(DType dtype) {
+const char *dtypeName(DType dtype) {
   switch (dtype) {
-    case ::dtorch::wire::F32: return "float32";
-    case ::dtorch::wire::F64: return "float64";
-    case ::dtorch::wire::F16: return "float16";
-    case ::dtorch::wire::BF16: return "bfloat16";
-    case ::dtorch::wire::I32: return "int32";
-    case ::dtorch::wire::I64: return "int64";
-    case ::dtorch::wire::BOOL: return "bool";
-    default: return "invalid";
+  case ::dtorch::wire::F32:
+    return "float32";
+  case ::dtorch::wire::F64:
+    return "float64";
+  case ::dtorch::wire::F16:
+    return "float16";
+  case ::dtorch::wire::BF16:
+    return "bfloat16";
+  case ::dtorch::wire::I32:
+    return "int32";
+  case ::dtorch::wire::I64:
+    return "int64";
+  case ::dtorch::wire::BOOL:
+    return "bool";
+  default:
+    return "invalid";
   }
 }
 
 // One allocator block; returned to the cache when the last Tensor goes away.
 class Storage {
- public:
+public:
   explicit Storage(size_t bytes)
       : bytes_(bytes), data_(CachingAllocator::instance().allocate(bytes)) {}
   ~Storage() { CachingAllocator::instance().deallocate(data_, bytes_); }
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  void* data() const { return data_; }
+  Storage(const Storage &) = delete;
+  Storage &operator=(const Storage &) = delete;
+  void *data() const { return data_; }
 
- private:
+private:
   size_t bytes_;
-  void* data_;
+  void *data_;
 };
 
 Tensor::Tensor() = default;
@@ -60,44 +77,53 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
   int64_t numel = shapeNumel(shape);
   if (numel > 0 && static_cast<uint64_t>(numel) >
                        std::numeric_limits<int64_t>::max() / elementSize)
-    throw RuntimeError("tensor of shape " + shapeToString(shape) + " is too large");
+    throw RuntimeError("tensor of shape " + shapeToString(shape) +
+                       " is too large");
   Tensor tensor;
   tensor.dtype_ = dtype;
   tensor.shape_ = std::move(shape);
   tensor.numel_ = numel;
-  tensor.storage_ = std::make_shared<Storage>(static_cast<size_t>(numel) * elementSize);
+  tensor.storage_ =
+      std::make_shared<Storage>(static_cast<size_t>(numel) * elementSize);
   return tensor;
 }
 
-Tensor Tensor::emptyLike(const ::dtorch::wire::TensorSpec& spec) {
-  return empty(spec.dtype(), std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
+Tensor Tensor::emptyLike(const ::dtorch::wire::TensorSpec &spec) {
+  return empty(spec.dtype(),
+               std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
 }
 
 size_t Tensor::nbytes() const {
-  if (!defined()) return 0;
+  if (!defined())
+    return 0;
   return static_cast<size_t>(numel_) * dtypeSize(dtype_);
 }
 
-void* Tensor::data() { return storage_ ? storage_->data() : nullptr; }
-const void* Tensor::data() const { return storage_ ? storage_->data() : nullptr; }
+void *Tensor::data() { return storage_ ? storage_->data() : nullptr; }
+const void *Tensor::data() const {
+  return storage_ ? storage_->data() : nullptr;
+}
 
 Tensor Tensor::clone() const {
-  if (!defined()) return Tensor();
+  if (!defined())
+    return Tensor();
   Tensor copy = empty(dtype_, shape_);
   std::memcpy(copy.data(), data(), nbytes());
   return copy;
 }
 
 std::string Tensor::describe() const {
-  if (!defined()) return "undefined";
+  if (!defined())
+    return "undefined";
   return std::string(dtypeName(dtype_)) + shapeToString(shape_);
 }
 
 void Tensor::checkElementSize(size_t size) const {
-  if (!defined()) throw RuntimeError("data_as on an undefined tensor");
+  if (!defined())
+    throw RuntimeError("data_as on an undefined tensor");
   if (size != dtypeSize(dtype_))
     throw RuntimeError("data_as: element type of size " + std::to_string(size) +
                        " does not match " + describe());
 }
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -36,143 +36,209 @@ struct Options {
   std::vector<std::string> inputs, workers;
 };
 
-[[noreturn]] void usage(const std::string& error) {
+[[noreturn]] void usage(const std::string &error) {
   std::cerr << "dtorch-run: " << error << "\n"
-            << "usage: dtorch-run FILE.mlir [--entry NAME] [--world-size N] [--procs P]\n"
-            << "         [--backend cluster|inprocess] [--workers ADDR,ADDR... --token T]\n"
-            << "         [--input X.npy]... [--seed S] [--output-dir DIR] [--repeat K]\n"
+            << "usage: dtorch-run FILE.mlir [--entry NAME] [--world-size N] "
+               "[--procs P]\n"
+            << "         [--backend cluster|inprocess] [--workers ADDR,ADDR... "
+               "--token T]\n"
+            << "         [--input X.npy]... [--seed S] [--output-dir DIR] "
+               "[--repeat K]\n"
             << "         [--print-ir input|sharded|redistributed|rank]\n";
   std::exit(1);
 }
 
-Options parse(int argc, char** argv) {
+Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
+      if (i + 1 >= argc)
+        usage("missing value after " + a);
       return argv[++i];
     };
-    auto number = [&](const std::string& v) -> long long {
+    auto number = [&](const std::string &v) -> long long {
       try {
         size_t used = 0;
         long long n = std::stoll(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
+        if (used != v.size())
+          throw std::invalid_argument(v);
         return n;
-      } catch (const std::exception&) {
+      } catch (const std::exception &) {
         usage("expected a number after " + a + ", got '" + v + "'");
       }
     };
-    if (a == "--entry") o.entry = value();
-    else if (a == "--world-size") o.worldSize = number(value());
-    else if (a == "--procs") o.procs = number(value());
-    else if (a == "--backend") o.backend = value();
-    else if (a == "--input") o.inputs.push_back(value());
-    else if (a == "--seed") o.seed = number(value());
-    else if (a == "--output-dir") o.outputDir = value();
-    else if (a == "--repeat") o.repeat = number(value());
-    else if (a == "--print-ir") o.printIr = value();
-    else if (a == "--token") o.token = value();
+    if (a == "--entry")
+      o.entry = value();
+    else if (a == "--world-size")
+      o.worldSize = number(value());
+    else if (a == "--procs")
+      o.procs = number(value());
+    else if (a == "--backend")
+      o.backend = value();
+    else if (a == "--input")
+      o.inputs.push_back(value());
+    else if (a == "--seed")
+      o.seed = number(value());
+    else if (a == "--output-dir")
+      o.outputDir = value();
+    else if (a == "--repeat")
+      o.repeat = number(value());
+    else if (a == "--print-ir")
+      o.printIr = value();
+    else if (a == "--token")
+      o.token = value();
     else if (a == "--workers") {
       std::stringstream ss(value());
       std::string w;
-      while (std::getline(ss, w, ',')) if (!w.empty()) o.workers.push_back(w);
-    } else if (a == "-h" || a == "--help") usage("help");
-    else if (!a.empty() && a[0] == '-') usage("unknown option " + a);
-    else if (o.file.empty()) o.file = a;
-    else usage("more than one input file");
+      while (std::getline(ss, w, ','))
+        if (!w.empty())
+          o.workers.push_back(w);
+    } else if (a == "-h" || a == "--help")
+      usage("help");
+    else if (!a.empty() && a[0] == '-')
+      usage("unknown option " + a);
+    else if (o.file.empty())
+      o.file = a;
+    else
+      usage("more than one input file");
   }
-  if (o.file.empty()) usage("no input file");
-  if (o.worldSize < 1 || o.procs < 1 || o.repeat < 1) usage("counts must be positive");
+  if (o.file.empty())
+    usage("no input file");
+  if (o.worldSize < 1 || o.procs < 1 || o.repeat < 1)
+    usage("counts must be positive");
   return o;
 }
 
-std::string workerExecutable(const char* argv0) {
-  if (const char* env = std::getenv("DTORCH_WORKER")) return env;
+std::string workerExecutable(const char *argv0) {
+  if (const char *env = std::getenv("DTORCH_WORKER"))
+    return env;
   std::string self = argv0;
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n > 0) self.assign(buf, n);
+  if (n > 0)
+    self.assign(buf, n);
   return self.substr(0, self.rfind('/') + 1) + "dtorch-worker";
 }
 
-std::string shapeStr(const std::vector<int64_t>& s) {
+std::string shapeStr(const std::vector<int64_t> &s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
 
-rt::Tensor randomInput(const TensorInfo& info, uint64_t seed) {
+rt::Tensor randomInput(const TensorInfo &info, uint64_t seed) {
   rt::Tensor t = rt::Tensor::empty(info.dtype, info.shape);
   for (int64_t i = 0; i < t.numel(); ++i) {
     double v = rt::randomNormal(seed, i);
     switch (info.dtype) {
-      case wire::F32: t.data_as<float>()[i] = static_cast<float>(v); break;
-      case wire::F64: t.data_as<double>()[i] = v; break;
-      case wire::I32: t.data_as<int32_t>()[i] = static_cast<int32_t>(rt::randomBits(seed, i, 0) % 10); break;
-      case wire::I64: t.data_as<int64_t>()[i] = static_cast<int64_t>(rt::randomBits(seed, i, 0) % 10); break;
-      case wire::BOOL: static_cast<uint8_t*>(t.data())[i] = rt::randomBits(seed, i, 0) & 1; break;
-      default: throw std::runtime_error("cannot generate random inputs of this dtype");
+    case wire::F32:
+      t.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case wire::F64:
+      t.data_as<double>()[i] = v;
+      break;
+    case wire::I32:
+      t.data_as<int32_t>()[i] =
+          static_cast<int32_t>(rt::randomBits(seed, i, 0) % 10);
+      break;
+    case wire::I64:
+      t.data_as<int64_t>()[i] =
+          static_cast<int64_t>(rt::randomBits(seed, i, 0) % 10);
+      break;
+    case wire::BOOL:
+      static_cast<uint8_t *>(t.data())[i] = rt::randomBits(seed, i, 0) & 1;
+      break;
+    default:
+      throw std::runtime_error("cannot generate random inputs of this dtype");
     }
   }
   return t;
 }
 
-double checksum(const rt::Tensor& t) {
+double checksum(const rt::Tensor &t) {
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case wire::F32: s += t.data_as<float>()[i]; break;
-      case wire::F64: s += t.data_as<double>()[i]; break;
-      case wire::I32: s += t.data_as<int32_t>()[i]; break;
-      case wire::I64: s += static_cast<double>(t.data_as<int64_t>()[i]); break;
-      case wire::BOOL: s += static_cast<const uint8_t*>(t.data())[i]; break;
-      default: break;
+    case wire::F32:
+      s += t.data_as<float>()[i];
+      break;
+    case wire::F64:
+      s += t.data_as<double>()[i];
+      break;
+    case wire::I32:
+      s += t.data_as<int32_t>()[i];
+      break;
+    case wire::I64:
+      s += static_cast<double>(t.data_as<int64_t>()[i]);
+      break;
+    case wire::BOOL:
+      s += static_cast<const uint8_t *>(t.data())[i];
+      break;
+    default:
+      break;
     }
   }
   return s;
 }
 
-int run(const Options& o, const char* argv0) {
+int run(const Options &o, const char *argv0) {
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   std::ifstream in(o.file, std::ios::binary);
-  if (!in) throw std::runtime_error(o.file + ": cannot open");
+  if (!in)
+    throw std::runtime_error(o.file + ": cannot open");
   std::stringstream buf;
   buf << in.rdbuf();
   CompileOptions copts;
   copts.recordStages = !o.printIr.empty();
   CompileResult compiled = compileModule(buf.str(), o.file, copts);
-  if (!compiled.ok) throw std::runtime_error("cannot compile " + o.file + ":\n" + compiled.error);
-  if (compiled.functions.empty()) throw std::runtime_error(o.file + " has no function");
-  const CompiledFunction* fn = &compiled.functions[0];
+  if (!compiled.ok)
+    throw std::runtime_error("cannot compile " + o.file + ":\n" +
+                             compiled.error);
+  if (compiled.functions.empty())
+    throw std::runtime_error(o.file + " has no function");
+  const CompiledFunction *fn = &compiled.functions[0];
   if (!o.entry.empty()) {
     fn = nullptr;
-    for (const CompiledFunction& f : compiled.functions) if (f.name == o.entry) fn = &f;
-    if (!fn) throw std::runtime_error("no function @" + o.entry + " in " + o.file);
+    for (const CompiledFunction &f : compiled.functions)
+      if (f.name == o.entry)
+        fn = &f;
+    if (!fn)
+      throw std::runtime_error("no function @" + o.entry + " in " + o.file);
   } else if (compiled.functions.size() > 1) {
-    throw std::runtime_error(o.file + " has several functions; pick one with --entry");
+    throw std::runtime_error(o.file +
+                             " has several functions; pick one with --entry");
   }
   if (!o.printIr.empty()) {
     bool found = false;
-    for (const auto& [stage, ir] : compiled.stages)
-      if (stage == o.printIr) { std::cout << ir; found = true; }
-    if (!found) throw std::runtime_error("unknown stage '" + o.printIr + "'");
+    for (const auto &[stage, ir] : compiled.stages)
+      if (stage == o.printIr) {
+        std::cout << ir;
+        found = true;
+      }
+    if (!found)
+      throw std::runtime_error("unknown stage '" + o.printIr + "'");
   }
   int64_t meshRanks = fn->programs.size();
   if (meshRanks > o.worldSize)
-    throw std::runtime_error("@" + fn->name + " runs on a mesh of " + std::to_string(meshRanks) +
-                             " ranks but --world-size is " + std::to_string(o.worldSize));
+    throw std::runtime_error(
+        "@" + fn->name + " runs on a mesh of " + std::to_string(meshRanks) +
+        " ranks but --world-size is " + std::to_string(o.worldSize));
   if (!o.inputs.empty() && o.inputs.size() != fn->inputs.size())
-    throw std::runtime_error("@" + fn->name + " takes " + std::to_string(fn->inputs.size()) +
-                             " inputs, " + std::to_string(o.inputs.size()) + " given");
+    throw std::runtime_error("@" + fn->name + " takes " +
+                             std::to_string(fn->inputs.size()) + " inputs, " +
+                             std::to_string(o.inputs.size()) + " given");
   std::vector<rt::Tensor> inputs;
   for (size_t i = 0; i < fn->inputs.size(); ++i) {
-    const TensorInfo& info = fn->inputs[i];
-    rt::Tensor t = o.inputs.empty() ? randomInput(info, o.seed + i) : readNpy(o.inputs[i]);
+    const TensorInfo &info = fn->inputs[i];
+    rt::Tensor t =
+        o.inputs.empty() ? randomInput(info, o.seed + i) : readNpy(o.inputs[i]);
     if (t.shape() != info.shape || t.dtype() != info.dtype)
-      throw std::runtime_error("input " + std::to_string(i) + " is " + t.describe() +
-                               " but @" + fn->name + " expects " + rt::dtypeName(info.dtype) +
+      throw std::runtime_error("input " + std::to_string(i) + " is " +
+                               t.describe() + " but @" + fn->name +
+                               " expects " + rt::dtypeName(info.dtype) +
                                shapeStr(info.shape));
     inputs.push_back(std::move(t));
   }
@@ -185,7 +251,8 @@ int run(const Options& o, const char* argv0) {
   cfg.workerAddresses = o.workers;
   cfg.token = o.token;
   if (!o.workers.empty() && o.token.empty())
-    if (const char* env = std::getenv("DTORCH_TOKEN")) cfg.token = env;
+    if (const char *env = std::getenv("DTORCH_TOKEN"))
+      cfg.token = env;
   std::unique_ptr<Backend> backend = makeBackend(o.backend, cfg);
   auto t2 = Clock::now();
 
@@ -194,48 +261,61 @@ int run(const Options& o, const char* argv0) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     Handle h = next++;
     inHandles.push_back(h);
-    std::vector<rt::Tensor> pieces =
-        scatterPieces(inputs[i], fn->inputs[i].meshShape, fn->inputs[i].placements);
-    for (int64_t r = 0; r < meshRanks; ++r) backend->put(r, h, pieces[r]);
+    std::vector<rt::Tensor> pieces = scatterPieces(
+        inputs[i], fn->inputs[i].meshShape, fn->inputs[i].placements);
+    for (int64_t r = 0; r < meshRanks; ++r)
+      backend->put(r, h, pieces[r]);
   }
-  for (int64_t r = 0; r < meshRanks; ++r) backend->uploadProgram(r, 1, fn->programs[r]);
+  for (int64_t r = 0; r < meshRanks; ++r)
+    backend->uploadProgram(r, 1, fn->programs[r]);
   double runSeconds = 0;
   for (int k = 0; k < o.repeat; ++k) {
     for (Handle h : outHandles)
-      for (int64_t r = 0; r < meshRanks; ++r) backend->free(r, {h});
+      for (int64_t r = 0; r < meshRanks; ++r)
+        backend->free(r, {h});
     outHandles.clear();
-    for (size_t i = 0; i < fn->outputs.size(); ++i) outHandles.push_back(next++);
+    for (size_t i = 0; i < fn->outputs.size(); ++i)
+      outHandles.push_back(next++);
     auto s = Clock::now();
-    for (int64_t r = 0; r < meshRanks; ++r) backend->run(r, 1, inHandles, outHandles);
+    for (int64_t r = 0; r < meshRanks; ++r)
+      backend->run(r, 1, inHandles, outHandles);
     backend->synchronize();
     runSeconds += std::chrono::duration<double>(Clock::now() - s).count();
   }
-  std::printf("%-8s %-10s %-20s %-22s %s\n", "output", "dtype", "shape", "checksum", "file");
+  std::printf("%-8s %-10s %-20s %-22s %s\n", "output", "dtype", "shape",
+              "checksum", "file");
   for (size_t i = 0; i < fn->outputs.size(); ++i) {
     std::vector<rt::Tensor> pieces;
-    for (int64_t r = 0; r < meshRanks; ++r) pieces.push_back(backend->fetch(r, outHandles[i]).get());
-    const TensorInfo& info = fn->outputs[i];
-    rt::Tensor full = assemblePieces(pieces, info.shape, info.dtype, info.meshShape, info.placements);
+    for (int64_t r = 0; r < meshRanks; ++r)
+      pieces.push_back(backend->fetch(r, outHandles[i]).get());
+    const TensorInfo &info = fn->outputs[i];
+    rt::Tensor full = assemblePieces(pieces, info.shape, info.dtype,
+                                     info.meshShape, info.placements);
     std::string path = o.outputDir + "/out" + std::to_string(i) + ".npy";
     writeNpy(path, full);
-    std::printf("%-8s %-10s %-20s %-22.10g %s\n", ("out" + std::to_string(i)).c_str(),
-                rt::dtypeName(info.dtype), shapeStr(info.shape).c_str(), checksum(full), path.c_str());
+    std::printf("%-8s %-10s %-20s %-22.10g %s\n",
+                ("out" + std::to_string(i)).c_str(), rt::dtypeName(info.dtype),
+                shapeStr(info.shape).c_str(), checksum(full), path.c_str());
   }
   backend->shutdown();
   auto t3 = Clock::now();
-  auto sec = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  std::printf("compile %.3f s, start workers %.3f s, run %.6f s per iteration (%d), total %.3f s\n",
-              sec(t0, t1), sec(t1, t2), runSeconds / o.repeat, o.repeat, sec(t0, t3));
+  auto sec = [](auto a, auto b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  std::printf("compile %.3f s, start workers %.3f s, run %.6f s per iteration "
+              "(%d), total %.3f s\n",
+              sec(t0, t1), sec(t1, t2), runSeconds / o.repeat, o.repeat,
+              sec(t0, t3));
   return 0;
 }
 
-}  // namespace
+} // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   Options o = parse(argc, argv);
   try {
     return run(o, argv[0]);
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     std::cerr << "dtorch-run: error: " << e.what() << "\n";
     return 1;
   }

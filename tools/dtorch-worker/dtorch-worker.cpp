@@ -1,19 +1,21 @@
-// dtorch-worker: the worker runtime process. See runtime/include/dtorch/runtime/Worker.h.
+// dtorch-worker: the worker runtime process. See
+// runtime/include/dtorch/runtime/Worker.h.
 //
-//   dtorch-worker --listen tcp://127.0.0.1:5555 --token SECRET --ranks 0-1 --world-size 4
-//   dtorch-worker --connect tcp://127.0.0.1:PORT --token SECRET --ranks 2-3 --world-size 4
+//   dtorch-worker --listen tcp://127.0.0.1:5555 --token SECRET --ranks 0-1
+//   --world-size 4 dtorch-worker --connect tcp://127.0.0.1:PORT --token SECRET
+//   --ranks 2-3 --world-size 4
 #include "dtorch/runtime/Worker.h"
 
 #include <cstdio>
 #include <exception>
 #include <unistd.h>
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   int code = 0;
   try {
     dtorch::rt::WorkerOptions options = dtorch::rt::parseWorkerArgs(argc, argv);
     code = dtorch::rt::runWorker(options);
-  } catch (const std::exception& error) {
+  } catch (const std::exception &error) {
     std::fprintf(stderr, "dtorch-worker: %s\n", error.what());
     code = 1;
   }

@@ -1,4 +1,5 @@
-//===- DTensor.h - the dtensor dialect ----------------------------*- C++ -*-===//
+//===- DTensor.h - the dtensor dialect ----------------------------*- C++
+//-*-===//
 #ifndef DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H
 #define DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H
 
@@ -36,8 +37,9 @@ namespace dtorch::dtensor {
 /// Bytes per element of an MLIR element type (for the cost model).
 int64_t elementBytes(mlir::Type type);
 /// Builds a DTensorType from layout-library placements.
-DTensorType getDTensorType(mlir::ArrayRef<int64_t> shape, mlir::Type elementType,
-                           MeshAttr mesh, const Placements &placements);
+DTensorType getDTensorType(mlir::ArrayRef<int64_t> shape,
+                           mlir::Type elementType, MeshAttr mesh,
+                           const Placements &placements);
 } // namespace dtorch::dtensor
 
 #endif // DTORCH_DIALECTS_DTENSOR_IR_DTENSOR_H

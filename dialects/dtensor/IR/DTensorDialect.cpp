@@ -66,7 +66,8 @@ int64_t MeshAttr::getNumDevices() const {
 
 LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                ArrayRef<int64_t> shape,
-                               ArrayRef<StringAttr> dimNames, StringRef device) {
+                               ArrayRef<StringAttr> dimNames,
+                               StringRef device) {
   if (shape.empty())
     return emitError() << "mesh must have at least one dim";
   for (int64_t s : shape)
@@ -122,8 +123,8 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
     return {};
   return MeshAttr::getChecked(
       [&] { return parser.emitError(parser.getNameLoc()); },
-      parser.getContext(), ArrayRef<int64_t>(shape), ArrayRef<StringAttr>(names),
-      StringRef(device));
+      parser.getContext(), ArrayRef<int64_t>(shape),
+      ArrayRef<StringAttr>(names), StringRef(device));
 }
 
 void MeshAttr::print(AsmPrinter &p) const {
@@ -132,8 +133,9 @@ void MeshAttr::print(AsmPrinter &p) const {
   p << "]";
   if (!getDimNames().empty()) {
     p << ", names = [";
-    llvm::interleaveComma(getDimNames(), p,
-                          [&](StringAttr n) { p << '"' << n.getValue() << '"'; });
+    llvm::interleaveComma(getDimNames(), p, [&](StringAttr n) {
+      p << '"' << n.getValue() << '"';
+    });
     p << "]";
   }
   if (getDevice() != "cpu")
@@ -154,7 +156,8 @@ static FailureOr<Placement> parsePlacementBody(AsmParser &parser) {
     return Placement::replicate();
   if (kind == "S") {
     int64_t dim;
-    if (parser.parseLParen() || parser.parseInteger(dim) || parser.parseRParen())
+    if (parser.parseLParen() || parser.parseInteger(dim) ||
+        parser.parseRParen())
       return failure();
     return Placement::shard(dim);
   }
@@ -171,8 +174,8 @@ static FailureOr<Placement> parsePlacementBody(AsmParser &parser) {
                                      << "' (expected sum, avg, max or min)";
     return Placement::partial(*r);
   }
-  return parser.emitError(loc) << "unknown placement '" << kind
-                               << "' (expected S(dim), R or P(op))";
+  return parser.emitError(loc)
+         << "unknown placement '" << kind << "' (expected S(dim), R or P(op))";
 }
 
 Attribute PlacementAttr::parse(AsmParser &parser, Type) {
@@ -206,8 +209,9 @@ Placements DTensorType::getLayout() const {
   return ps;
 }
 
-DTensorType dtorch::dtensor::getDTensorType(ArrayRef<int64_t> shape, Type elementType,
-                           MeshAttr mesh, const Placements &placements) {
+DTensorType dtorch::dtensor::getDTensorType(ArrayRef<int64_t> shape,
+                                            Type elementType, MeshAttr mesh,
+                                            const Placements &placements) {
   SmallVector<PlacementAttr> attrs;
   for (const Placement &p : placements)
     attrs.push_back(PlacementAttr::get(elementType.getContext(), p));
@@ -224,10 +228,12 @@ DTensorType DTensorType::withShape(ArrayRef<int64_t> shape) const {
                           getPlacements());
 }
 
-SmallVector<int64_t> DTensorType::getLocalShape(ArrayRef<int64_t> coords) const {
-  LocalBox box = localBox({getShape().begin(), getShape().end()},
-                          {getMesh().getShape().begin(), getMesh().getShape().end()},
-                          getLayout(), {coords.begin(), coords.end()});
+SmallVector<int64_t>
+DTensorType::getLocalShape(ArrayRef<int64_t> coords) const {
+  LocalBox box =
+      localBox({getShape().begin(), getShape().end()},
+               {getMesh().getShape().begin(), getMesh().getShape().end()},
+               getLayout(), {coords.begin(), coords.end()});
   return SmallVector<int64_t>(box.shape.begin(), box.shape.end());
 }
 
@@ -239,8 +245,9 @@ LogicalResult DTensorType::verify(function_ref<InFlightDiagnostic()> emitError,
     if (s < 0)
       return emitError() << "dtensor dims must be static and non-negative";
   if (!elementType.isIntOrFloat())
-    return emitError() << "dtensor element type must be an integer or float, got "
-                       << elementType;
+    return emitError()
+           << "dtensor element type must be an integer or float, got "
+           << elementType;
   if (!mesh)
     return emitError() << "dtensor needs a mesh";
   Placements ps;
@@ -262,13 +269,15 @@ Type DTensorType::parse(AsmParser &parser) {
       parser.parseDimensionList(shape, /*allowDynamic=*/false) ||
       parser.parseType(elementType) || parser.parseComma() ||
       parser.parseAttribute(mesh) || parser.parseComma() ||
-      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
-        FailureOr<Placement> p = parsePlacementBody(parser);
-        if (failed(p))
-          return failure();
-        placements.push_back(PlacementAttr::get(parser.getContext(), *p));
-        return success();
-      }) ||
+      parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square,
+          [&] {
+            FailureOr<Placement> p = parsePlacementBody(parser);
+            if (failed(p))
+              return failure();
+            placements.push_back(PlacementAttr::get(parser.getContext(), *p));
+            return success();
+          }) ||
       parser.parseGreater())
     return {};
   return DTensorType::getChecked(

@@ -27,13 +27,13 @@ DTensorType typeOf(Value v) { return cast<DTensorType>(v.getType()); }
 
 std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
 
-
 /// Every operand and the result live on the result's mesh.
 LogicalResult verifySameMesh(Operation *op) {
   MeshAttr mesh = typeOf(op->getResult(0)).getMesh();
   for (Value v : op->getOperands())
     if (typeOf(v).getMesh() != mesh)
-      return op->emitOpError("operands and result must be on the same mesh, got ")
+      return op->emitOpError(
+                 "operands and result must be on the same mesh, got ")
              << typeOf(v).getMesh() << " and " << mesh;
   return success();
 }
@@ -94,7 +94,8 @@ LogicalResult ConstantOp::verify() {
   if (valueType.getShape() != res.getShape() ||
       valueType.getElementType() != res.getElementType())
     return emitOpError("value of type ")
-           << valueType << " does not match the result's shape and element type";
+           << valueType
+           << " does not match the result's shape and element type";
   return success();
 }
 
@@ -118,8 +119,7 @@ BINARY_OP(MinimumOp)
 BINARY_OP(PowOp)
 #undef BINARY_OP
 
-template <typename OpT>
-static LogicalResult verifyUnary(OpT op) {
+template <typename OpT> static LogicalResult verifyUnary(OpT op) {
   if (failed(verifySameMesh(op)) || failed(verifySameShapeAndElementType(op)))
     return failure();
   const rules::ElementwiseTraits *traits =
@@ -154,7 +154,8 @@ LogicalResult CastOp::verify() {
     return failure();
   if (getInput().getType().getShape() != getResult().getType().getShape())
     return emitOpError("operand shape [")
-           << getInput().getType().getShape() << "] does not match result shape ["
+           << getInput().getType().getShape()
+           << "] does not match result shape ["
            << getResult().getType().getShape() << "]";
   return success();
 }
@@ -208,8 +209,7 @@ ShardingRule BmmOp::getShardingRule() {
 // Reductions
 //===----------------------------------------------------------------------===//
 
-template <typename OpT>
-static LogicalResult verifyReduction(OpT op) {
+template <typename OpT> static LogicalResult verifyReduction(OpT op) {
   if (failed(verifySameMesh(op)))
     return failure();
   DTensorType in = op.getInput().getType(), res = op.getResult().getType();
@@ -231,13 +231,12 @@ static LogicalResult verifyReduction(OpT op) {
     else if (op.getKeepdim())
       expected.push_back(1);
   if (ArrayRef<int64_t>(expected) != res.getShape())
-    return op.emitOpError("result shape must be [") << expected << "], got ["
-                                                    << res.getShape() << "]";
+    return op.emitOpError("result shape must be [")
+           << expected << "], got [" << res.getShape() << "]";
   return success();
 }
 
-template <typename OpT>
-static ShardingRule reductionRule(OpT op, bool isMax) {
+template <typename OpT> static ShardingRule reductionRule(OpT op, bool isMax) {
   return rules::reduction(toVec(op.getInput().getType().getShape()),
                           toVec(op.getDims()), op.getKeepdim(), isMax);
 }
@@ -277,8 +276,8 @@ LogicalResult TransposeOp::verify() {
   DTensorType in = getInput().getType(), res = getResult().getType();
   ArrayRef<int64_t> perm = getPerm();
   if ((int64_t)perm.size() != in.getRank())
-    return emitOpError("perm has ") << perm.size() << " entries for rank "
-                                    << in.getRank();
+    return emitOpError("perm has ")
+           << perm.size() << " entries for rank " << in.getRank();
   SmallVector<bool> seen(perm.size(), false);
   for (int64_t p : perm) {
     if (p < 0 || p >= (int64_t)perm.size() || seen[p])
@@ -289,8 +288,8 @@ LogicalResult TransposeOp::verify() {
     return emitOpError("result element type must match the input's");
   for (size_t i = 0; i < perm.size(); ++i)
     if (res.getShape()[i] != in.getShape()[perm[i]])
-      return emitOpError("result dim ") << i << " must have extent "
-                                        << in.getShape()[perm[i]];
+      return emitOpError("result dim ")
+             << i << " must have extent " << in.getShape()[perm[i]];
   return success();
 }
 
@@ -306,8 +305,8 @@ LogicalResult BroadcastToOp::verify() {
   if (in.getElementType() != res.getElementType())
     return emitOpError("result element type must match the input's");
   if (in.getRank() > res.getRank())
-    return emitOpError("cannot broadcast rank ") << in.getRank() << " to rank "
-                                                 << res.getRank();
+    return emitOpError("cannot broadcast rank ")
+           << in.getRank() << " to rank " << res.getRank();
   int64_t lead = res.getRank() - in.getRank();
   for (int64_t d = 0; d < in.getRank(); ++d) {
     int64_t a = in.getShape()[d], b = res.getShape()[lead + d];
@@ -352,7 +351,14 @@ OpFoldResult RedistributeOp::fold(FoldAdaptor) {
 }
 
 namespace {
-enum class StepKind { AllReduce, ReduceScatter, AllGather, AllToAll, LocalSlice, ToPartial };
+enum class StepKind {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  AllToAll,
+  LocalSlice,
+  ToPartial
+};
 
 LogicalResult verifyLayoutStep(Operation *op, int64_t axis, StepKind kind) {
   if (failed(verifySameTensor(op)))
@@ -360,8 +366,8 @@ LogicalResult verifyLayoutStep(Operation *op, int64_t axis, StepKind kind) {
   Placements in = typeOf(op->getOperand(0)).getLayout(),
              out = typeOf(op->getResult(0)).getLayout();
   if (axis < 0 || axis >= (int64_t)in.size())
-    return op->emitOpError("axis ") << axis << " is out of range for a "
-                                    << in.size() << "-d mesh";
+    return op->emitOpError("axis ")
+           << axis << " is out of range for a " << in.size() << "-d mesh";
   for (size_t a = 0; a < in.size(); ++a)
     if ((int64_t)a != axis && in[a] != out[a])
       return op->emitOpError("changes the placement of mesh axis ")
@@ -370,23 +376,54 @@ LogicalResult verifyLayoutStep(Operation *op, int64_t axis, StepKind kind) {
   bool ok = false;
   const char *expect = "";
   switch (kind) {
-  case StepKind::AllReduce: ok = s.isPartial() && d.isReplicate(); expect = "P(op) -> R"; break;
-  case StepKind::ReduceScatter: ok = s.isPartial() && d.isShard(); expect = "P(op) -> S(d)"; break;
-  case StepKind::AllGather: ok = s.isShard() && d.isReplicate(); expect = "S(d) -> R"; break;
-  case StepKind::AllToAll: ok = s.isShard() && d.isShard() && s.dim != d.dim; expect = "S(a) -> S(b) with a != b"; break;
-  case StepKind::LocalSlice: ok = s.isReplicate() && d.isShard(); expect = "R -> S(d)"; break;
-  case StepKind::ToPartial: ok = s.isReplicate() && d.isPartial(); expect = "R -> P(op)"; break;
+  case StepKind::AllReduce:
+    ok = s.isPartial() && d.isReplicate();
+    expect = "P(op) -> R";
+    break;
+  case StepKind::ReduceScatter:
+    ok = s.isPartial() && d.isShard();
+    expect = "P(op) -> S(d)";
+    break;
+  case StepKind::AllGather:
+    ok = s.isShard() && d.isReplicate();
+    expect = "S(d) -> R";
+    break;
+  case StepKind::AllToAll:
+    ok = s.isShard() && d.isShard() && s.dim != d.dim;
+    expect = "S(a) -> S(b) with a != b";
+    break;
+  case StepKind::LocalSlice:
+    ok = s.isReplicate() && d.isShard();
+    expect = "R -> S(d)";
+    break;
+  case StepKind::ToPartial:
+    ok = s.isReplicate() && d.isPartial();
+    expect = "R -> P(op)";
+    break;
   }
   if (!ok)
-    return op->emitOpError("expects ") << expect << " on axis " << axis
-                                       << ", got " << s.str() << " -> " << d.str();
+    return op->emitOpError("expects ")
+           << expect << " on axis " << axis << ", got " << s.str() << " -> "
+           << d.str();
   return success();
 }
 } // namespace
 
-LogicalResult AllReduceOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllReduce); }
-LogicalResult ReduceScatterOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::ReduceScatter); }
-LogicalResult AllGatherOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllGather); }
-LogicalResult AllToAllOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::AllToAll); }
-LogicalResult LocalSliceOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::LocalSlice); }
-LogicalResult ToPartialOp::verify() { return verifyLayoutStep(*this, getAxis(), StepKind::ToPartial); }
+LogicalResult AllReduceOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::AllReduce);
+}
+LogicalResult ReduceScatterOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::ReduceScatter);
+}
+LogicalResult AllGatherOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::AllGather);
+}
+LogicalResult AllToAllOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::AllToAll);
+}
+LogicalResult LocalSliceOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::LocalSlice);
+}
+LogicalResult ToPartialOp::verify() {
+  return verifyLayoutStep(*this, getAxis(), StepKind::ToPartial);
+}

@@ -24,18 +24,25 @@ Value buildStep(OpBuilder &b, Location loc, const RedistributeStep &step,
   using K = RedistributeStep::Kind;
   IntegerAttr axis = b.getI64IntegerAttr(step.axis);
   switch (step.kind) {
-  case K::AllReduce: return b.create<AllReduceOp>(loc, type, input, axis);
-  case K::ReduceScatter: return b.create<ReduceScatterOp>(loc, type, input, axis);
-  case K::AllGather: return b.create<AllGatherOp>(loc, type, input, axis);
-  case K::AllToAll: return b.create<AllToAllOp>(loc, type, input, axis);
-  case K::LocalSlice: return b.create<LocalSliceOp>(loc, type, input, axis);
-  case K::ToPartial: return b.create<ToPartialOp>(loc, type, input, axis);
+  case K::AllReduce:
+    return AllReduceOp::create(b, loc, type, input, axis);
+  case K::ReduceScatter:
+    return ReduceScatterOp::create(b, loc, type, input, axis);
+  case K::AllGather:
+    return AllGatherOp::create(b, loc, type, input, axis);
+  case K::AllToAll:
+    return AllToAllOp::create(b, loc, type, input, axis);
+  case K::LocalSlice:
+    return LocalSliceOp::create(b, loc, type, input, axis);
+  case K::ToPartial:
+    return ToPartialOp::create(b, loc, type, input, axis);
   }
   llvm_unreachable("unknown redistribute step");
 }
 
 struct LowerRedistributePass
-    : public dtorch::dtensor::impl::LowerRedistributeBase<LowerRedistributePass> {
+    : public dtorch::dtensor::impl::LowerRedistributeBase<
+          LowerRedistributePass> {
   void runOnOperation() override {
     SmallVector<RedistributeOp> ops;
     getOperation().walk([&](RedistributeOp op) { ops.push_back(op); });
@@ -43,8 +50,8 @@ struct LowerRedistributePass
       DTensorType src = op.getInput().getType();
       OpBuilder b(op);
       Value v = op.getInput();
-      for (const RedistributeStep &step :
-           planRedistribute(src.getLayout(), op.getResult().getType().getLayout()))
+      for (const RedistributeStep &step : planRedistribute(
+               src.getLayout(), op.getResult().getType().getLayout()))
         v = buildStep(b, op.getLoc(), step, src.withPlacements(step.after), v);
       op.getResult().replaceAllUsesWith(v);
       op->erase();

@@ -28,8 +28,8 @@ std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
 class RankLowering {
 public:
   RankLowering(MeshAttr mesh, int64_t rank, OpBuilder &b)
-      : meshShape(toVec(mesh.getShape())),
-        coords(meshCoords(meshShape, rank)), b(b) {}
+      : meshShape(toVec(mesh.getShape())), coords(meshCoords(meshShape, rank)),
+        b(b) {}
 
   Type localType(Type t) const {
     auto dt = dyn_cast<DTensorType>(t);
@@ -63,9 +63,9 @@ Value RankLowering::kernel(Operation *op, StringRef name, IRMapping &map,
   SmallVector<Value> inputs;
   for (Value v : op->getOperands())
     inputs.push_back(map.lookup(v));
-  auto k = b.create<rank::KernelOp>(op->getLoc(),
-                                    localType(op->getResult(0).getType()),
-                                    b.getStringAttr(name), inputs);
+  auto k = rank::KernelOp::create(b, op->getLoc(),
+                                  localType(op->getResult(0).getType()),
+                                  b.getStringAttr(name), inputs);
   for (const NamedAttribute &a : attrs)
     k->setAttr(a.getName(), a.getValue());
   map.map(op->getResult(0), k.getResult());
@@ -77,11 +77,12 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
     SmallVector<Value> vals;
     for (Value v : ret.getOperands())
       vals.push_back(map.lookup(v));
-    b.create<func::ReturnOp>(op->getLoc(), vals);
+    func::ReturnOp::create(b, op->getLoc(), vals);
     return success();
   }
   if (isa<RedistributeOp>(op))
-    return op->emitOpError("must be lowered first (run --dtensor-lower-redistribute)");
+    return op->emitOpError(
+        "must be lowered first (run --dtensor-lower-redistribute)");
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -194,24 +195,24 @@ LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
   auto g = b.getDenseI64ArrayAttr(group(axis));
   Value out;
   if (isa<AllReduceOp>(op)) {
-    out = b.create<rank::AllReduceOp>(loc, outType, input, g,
-                                      b.getStringAttr(reduceOpName(src.op)));
+    out = rank::AllReduceOp::create(b, loc, outType, input, g,
+                                    b.getStringAttr(reduceOpName(src.op)));
   } else if (isa<ReduceScatterOp>(op)) {
-    out = b.create<rank::ReduceScatterOp>(
-        loc, outType, input, g, b.getStringAttr(reduceOpName(src.op)),
+    out = rank::ReduceScatterOp::create(
+        b, loc, outType, input, g, b.getStringAttr(reduceOpName(src.op)),
         b.getI64IntegerAttr(dst.dim), sizes(inShape[dst.dim]));
   } else if (isa<AllGatherOp>(op)) {
-    out = b.create<rank::AllGatherOp>(loc, outType, input, g,
-                                      b.getI64IntegerAttr(src.dim),
-                                      sizes(outShape[src.dim]));
+    out = rank::AllGatherOp::create(b, loc, outType, input, g,
+                                    b.getI64IntegerAttr(src.dim),
+                                    sizes(outShape[src.dim]));
   } else if (isa<AllToAllOp>(op)) {
-    out = b.create<rank::AllToAllOp>(
-        loc, outType, input, g, b.getI64IntegerAttr(dst.dim),
+    out = rank::AllToAllOp::create(
+        b, loc, outType, input, g, b.getI64IntegerAttr(dst.dim),
         sizes(inShape[dst.dim]), b.getI64IntegerAttr(src.dim),
         sizes(outShape[src.dim]));
   } else if (isa<LocalSliceOp>(op)) {
-    auto k = b.create<rank::KernelOp>(loc, outType, b.getStringAttr("slice"),
-                                      ValueRange{input});
+    auto k = rank::KernelOp::create(b, loc, outType, b.getStringAttr("slice"),
+                                    ValueRange{input});
     k->setAttr("dim", b.getI64IntegerAttr(dst.dim));
     k->setAttr("start", b.getI64IntegerAttr(
                             chunkOffset(inShape[dst.dim], n, coords[axis])));
@@ -219,9 +220,9 @@ LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
   } else if (isa<ToPartialOp>(op)) {
     // P(sum): one rank of the group keeps the value, the others add zero.
     bool zero = dst.op == ReduceOp::Sum && coords[axis] != 0;
-    auto k = b.create<rank::KernelOp>(
-        loc, outType, b.getStringAttr(zero ? "full" : "copy"),
-        zero ? ValueRange{} : ValueRange{input});
+    auto k = rank::KernelOp::create(b, loc, outType,
+                                    b.getStringAttr(zero ? "full" : "copy"),
+                                    zero ? ValueRange{} : ValueRange{input});
     if (zero)
       k->setAttr("value", b.getF64FloatAttr(0.0));
     out = k;
@@ -257,7 +258,8 @@ FailureOr<MeshAttr> functionMesh(func::FuncOp fn) {
   return mesh;
 }
 
-struct LowerToRankPass : public dtorch::dtensor::impl::LowerToRankBase<LowerToRankPass> {
+struct LowerToRankPass
+    : public dtorch::dtensor::impl::LowerToRankBase<LowerToRankPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
@@ -279,8 +281,8 @@ struct LowerToRankPass : public dtorch::dtensor::impl::LowerToRankBase<LowerToRa
         for (Type t : fn.getFunctionType().getResults())
           outs.push_back(lowering.localType(t));
         b.setInsertionPoint(fn);
-        auto rf = b.create<func::FuncOp>(
-            fn.getLoc(), (fn.getSymName() + "_rank" + Twine(r)).str(),
+        auto rf = func::FuncOp::create(
+            b, fn.getLoc(), (fn.getSymName() + "_rank" + Twine(r)).str(),
             b.getFunctionType(ins, outs));
         rf->setAttr(rank::kRankAttrName, b.getI64IntegerAttr(r));
         Block *entry = rf.addEntryBlock();

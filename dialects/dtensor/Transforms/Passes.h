@@ -1,4 +1,5 @@
-//===- Passes.h - dtensor passes and the pipeline -----------------*- C++ -*-===//
+//===- Passes.h - dtensor passes and the pipeline -----------------*- C++
+//-*-===//
 #ifndef DTORCH_DIALECTS_DTENSOR_TRANSFORMS_PASSES_H
 #define DTORCH_DIALECTS_DTENSOR_TRANSFORMS_PASSES_H
 

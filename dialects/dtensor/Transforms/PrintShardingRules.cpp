@@ -11,7 +11,8 @@ using namespace dtorch::dtensor;
 
 namespace {
 struct PrintShardingRulesPass
-    : public dtorch::dtensor::impl::PrintShardingRulesBase<PrintShardingRulesPass> {
+    : public dtorch::dtensor::impl::PrintShardingRulesBase<
+          PrintShardingRulesPass> {
   void runOnOperation() override {
     getOperation().walk([](ShardingRuleOpInterface op) {
       op->emitRemark() << "sharding rule: " << op.getShardingRule().str();

@@ -43,13 +43,13 @@ void applyStrategy(ShardingRuleOpInterface op) {
       continue;
     Value v = operation->getOperand(k);
     auto t = cast<DTensorType>(v.getType()).withPlacements(s.operands[k]);
-    operation->setOperand(k, b.create<RedistributeOp>(v.getLoc(), t, v));
+    operation->setOperand(k, RedistributeOp::create(b, v.getLoc(), t, v));
   }
   if (s.result != required) {
     Value res = operation->getResult(0);
     res.setType(resultType.withPlacements(s.result));
     b.setInsertionPointAfter(operation);
-    auto r = b.create<RedistributeOp>(operation->getLoc(), resultType, res);
+    auto r = RedistributeOp::create(b, operation->getLoc(), resultType, res);
     res.replaceAllUsesExcept(r, r);
   }
 }
@@ -74,7 +74,8 @@ void foldRedistributes(func::FuncOp fn) {
 }
 
 struct PropagateShardingPass
-    : public dtorch::dtensor::impl::PropagateShardingBase<PropagateShardingPass> {
+    : public dtorch::dtensor::impl::PropagateShardingBase<
+          PropagateShardingPass> {
   void runOnOperation() override {
     SmallVector<ShardingRuleOpInterface> ops;
     getOperation().walk([&](ShardingRuleOpInterface op) { ops.push_back(op); });

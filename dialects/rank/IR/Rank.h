@@ -1,4 +1,5 @@
-//===- Rank.h - the per-rank dialect ------------------------------*- C++ -*-===//
+//===- Rank.h - the per-rank dialect ------------------------------*- C++
+//-*-===//
 #ifndef DTORCH_DIALECTS_RANK_IR_RANK_H
 #define DTORCH_DIALECTS_RANK_IR_RANK_H
 

@@ -36,7 +36,8 @@ FailureOr<int64_t> verifyGroup(Operation *op, ArrayRef<int64_t> group) {
   for (size_t i = 0; i < group.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (group[i] == group[j])
-        return op->emitOpError("rank ") << group[i] << " appears twice in the group";
+        return op->emitOpError("rank ")
+               << group[i] << " appears twice in the group";
   auto fn = op->getParentOfType<func::FuncOp>();
   auto rankAttr = fn ? fn->getAttrOfType<IntegerAttr>(kRankAttrName) : nullptr;
   if (!rankAttr)
@@ -62,16 +63,18 @@ LogicalResult verifyPieces(Operation *op, ArrayRef<int64_t> group,
                            int64_t pieceExtent, int64_t fullExtent,
                            StringRef what) {
   if (sizes.size() != group.size())
-    return op->emitOpError(what) << " has " << sizes.size() << " entries for a group of "
-                                 << group.size();
+    return op->emitOpError(what) << " has " << sizes.size()
+                                 << " entries for a group of " << group.size();
   int64_t total = 0;
   for (int64_t s : sizes)
     total += s;
   if (total != fullExtent)
-    return op->emitOpError(what) << " add up to " << total << ", expected " << fullExtent;
+    return op->emitOpError(what)
+           << " add up to " << total << ", expected " << fullExtent;
   if (member >= 0 && sizes[member] != pieceExtent)
-    return op->emitOpError(what) << "[" << member << "] is " << sizes[member]
-                                 << " but this rank's piece has extent " << pieceExtent;
+    return op->emitOpError(what)
+           << "[" << member << "] is " << sizes[member]
+           << " but this rank's piece has extent " << pieceExtent;
   return success();
 }
 
@@ -90,7 +93,8 @@ LogicalResult verifySameExceptDim(Operation *op, RankedTensorType a,
 } // namespace
 
 LogicalResult AllReduceOp::verify() {
-  if (failed(verifyGroup(*this, getGroup())) || failed(verifyReduce(*this, getReduce())))
+  if (failed(verifyGroup(*this, getGroup())) ||
+      failed(verifyReduce(*this, getReduce())))
     return failure();
   if (getInput().getType() != getResult().getType())
     return emitOpError("input and result types must match");
@@ -104,7 +108,8 @@ LogicalResult AllGatherOp::verify() {
   if (failed(member) || failed(verifySameExceptDim(*this, in, out, getDim())))
     return failure();
   return verifyPieces(*this, getGroup(), getSizes(), *member,
-                      in.getDimSize(getDim()), out.getDimSize(getDim()), "sizes");
+                      in.getDimSize(getDim()), out.getDimSize(getDim()),
+                      "sizes");
 }
 
 LogicalResult ReduceScatterOp::verify() {
@@ -115,7 +120,8 @@ LogicalResult ReduceScatterOp::verify() {
       failed(verifySameExceptDim(*this, in, out, getDim())))
     return failure();
   return verifyPieces(*this, getGroup(), getSizes(), *member,
-                      out.getDimSize(getDim()), in.getDimSize(getDim()), "sizes");
+                      out.getDimSize(getDim()), in.getDimSize(getDim()),
+                      "sizes");
 }
 
 LogicalResult AllToAllOp::verify() {
@@ -125,10 +131,12 @@ LogicalResult AllToAllOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
   int64_t s = getSplitDim(), c = getConcatDim();
-  if (in.getRank() != out.getRank() || in.getElementType() != out.getElementType())
+  if (in.getRank() != out.getRank() ||
+      in.getElementType() != out.getElementType())
     return emitOpError("input and result must share element type and rank");
   if (s < 0 || s >= in.getRank() || c < 0 || c >= in.getRank() || s == c)
-    return emitOpError("split_dim and concat_dim must be distinct dims in range");
+    return emitOpError(
+        "split_dim and concat_dim must be distinct dims in range");
   if (failed(verifyPieces(*this, getGroup(), getSplitSizes(), -1, 0,
                           in.getDimSize(s), "split_sizes")) ||
       failed(verifyPieces(*this, getGroup(), getConcatSizes(), -1, 0,
@@ -136,6 +144,7 @@ LogicalResult AllToAllOp::verify() {
     return failure();
   if (*member >= 0 && (getSplitSizes()[*member] != out.getDimSize(s) ||
                        getConcatSizes()[*member] != in.getDimSize(c)))
-    return emitOpError("this rank's piece sizes do not match its input and result");
+    return emitOpError(
+        "this rank's piece sizes do not match its input and result");
   return success();
 }

@@ -1,4 +1,5 @@
-//===- Backend.h - where the controller runs per-rank programs ----*- C++ -*-===//
+//===- Backend.h - where the controller runs per-rank programs ----*- C++
+//-*-===//
 //
 // The controller drives workers through this interface. Two backends:
 // the real one over rt::Cluster (worker processes, ZeroMQ) and an in-process
@@ -19,16 +20,18 @@ namespace dtorch::client {
 using Handle = uint64_t;
 
 class Backend {
- public:
+public:
   virtual ~Backend() = default;
   virtual int worldSize() const = 0;
   virtual std::string hostOf(int rank) const = 0;
-  virtual void uploadProgram(int rank, uint64_t programId, const wire::Program& program) = 0;
-  virtual void run(int rank, uint64_t programId, const std::vector<Handle>& inputs,
-                   const std::vector<Handle>& outputs) = 0;
-  virtual void put(int rank, Handle handle, const rt::Tensor& value) = 0;
+  virtual void uploadProgram(int rank, uint64_t programId,
+                             const wire::Program &program) = 0;
+  virtual void run(int rank, uint64_t programId,
+                   const std::vector<Handle> &inputs,
+                   const std::vector<Handle> &outputs) = 0;
+  virtual void put(int rank, Handle handle, const rt::Tensor &value) = 0;
   virtual std::future<rt::Tensor> fetch(int rank, Handle handle) = 0;
-  virtual void free(int rank, const std::vector<Handle>& handles) = 0;
+  virtual void free(int rank, const std::vector<Handle> &handles) = 0;
   virtual void synchronize() = 0;
   virtual void shutdown() = 0;
   virtual uint64_t messagesSent() const = 0;
@@ -46,9 +49,10 @@ struct ClusterConfig {
   std::vector<std::string> workerAddresses;
   std::string token;
 };
-std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig& config);
+std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 
 /// "cluster" or "inprocess" (the in-process one uses only config.worldSize).
-std::unique_ptr<Backend> makeBackend(const std::string& kind, const ClusterConfig& config);
+std::unique_ptr<Backend> makeBackend(const std::string &kind,
+                                     const ClusterConfig &config);
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

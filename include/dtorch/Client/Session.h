@@ -1,4 +1,5 @@
-//===- Session.h - the client core: symbolic DTensors and segments -*- C++ -*-===//
+//===- Session.h - the client core: symbolic DTensors and segments -*- C++
+//-*-===//
 //
 // A Tensor on the client is a symbol: global shape, dtype, mesh, placements
 // and a handle; it never holds data. Every op call appends one node to the
@@ -17,11 +18,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dtorch::client {
@@ -69,21 +70,21 @@ class Session;
 
 /// The client's view of one DTensor; owned by its Python object.
 class TensorImpl {
- public:
-  TensorImpl(Session* session, Handle id, TensorMeta meta)
+public:
+  TensorImpl(Session *session, Handle id, TensorMeta meta)
       : session_(session), id_(id), meta_(std::move(meta)) {}
   ~TensorImpl();
   Handle id() const { return id_; }
-  const TensorMeta& meta() const { return meta_; }
-  Session* session() const { return session_; }
+  const TensorMeta &meta() const { return meta_; }
+  Session *session() const { return session_; }
   bool requiresGrad = false;
   /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
   /// C++, propagated to results when every input shares it (-1: whole mesh).
   int view = -1;
 
- private:
+private:
   friend class Session;
-  Session* session_;
+  Session *session_;
   Handle id_;
   TensorMeta meta_;
   bool materialized_ = false; // exists on the workers
@@ -99,7 +100,7 @@ struct ScalarOperand {
 };
 
 struct Node {
-  std::string op; // dtensor op mnemonic
+  std::string op;             // dtensor op mnemonic
   std::vector<Handle> inputs; // the scalar operand's slot holds 0
   Attrs attrs;
   TensorMeta meta;
@@ -131,54 +132,58 @@ struct SessionOptions {
 };
 
 class Session {
- public:
-  explicit Session(const SessionOptions& options);
+public:
+  explicit Session(const SessionOptions &options);
   ~Session();
 
   int worldSize() const;
-  const Mesh& mesh(int id) const;
+  const Mesh &mesh(int id) const;
   /// Registers a mesh over the given global ranks (row-major positions).
-  int addMesh(Shape shape, std::vector<std::string> names, std::vector<int64_t> ranks,
-              std::string device);
+  int addMesh(Shape shape, std::vector<std::string> names,
+              std::vector<int64_t> ranks, std::string device);
 
   // ---- creation ----------------------------------------------------------
-  Tensor full(const Shape& shape, double value, wire::DType dtype, int meshId,
-              const Placements& placements);
-  Tensor random(const Shape& shape, bool normal, wire::DType dtype, int meshId,
-                const Placements& placements);
+  Tensor full(const Shape &shape, double value, wire::DType dtype, int meshId,
+              const Placements &placements);
+  Tensor random(const Shape &shape, bool normal, wire::DType dtype, int meshId,
+                const Placements &placements);
   /// Global data (dense, row-major, `dtype`) placed on the mesh by putting
   /// each rank's piece directly.
-  Tensor fromData(const rt::Tensor& data, int meshId, const Placements& placements);
+  Tensor fromData(const rt::Tensor &data, int meshId,
+                  const Placements &placements);
   void manualSeed(uint64_t seed);
 
   // ---- ops -----------------------------------------------------------------
-  Tensor unary(const std::string& op, const Tensor& x);
-  Tensor binary(const std::string& op, const Tensor& a, const Tensor& b);
+  Tensor unary(const std::string &op, const Tensor &x);
+  Tensor binary(const std::string &op, const Tensor &a, const Tensor &b);
   /// `scalarIsFloat`: a Python float (promotes an integer tensor to float32).
-  Tensor binaryScalar(const std::string& op, const Tensor& a, double scalar, bool scalarFirst,
-                      bool scalarIsFloat = true);
+  Tensor binaryScalar(const std::string &op, const Tensor &a, double scalar,
+                      bool scalarFirst, bool scalarIsFloat = true);
   /// Element type conversion; the same tensor when the dtype already matches.
-  Tensor cast(const Tensor& x, wire::DType dtype);
-  Tensor matmul(const Tensor& a, const Tensor& b);
-  Tensor reduce(const std::string& op, const Tensor& x, std::vector<int64_t> dims, bool keepdim);
-  Tensor reshape(const Tensor& x, Shape shape);
-  Tensor transpose(const Tensor& x, std::vector<int64_t> perm);
-  Tensor broadcastTo(const Tensor& x, const Shape& shape);
-  Tensor redistribute(const Tensor& x, int meshId, const Placements& placements);
+  Tensor cast(const Tensor &x, wire::DType dtype);
+  Tensor matmul(const Tensor &a, const Tensor &b);
+  Tensor reduce(const std::string &op, const Tensor &x,
+                std::vector<int64_t> dims, bool keepdim);
+  Tensor reshape(const Tensor &x, Shape shape);
+  Tensor transpose(const Tensor &x, std::vector<int64_t> perm);
+  Tensor broadcastTo(const Tensor &x, const Shape &shape);
+  Tensor redistribute(const Tensor &x, int meshId,
+                      const Placements &placements);
 
   // ---- values --------------------------------------------------------------
   /// The full global value (waits).
-  rt::Tensor fetch(const Tensor& x);
+  rt::Tensor fetch(const Tensor &x);
   /// Each rank's local piece, by global rank (waits).
-  std::map<int, rt::Tensor> fetchLocal(const Tensor& x);
+  std::map<int, rt::Tensor> fetchLocal(const Tensor &x);
   void synchronize();
   /// IR of the last compiled segment at "input", "sharded", "redistributed"
   /// or "rank".
-  std::string lastIr(const std::string& stage);
+  std::string lastIr(const std::string &stage);
   /// The dtensor-dialect text of a function computing `outputs` from `inputs`
   /// (the pending ops that lead to them).
-  std::string graphText(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                        const std::string& name);
+  std::string graphText(const std::vector<Tensor> &inputs,
+                        const std::vector<Tensor> &outputs,
+                        const std::string &name);
 
   uint64_t messagesSent() const;
   uint64_t roundTrips() const;
@@ -190,25 +195,29 @@ class Session {
   void shutdown();
 
   // Called by ~TensorImpl.
-  void release(TensorImpl* t);
+  void release(TensorImpl *t);
 
- private:
-  Tensor addNode(std::string op, const std::vector<Tensor>& inputs, Attrs attrs, TensorMeta meta,
-                 ScalarOperand scalar = {});
-  Handle useValue(const Tensor& t);
+private:
+  Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
+                 TensorMeta meta, ScalarOperand scalar = {});
+  Handle useValue(const Tensor &t);
   void flush();
-  void checkSameMesh(const Tensor& a, const Tensor& b, const char* op) const;
+  void checkSameMesh(const Tensor &a, const Tensor &b, const char *op) const;
   Tensor newTensor(TensorMeta meta);
   /// Result placements from the op's sharding rule (chooseStrategy with no
   /// required result), memoized: an op seen before with the same operand
   /// shapes and placements costs a lookup. `tag` names the op and its
   /// attributes; `makeRule` runs only on a miss.
-  Placements inferPlacements(const std::string& tag, const std::vector<Shape>& shapes,
-                             const std::vector<Placements>& placements, const Shape& resultShape,
-                             int meshId, wire::DType dtype,
-                             const std::function<ShardingRule()>& makeRule);
-  Placements inferPlacements(const std::string& tag, const std::vector<Tensor>& operands,
-                             const Shape& resultShape, const std::function<ShardingRule()>& makeRule);
+  Placements inferPlacements(const std::string &tag,
+                             const std::vector<Shape> &shapes,
+                             const std::vector<Placements> &placements,
+                             const Shape &resultShape, int meshId,
+                             wire::DType dtype,
+                             const std::function<ShardingRule()> &makeRule);
+  Placements inferPlacements(const std::string &tag,
+                             const std::vector<Tensor> &operands,
+                             const Shape &resultShape,
+                             const std::function<ShardingRule()> &makeRule);
 
   SessionOptions options_;
   std::vector<Mesh> meshes_;
@@ -225,10 +234,10 @@ class Session {
 };
 
 /// Global shape inference helpers, exposed for tests.
-Shape broadcastShapes(const Shape& a, const Shape& b);
+Shape broadcastShapes(const Shape &a, const Shape &b);
 /// torch's type promotion of two tensor dtypes (bool < integers < floats,
 /// the wider within a kind).
 wire::DType promoteTypes(wire::DType a, wire::DType b);
-const char* dtypeName(wire::DType dtype);
+const char *dtypeName(wire::DType dtype);
 
-}  // namespace dtorch::client
+} // namespace dtorch::client

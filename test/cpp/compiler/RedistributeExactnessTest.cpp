@@ -26,9 +26,12 @@ namespace {
 const std::vector<int64_t> kShape = {7, 5};
 
 std::vector<Placement> axisOptions() {
-  return {Placement::replicate(),          Placement::shard(0),
-          Placement::shard(1),             Placement::partial(ReduceOp::Sum),
-          Placement::partial(ReduceOp::Avg), Placement::partial(ReduceOp::Max),
+  return {Placement::replicate(),
+          Placement::shard(0),
+          Placement::shard(1),
+          Placement::partial(ReduceOp::Sum),
+          Placement::partial(ReduceOp::Avg),
+          Placement::partial(ReduceOp::Max),
           Placement::partial(ReduceOp::Min)};
 }
 
@@ -65,13 +68,15 @@ std::string moduleText(const std::vector<int64_t> &mesh,
                        const std::vector<Placements> &all) {
   std::ostringstream os;
   for (size_t s = 0; s < all.size(); ++s) {
-    os << "func.func @src" << s << "(%x: " << typeText(mesh, all[s]) << ") -> (";
+    os << "func.func @src" << s << "(%x: " << typeText(mesh, all[s])
+       << ") -> (";
     for (size_t d = 0; d < all.size(); ++d)
       os << (d ? ", " : "") << typeText(mesh, all[d]);
     os << ") {\n";
     for (size_t d = 0; d < all.size(); ++d)
-      os << "  %r" << d << " = dtensor.redistribute %x : "
-         << typeText(mesh, all[s]) << " -> " << typeText(mesh, all[d]) << "\n";
+      os << "  %r" << d
+         << " = dtensor.redistribute %x : " << typeText(mesh, all[s]) << " -> "
+         << typeText(mesh, all[d]) << "\n";
     os << "  return ";
     for (size_t d = 0; d < all.size(); ++d)
       os << (d ? ", " : "") << "%r" << d;
@@ -83,7 +88,9 @@ std::string moduleText(const std::vector<int64_t> &mesh,
   return os.str();
 }
 
-double fullValue(int64_t i, int64_t j) { return (double)((i * 5 + j) % 11) - 4.0; }
+double fullValue(int64_t i, int64_t j) {
+  return (double)((i * 5 + j) % 11) - 4.0;
+}
 
 /// A rank's local piece of the full tensor under `p`. Partial axes get pieces
 /// whose reduction (in any order over the axes) is the full value: sum/avg
@@ -99,10 +106,18 @@ rt::Tensor localPiece(const std::vector<int64_t> &mesh, const Placements &p,
     if (!p[a].isPartial())
       continue;
     switch (p[a].op) {
-    case ReduceOp::Sum: scale *= (k + 1) / (n * (n + 1) / 2); break;
-    case ReduceOp::Avg: scale *= 2 * (k + 1) / (n + 1); break;
-    case ReduceOp::Max: shift -= 3 * k; break;
-    case ReduceOp::Min: shift += 3 * k; break;
+    case ReduceOp::Sum:
+      scale *= (k + 1) / (n * (n + 1) / 2);
+      break;
+    case ReduceOp::Avg:
+      scale *= 2 * (k + 1) / (n + 1);
+      break;
+    case ReduceOp::Max:
+      shift -= 3 * k;
+      break;
+    case ReduceOp::Min:
+      shift += 3 * k;
+      break;
     }
   }
   rt::Tensor t = rt::Tensor::empty(wire::F64, box.shape);
@@ -119,9 +134,12 @@ double combine(ReduceOp op, double a, double b, bool first) {
     return b;
   switch (op) {
   case ReduceOp::Sum:
-  case ReduceOp::Avg: return a + b;
-  case ReduceOp::Max: return std::max(a, b);
-  case ReduceOp::Min: return std::min(a, b);
+  case ReduceOp::Avg:
+    return a + b;
+  case ReduceOp::Max:
+    return std::max(a, b);
+  case ReduceOp::Min:
+    return std::min(a, b);
   }
   return b;
 }
@@ -129,7 +147,8 @@ double combine(ReduceOp op, double a, double b, bool first) {
 /// Checks the outputs of all ranks for destination `p`: every local piece has
 /// its box's shape and, reduced over the partial axes, equals the full value.
 void checkPieces(const std::vector<int64_t> &mesh, const Placements &p,
-                 const std::vector<rt::Tensor> &pieces, const std::string &what) {
+                 const std::vector<rt::Tensor> &pieces,
+                 const std::string &what) {
   int64_t world = meshSize(mesh);
   for (int64_t r = 0; r < world; ++r) {
     std::vector<int64_t> c = meshCoords(mesh, r);
@@ -173,7 +192,8 @@ TEST_P(RedistributeExactness, AllPlacementPairs) {
   const std::vector<int64_t> mesh = GetParam();
   const int64_t world = meshSize(mesh);
   std::vector<Placements> all = allPlacements(mesh.size());
-  CompileResult compiled = compileModule(moduleText(mesh, all), "exactness.mlir");
+  CompileResult compiled =
+      compileModule(moduleText(mesh, all), "exactness.mlir");
   ASSERT_TRUE(compiled.ok) << compiled.error;
 
   int pairs = 0;

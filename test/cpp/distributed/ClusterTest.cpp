@@ -30,13 +30,15 @@ Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   Tensor t = Tensor::empty(dtype, std::move(shape));
   std::mt19937 gen(seed);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == wire::F32) t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
-    else t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
+    if (dtype == wire::F32)
+      t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
+    else
+      t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
   }
   return t;
 }
 
-bool sameBits(const Tensor& a, const Tensor& b) {
+bool sameBits(const Tensor &a, const Tensor &b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
@@ -50,7 +52,7 @@ Program addAllReduce(int rank) {
   int d = b.buffer(wire::F32, {5});
   int ready = b.event();
   b.add("add", {x, y}, {c}).set_record_event(ready);
-  auto& reduce = b.add("all_reduce", {c}, {d}, wire::COMM);
+  auto &reduce = b.add("all_reduce", {c}, {d}, wire::COMM);
   reduce.add_wait_events(ready);
   setInts(reduce, "group", {0, 1, 2, 3});
   setString(reduce, "reduce", "sum");
@@ -77,8 +79,10 @@ TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
   }
   uint64_t tripsBefore = cluster.roundTrips();
   std::vector<std::future<Tensor>> results;
-  for (int rank = 0; rank < 4; ++rank) results.push_back(cluster.fetch(rank, 102));
-  for (auto& result : results) EXPECT_EQ(valuesOf<float>(result.get()), expected);
+  for (int rank = 0; rank < 4; ++rank)
+    results.push_back(cluster.fetch(rank, 102));
+  for (auto &result : results)
+    EXPECT_EQ(valuesOf<float>(result.get()), expected);
   EXPECT_EQ(cluster.roundTrips() - tripsBefore, 4u);
   EXPECT_EQ(cluster.messagesSent(), 4u * 4 + 4);
   cluster.synchronize();
@@ -90,22 +94,23 @@ TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
 
 // One program per rank exercising every collective on groups that span both
 // worker processes (ranks 0-1 | 2-3), so they run on Gloo.
-Program everyCollective(int rank, std::vector<Tensor>& inputs) {
+Program everyCollective(int rank, std::vector<Tensor> &inputs) {
   ProgramBuilder b(rank);
   auto input = [&](DType dtype, std::vector<int64_t> shape, unsigned seed) {
     inputs.push_back(randomTensor(dtype, shape, seed));
     return b.input(dtype, shape);
   };
-  auto comm = [&](const std::string& op, std::vector<int> in, std::vector<int> out) -> Instruction& {
+  auto comm = [&](const std::string &op, std::vector<int> in,
+                  std::vector<int> out) -> Instruction & {
     return b.add(op, in, out, wire::COMM);
   };
   Group world{0, 1, 2, 3};
   for (DType dtype : {wire::F32, wire::I64})
-    for (const char* op : {"sum", "avg", "max", "min"})
+    for (const char *op : {"sum", "avg", "max", "min"})
       for (int64_t n : {0, 7, 1000}) {
         int x = input(dtype, {n}, 100 * rank + n);
         int out = b.buffer(dtype, {n});
-        auto& inst = comm("all_reduce", {x}, {out});
+        auto &inst = comm("all_reduce", {x}, {out});
         setInts(inst, "group", {2, 0, 3, 1});
         setString(inst, "reduce", op);
         b.output(out);
@@ -117,14 +122,14 @@ Program everyCollective(int rank, std::vector<Tensor>& inputs) {
     whole[dim] = 6;
     int x = input(wire::F32, piece, rank + 7 * dim);
     int gathered = b.buffer(wire::F32, whole);
-    auto& ag = comm("all_gather", {x}, {gathered});
+    auto &ag = comm("all_gather", {x}, {gathered});
     setInts(ag, "group", world);
     setInt(ag, "dim", dim);
     setInts(ag, "sizes", sizes);
     b.output(gathered);
     int y = input(wire::I64, whole, rank + 9 * dim);
     int scattered = b.buffer(wire::I64, piece);
-    auto& rs = comm("reduce_scatter", {y}, {scattered});
+    auto &rs = comm("reduce_scatter", {y}, {scattered});
     setInts(rs, "group", world);
     setString(rs, "reduce", "sum");
     setInt(rs, "dim", dim);
@@ -141,7 +146,7 @@ Program everyCollective(int rank, std::vector<Tensor>& inputs) {
   }
   int x = input(wire::F32, {2, rows}, rank + 30);
   int swapped = b.buffer(wire::F32, {2, cols});
-  auto& a2a = comm("all_to_all", {x}, {swapped});
+  auto &a2a = comm("all_to_all", {x}, {swapped});
   setInts(a2a, "group", world);
   setInt(a2a, "split_dim", 1);
   setInts(a2a, "split_sizes", split);
@@ -151,7 +156,7 @@ Program everyCollective(int rank, std::vector<Tensor>& inputs) {
   if (rank != 0) {
     int root = input(wire::F32, {4}, rank + 40);
     int got = b.buffer(wire::F32, {4});
-    auto& bc = comm("broadcast", {root}, {got});
+    auto &bc = comm("broadcast", {root}, {got});
     setInts(bc, "group", {1, 2, 3});
     setInt(bc, "root", 2);
     b.output(got);
@@ -160,19 +165,19 @@ Program everyCollective(int rank, std::vector<Tensor>& inputs) {
   if (rank == 1 || rank == 2) {
     int peer = 3 - rank;
     int mine = input(wire::F32, {3}, rank + 50);
-    auto& s = comm("send", {mine}, {});
+    auto &s = comm("send", {mine}, {});
     setInt(s, "peer", peer);
     setInt(s, "tag", 5);
     int empty = input(wire::F32, {0}, 0);
-    auto& s2 = comm("send", {empty}, {});
+    auto &s2 = comm("send", {empty}, {});
     setInt(s2, "peer", peer);
     setInt(s2, "tag", 6);
     int got = b.buffer(wire::F32, {3});
-    auto& r = comm("recv", {}, {got});
+    auto &r = comm("recv", {}, {got});
     setInt(r, "peer", peer);
     setInt(r, "tag", 5);
     int gotEmpty = b.buffer(wire::F32, {0});
-    auto& r2 = comm("recv", {}, {gotEmpty});
+    auto &r2 = comm("recv", {}, {gotEmpty});
     setInt(r2, "peer", peer);
     setInt(r2, "tag", 6);
     b.output(got);
@@ -184,7 +189,8 @@ Program everyCollective(int rank, std::vector<Tensor>& inputs) {
 TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
   std::vector<Program> programs;
   std::vector<std::vector<Tensor>> inputs(4);
-  for (int rank = 0; rank < 4; ++rank) programs.push_back(everyCollective(rank, inputs[rank]));
+  for (int rank = 0; rank < 4; ++rank)
+    programs.push_back(everyCollective(rank, inputs[rank]));
   // Oracle: the same programs on in-process threads with FakeCollectiveHub.
   std::vector<std::vector<Tensor>> expected(4);
   FakeCollectiveHub hub(4, std::chrono::seconds(10));
@@ -201,7 +207,8 @@ TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
       cluster.put(rank, 1000 + i, inputs[rank][i]);
       in.push_back(1000 + i);
     }
-    for (size_t i = 0; i < expected[rank].size(); ++i) out.push_back(5000 + i);
+    for (size_t i = 0; i < expected[rank].size(); ++i)
+      out.push_back(5000 + i);
     cluster.run(rank, 9, in, out);
   }
   cluster.synchronize();
@@ -228,20 +235,25 @@ TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
   try {
     cluster.synchronize();
     ADD_FAILURE() << "expected a WorkerError";
-  } catch (const WorkerError& error) {
+  } catch (const WorkerError &error) {
     EXPECT_EQ(error.rank(), 1);
-    EXPECT_NE(std::string(error.what()).find("instruction 0"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("instruction 0"),
+              std::string::npos)
+        << error.what();
   }
   try {
     cluster.fetch(1, 3).get();
     ADD_FAILURE() << "expected a WorkerError";
-  } catch (const WorkerError& error) {
-    EXPECT_NE(std::string(error.what()).find("instruction 0"), std::string::npos) << error.what();
+  } catch (const WorkerError &error) {
+    EXPECT_NE(std::string(error.what()).find("instruction 0"),
+              std::string::npos)
+        << error.what();
   }
-  cluster.synchronize();  // the error was reported once
+  cluster.synchronize(); // the error was reported once
   cluster.put(1, 2, makeTensor<int64_t>(wire::I64, {2}, {2, 3}));
   cluster.run(1, 3, {1, 2}, {3});
-  EXPECT_EQ(valuesOf<int64_t>(cluster.fetch(1, 3).get()), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(valuesOf<int64_t>(cluster.fetch(1, 3).get()),
+            (std::vector<int64_t>{2, 2}));
 }
 
 TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
@@ -252,7 +264,7 @@ TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
   ProgramBuilder b(0);
   int x = b.input(wire::F32, {3});
   int y = b.buffer(wire::F32, {3});
-  auto& reduce = b.add("all_reduce", {x}, {y}, wire::COMM);
+  auto &reduce = b.add("all_reduce", {x}, {y}, wire::COMM);
   setInts(reduce, "group", {0, 2});
   setString(reduce, "reduce", "sum");
   b.output(y);
@@ -263,7 +275,7 @@ TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
   try {
     cluster.fetch(0, 2).get();
     ADD_FAILURE() << "expected a WorkerError";
-  } catch (const WorkerError& error) {
+  } catch (const WorkerError &error) {
     std::string what = error.what();
     EXPECT_EQ(error.rank(), 0) << what;
     EXPECT_NE(what.find("rank(s) 2"), std::string::npos) << what;
@@ -275,33 +287,38 @@ TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {
   std::vector<int64_t> pids;
   {
     Cluster cluster(localOptions());
-    for (int rank = 0; rank < 4; ++rank) pids.push_back(cluster.pidOf(rank));
+    for (int rank = 0; rank < 4; ++rank)
+      pids.push_back(cluster.pidOf(rank));
     // Rank 0 blocks in a recv from rank 2, which never sends: mid-run.
     ProgramBuilder b(0);
     int got = b.buffer(wire::F32, {1});
-    auto& r = b.add("recv", {}, {got}, wire::COMM);
+    auto &r = b.add("recv", {}, {got}, wire::COMM);
     setInt(r, "peer", 2);
     setInt(r, "tag", 1);
     b.output(got);
     cluster.uploadProgram(0, 1, b.program());
     cluster.run(0, 1, {}, {7});
     cluster.put(2, 8, makeTensor<float>(wire::F32, {1}, {1.f}));
-    auto pending = cluster.fetch(2, 99);  // unknown handle, but the worker dies first
+    auto pending =
+        cluster.fetch(2, 99); // unknown handle, but the worker dies first
     std::this_thread::sleep_for(Ms(300));
     ASSERT_EQ(kill(static_cast<pid_t>(pids[2]), SIGKILL), 0);
     auto start = std::chrono::steady_clock::now();
     auto later = cluster.fetch(3, 8);
-    for (auto* future : {&pending, &later}) {
+    for (auto *future : {&pending, &later}) {
       ASSERT_EQ(future->wait_for(Ms(5000)), std::future_status::ready);
       try {
         future->get();
         ADD_FAILURE() << "expected a WorkerError";
-      } catch (const WorkerError& error) {
+      } catch (const WorkerError &error) {
         EXPECT_GE(error.rank(), 2);
-        // The fetch of the unknown handle may have been answered before the kill.
+        // The fetch of the unknown handle may have been answered before the
+        // kill.
         std::string message = error.what();
-        EXPECT_TRUE(message.find("killed by signal 9") != std::string::npos ||
-                    (future == &pending && message.find("unknown tensor handle") != std::string::npos))
+        EXPECT_TRUE(
+            message.find("killed by signal 9") != std::string::npos ||
+            (future == &pending &&
+             message.find("unknown tensor handle") != std::string::npos))
             << message;
       }
     }
@@ -312,7 +329,8 @@ TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {
     cluster.shutdown();
     EXPECT_LT(std::chrono::steady_clock::now() - stop, Ms(2000));
   }
-  for (int64_t pid : pids) EXPECT_FALSE(processAlive(pid)) << "pid " << pid << " left behind";
+  for (int64_t pid : pids)
+    EXPECT_FALSE(processAlive(pid)) << "pid " << pid << " left behind";
 }
 
 TEST(Cluster, WorkersExitWhenTheControllerDisappears) {
@@ -321,8 +339,8 @@ TEST(Cluster, WorkersExitWhenTheControllerDisappears) {
   int port = freePort();
   std::string address = "tcp://127.0.0.1:" + std::to_string(port);
   ProcessGuard worker(detail::spawnProcess(
-      DTORCH_WORKER_PATH, {"--listen", address, "--token", "hand", "--ranks", "0-1",
-                           "--world-size", "2"}));
+      DTORCH_WORKER_PATH, {"--listen", address, "--token", "hand", "--ranks",
+                           "0-1", "--world-size", "2"}));
   int pipeFds[2];
   ASSERT_EQ(pipe(pipeFds), 0);
   pid_t controller = fork();
@@ -336,15 +354,16 @@ TEST(Cluster, WorkersExitWhenTheControllerDisappears) {
       Cluster cluster(options);
       cluster.put(1, 1, makeTensor<float>(wire::F32, {2}, {1.f, 2.f}));
       Tensor back = cluster.fetch(1, 1).get();
-      if (cluster.worldSize() == 2 && back.data_as<float>()[1] == 2.f) ok = 'y';
+      if (cluster.worldSize() == 2 && back.data_as<float>()[1] == 2.f)
+        ok = 'y';
       ssize_t ignored = write(pipeFds[1], &ok, 1);
       (void)ignored;
-      raise(SIGKILL);  // vanish while the cluster is up: no shutdown message
+      raise(SIGKILL); // vanish while the cluster is up: no shutdown message
     } catch (...) {
     }
     ssize_t ignored = write(pipeFds[1], &ok, 1);
     (void)ignored;
-    raise(SIGKILL);  // vanish without shutting anything down
+    raise(SIGKILL); // vanish without shutting anything down
   }
   ProcessGuard controllerGuard(controller);
   close(pipeFds[1]);
@@ -355,7 +374,8 @@ TEST(Cluster, WorkersExitWhenTheControllerDisappears) {
   controllerGuard.waitExit(Ms(2000));
   auto start = std::chrono::steady_clock::now();
   std::string how = worker.waitExit(Ms(6000));
-  EXPECT_EQ(how, "exited with status 3") << "worker still running after the controller died?";
+  EXPECT_EQ(how, "exited with status 3")
+      << "worker still running after the controller died?";
   EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(5000));
 }
 
@@ -370,7 +390,8 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
   std::thread responder([&] {
     std::vector<zmq::message_t> frames(2);
     fake.set(zmq::sockopt::rcvtimeo, 5000);
-    if (!fake.recv(frames[0]) || !fake.recv(frames[1])) return;
+    if (!fake.recv(frames[0]) || !fake.recv(frames[1]))
+      return;
     wire::Envelope reply;
     reply.set_protocol_version(7);
     *reply.mutable_hello() = makeHello(wire::ROLE_WORKER, "t");
@@ -378,7 +399,7 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
     reply.mutable_hello()->set_num_ranks(1);
     fake.send(frames[0], zmq::send_flags::sndmore);
     fake.send(zmq::buffer(encodeEnvelope(reply)), zmq::send_flags::none);
-    zmq::message_t refusal;  // the controller's error reply
+    zmq::message_t refusal; // the controller's error reply
     (void)fake.recv(refusal);
   });
   ClusterOptions options;
@@ -387,7 +408,7 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
   try {
     Cluster cluster(options);
     ADD_FAILURE() << "expected the handshake to fail";
-  } catch (const WorkerError& error) {
+  } catch (const WorkerError &error) {
     std::string message = error.what();
     EXPECT_NE(message.find("version 7"), std::string::npos) << message;
     EXPECT_NE(message.find("version 1"), std::string::npos) << message;
@@ -395,5 +416,5 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
   responder.join();
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

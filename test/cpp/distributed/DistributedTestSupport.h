@@ -21,9 +21,10 @@ struct ProcessGuard {
   pid_t pid = -1;
   ProcessGuard() = default;
   explicit ProcessGuard(pid_t p) : pid(p) {}
-  ProcessGuard(const ProcessGuard&) = delete;
+  ProcessGuard(const ProcessGuard &) = delete;
   ~ProcessGuard() {
-    if (pid > 0) detail::killAndReap(pid);
+    if (pid > 0)
+      detail::killAndReap(pid);
   }
   // Waits up to `limit` for the process to end on its own; "" if it did not.
   std::string waitExit(std::chrono::milliseconds limit) {
@@ -45,14 +46,16 @@ inline int freePort() {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address));
   socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length);
   int port = ntohs(address.sin_port);
   close(fd);
   return port;
 }
 
-inline bool processAlive(int64_t pid) { return pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0; }
+inline bool processAlive(int64_t pid) {
+  return pid > 0 && kill(static_cast<pid_t>(pid), 0) == 0;
+}
 
-}  // namespace dtorch::rt::test
+} // namespace dtorch::rt::test

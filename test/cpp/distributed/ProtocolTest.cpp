@@ -14,7 +14,7 @@ TEST(Protocol, EnvelopeRoundTrip) {
   wire::Envelope e;
   e.set_protocol_version(wire::PROTOCOL_VERSION);
   e.set_request_id(42);
-  auto* upload = e.mutable_upload();
+  auto *upload = e.mutable_upload();
   upload->set_rank(3);
   upload->set_program_id(7);
   ProgramBuilder builder(3);
@@ -35,48 +35,56 @@ TEST(Protocol, EnvelopeRoundTrip) {
   tensorToWire(t, &data);
   EXPECT_EQ(valuesOf<int64_t>(tensorFromWire(data)), valuesOf<int64_t>(t));
   data.set_data("abc");
-  expectRuntimeError([&] { tensorFromWire(data); }, {"needs 32 bytes", "has 3"});
+  expectRuntimeError([&] { tensorFromWire(data); },
+                     {"needs 32 bytes", "has 3"});
 
   EXPECT_FALSE(decodeEnvelope("\xff\xff\xff", 3, back));
-  EXPECT_FALSE(decodeEnvelope("", 0, back));  // no body
+  EXPECT_FALSE(decodeEnvelope("", 0, back)); // no body
 }
 
 TEST(Protocol, HelloChecks) {
   wire::Hello hello = makeHello(wire::ROLE_WORKER, "secret");
   EXPECT_EQ(checkHello(hello, "secret", wire::ROLE_WORKER), "");
-  EXPECT_NE(checkHello(hello, "other", wire::ROLE_WORKER).find("wrong token"), std::string::npos);
+  EXPECT_NE(checkHello(hello, "other", wire::ROLE_WORKER).find("wrong token"),
+            std::string::npos);
   hello.set_protocol_version(99);
   std::string reason = checkHello(hello, "secret", wire::ROLE_WORKER);
   EXPECT_NE(reason.find("version 99"), std::string::npos) << reason;
   EXPECT_NE(reason.find("version 1"), std::string::npos) << reason;
-  EXPECT_EQ(failingInstructionOf("program 'p': instruction 12 ('add' at x.py:3) failed"), 12);
+  EXPECT_EQ(failingInstructionOf(
+                "program 'p': instruction 12 ('add' at x.py:3) failed"),
+            12);
   EXPECT_EQ(failingInstructionOf("no number here"), -1);
 }
 
 class WorkerRejection : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     port_ = freePort();
     address_ = "tcp://127.0.0.1:" + std::to_string(port_);
-    worker_.pid = detail::spawnProcess(DTORCH_WORKER_PATH,
-                                       {"--listen", address_, "--token", "tok", "--ranks", "0-0",
-                                        "--world-size", "1", "--max-message-bytes", "65536",
-                                        "--controller-timeout-ms", "5000"});
-    socket_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    worker_.pid = detail::spawnProcess(
+        DTORCH_WORKER_PATH, {"--listen", address_, "--token", "tok", "--ranks",
+                             "0-0", "--world-size", "1", "--max-message-bytes",
+                             "65536", "--controller-timeout-ms", "5000"});
+    socket_ =
+        std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
     socket_->set(zmq::sockopt::linger, 0);
     socket_->set(zmq::sockopt::rcvtimeo, 3000);
     socket_->connect(address_);
   }
   void TearDown() override { socket_.reset(); }
 
-  void sendRaw(const std::string& bytes) { socket_->send(zmq::buffer(bytes), zmq::send_flags::none); }
-  void send(const wire::Envelope& e) { sendRaw(encodeEnvelope(e)); }
+  void sendRaw(const std::string &bytes) {
+    socket_->send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+  void send(const wire::Envelope &e) { sendRaw(encodeEnvelope(e)); }
   wire::Envelope receive() {
     zmq::message_t message;
     auto got = socket_->recv(message, zmq::recv_flags::none);
     EXPECT_TRUE(got.has_value()) << "no reply from the worker";
     wire::Envelope e;
-    if (got) EXPECT_TRUE(decodeEnvelope(message.data(), message.size(), e));
+    if (got)
+      EXPECT_TRUE(decodeEnvelope(message.data(), message.size(), e));
     return e;
   }
   std::string expectError() {
@@ -84,7 +92,7 @@ class WorkerRejection : public ::testing::Test {
     EXPECT_EQ(e.body_case(), wire::Envelope::kError);
     return e.error().message();
   }
-  static wire::Envelope hello(uint32_t version, const std::string& token) {
+  static wire::Envelope hello(uint32_t version, const std::string &token) {
     wire::Envelope e;
     e.set_protocol_version(wire::PROTOCOL_VERSION);
     *e.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
@@ -100,7 +108,8 @@ class WorkerRejection : public ::testing::Test {
 };
 
 TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
-  // The worker may not be listening yet: retry the first message until it answers.
+  // The worker may not be listening yet: retry the first message until it
+  // answers.
   sendRaw("this is not a protobuf \xff\xff");
   EXPECT_NE(expectError().find("malformed"), std::string::npos);
 
@@ -108,7 +117,8 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   put.set_protocol_version(wire::PROTOCOL_VERSION);
   put.mutable_put()->set_rank(0);
   put.mutable_put()->set_handle(1);
-  tensorToWire(makeTensor<float>(wire::F32, {1}, {1.f}), put.mutable_put()->mutable_value());
+  tensorToWire(makeTensor<float>(wire::F32, {1}, {1.f}),
+               put.mutable_put()->mutable_value());
   send(put);
   EXPECT_NE(expectError().find("not authenticated"), std::string::npos);
 
@@ -120,7 +130,8 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   send(hello(wire::PROTOCOL_VERSION, "wrong"));
   EXPECT_NE(expectError().find("wrong token"), std::string::npos);
 
-  sendRaw(std::string(100000, 'x'));  // above the 64 KiB limit, below ZeroMQ's cap
+  sendRaw(
+      std::string(100000, 'x')); // above the 64 KiB limit, below ZeroMQ's cap
   EXPECT_NE(expectError().find("exceeds the limit"), std::string::npos);
 
   // Still up: a correct Hello is answered with the worker's Hello, and the
@@ -136,16 +147,20 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   fetch.mutable_fetch()->set_handle(1);
   send(fetch);
   wire::Envelope fetched;
-  do fetched = receive();
+  do
+    fetched = receive();
   while (fetched.body_case() == wire::Envelope::kHeartbeat);
   ASSERT_EQ(fetched.body_case(), wire::Envelope::kFetchReply);
   EXPECT_FALSE(fetched.fetch_reply().ok());
-  EXPECT_NE(fetched.fetch_reply().error().message().find("unknown tensor handle 1"), std::string::npos);
+  EXPECT_NE(
+      fetched.fetch_reply().error().message().find("unknown tensor handle 1"),
+      std::string::npos);
 
   // Malformed after authentication: error reply, still alive.
   sendRaw("\x08");
   wire::Envelope error;
-  do error = receive();
+  do
+    error = receive();
   while (error.body_case() == wire::Envelope::kHeartbeat);
   EXPECT_EQ(error.body_case(), wire::Envelope::kError);
   EXPECT_TRUE(processAlive(worker_.pid));
@@ -157,5 +172,5 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   EXPECT_NE(worker_.waitExit(std::chrono::seconds(3)), "");
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

@@ -3,8 +3,8 @@
 #include "TestSupport.h"
 
 #include "dtorch/runtime/FakeCollectives.h"
-#include "dtorch/runtime/SharedMemoryCollectives.h"
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/SharedMemoryCollectives.h"
 
 #include <cstring>
 #include <random>
@@ -16,37 +16,46 @@ Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   Tensor t = Tensor::empty(dtype, std::move(shape));
   std::mt19937 gen(seed);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == ::dtorch::wire::F32) t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
-    else t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
+    if (dtype == ::dtorch::wire::F32)
+      t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
+    else
+      t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
   }
   return t;
 }
 
-bool sameBits(const Tensor& a, const Tensor& b) {
+bool sameBits(const Tensor &a, const Tensor &b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
          std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 // Runs `body(comm, rank)` on 4 threads with both backends and compares what
 // each rank's body returns.
-void compareBackends(const std::function<std::vector<Tensor>(Communicator&, int)>& body) {
+void compareBackends(
+    const std::function<std::vector<Tensor>(Communicator &, int)> &body) {
   const int world = 4;
   FakeCollectiveHub fake(world, std::chrono::seconds(5));
   SharedMemoryHub shm({0, 1, 2, 3}, world, std::chrono::seconds(5));
   std::vector<std::vector<Tensor>> expected(world), actual(world);
-  runRanks(world, [&](int rank) { expected[rank] = body(*fake.communicator(rank), rank); });
-  runRanks(world, [&](int rank) { actual[rank] = body(*shm.communicator(rank), rank); });
+  runRanks(world, [&](int rank) {
+    expected[rank] = body(*fake.communicator(rank), rank);
+  });
+  runRanks(world, [&](int rank) {
+    actual[rank] = body(*shm.communicator(rank), rank);
+  });
   for (int rank = 0; rank < world; ++rank) {
     ASSERT_EQ(expected[rank].size(), actual[rank].size());
     for (size_t i = 0; i < expected[rank].size(); ++i)
-      EXPECT_TRUE(sameBits(expected[rank][i], actual[rank][i])) << "rank " << rank << " result " << i;
+      EXPECT_TRUE(sameBits(expected[rank][i], actual[rank][i]))
+          << "rank " << rank << " result " << i;
   }
 }
 
 TEST(SharedMemoryCollectives, AllReduceEveryOp) {
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+  for (ReduceOp op :
+       {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
     for (DType dtype : {::dtorch::wire::F32, ::dtorch::wire::I64})
-      compareBackends([&](Communicator& comm, int rank) {
+      compareBackends([&](Communicator &comm, int rank) {
         std::vector<Tensor> results;
         for (int64_t n : {0, 1, 3, 1027}) {
           Tensor x = randomTensor(dtype, {n}, 17 * rank + n);
@@ -54,8 +63,9 @@ TEST(SharedMemoryCollectives, AllReduceEveryOp) {
           comm.all_reduce(x, out, {0, 1, 2, 3}, op);
           results.push_back(out);
         }
-        if (rank == 1 || rank == 3) {  // a sub-group, not in rank order
-          Tensor x = randomTensor(dtype, {2, 3}, rank), out = Tensor::empty(dtype, {2, 3});
+        if (rank == 1 || rank == 3) { // a sub-group, not in rank order
+          Tensor x = randomTensor(dtype, {2, 3}, rank),
+                 out = Tensor::empty(dtype, {2, 3});
           comm.all_reduce(x, out, {3, 1}, op);
           results.push_back(out);
         }
@@ -65,7 +75,7 @@ TEST(SharedMemoryCollectives, AllReduceEveryOp) {
 
 TEST(SharedMemoryCollectives, GatherScatterAllToAllBroadcastUneven) {
   using ::dtorch::wire::F32;
-  compareBackends([&](Communicator& comm, int rank) {
+  compareBackends([&](Communicator &comm, int rank) {
     std::vector<Tensor> results;
     Group g{0, 1, 2, 3};
     std::vector<int64_t> sizes{2, 0, 1, 3};
@@ -83,13 +93,18 @@ TEST(SharedMemoryCollectives, GatherScatterAllToAllBroadcastUneven) {
       comm.reduce_scatter(whole, piece, g, ReduceOp::Sum, dim, sizes);
       results.push_back(piece);
     }
-    // all_to_all: rank r sends (j + r) % 3 rows to member j, concatenated along dim 1.
+    // all_to_all: rank r sends (j + r) % 3 rows to member j, concatenated along
+    // dim 1.
     std::vector<int64_t> split, concat;
-    for (int j = 0; j < 4; ++j) split.push_back((j + rank) % 3);
-    for (int j = 0; j < 4; ++j) concat.push_back((rank + j) % 3);
+    for (int j = 0; j < 4; ++j)
+      split.push_back((j + rank) % 3);
+    for (int j = 0; j < 4; ++j)
+      concat.push_back((rank + j) % 3);
     int64_t rows = 0, cols = 0;
-    for (int j = 0; j < 4; ++j) rows += split[j];
-    for (int j = 0; j < 4; ++j) cols += concat[j];
+    for (int j = 0; j < 4; ++j)
+      rows += split[j];
+    for (int j = 0; j < 4; ++j)
+      cols += concat[j];
     // Pieces keep the split dim (0) extent split[j] from sender; we need equal
     // extents elsewhere, so split along dim 0 and concatenate along dim 0.
     Tensor x = randomTensor(F32, {rows, 2}, rank + 11);
@@ -98,10 +113,13 @@ TEST(SharedMemoryCollectives, GatherScatterAllToAllBroadcastUneven) {
     results.push_back(out);
     Tensor b = rank == 2 ? randomTensor(F32, {4}, 3) : Tensor();
     Tensor bout = Tensor::empty(F32, {4});
-    if (rank != 0) comm.broadcast(b, bout, {1, 2, 3}, 2);
-    else std::memset(bout.data(), 0, bout.nbytes());
+    if (rank != 0)
+      comm.broadcast(b, bout, {1, 2, 3}, 2);
+    else
+      std::memset(bout.data(), 0, bout.nbytes());
     results.push_back(bout);
-    if (rank == 1) comm.send(randomTensor(F32, {3}, 1), 2, 7);
+    if (rank == 1)
+      comm.send(randomTensor(F32, {3}, 1), 2, 7);
     if (rank == 2) {
       Tensor got = Tensor::empty(F32, {3});
       comm.recv(got, 1, 7);
@@ -115,11 +133,13 @@ TEST(SharedMemoryCollectives, MissingPeerIsNamed) {
   SharedMemoryHub shm({0, 1, 2}, 3, std::chrono::milliseconds(200));
   runRanks(2, [&](int rank) {
     auto comm = shm.communicator(rank);
-    Tensor x = Tensor::empty(::dtorch::wire::F32, {2}), out = Tensor::empty(::dtorch::wire::F32, {2});
-    expectRuntimeError([&] { comm->all_reduce(x, out, {0, 1, 2}, ReduceOp::Sum); },
-                       {"timed out", "rank(s) 2"});
+    Tensor x = Tensor::empty(::dtorch::wire::F32, {2}),
+           out = Tensor::empty(::dtorch::wire::F32, {2});
+    expectRuntimeError(
+        [&] { comm->all_reduce(x, out, {0, 1, 2}, ReduceOp::Sum); },
+        {"timed out", "rank(s) 2"});
   });
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

@@ -65,7 +65,8 @@ TEST(Plan, StepsPerAxis) {
   EXPECT_EQ(kinds({P()}, {S(0)}), (std::vector<K>{K::ReduceScatter}));
   EXPECT_EQ(kinds({S(0)}, {S(1)}), (std::vector<K>{K::AllToAll}));
   EXPECT_EQ(kinds({R}, {P()}), (std::vector<K>{K::ToPartial}));
-  EXPECT_EQ(kinds({P(ReduceOp::Max)}, {P()}), (std::vector<K>{K::AllReduce, K::ToPartial}));
+  EXPECT_EQ(kinds({P(ReduceOp::Max)}, {P()}),
+            (std::vector<K>{K::AllReduce, K::ToPartial}));
   EXPECT_TRUE(kinds({S(0), R}, {S(0), R}).empty());
   // Nested: the inner split must go first.
   EXPECT_EQ(kinds({S(0), S(0)}, {R, S(0)}),
@@ -90,8 +91,8 @@ TEST(Cost, CheaperPathsCostLess) {
 
 TEST(Strategy, MatmulContractingShardGivesPartial) {
   ShardingRule rule = rules::matmul({8, 6}, {6, 4});
-  ShardingStrategy s =
-      chooseStrategy(rule, {{8, 6}, {6, 4}}, {{S(1)}, {S(0)}}, {8, 4}, 4, {4}, nullptr);
+  ShardingStrategy s = chooseStrategy(rule, {{8, 6}, {6, 4}}, {{S(1)}, {S(0)}},
+                                      {8, 4}, 4, {4}, nullptr);
   EXPECT_EQ(s.cost, 0);
   EXPECT_EQ(s.result, (Placements{P()}));
   EXPECT_TRUE(isLocalStrategy(rule, {{S(1)}, {S(0)}}, {P()}));
@@ -99,10 +100,11 @@ TEST(Strategy, MatmulContractingShardGivesPartial) {
 }
 
 TEST(Strategy, RequiredResultIsRespected) {
-  ShardingRule rule = rules::elementwise({8, 8}, 2, *rules::elementwiseTraits("add", 2));
+  ShardingRule rule =
+      rules::elementwise({8, 8}, 2, *rules::elementwiseTraits("add", 2));
   Placements want = {S(1)};
-  ShardingStrategy s =
-      chooseStrategy(rule, {{8, 8}, {8, 8}}, {{S(0)}, {S(0)}}, {8, 8}, 4, {4}, &want);
+  ShardingStrategy s = chooseStrategy(rule, {{8, 8}, {8, 8}}, {{S(0)}, {S(0)}},
+                                      {8, 8}, 4, {4}, &want);
   EXPECT_TRUE(isLocalStrategy(rule, s.operands, s.result));
   EXPECT_GT(s.cost, 0);
 }
@@ -124,5 +126,6 @@ TEST(Rules, ReshapeKeepsOnlyOneToOneDims) {
   ShardingRule r = rules::reshape({4, 6, 5}, {4, 2, 3, 5});
   EXPECT_EQ(r.operands[0], (std::vector<int64_t>{0, -1, 1}));
   EXPECT_EQ(r.results[0], (std::vector<int64_t>{0, -1, -1, 1}));
-  EXPECT_EQ(r.str(), "([i, _, j]) -> ([i, _, _, j]) reduction={} joint={sum, avg, max, min} linear={}");
+  EXPECT_EQ(r.str(), "([i, _, j]) -> ([i, _, _, j]) reduction={} joint={sum, "
+                     "avg, max, min} linear={}");
 }

@@ -21,8 +21,8 @@ using ::dtorch::wire::I64;
 void registerSlowCopy() {
   Kernel kernel;
   kernel.numInputs = 1;
-  kernel.run = [](const AttrReader&, const std::vector<const Tensor*>& in,
-                  const std::vector<Tensor*>& out) {
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &in,
+                  const std::vector<Tensor *> &out) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::memcpy(out[0]->data(), in[0]->data(), in[0]->nbytes());
   };
@@ -43,8 +43,10 @@ TEST(Executor, RunsAKernelChain) {
   auto outputs = executor.run(b.program(), {input});
   ASSERT_EQ(outputs.size(), 2u);
   std::vector<float> got = valuesOf<float>(outputs[0]);
-  for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], std::exp(float(i)) * i, 1e-4);
-  EXPECT_EQ(outputs[1].data(), input.data());  // an input returned as output is shared
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(got[i], std::exp(float(i)) * i, 1e-4);
+  EXPECT_EQ(outputs[1].data(),
+            input.data()); // an input returned as output is shared
 }
 
 TEST(Executor, CollectiveOnCommConsumesComputeOutputThroughEvents) {
@@ -60,7 +62,7 @@ TEST(Executor, CollectiveOnCommConsumesComputeOutputThroughEvents) {
     int produced = b.event();
     int communicated = b.event();
     b.add("test_slow_copy", {x}, {y}).set_record_event(produced);
-    Instruction& allReduce = b.add("all_reduce", {y}, {reduced}, COMM);
+    Instruction &allReduce = b.add("all_reduce", {y}, {reduced}, COMM);
     setInts(allReduce, "group", {0, 1, 2, 3});
     setString(allReduce, "reduce", "sum");
     allReduce.add_wait_events(produced);
@@ -71,10 +73,12 @@ TEST(Executor, CollectiveOnCommConsumesComputeOutputThroughEvents) {
     auto comm = hub.communicator(rank);
     Executor executor(comm.get());
     float r = static_cast<float>(rank);
-    auto outputs = executor.run(b.program(), {makeTensor<float>(F32, {3}, {r, 2 * r, 1})});
+    auto outputs =
+        executor.run(b.program(), {makeTensor<float>(F32, {3}, {r, 2 * r, 1})});
     // sum over ranks of (r, 2r, 1) = (6, 12, 4).
     EXPECT_EQ(valuesOf<float>(outputs[1]), (std::vector<float>{6, 12, 4}));
-    EXPECT_EQ(valuesOf<float>(outputs[0]), (std::vector<float>{6 + r, 12 + 2 * r, 5}));
+    EXPECT_EQ(valuesOf<float>(outputs[0]),
+              (std::vector<float>{6 + r, 12 + 2 * r, 5}));
   });
 }
 
@@ -92,7 +96,7 @@ TEST(Executor, ComputeRunsWhileCommWaits) {
     int ready = b.event();
     b.add("neg", {x}, {a});
     b.add("add", {a, x}, {c}).set_record_event(ready);
-    Instruction& gather = b.add("all_gather", {a}, {gathered}, COMM);
+    Instruction &gather = b.add("all_gather", {a}, {gathered}, COMM);
     setInts(gather, "group", {0, 1});
     setInt(gather, "dim", 0);
     setInts(gather, "sizes", {2, 2});
@@ -101,8 +105,10 @@ TEST(Executor, ComputeRunsWhileCommWaits) {
     b.output(c);
     auto comm = hub.communicator(rank);
     Executor executor(comm.get());
-    auto outputs = executor.run(b.program(), {makeTensor<int64_t>(I64, {2}, {rank + 1, 10})});
-    EXPECT_EQ(valuesOf<int64_t>(outputs[0]), (std::vector<int64_t>{-1, -10, -2, -10}));
+    auto outputs = executor.run(
+        b.program(), {makeTensor<int64_t>(I64, {2}, {rank + 1, 10})});
+    EXPECT_EQ(valuesOf<int64_t>(outputs[0]),
+              (std::vector<int64_t>{-1, -10, -2, -10}));
     EXPECT_EQ(valuesOf<int64_t>(outputs[1]), (std::vector<int64_t>{0, 0}));
   });
 }
@@ -112,18 +118,21 @@ TEST(Executor, CollectiveTimeoutNamesInstructionAndMissingRank) {
   FakeCollectiveHub hub(world, std::chrono::milliseconds(200));
   std::vector<std::string> messages(world);
   runRanks(world, [&](int rank) {
-    if (rank == 3) return;  // never arrives
+    if (rank == 3)
+      return; // never arrives
     ProgramBuilder b(rank);
     int x = b.input(F32, {2});
     int y = b.buffer(F32, {2});
-    Instruction& inst = b.add("all_reduce", {x}, {y}, COMM);
+    Instruction &inst = b.add("all_reduce", {x}, {y}, COMM);
     setInts(inst, "group", {0, 1, 2, 3});
     setString(inst, "reduce", "max");
     b.output(y);
     auto comm = hub.communicator(rank);
     Executor executor(comm.get());
     expectRuntimeError(
-        [&] { executor.run(b.program(), {makeTensor<float>(F32, {2}, {1, 2})}); },
+        [&] {
+          executor.run(b.program(), {makeTensor<float>(F32, {2}, {1, 2})});
+        },
         {"instruction 0 ('all_reduce' at test.py:1)", "rank(s) 3", "200 ms"});
   });
 }
@@ -139,15 +148,16 @@ ProgramBuilder simpleProgram() {
   return b;
 }
 
-void expectInvalid(Program& program, const std::vector<std::string>& fragments,
-                   Communicator* comm = nullptr) {
+void expectInvalid(Program &program, const std::vector<std::string> &fragments,
+                   Communicator *comm = nullptr) {
   Executor executor(comm);
   std::vector<Tensor> inputs;
   for (int id : program.inputs()) {
-    if (id < 0 || id >= program.buffers_size()) break;
+    if (id < 0 || id >= program.buffers_size())
+      break;
     try {
       inputs.push_back(Tensor::emptyLike(program.buffers(id)));
-    } catch (const RuntimeError&) {
+    } catch (const RuntimeError &) {
       break;
     }
   }
@@ -157,14 +167,15 @@ void expectInvalid(Program& program, const std::vector<std::string>& fragments,
 TEST(Validation, WrongVersion) {
   ProgramBuilder b = simpleProgram();
   b.program().set_version(2);
-  expectInvalid(b.program(), {"invalid program 'test'", "unsupported program format version 2"});
+  expectInvalid(b.program(), {"invalid program 'test'",
+                              "unsupported program format version 2"});
 }
 
 TEST(Validation, BadBufferId) {
   ProgramBuilder b = simpleProgram();
   b.program().mutable_instructions(0)->set_inputs(0, 7);
-  expectInvalid(b.program(),
-                {"instruction 0 ('relu' at test.py:1)", "input buffer id 7 is out of range"});
+  expectInvalid(b.program(), {"instruction 0 ('relu' at test.py:1)",
+                              "input buffer id 7 is out of range"});
   ProgramBuilder c = simpleProgram();
   c.program().add_outputs(-1);
   expectInvalid(c.program(), {"output buffer id -1 is out of range"});
@@ -187,11 +198,14 @@ TEST(Validation, OpWithoutKernelForDtype) {
 TEST(Validation, WrongInputShapeAndCount) {
   ProgramBuilder b = simpleProgram();
   Executor executor(nullptr);
-  expectRuntimeError([&] { executor.run(b.program(), {Tensor::empty(F32, {3, 2})}); },
-                     {"input 0 (buffer 0) must be float32[2, 3], got float32[3, 2]"});
-  expectRuntimeError([&] { executor.run(b.program(), {Tensor::empty(I64, {2, 3})}); },
-                     {"must be float32[2, 3], got int64[2, 3]"});
-  expectRuntimeError([&] { executor.run(b.program(), {}); }, {"expects 1 input(s), got 0"});
+  expectRuntimeError(
+      [&] { executor.run(b.program(), {Tensor::empty(F32, {3, 2})}); },
+      {"input 0 (buffer 0) must be float32[2, 3], got float32[3, 2]"});
+  expectRuntimeError(
+      [&] { executor.run(b.program(), {Tensor::empty(I64, {2, 3})}); },
+      {"must be float32[2, 3], got int64[2, 3]"});
+  expectRuntimeError([&] { executor.run(b.program(), {}); },
+                     {"expects 1 input(s), got 0"});
 }
 
 TEST(Validation, KernelShapeMismatch) {
@@ -199,7 +213,8 @@ TEST(Validation, KernelShapeMismatch) {
   int x = b.input(F32, {2, 3});
   int y = b.buffer(F32, {3, 2});
   b.add("relu", {x}, {y});
-  expectInvalid(b.program(), {"instruction 0", "expected float32[3, 2], got float32[2, 3]"});
+  expectInvalid(b.program(),
+                {"instruction 0", "expected float32[3, 2], got float32[2, 3]"});
 }
 
 TEST(Validation, MissingOrMistypedAttribute) {
@@ -221,7 +236,8 @@ TEST(Validation, WrongArity) {
 
 TEST(Validation, EventIdsOutOfRange) {
   ProgramBuilder b = simpleProgram();
-  b.program().mutable_instructions(0)->set_record_event(0);  // proto default; no events declared
+  b.program().mutable_instructions(0)->set_record_event(
+      0); // proto default; no events declared
   expectInvalid(b.program(), {"records event 0 outside [0, 0)"});
   ProgramBuilder c = simpleProgram();
   c.program().mutable_instructions(0)->add_wait_events(3);
@@ -236,10 +252,11 @@ TEST(Validation, ReadWithoutEventAcrossStreams) {
   int y = b.buffer(F32, {2});
   int z = b.buffer(F32, {2});
   b.add("relu", {x}, {y});
-  Instruction& inst = b.add("all_reduce", {y}, {z}, COMM);  // no wait on relu
+  Instruction &inst = b.add("all_reduce", {y}, {z}, COMM); // no wait on relu
   setInts(inst, "group", {0});
   setString(inst, "reduce", "sum");
-  expectInvalid(b.program(), {"instruction 1 ('all_reduce'", "missing event?"}, comm.get());
+  expectInvalid(b.program(), {"instruction 1 ('all_reduce'", "missing event?"},
+                comm.get());
 }
 
 TEST(Validation, EventDeadlockAndUnrecordedEvent) {
@@ -250,23 +267,25 @@ TEST(Validation, EventDeadlockAndUnrecordedEvent) {
   int y = b.buffer(F32, {2});
   int z = b.buffer(F32, {2});
   int e0 = b.event(), e1 = b.event();
-  Instruction& relu = b.add("relu", {x}, {y});
+  Instruction &relu = b.add("relu", {x}, {y});
   relu.add_wait_events(e1);
   relu.set_record_event(e0);
-  Instruction& reduce = b.add("all_reduce", {x}, {z}, COMM);
+  Instruction &reduce = b.add("all_reduce", {x}, {z}, COMM);
   setInts(reduce, "group", {0});
   setString(reduce, "reduce", "sum");
   reduce.add_wait_events(e0);
   reduce.set_record_event(e1);
   expectInvalid(b.program(), {"deadlock"}, comm.get());
   b.program().mutable_instructions(1)->set_record_event(-1);
-  expectInvalid(b.program(), {"waits on event 1, which no instruction records"}, comm.get());
+  expectInvalid(b.program(), {"waits on event 1, which no instruction records"},
+                comm.get());
 }
 
 TEST(Validation, SingleWriterAndNoWritesToInputs) {
   ProgramBuilder b = simpleProgram();
   b.add("relu", {0}, {1});
-  expectInvalid(b.program(), {"instruction 1", "already written by instruction 0"});
+  expectInvalid(b.program(),
+                {"instruction 1", "already written by instruction 0"});
   ProgramBuilder c = simpleProgram();
   c.add("relu", {1}, {0});
   expectInvalid(c.program(), {"which is a program input"});
@@ -276,22 +295,26 @@ TEST(Validation, CollectiveNeedsCommunicatorAndMatchingRank) {
   ProgramBuilder b(1);
   int x = b.input(F32, {2});
   int y = b.buffer(F32, {2});
-  Instruction& inst = b.add("all_reduce", {x}, {y}, COMM);
+  Instruction &inst = b.add("all_reduce", {x}, {y}, COMM);
   setInts(inst, "group", {0, 1});
   setString(inst, "reduce", "sum");
-  expectInvalid(b.program(), {"has collectives but the executor has no communicator"});
+  expectInvalid(b.program(),
+                {"has collectives but the executor has no communicator"});
   FakeCollectiveHub hub(2);
   auto rank0 = hub.communicator(0);
-  expectInvalid(b.program(), {"is for rank 1 but the communicator is rank 0"}, rank0.get());
+  expectInvalid(b.program(), {"is for rank 1 but the communicator is rank 0"},
+                rank0.get());
   auto rank1 = hub.communicator(1);
   b.program().mutable_instructions(0)->set_stream(COMPUTE);
-  expectInvalid(b.program(), {"collectives run on the COMM stream"}, rank1.get());
+  expectInvalid(b.program(), {"collectives run on the COMM stream"},
+                rank1.get());
   b.program().mutable_instructions(0)->set_stream(COMM);
   setString(*b.program().mutable_instructions(0), "reduce", "prod");
   expectInvalid(b.program(), {"unknown reduction 'prod'"}, rank1.get());
   setString(*b.program().mutable_instructions(0), "reduce", "sum");
   setInts(*b.program().mutable_instructions(0), "group", {0, 2});
-  expectInvalid(b.program(), {"rank 1 is not in collective group [0, 2]"}, rank1.get());
+  expectInvalid(b.program(), {"rank 1 is not in collective group [0, 2]"},
+                rank1.get());
 }
 
 TEST(Validation, CollectiveShapes) {
@@ -300,18 +323,22 @@ TEST(Validation, CollectiveShapes) {
   ProgramBuilder b;
   int x = b.input(F32, {2, 3});
   int y = b.buffer(F32, {5, 3});
-  Instruction& inst = b.add("all_gather", {x}, {y}, COMM);
+  Instruction &inst = b.add("all_gather", {x}, {y}, COMM);
   setInts(inst, "group", {0, 1});
   setInt(inst, "dim", 0);
   setInts(inst, "sizes", {2, 2});
-  expectInvalid(b.program(), {"all_gather output must be float32[4, 3]"}, comm.get());
+  expectInvalid(b.program(), {"all_gather output must be float32[4, 3]"},
+                comm.get());
   setInts(inst, "sizes", {2});
-  expectInvalid(b.program(), {"all_gather sizes has 1 entries for a group of 2"}, comm.get());
+  expectInvalid(b.program(),
+                {"all_gather sizes has 1 entries for a group of 2"},
+                comm.get());
 }
 
 TEST(Validation, BadStreamAndDtype) {
   ProgramBuilder b = simpleProgram();
-  b.program().mutable_instructions(0)->set_stream(static_cast<::dtorch::wire::Stream>(5));
+  b.program().mutable_instructions(0)->set_stream(
+      static_cast<::dtorch::wire::Stream>(5));
   expectInvalid(b.program(), {"unknown stream 5"});
   ProgramBuilder c = simpleProgram();
   c.program().mutable_buffers(1)->set_dtype(static_cast<DType>(42));
@@ -328,42 +355,71 @@ TEST(Validation, MutatedProgramsNeverCrash) {
   int s = base.buffer(F32, {2});
   int t = base.buffer(F32, {2, 2});
   base.add("matmul", {x, w}, {y});
-  Instruction& sum = base.add("sum", {y}, {s});
+  Instruction &sum = base.add("sum", {y}, {s});
   setInts(sum, "dims", {1});
-  Instruction& sl = base.add("slice", {x}, {t});
+  Instruction &sl = base.add("slice", {x}, {t});
   setInt(sl, "dim", 1);
   setInt(sl, "start", 1);
   base.output(s);
   base.output(t);
 
-  const char* ops[] = {"matmul", "sum", "slice", "relu", "full", "random", "constant",
-                       "transpose", "all_reduce", "bogus", ""};
+  const char *ops[] = {"matmul",     "sum",    "slice",    "relu",
+                       "full",       "random", "constant", "transpose",
+                       "all_reduce", "bogus",  ""};
   std::mt19937 rng(1234);
-  auto pick = [&](int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng); };
+  auto pick = [&](int low, int high) {
+    return std::uniform_int_distribution<int>(low, high)(rng);
+  };
   int ran = 0, rejected = 0;
   for (int iteration = 0; iteration < 3000; ++iteration) {
     Program program = base.program();
     int mutations = pick(1, 3);
     for (int m = 0; m < mutations; ++m) {
-      Instruction* inst = program.mutable_instructions(pick(0, program.instructions_size() - 1));
+      Instruction *inst = program.mutable_instructions(
+          pick(0, program.instructions_size() - 1));
       switch (pick(0, 9)) {
-        case 0: inst->set_op(ops[pick(0, 10)]); break;
-        case 1: if (inst->inputs_size()) inst->set_inputs(pick(0, inst->inputs_size() - 1), pick(-2, 6)); break;
-        case 2: inst->add_outputs(pick(-1, 5)); break;
-        case 3: program.mutable_buffers(pick(0, 4))->set_shape(0, pick(-1, 4)); break;
-        case 4: program.mutable_buffers(pick(0, 4))->set_dtype(static_cast<DType>(pick(0, 9))); break;
-        case 5: inst->add_wait_events(pick(-1, 2)); break;
-        case 6: inst->set_record_event(pick(-2, 2)); program.set_num_events(pick(-1, 2)); break;
-        case 7: setInts(*inst, "dims", {pick(-3, 3)}); setInt(*inst, "start", pick(-2, 4)); break;
-        case 8: (*inst->mutable_attrs())["dim"].set_s("x"); break;
-        case 9: inst->set_stream(static_cast<::dtorch::wire::Stream>(pick(0, 2))); break;
+      case 0:
+        inst->set_op(ops[pick(0, 10)]);
+        break;
+      case 1:
+        if (inst->inputs_size())
+          inst->set_inputs(pick(0, inst->inputs_size() - 1), pick(-2, 6));
+        break;
+      case 2:
+        inst->add_outputs(pick(-1, 5));
+        break;
+      case 3:
+        program.mutable_buffers(pick(0, 4))->set_shape(0, pick(-1, 4));
+        break;
+      case 4:
+        program.mutable_buffers(pick(0, 4))
+            ->set_dtype(static_cast<DType>(pick(0, 9)));
+        break;
+      case 5:
+        inst->add_wait_events(pick(-1, 2));
+        break;
+      case 6:
+        inst->set_record_event(pick(-2, 2));
+        program.set_num_events(pick(-1, 2));
+        break;
+      case 7:
+        setInts(*inst, "dims", {pick(-3, 3)});
+        setInt(*inst, "start", pick(-2, 4));
+        break;
+      case 8:
+        (*inst->mutable_attrs())["dim"].set_s("x");
+        break;
+      case 9:
+        inst->set_stream(static_cast<::dtorch::wire::Stream>(pick(0, 2)));
+        break;
       }
     }
-    std::vector<Tensor> inputs = {Tensor::empty(F32, {2, 3}), Tensor::empty(F32, {3, 2})};
+    std::vector<Tensor> inputs = {Tensor::empty(F32, {2, 3}),
+                                  Tensor::empty(F32, {3, 2})};
     try {
       Executor(nullptr).run(program, inputs);
       ++ran;
-    } catch (const RuntimeError&) {
+    } catch (const RuntimeError &) {
       ++rejected;
     }
   }
@@ -371,5 +427,5 @@ TEST(Validation, MutatedProgramsNeverCrash) {
   EXPECT_GT(rejected, 0);
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

@@ -18,20 +18,20 @@ const Group kWorld = {0, 1, 2, 3};
 constexpr int kRanks = 4;
 
 // Runs fn(rank, communicator) on 4 threads sharing one hub.
-void onFourRanks(const std::function<void(int, Communicator&)>& fn,
+void onFourRanks(const std::function<void(int, Communicator &)> &fn,
                  std::chrono::milliseconds deadline = std::chrono::seconds(5)) {
   FakeCollectiveHub hub(kRanks, deadline);
   std::vector<std::unique_ptr<Communicator>> comms;
-  for (int rank = 0; rank < kRanks; ++rank) comms.push_back(hub.communicator(rank));
+  for (int rank = 0; rank < kRanks; ++rank)
+    comms.push_back(hub.communicator(rank));
   runRanks(kRanks, [&](int rank) {
     EXPECT_EQ(comms[rank]->rank(), rank);
     fn(rank, *comms[rank]);
   });
 }
 
-template <class T>
-void checkAllReduce(DType dtype) {
-  onFourRanks([dtype](int rank, Communicator& comm) {
+template <class T> void checkAllReduce(DType dtype) {
+  onFourRanks([dtype](int rank, Communicator &comm) {
     // x_r = (r, 10 - r, 2r)
     Tensor x = makeTensor<T>(dtype, {3}, {T(rank), T(10 - rank), T(2 * rank)});
     Tensor out = Tensor::empty(dtype, {3});
@@ -43,10 +43,11 @@ void checkAllReduce(DType dtype) {
     EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{0, 7, 0}));
     comm.all_reduce(x, out, kWorld, ReduceOp::Avg);
     if constexpr (std::is_integral_v<T>)
-      EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{1, 8, 3}));  // truncated
+      EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{1, 8, 3})); // truncated
     else
       EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{1.5, 8.5, 3}));
-    EXPECT_EQ(valuesOf<T>(x), (std::vector<T>{T(rank), T(10 - rank), T(2 * rank)}));
+    EXPECT_EQ(valuesOf<T>(x),
+              (std::vector<T>{T(rank), T(10 - rank), T(2 * rank)}));
   });
 }
 
@@ -57,7 +58,7 @@ TEST(FakeCollectives, AllReduceEveryOpAndDtype) {
 }
 
 TEST(FakeCollectives, AllReduceEmptyTensor) {
-  onFourRanks([](int, Communicator& comm) {
+  onFourRanks([](int, Communicator &comm) {
     Tensor x = Tensor::empty(F32, {0, 3});
     Tensor out = Tensor::empty(F32, {0, 3});
     comm.all_reduce(x, out, kWorld, ReduceOp::Sum);
@@ -66,30 +67,35 @@ TEST(FakeCollectives, AllReduceEmptyTensor) {
 }
 
 // value encoding (rank, i, j) for pieces.
-int64_t code(int64_t rank, int64_t i, int64_t j) { return rank * 100 + i * 10 + j; }
+int64_t code(int64_t rank, int64_t i, int64_t j) {
+  return rank * 100 + i * 10 + j;
+}
 
 TEST(FakeCollectives, AllGatherUnevenWithEmptyPieceAlongDim1) {
   const std::vector<int64_t> sizes = {2, 0, 3, 1};
-  onFourRanks([&](int rank, Communicator& comm) {
+  onFourRanks([&](int rank, Communicator &comm) {
     int64_t mine = sizes[rank];
     Tensor x = Tensor::empty(I64, {2, mine});
     for (int64_t i = 0; i < 2; ++i)
-      for (int64_t j = 0; j < mine; ++j) x.data_as<int64_t>()[i * mine + j] = code(rank, i, j);
+      for (int64_t j = 0; j < mine; ++j)
+        x.data_as<int64_t>()[i * mine + j] = code(rank, i, j);
     Tensor out = Tensor::empty(I64, {2, 6});
     comm.all_gather(x, out, kWorld, 1, sizes);
     std::vector<int64_t> want;
     for (int64_t i = 0; i < 2; ++i)
       for (int r = 0; r < kRanks; ++r)
-        for (int64_t j = 0; j < sizes[r]; ++j) want.push_back(code(r, i, j));
+        for (int64_t j = 0; j < sizes[r]; ++j)
+          want.push_back(code(r, i, j));
     EXPECT_EQ(valuesOf<int64_t>(out), want);
   });
 }
 
 TEST(FakeCollectives, AllGatherAlongDim0) {
   const std::vector<int64_t> sizes = {1, 2, 0, 1};
-  onFourRanks([&](int rank, Communicator& comm) {
+  onFourRanks([&](int rank, Communicator &comm) {
     std::vector<float> mine;
-    for (int64_t i = 0; i < sizes[rank]; ++i) mine.push_back(float(rank * 10 + i));
+    for (int64_t i = 0; i < sizes[rank]; ++i)
+      mine.push_back(float(rank * 10 + i));
     Tensor x = makeTensor<float>(F32, {sizes[rank]}, mine);
     Tensor out = Tensor::empty(F32, {4});
     comm.all_gather(x, out, kWorld, 0, sizes);
@@ -100,23 +106,25 @@ TEST(FakeCollectives, AllGatherAlongDim0) {
 TEST(FakeCollectives, ReduceScatterUnevenWithEmptyPiece) {
   const std::vector<int64_t> sizes = {1, 0, 2, 3};
   const std::vector<int64_t> offsets = {0, 1, 1, 3};
-  onFourRanks([&](int rank, Communicator& comm) {
+  onFourRanks([&](int rank, Communicator &comm) {
     Tensor x = Tensor::empty(I64, {6, 2});
     for (int64_t i = 0; i < 6; ++i)
-      for (int64_t j = 0; j < 2; ++j) x.data_as<int64_t>()[i * 2 + j] = code(rank, i, j);
+      for (int64_t j = 0; j < 2; ++j)
+        x.data_as<int64_t>()[i * 2 + j] = code(rank, i, j);
     Tensor out = Tensor::empty(I64, {sizes[rank], 2});
     comm.reduce_scatter(x, out, kWorld, ReduceOp::Sum, 0, sizes);
     std::vector<int64_t> want;
     for (int64_t i = 0; i < sizes[rank]; ++i)
       for (int64_t j = 0; j < 2; ++j) {
         int64_t total = 0;
-        for (int r = 0; r < kRanks; ++r) total += code(r, offsets[rank] + i, j);
+        for (int r = 0; r < kRanks; ++r)
+          total += code(r, offsets[rank] + i, j);
         want.push_back(total);
       }
     EXPECT_EQ(valuesOf<int64_t>(out), want);
     // max along dim 1 with an even split.
     Tensor half = Tensor::empty(I64, {6, 1});
-    Group pair = {rank % 2, rank % 2 + 2};  // groups {0,2} and {1,3}
+    Group pair = {rank % 2, rank % 2 + 2}; // groups {0,2} and {1,3}
     comm.reduce_scatter(x, half, pair, ReduceOp::Max, 1, {1, 1});
     int64_t column = rank < 2 ? 0 : 1;
     for (int64_t i = 0; i < 6; ++i)
@@ -125,7 +133,7 @@ TEST(FakeCollectives, ReduceScatterUnevenWithEmptyPiece) {
 }
 
 TEST(FakeCollectives, ReduceScatterAverageFloat) {
-  onFourRanks([](int rank, Communicator& comm) {
+  onFourRanks([](int rank, Communicator &comm) {
     Tensor x = makeTensor<double>(F64, {4}, {double(rank), 1, 2, 3});
     Tensor out = Tensor::empty(F64, {1});
     comm.reduce_scatter(x, out, kWorld, ReduceOp::Avg, 0, {1, 1, 1, 1});
@@ -141,37 +149,42 @@ TEST(FakeCollectives, AllToAllUnevenWithEmptyPieces) {
   const std::vector<int64_t> split = {1, 0, 2, 1};
   const std::vector<int64_t> splitOffsets = {0, 1, 1, 3};
   const std::vector<int64_t> concat = {2, 1, 0, 3};
-  onFourRanks([&](int rank, Communicator& comm) {
+  onFourRanks([&](int rank, Communicator &comm) {
     int64_t cols = concat[rank];
     Tensor x = Tensor::empty(I64, {4, cols});
     for (int64_t i = 0; i < 4; ++i)
-      for (int64_t j = 0; j < cols; ++j) x.data_as<int64_t>()[i * cols + j] = code(rank, i, j);
+      for (int64_t j = 0; j < cols; ++j)
+        x.data_as<int64_t>()[i * cols + j] = code(rank, i, j);
     Tensor out = Tensor::empty(I64, {split[rank], 6});
     comm.all_to_all(x, out, kWorld, 0, split, 1, concat);
     std::vector<int64_t> want;
     for (int64_t i = 0; i < split[rank]; ++i)
       for (int r = 0; r < kRanks; ++r)
-        for (int64_t j = 0; j < concat[r]; ++j) want.push_back(code(r, splitOffsets[rank] + i, j));
+        for (int64_t j = 0; j < concat[r]; ++j)
+          want.push_back(code(r, splitOffsets[rank] + i, j));
     EXPECT_EQ(valuesOf<int64_t>(out), want);
   });
 }
 
 TEST(FakeCollectives, AllToAllSameDimIsATranspose) {
-  onFourRanks([](int rank, Communicator& comm) {
+  onFourRanks([](int rank, Communicator &comm) {
     std::vector<float> row;
-    for (int j = 0; j < 4; ++j) row.push_back(float(rank * 4 + j));
+    for (int j = 0; j < 4; ++j)
+      row.push_back(float(rank * 4 + j));
     Tensor x = makeTensor<float>(F32, {4}, row);
     Tensor out = Tensor::empty(F32, {4});
     comm.all_to_all(x, out, kWorld, 0, {1, 1, 1, 1}, 0, {1, 1, 1, 1});
     std::vector<float> want;
-    for (int r = 0; r < kRanks; ++r) want.push_back(float(r * 4 + rank));
+    for (int r = 0; r < kRanks; ++r)
+      want.push_back(float(r * 4 + rank));
     EXPECT_EQ(valuesOf<float>(out), want);
   });
 }
 
 TEST(FakeCollectives, BroadcastFromNonZeroRoot) {
-  onFourRanks([](int rank, Communicator& comm) {
-    Tensor x = rank == 2 ? makeTensor<double>(F64, {2, 2}, {1, 2, 3, 4}) : Tensor();
+  onFourRanks([](int rank, Communicator &comm) {
+    Tensor x =
+        rank == 2 ? makeTensor<double>(F64, {2, 2}, {1, 2, 3, 4}) : Tensor();
     Tensor out = Tensor::empty(F64, {2, 2});
     comm.broadcast(x, out, kWorld, 2);
     EXPECT_EQ(valuesOf<double>(out), (std::vector<double>{1, 2, 3, 4}));
@@ -179,13 +192,13 @@ TEST(FakeCollectives, BroadcastFromNonZeroRoot) {
 }
 
 TEST(FakeCollectives, SendRecvRingAndOrderPerTag) {
-  onFourRanks([](int rank, Communicator& comm) {
+  onFourRanks([](int rank, Communicator &comm) {
     int next = (rank + 1) % kRanks, previous = (rank + kRanks - 1) % kRanks;
     comm.send(makeTensor<int64_t>(I64, {2}, {rank, 1}), next, 5);
     comm.send(makeTensor<int64_t>(I64, {2}, {rank, 2}), next, 5);
     comm.send(makeTensor<int64_t>(I64, {1}, {rank * 7}), next, 9);
     Tensor tagged = Tensor::empty(I64, {1});
-    comm.recv(tagged, previous, 9);  // tags are matched independently
+    comm.recv(tagged, previous, 9); // tags are matched independently
     EXPECT_EQ(valuesOf<int64_t>(tagged), (std::vector<int64_t>{previous * 7}));
     Tensor first = Tensor::empty(I64, {2}), second = Tensor::empty(I64, {2});
     comm.recv(first, previous, 5);
@@ -200,7 +213,7 @@ TEST(FakeCollectives, SendRecvRingAndOrderPerTag) {
 }
 
 TEST(FakeCollectives, ManySequentialCallsAndDisjointSubgroups) {
-  onFourRanks([](int rank, Communicator& comm) {
+  onFourRanks([](int rank, Communicator &comm) {
     Group mine = rank % 2 == 0 ? Group{0, 2} : Group{3, 1};
     for (int step = 0; step < 50; ++step) {
       Tensor x = makeTensor<int64_t>(I64, {1}, {rank + step});
@@ -219,16 +232,19 @@ TEST(FakeCollectives, DeadlineNamesTheMissingRank) {
   std::atomic<int> failures{0};
   auto start = steady_clock::now();
   runRanks(kRanks, [&](int rank) {
-    if (rank == 3) return;  // never arrives
+    if (rank == 3)
+      return; // never arrives
     auto comm = hub.communicator(rank);
     Tensor x = Tensor::empty(F32, {2});
     Tensor out = Tensor::empty(F32, {2});
-    expectRuntimeError([&] { comm->all_reduce(x, out, kWorld, ReduceOp::Sum); },
-                       {"all_reduce", "group [0, 1, 2, 3]", "rank(s) 3", "200 ms"});
+    expectRuntimeError(
+        [&] { comm->all_reduce(x, out, kWorld, ReduceOp::Sum); },
+        {"all_reduce", "group [0, 1, 2, 3]", "rank(s) 3", "200 ms"});
     ++failures;
   });
   EXPECT_EQ(failures.load(), 3);
-  EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - start).count(), 3000);
+  EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - start).count(),
+            3000);
 }
 
 TEST(FakeCollectives, DeadlineNamesSeveralMissingRanks) {
@@ -237,8 +253,9 @@ TEST(FakeCollectives, DeadlineNamesSeveralMissingRanks) {
     auto comm = hub.communicator(rank);
     Tensor x = Tensor::empty(F32, {1});
     Tensor out = Tensor::empty(F32, {4});
-    expectRuntimeError([&] { comm->all_gather(x, out, kWorld, 0, {1, 1, 1, 1}); },
-                       {"rank(s) 2, 3"});
+    expectRuntimeError(
+        [&] { comm->all_gather(x, out, kWorld, 0, {1, 1, 1, 1}); },
+        {"rank(s) 2, 3"});
   });
 }
 
@@ -258,11 +275,13 @@ TEST(FakeCollectives, MismatchedCollectivesFail) {
     Tensor gathered = Tensor::empty(F32, {4});
     if (rank == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      expectRuntimeError([&] { comm->all_reduce(x, out, {0, 1}, ReduceOp::Sum); },
-                         {"members disagree"});
+      expectRuntimeError(
+          [&] { comm->all_reduce(x, out, {0, 1}, ReduceOp::Sum); },
+          {"members disagree"});
     } else {
-      expectRuntimeError([&] { comm->all_gather(x, gathered, {0, 1}, 0, {2, 2}); },
-                         {"members disagree"});
+      expectRuntimeError(
+          [&] { comm->all_gather(x, gathered, {0, 1}, 0, {2, 2}); },
+          {"members disagree"});
     }
   });
 }
@@ -280,5 +299,5 @@ TEST(FakeCollectives, RejectsBadArguments) {
   EXPECT_THROW(hub.communicator(4), RuntimeError);
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

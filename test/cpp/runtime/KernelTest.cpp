@@ -18,37 +18,43 @@ using ::dtorch::wire::F64;
 using ::dtorch::wire::I64;
 using Shape = std::vector<int64_t>;
 
-Tensor runKernel(const std::string& op, const std::vector<Tensor>& inputs, DType outDtype,
-                 const Shape& outShape, const std::function<void(Instruction&)>& setAttrs = {}) {
+Tensor runKernel(const std::string &op, const std::vector<Tensor> &inputs,
+                 DType outDtype, const Shape &outShape,
+                 const std::function<void(Instruction &)> &setAttrs = {}) {
   ProgramBuilder builder;
   std::vector<int> ids;
-  for (const Tensor& t : inputs) ids.push_back(builder.input(t.dtype(), t.shape()));
+  for (const Tensor &t : inputs)
+    ids.push_back(builder.input(t.dtype(), t.shape()));
   int out = builder.buffer(outDtype, outShape);
-  Instruction& inst = builder.add(op, ids, {out});
-  if (setAttrs) setAttrs(inst);
+  Instruction &inst = builder.add(op, ids, {out});
+  if (setAttrs)
+    setAttrs(inst);
   builder.output(out);
   Executor executor(nullptr);
   return executor.run(builder.program(), inputs).at(0);
 }
 
 template <class T>
-std::vector<T> randomValues(size_t count, double low, double high, unsigned seed = 7) {
+std::vector<T> randomValues(size_t count, double low, double high,
+                            unsigned seed = 7) {
   std::mt19937 rng(seed);
   std::vector<T> values(count);
   if constexpr (std::is_integral_v<T>) {
     std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(low),
                                                 static_cast<int64_t>(high));
-    for (auto& v : values) v = static_cast<T>(dist(rng));
+    for (auto &v : values)
+      v = static_cast<T>(dist(rng));
   } else {
     std::uniform_real_distribution<double> dist(low, high);
-    for (auto& v : values) v = static_cast<T>(dist(rng));
+    for (auto &v : values)
+      v = static_cast<T>(dist(rng));
   }
   return values;
 }
 
 template <class T>
-void expectClose(const std::vector<T>& got, const std::vector<double>& want, double tol,
-                 const std::string& what) {
+void expectClose(const std::vector<T> &got, const std::vector<double> &want,
+                 double tol, const std::string &what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     double g = static_cast<double>(got[i]);
@@ -81,18 +87,15 @@ struct BoolCase {
   static constexpr DType dtype = BOOL;
 };
 
-template <class C>
-class FloatKernels : public ::testing::Test {};
+template <class C> class FloatKernels : public ::testing::Test {};
 using FloatCases = ::testing::Types<F32Case, F64Case>;
 TYPED_TEST_SUITE(FloatKernels, FloatCases);
 
-template <class C>
-class NumericKernels : public ::testing::Test {};
+template <class C> class NumericKernels : public ::testing::Test {};
 using NumericCases = ::testing::Types<F32Case, F64Case, I64Case>;
 TYPED_TEST_SUITE(NumericKernels, NumericCases);
 
-template <class C>
-class AllKernels : public ::testing::Test {};
+template <class C> class AllKernels : public ::testing::Test {};
 using AllCases = ::testing::Types<F32Case, F64Case, I64Case, BoolCase>;
 TYPED_TEST_SUITE(AllKernels, AllCases);
 
@@ -101,7 +104,7 @@ double sigmoidRef(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 TYPED_TEST(FloatKernels, Unary) {
   using T = typename TypeParam::T;
   struct UnaryCase {
-    const char* op;
+    const char *op;
     double low, high;
     double (*ref)(double);
   };
@@ -115,17 +118,19 @@ TYPED_TEST(FloatKernels, Unary) {
       {"relu", -3, 3, [](double x) { return x > 0 ? x : 0.0; }},
       {"tanh", -3, 3, [](double x) { return std::tanh(x); }},
       {"sigmoid", -8, 8, sigmoidRef},
-      {"gelu", -4, 4, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},
+      {"gelu", -4, 4,
+       [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }},
       {"silu", -6, 6, [](double x) { return x * sigmoidRef(x); }},
       {"sin", -3, 3, [](double x) { return std::sin(x); }},
       {"cos", -3, 3, [](double x) { return std::cos(x); }},
   };
-  for (const auto& c : cases) {
+  for (const auto &c : cases) {
     std::vector<T> xs = randomValues<T>(24, c.low, c.high);
     std::vector<double> want;
-    for (T x : xs) want.push_back(c.ref(static_cast<double>(x)));
-    Tensor out = runKernel(c.op, {makeTensor<T>(TypeParam::dtype, {4, 6}, xs)}, TypeParam::dtype,
-                           {4, 6});
+    for (T x : xs)
+      want.push_back(c.ref(static_cast<double>(x)));
+    Tensor out = runKernel(c.op, {makeTensor<T>(TypeParam::dtype, {4, 6}, xs)},
+                           TypeParam::dtype, {4, 6});
     expectClose(valuesOf<T>(out), want, TypeParam::tol, c.op);
   }
 }
@@ -133,7 +138,7 @@ TYPED_TEST(FloatKernels, Unary) {
 TYPED_TEST(FloatKernels, Binary) {
   using T = typename TypeParam::T;
   struct BinaryCase {
-    const char* op;
+    const char *op;
     double low, high;
     double (*ref)(double, double);
   };
@@ -146,11 +151,12 @@ TYPED_TEST(FloatKernels, Binary) {
       {"minimum", -3, 3, [](double a, double b) { return std::min(a, b); }},
       {"pow", 0.1, 3, [](double a, double b) { return std::pow(a, b); }},
   };
-  for (const auto& c : cases) {
+  for (const auto &c : cases) {
     std::vector<T> as = randomValues<T>(15, c.low, c.high, 1);
     std::vector<T> bs = randomValues<T>(15, c.low, c.high, 2);
     std::vector<double> want;
-    for (size_t i = 0; i < as.size(); ++i) want.push_back(c.ref(as[i], bs[i]));
+    for (size_t i = 0; i < as.size(); ++i)
+      want.push_back(c.ref(as[i], bs[i]));
     Tensor out = runKernel(c.op,
                            {makeTensor<T>(TypeParam::dtype, {3, 5}, as),
                             makeTensor<T>(TypeParam::dtype, {3, 5}, bs)},
@@ -168,12 +174,15 @@ TYPED_TEST(FloatKernels, Binary) {
 }
 
 TEST(Int64Kernels, Unary) {
-  std::vector<int64_t> xs = {-5, -1, 0, 3, 9, std::numeric_limits<int64_t>::min()};
-  auto run = [&](const char* op) {
-    return valuesOf<int64_t>(runKernel(op, {makeTensor<int64_t>(I64, {6}, xs)}, I64, {6}));
+  std::vector<int64_t> xs = {-5, -1, 0,
+                             3,  9,  std::numeric_limits<int64_t>::min()};
+  auto run = [&](const char *op) {
+    return valuesOf<int64_t>(
+        runKernel(op, {makeTensor<int64_t>(I64, {6}, xs)}, I64, {6}));
   };
   int64_t lowest = std::numeric_limits<int64_t>::min();
-  EXPECT_EQ(run("neg"), (std::vector<int64_t>{5, 1, 0, -3, -9, lowest}));  // wraps
+  EXPECT_EQ(run("neg"),
+            (std::vector<int64_t>{5, 1, 0, -3, -9, lowest})); // wraps
   EXPECT_EQ(run("abs"), (std::vector<int64_t>{5, 1, 0, 3, 9, lowest}));
   EXPECT_EQ(run("relu"), (std::vector<int64_t>{0, 0, 0, 3, 9, 0}));
 }
@@ -181,25 +190,30 @@ TEST(Int64Kernels, Unary) {
 TEST(Int64Kernels, Binary) {
   std::vector<int64_t> as = {7, -7, 7, -7, 0, 3};
   std::vector<int64_t> bs = {2, 2, -2, -2, 5, 4};
-  auto run = [&](const char* op) {
-    return valuesOf<int64_t>(runKernel(
-        op, {makeTensor<int64_t>(I64, {2, 3}, as), makeTensor<int64_t>(I64, {2, 3}, bs)}, I64,
-        {2, 3}));
+  auto run = [&](const char *op) {
+    return valuesOf<int64_t>(runKernel(op,
+                                       {makeTensor<int64_t>(I64, {2, 3}, as),
+                                        makeTensor<int64_t>(I64, {2, 3}, bs)},
+                                       I64, {2, 3}));
   };
   EXPECT_EQ(run("add"), (std::vector<int64_t>{9, -5, 5, -9, 5, 7}));
   EXPECT_EQ(run("sub"), (std::vector<int64_t>{5, -9, 9, -5, -5, -1}));
   EXPECT_EQ(run("mul"), (std::vector<int64_t>{14, -14, -14, 14, 0, 12}));
-  EXPECT_EQ(run("div"), (std::vector<int64_t>{3, -4, -4, 3, 0, 0}));  // floor division
+  EXPECT_EQ(run("div"),
+            (std::vector<int64_t>{3, -4, -4, 3, 0, 0})); // floor division
   EXPECT_EQ(run("maximum"), (std::vector<int64_t>{7, 2, 7, -2, 5, 4}));
   EXPECT_EQ(run("minimum"), (std::vector<int64_t>{2, -7, -2, -7, 0, 3}));
-  auto pow = valuesOf<int64_t>(runKernel("pow",
-                                         {makeTensor<int64_t>(I64, {4}, {2, -3, 1, -1}),
-                                          makeTensor<int64_t>(I64, {4}, {10, 3, -5, -3})},
-                                         I64, {4}));
+  auto pow = valuesOf<int64_t>(
+      runKernel("pow",
+                {makeTensor<int64_t>(I64, {4}, {2, -3, 1, -1}),
+                 makeTensor<int64_t>(I64, {4}, {10, 3, -5, -3})},
+                I64, {4}));
   EXPECT_EQ(pow, (std::vector<int64_t>{1024, -27, 1, -1}));
   expectRuntimeError(
       [] {
-        runKernel("pow", {makeTensor<int64_t>(I64, {1}, {2}), makeTensor<int64_t>(I64, {1}, {-1})},
+        runKernel("pow",
+                  {makeTensor<int64_t>(I64, {1}, {2}),
+                   makeTensor<int64_t>(I64, {1}, {-1})},
                   I64, {1});
       },
       {"negative exponent"});
@@ -208,7 +222,9 @@ TEST(Int64Kernels, Binary) {
 TEST(Int64Kernels, DivisionByZeroIsAnError) {
   expectRuntimeError(
       [] {
-        runKernel("div", {makeTensor<int64_t>(I64, {2}, {1, 2}), makeTensor<int64_t>(I64, {2}, {1, 0})},
+        runKernel("div",
+                  {makeTensor<int64_t>(I64, {2}, {1, 2}),
+                   makeTensor<int64_t>(I64, {2}, {1, 0})},
                   I64, {2});
       },
       {"instruction 0", "'div'", "test.py:1", "division by zero"});
@@ -230,20 +246,23 @@ TEST(BoolKernels, MaximumMinimum) {
 }
 
 template <class T>
-std::vector<double> referenceMatmul(const std::vector<T>& a, const std::vector<T>& b, int64_t m,
+std::vector<double> referenceMatmul(const std::vector<T> &a,
+                                    const std::vector<T> &b, int64_t m,
                                     int64_t k, int64_t n) {
   std::vector<double> out(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
       for (int64_t p = 0; p < k; ++p)
-        out[i * n + j] += static_cast<double>(a[i * k + p]) * static_cast<double>(b[p * n + j]);
+        out[i * n + j] += static_cast<double>(a[i * k + p]) *
+                          static_cast<double>(b[p * n + j]);
   return out;
 }
 
 TYPED_TEST(NumericKernels, Matmul) {
   using T = typename TypeParam::T;
-  const int64_t shapes[][3] = {{3, 5, 4}, {1, 1, 1}, {7, 2, 9}, {2, 0, 3}, {0, 4, 3}};
-  for (const auto& s : shapes) {
+  const int64_t shapes[][3] = {
+      {3, 5, 4}, {1, 1, 1}, {7, 2, 9}, {2, 0, 3}, {0, 4, 3}};
+  for (const auto &s : shapes) {
     int64_t m = s[0], k = s[1], n = s[2];
     std::vector<T> a = randomValues<T>(m * k, -5, 5, 3);
     std::vector<T> b = randomValues<T>(k * n, -5, 5, 4);
@@ -251,12 +270,14 @@ TYPED_TEST(NumericKernels, Matmul) {
                            {makeTensor<T>(TypeParam::dtype, {m, k}, a),
                             makeTensor<T>(TypeParam::dtype, {k, n}, b)},
                            TypeParam::dtype, {m, n});
-    expectClose(valuesOf<T>(out), referenceMatmul(a, b, m, k, n), TypeParam::tol * 10, "matmul");
+    expectClose(valuesOf<T>(out), referenceMatmul(a, b, m, k, n),
+                TypeParam::tol * 10, "matmul");
   }
   expectRuntimeError(
       [] {
         runKernel("matmul",
-                  {Tensor::empty(TypeParam::dtype, {2, 3}), Tensor::empty(TypeParam::dtype, {4, 2})},
+                  {Tensor::empty(TypeParam::dtype, {2, 3}),
+                   Tensor::empty(TypeParam::dtype, {4, 2})},
                   TypeParam::dtype, {2, 2});
       },
       {"matmul shapes [2, 3] x [4, 2]"});
@@ -283,18 +304,21 @@ TYPED_TEST(NumericKernels, Bmm) {
 
 // Reference reduction of a [2, 3, 4] tensor over `mask` (sum or max).
 template <class T>
-std::vector<double> referenceReduce(const std::vector<T>& x, const std::vector<bool>& mask,
-                                    bool isMax) {
+std::vector<double> referenceReduce(const std::vector<T> &x,
+                                    const std::vector<bool> &mask, bool isMax) {
   const int64_t shape[3] = {2, 3, 4};
   int64_t outShape[3];
-  for (int d = 0; d < 3; ++d) outShape[d] = mask[d] ? 1 : shape[d];
+  for (int d = 0; d < 3; ++d)
+    outShape[d] = mask[d] ? 1 : shape[d];
   std::vector<double> out(outShape[0] * outShape[1] * outShape[2],
-                          isMax ? -std::numeric_limits<double>::infinity() : 0.0);
+                          isMax ? -std::numeric_limits<double>::infinity()
+                                : 0.0);
   for (int64_t i = 0; i < 2; ++i)
     for (int64_t j = 0; j < 3; ++j)
       for (int64_t l = 0; l < 4; ++l) {
-        int64_t oi = mask[0] ? 0 : i, oj = mask[1] ? 0 : j, ol = mask[2] ? 0 : l;
-        double& slot = out[(oi * outShape[1] + oj) * outShape[2] + ol];
+        int64_t oi = mask[0] ? 0 : i, oj = mask[1] ? 0 : j,
+                ol = mask[2] ? 0 : l;
+        double &slot = out[(oi * outShape[1] + oj) * outShape[2] + ol];
         double v = static_cast<double>(x[(i * 3 + j) * 4 + l]);
         slot = isMax ? std::max(slot, v) : slot + v;
       }
@@ -302,7 +326,7 @@ std::vector<double> referenceReduce(const std::vector<T>& x, const std::vector<b
 }
 
 struct ReductionCase {
-  std::vector<int64_t> dims;  // empty: attribute absent (all dims)
+  std::vector<int64_t> dims; // empty: attribute absent (all dims)
   bool keepdim;
   std::vector<bool> mask;
   Shape outShape;
@@ -320,49 +344,61 @@ TYPED_TEST(NumericKernels, Sum) {
   using T = typename TypeParam::T;
   std::vector<T> xs = randomValues<T>(24, -9, 9, 8);
   Tensor x = makeTensor<T>(TypeParam::dtype, {2, 3, 4}, xs);
-  for (const auto& c : kReductionCases) {
+  for (const auto &c : kReductionCases) {
     for (double scale : {1.0, 0.25}) {
-      if (std::is_integral_v<T> && scale != 1.0) continue;
-      Tensor out = runKernel("sum", {x}, TypeParam::dtype, c.outShape, [&](Instruction& inst) {
-        if (!c.dims.empty()) setInts(inst, "dims", c.dims);
-        setInt(inst, "keepdim", c.keepdim);
-        if (scale != 1.0) setFloat(inst, "scale", scale);
-      });
+      if (std::is_integral_v<T> && scale != 1.0)
+        continue;
+      Tensor out = runKernel("sum", {x}, TypeParam::dtype, c.outShape,
+                             [&](Instruction &inst) {
+                               if (!c.dims.empty())
+                                 setInts(inst, "dims", c.dims);
+                               setInt(inst, "keepdim", c.keepdim);
+                               if (scale != 1.0)
+                                 setFloat(inst, "scale", scale);
+                             });
       std::vector<double> want = referenceReduce(xs, c.mask, false);
-      for (double& w : want) w *= scale;
+      for (double &w : want)
+        w *= scale;
       expectClose(valuesOf<T>(out), want, TypeParam::tol * 10, "sum");
     }
   }
 }
 
 TEST(Int64Kernels, SumWithScaleTruncates) {
-  Tensor out = runKernel("sum", {makeTensor<int64_t>(I64, {3}, {3, 2, 2})}, I64, {},
-                         [](Instruction& inst) { setFloat(inst, "scale", 0.5); });
-  EXPECT_EQ(valuesOf<int64_t>(out), (std::vector<int64_t>{3}));  // trunc(7 * 0.5)
+  Tensor out =
+      runKernel("sum", {makeTensor<int64_t>(I64, {3}, {3, 2, 2})}, I64, {},
+                [](Instruction &inst) { setFloat(inst, "scale", 0.5); });
+  EXPECT_EQ(valuesOf<int64_t>(out),
+            (std::vector<int64_t>{3})); // trunc(7 * 0.5)
 }
 
 TYPED_TEST(NumericKernels, Max) {
   using T = typename TypeParam::T;
   std::vector<T> xs = randomValues<T>(24, -9, 9, 9);
   Tensor x = makeTensor<T>(TypeParam::dtype, {2, 3, 4}, xs);
-  for (const auto& c : kReductionCases) {
-    Tensor out = runKernel("max", {x}, TypeParam::dtype, c.outShape, [&](Instruction& inst) {
-      if (!c.dims.empty()) setInts(inst, "dims", c.dims);
-      setInt(inst, "keepdim", c.keepdim);
-    });
+  for (const auto &c : kReductionCases) {
+    Tensor out = runKernel("max", {x}, TypeParam::dtype, c.outShape,
+                           [&](Instruction &inst) {
+                             if (!c.dims.empty())
+                               setInts(inst, "dims", c.dims);
+                             setInt(inst, "keepdim", c.keepdim);
+                           });
     expectClose(valuesOf<T>(out), referenceReduce(xs, c.mask, true), 0, "max");
   }
   // An empty reduction gives the dtype's lowest value.
-  Tensor empty = runKernel("max", {Tensor::empty(TypeParam::dtype, {2, 0})}, TypeParam::dtype,
-                           {2}, [](Instruction& inst) { setInts(inst, "dims", {1}); });
+  Tensor empty = runKernel(
+      "max", {Tensor::empty(TypeParam::dtype, {2, 0})}, TypeParam::dtype, {2},
+      [](Instruction &inst) { setInts(inst, "dims", {1}); });
   T lowest = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
                                          : std::numeric_limits<T>::lowest();
   EXPECT_EQ(valuesOf<T>(empty), (std::vector<T>{lowest, lowest}));
 }
 
 TEST(BoolKernels, Max) {
-  Tensor x = makeTensor<bool>(BOOL, {2, 3}, {false, true, false, false, false, false});
-  Tensor out = runKernel("max", {x}, BOOL, {2}, [](Instruction& inst) { setInts(inst, "dims", {1}); });
+  Tensor x =
+      makeTensor<bool>(BOOL, {2, 3}, {false, true, false, false, false, false});
+  Tensor out = runKernel("max", {x}, BOOL, {2},
+                         [](Instruction &inst) { setInts(inst, "dims", {1}); });
   EXPECT_EQ(valuesOf<bool>(out), (std::vector<bool>{true, false}));
 }
 
@@ -370,17 +406,18 @@ TEST(ReductionKernels, RejectsWrongOutputShape) {
   expectRuntimeError(
       [] {
         runKernel("sum", {Tensor::empty(F32, {2, 3})}, F32, {3},
-                  [](Instruction& inst) { setInts(inst, "dims", {1}); });
+                  [](Instruction &inst) { setInts(inst, "dims", {1}); });
       },
       {"reduction of [2, 3] gives [2]"});
 }
 
-template <class T>
-std::vector<T> iota(size_t count) {
+template <class T> std::vector<T> iota(size_t count) {
   std::vector<T> values(count);
   for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_same_v<T, bool>) values[i] = (i * 7) % 3 == 0;
-    else values[i] = static_cast<T>(i);
+    if constexpr (std::is_same_v<T, bool>)
+      values[i] = (i * 7) % 3 == 0;
+    else
+      values[i] = static_cast<T>(i);
   }
   return values;
 }
@@ -401,8 +438,9 @@ TYPED_TEST(AllKernels, Transpose) {
   using T = typename TypeParam::T;
   std::vector<T> xs = iota<T>(24);
   Tensor x = makeTensor<T>(TypeParam::dtype, {2, 3, 4}, xs);
-  Tensor out = runKernel("transpose", {x}, TypeParam::dtype, {4, 2, 3},
-                         [](Instruction& inst) { setInts(inst, "perm", {2, 0, 1}); });
+  Tensor out =
+      runKernel("transpose", {x}, TypeParam::dtype, {4, 2, 3},
+                [](Instruction &inst) { setInts(inst, "perm", {2, 0, 1}); });
   std::vector<T> got = valuesOf<T>(out);
   for (int64_t a = 0; a < 4; ++a)
     for (int64_t b = 0; b < 2; ++b)
@@ -411,7 +449,7 @@ TYPED_TEST(AllKernels, Transpose) {
   expectRuntimeError(
       [&] {
         runKernel("transpose", {x}, TypeParam::dtype, {4, 2, 3},
-                  [](Instruction& inst) { setInts(inst, "perm", {2, 0, 0}); });
+                  [](Instruction &inst) { setInts(inst, "perm", {2, 0, 0}); });
       },
       {"repeats a dim"});
 }
@@ -421,92 +459,107 @@ TYPED_TEST(AllKernels, BroadcastTo) {
   std::vector<T> xs = iota<T>(3);
   Tensor x = makeTensor<T>(TypeParam::dtype, {3, 1}, xs);
   // [3, 1] -> [2, 3, 4]: a new leading dim and a repeated trailing one.
-  std::vector<T> got = valuesOf<T>(runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 3, 4}));
+  std::vector<T> got =
+      valuesOf<T>(runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 3, 4}));
   ASSERT_EQ(got.size(), 24u);
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t b = 0; b < 3; ++b)
-      for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(got[(a * 3 + b) * 4 + c], xs[b]);
+      for (int64_t c = 0; c < 4; ++c)
+        EXPECT_EQ(got[(a * 3 + b) * 4 + c], xs[b]);
   Tensor row = makeTensor<T>(TypeParam::dtype, {4}, iota<T>(4));
-  std::vector<T> rows = valuesOf<T>(runKernel("broadcast_to", {row}, TypeParam::dtype, {2, 4}));
-  EXPECT_EQ(rows, (std::vector<T>{rows[0], rows[1], rows[2], rows[3], rows[0], rows[1], rows[2], rows[3]}));
+  std::vector<T> rows =
+      valuesOf<T>(runKernel("broadcast_to", {row}, TypeParam::dtype, {2, 4}));
+  EXPECT_EQ(rows, (std::vector<T>{rows[0], rows[1], rows[2], rows[3], rows[0],
+                                  rows[1], rows[2], rows[3]}));
   EXPECT_EQ(std::vector<T>(rows.begin(), rows.begin() + 4), iota<T>(4));
-  EXPECT_EQ(runKernel("broadcast_to", {x}, TypeParam::dtype, {0, 3, 2}).numel(), 0);
-  expectRuntimeError([&] { runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 4}); },
-                     {"cannot broadcast"});
+  EXPECT_EQ(runKernel("broadcast_to", {x}, TypeParam::dtype, {0, 3, 2}).numel(),
+            0);
+  expectRuntimeError(
+      [&] { runKernel("broadcast_to", {x}, TypeParam::dtype, {2, 4}); },
+      {"cannot broadcast"});
 }
 
 TYPED_TEST(AllKernels, Slice) {
   using T = typename TypeParam::T;
   std::vector<T> xs = iota<T>(12);
   Tensor x = makeTensor<T>(TypeParam::dtype, {4, 3}, xs);
-  Tensor rows = runKernel("slice", {x}, TypeParam::dtype, {2, 3}, [](Instruction& inst) {
-    setInt(inst, "dim", 0);
-    setInt(inst, "start", 1);
-  });
+  Tensor rows =
+      runKernel("slice", {x}, TypeParam::dtype, {2, 3}, [](Instruction &inst) {
+        setInt(inst, "dim", 0);
+        setInt(inst, "start", 1);
+      });
   EXPECT_EQ(valuesOf<T>(rows), std::vector<T>(xs.begin() + 3, xs.begin() + 9));
-  Tensor cols = runKernel("slice", {x}, TypeParam::dtype, {4, 1}, [](Instruction& inst) {
-    setInt(inst, "dim", -1);
-    setInt(inst, "start", 2);
-  });
+  Tensor cols =
+      runKernel("slice", {x}, TypeParam::dtype, {4, 1}, [](Instruction &inst) {
+        setInt(inst, "dim", -1);
+        setInt(inst, "start", 2);
+      });
   EXPECT_EQ(valuesOf<T>(cols), (std::vector<T>{xs[2], xs[5], xs[8], xs[11]}));
-  Tensor none = runKernel("slice", {x}, TypeParam::dtype, {0, 3}, [](Instruction& inst) {
-    setInt(inst, "dim", 0);
-    setInt(inst, "start", 4);
-  });
+  Tensor none =
+      runKernel("slice", {x}, TypeParam::dtype, {0, 3}, [](Instruction &inst) {
+        setInt(inst, "dim", 0);
+        setInt(inst, "start", 4);
+      });
   EXPECT_EQ(none.numel(), 0);
   expectRuntimeError(
       [&] {
-        runKernel("slice", {x}, TypeParam::dtype, {2, 3}, [](Instruction& inst) {
-          setInt(inst, "dim", 0);
-          setInt(inst, "start", 3);
-        });
+        runKernel("slice", {x}, TypeParam::dtype, {2, 3},
+                  [](Instruction &inst) {
+                    setInt(inst, "dim", 0);
+                    setInt(inst, "start", 3);
+                  });
       },
       {"out of range"});
 }
 
 TYPED_TEST(AllKernels, Full) {
   using T = typename TypeParam::T;
-  Tensor out = runKernel("full", {}, TypeParam::dtype, {2, 2},
-                         [](Instruction& inst) { setFloat(inst, "value", 3.0); });
+  Tensor out =
+      runKernel("full", {}, TypeParam::dtype, {2, 2},
+                [](Instruction &inst) { setFloat(inst, "value", 3.0); });
   EXPECT_EQ(valuesOf<T>(out), std::vector<T>(4, static_cast<T>(3)));
 }
 
 TEST(CreationKernels, FullInt64RejectsFractions) {
   expectRuntimeError(
       [] {
-        runKernel("full", {}, I64, {2}, [](Instruction& inst) { setFloat(inst, "value", 0.5); });
+        runKernel("full", {}, I64, {2},
+                  [](Instruction &inst) { setFloat(inst, "value", 0.5); });
       },
       {"not an int64"});
 }
 
 TYPED_TEST(AllKernels, ConstantBox) {
   using T = typename TypeParam::T;
-  std::vector<T> global = iota<T>(12);  // [3, 4]
+  std::vector<T> global = iota<T>(12); // [3, 4]
   std::vector<uint8_t> bytes(12 * sizeof(T));
   for (size_t i = 0; i < 12; ++i) {
     T value = global[i];
     std::memcpy(&bytes[i * sizeof(T)], &value, sizeof(T));
   }
-  Tensor out = runKernel("constant", {}, TypeParam::dtype, {2, 2}, [&](Instruction& inst) {
-    setInts(inst, "global_shape", {3, 4});
-    setInts(inst, "offset", {1, 2});
-    setData(inst, "data", bytes.data(), bytes.size());
-  });
-  EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{global[6], global[7], global[10], global[11]}));
+  Tensor out = runKernel("constant", {}, TypeParam::dtype, {2, 2},
+                         [&](Instruction &inst) {
+                           setInts(inst, "global_shape", {3, 4});
+                           setInts(inst, "offset", {1, 2});
+                           setData(inst, "data", bytes.data(), bytes.size());
+                         });
+  EXPECT_EQ(valuesOf<T>(out),
+            (std::vector<T>{global[6], global[7], global[10], global[11]}));
   expectRuntimeError(
       [&] {
-        runKernel("constant", {}, TypeParam::dtype, {2, 2}, [&](Instruction& inst) {
-          setInts(inst, "global_shape", {3, 4});
-          setInts(inst, "offset", {1, 2});
-          setData(inst, "data", bytes.data(), bytes.size() - 1);
-        });
+        runKernel("constant", {}, TypeParam::dtype, {2, 2},
+                  [&](Instruction &inst) {
+                    setInts(inst, "global_shape", {3, 4});
+                    setInts(inst, "offset", {1, 2});
+                    setData(inst, "data", bytes.data(), bytes.size() - 1);
+                  });
       },
       {"constant: data has"});
 }
 
-Tensor randomBox(DType dtype, const std::string& dist, int64_t seed, const Shape& global,
-                 const Shape& offset, const Shape& local) {
-  return runKernel("random", {}, dtype, local, [&](Instruction& inst) {
+Tensor randomBox(DType dtype, const std::string &dist, int64_t seed,
+                 const Shape &global, const Shape &offset, const Shape &local) {
+  return runKernel("random", {}, dtype, local, [&](Instruction &inst) {
     setInt(inst, "seed", seed);
     setString(inst, "dist", dist);
     setInts(inst, "global_shape", global);
@@ -517,7 +570,8 @@ Tensor randomBox(DType dtype, const std::string& dist, int64_t seed, const Shape
 TYPED_TEST(FloatKernels, RandomUniformAndNormal) {
   using T = typename TypeParam::T;
   const int64_t n = 20000;
-  std::vector<T> uniform = valuesOf<T>(randomBox(TypeParam::dtype, "uniform", 42, {n}, {0}, {n}));
+  std::vector<T> uniform =
+      valuesOf<T>(randomBox(TypeParam::dtype, "uniform", 42, {n}, {0}, {n}));
   double mean = 0;
   for (T v : uniform) {
     ASSERT_GE(v, T(0));
@@ -525,7 +579,8 @@ TYPED_TEST(FloatKernels, RandomUniformAndNormal) {
     mean += v;
   }
   EXPECT_NEAR(mean / n, 0.5, 0.02);
-  std::vector<T> normal = valuesOf<T>(randomBox(TypeParam::dtype, "normal", 42, {n}, {0}, {n}));
+  std::vector<T> normal =
+      valuesOf<T>(randomBox(TypeParam::dtype, "normal", 42, {n}, {0}, {n}));
   double sum = 0, squares = 0;
   for (T v : normal) {
     ASSERT_TRUE(std::isfinite(v));
@@ -538,29 +593,36 @@ TYPED_TEST(FloatKernels, RandomUniformAndNormal) {
   EXPECT_EQ(uniform[123], static_cast<T>(randomUniform(42, 123)));
   EXPECT_EQ(normal[77], static_cast<T>(randomNormal(42, 77)));
   // Another seed gives another tensor.
-  std::vector<T> other = valuesOf<T>(randomBox(TypeParam::dtype, "uniform", 43, {n}, {0}, {n}));
+  std::vector<T> other =
+      valuesOf<T>(randomBox(TypeParam::dtype, "uniform", 43, {n}, {0}, {n}));
   EXPECT_NE(other, uniform);
 }
 
 TYPED_TEST(FloatKernels, RandomIsPlacementIndependent) {
   using T = typename TypeParam::T;
-  for (const char* dist : {"uniform", "normal"}) {
-    std::vector<T> whole = valuesOf<T>(randomBox(TypeParam::dtype, dist, 5, {6, 8}, {0, 0}, {6, 8}));
+  for (const char *dist : {"uniform", "normal"}) {
+    std::vector<T> whole = valuesOf<T>(
+        randomBox(TypeParam::dtype, dist, 5, {6, 8}, {0, 0}, {6, 8}));
     // Row shards.
     for (int64_t start : {0, 3}) {
-      std::vector<T> shard =
-          valuesOf<T>(randomBox(TypeParam::dtype, dist, 5, {6, 8}, {start, 0}, {3, 8}));
-      EXPECT_EQ(shard, std::vector<T>(whole.begin() + start * 8, whole.begin() + (start + 3) * 8));
+      std::vector<T> shard = valuesOf<T>(
+          randomBox(TypeParam::dtype, dist, 5, {6, 8}, {start, 0}, {3, 8}));
+      EXPECT_EQ(shard, std::vector<T>(whole.begin() + start * 8,
+                                      whole.begin() + (start + 3) * 8));
     }
     // A column shard.
-    std::vector<T> cols = valuesOf<T>(randomBox(TypeParam::dtype, dist, 5, {6, 8}, {0, 5}, {6, 3}));
+    std::vector<T> cols = valuesOf<T>(
+        randomBox(TypeParam::dtype, dist, 5, {6, 8}, {0, 5}, {6, 3}));
     for (int64_t r = 0; r < 6; ++r)
-      for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(cols[r * 3 + c], whole[r * 8 + 5 + c]);
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(cols[r * 3 + c], whole[r * 8 + 5 + c]);
   }
-  expectRuntimeError([] { randomBox(TypeParam::dtype, "normal", 1, {4}, {2}, {3}); },
-                     {"does not fit in global shape"});
-  expectRuntimeError([] { randomBox(TypeParam::dtype, "cauchy", 1, {4}, {0}, {4}); },
-                     {"dist must be"});
+  expectRuntimeError(
+      [] { randomBox(TypeParam::dtype, "normal", 1, {4}, {2}, {3}); },
+      {"does not fit in global shape"});
+  expectRuntimeError(
+      [] { randomBox(TypeParam::dtype, "cauchy", 1, {4}, {0}, {4}); },
+      {"dist must be"});
 }
 
 TEST(CastKernel, FollowsTorchConversions) {
@@ -572,28 +634,36 @@ TEST(CastKernel, FollowsTorchConversions) {
   std::vector<bool> truth = valuesOf<bool>(runKernel("cast", {f}, BOOL, {5}));
   EXPECT_EQ(truth, (std::vector<bool>{true, true, false, true, true}));
   Tensor b = makeTensor<bool>(BOOL, {2}, {true, false});
-  EXPECT_EQ(valuesOf<double>(runKernel("cast", {b}, F64, {2})), (std::vector<double>{1.0, 0.0}));
+  EXPECT_EQ(valuesOf<double>(runKernel("cast", {b}, F64, {2})),
+            (std::vector<double>{1.0, 0.0}));
   Tensor i = makeTensor<int64_t>(I64, {2}, {7, -3});
-  EXPECT_EQ(valuesOf<double>(runKernel("cast", {i}, F64, {2})), (std::vector<double>{7.0, -3.0}));
-  expectRuntimeError([&] { runKernel("cast", {i}, F64, {3}); }, {"differ in shape"});
+  EXPECT_EQ(valuesOf<double>(runKernel("cast", {i}, F64, {2})),
+            (std::vector<double>{7.0, -3.0}));
+  expectRuntimeError([&] { runKernel("cast", {i}, F64, {3}); },
+                     {"differ in shape"});
 }
 
 TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
   const std::vector<DType> numeric = {F32, F64, I64};
   const std::vector<DType> floats = {F32, F64};
   const std::vector<DType> all = {F32, F64, I64, BOOL};
-  const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>> table = {
-      {{"full", "constant", "copy", "reshape", "transpose", "slice", "broadcast_to", "cast",
-        "maximum", "minimum", "max"},
-       all},
-      {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg", "abs", "relu"}, numeric},
-      {{"random", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "silu", "sin", "cos"},
-       floats},
-  };
-  for (const auto& [ops, dtypes] : table)
-    for (const auto& op : ops)
+  const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>>
+      table = {
+          {{"full", "constant", "copy", "reshape", "transpose", "slice",
+            "broadcast_to", "cast", "maximum", "minimum", "max"},
+           all},
+          {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg",
+            "abs", "relu"},
+           numeric},
+          {{"random", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
+            "silu", "sin", "cos"},
+           floats},
+      };
+  for (const auto &[ops, dtypes] : table)
+    for (const auto &op : ops)
       for (DType dtype : dtypes)
-        EXPECT_NE(lookupKernel(op, dtype), nullptr) << op << " " << dtypeName(dtype);
+        EXPECT_NE(lookupKernel(op, dtype), nullptr)
+            << op << " " << dtypeName(dtype);
   EXPECT_EQ(lookupKernel("add", F32, "cuda"), nullptr);
   EXPECT_EQ(lookupKernel("no_such_op", F32), nullptr);
 }
@@ -601,15 +671,16 @@ TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
 TEST(KernelRegistry, CustomKernelsCanBeRegistered) {
   Kernel twice;
   twice.numInputs = 1;
-  twice.run = [](const AttrReader&, const std::vector<const Tensor*>& in,
-                 const std::vector<Tensor*>& out) {
+  twice.run = [](const AttrReader &, const std::vector<const Tensor *> &in,
+                 const std::vector<Tensor *> &out) {
     for (int64_t i = 0; i < in[0]->numel(); ++i)
       out[0]->data_as<int64_t>()[i] = 2 * in[0]->data_as<int64_t>()[i];
   };
   registerKernel("test_twice", I64, kCpuDevice, twice);
-  Tensor out = runKernel("test_twice", {makeTensor<int64_t>(I64, {2}, {3, 4})}, I64, {2});
+  Tensor out = runKernel("test_twice", {makeTensor<int64_t>(I64, {2}, {3, 4})},
+                         I64, {2});
   EXPECT_EQ(valuesOf<int64_t>(out), (std::vector<int64_t>{6, 8}));
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

@@ -48,7 +48,8 @@ TEST(Tensor, ScalarAndZeroSize) {
 TEST(Tensor, RejectsBadShapesAndDtypes) {
   EXPECT_THROW(Tensor::empty(F32, {2, -1}), RuntimeError);
   EXPECT_THROW(Tensor::empty(::dtorch::wire::DTYPE_INVALID, {2}), RuntimeError);
-  EXPECT_THROW(Tensor::empty(F32, {int64_t(1) << 40, int64_t(1) << 40}), RuntimeError);
+  EXPECT_THROW(Tensor::empty(F32, {int64_t(1) << 40, int64_t(1) << 40}),
+               RuntimeError);
   Tensor t = Tensor::empty(F32, {2});
   EXPECT_THROW(t.data_as<double>(), RuntimeError);
   Tensor undefined;
@@ -67,10 +68,10 @@ TEST(Tensor, CopiesShareStorageCloneDoesNot) {
 }
 
 TEST(CachingAllocator, ReusesFreedBlocks) {
-  auto& allocator = CachingAllocator::instance();
-  void* first;
+  auto &allocator = CachingAllocator::instance();
+  void *first;
   {
-    Tensor t = Tensor::empty(F32, {1000, 3});  // an unusual size: its own bucket
+    Tensor t = Tensor::empty(F32, {1000, 3}); // an unusual size: its own bucket
     first = t.data();
   }
   AllocatorStats before = allocator.stats();
@@ -97,10 +98,12 @@ TEST(CachingAllocator, ThreadSafe) {
     threads.emplace_back([t] {
       for (int i = 0; i < 2000; ++i) {
         Tensor x = Tensor::empty(I64, {(i % 7) * 10 + t});
-        if (x.numel()) x.data_as<int64_t>()[0] = i;
+        if (x.numel())
+          x.data_as<int64_t>()[0] = i;
       }
     });
-  for (auto& thread : threads) thread.join();
+  for (auto &thread : threads)
+    thread.join();
   CachingAllocator::instance().releaseCached();
   EXPECT_EQ(CachingAllocator::instance().stats().bytesCached, 0u);
 }
@@ -108,13 +111,16 @@ TEST(CachingAllocator, ThreadSafe) {
 TEST(Shape, CopyBoxMovesABox) {
   // 3x4 source, copy the 2x2 box at (1, 1) into a 2x3 destination at (0, 1).
   std::vector<int64_t> src(12);
-  for (int i = 0; i < 12; ++i) src[i] = i;
+  for (int i = 0; i < 12; ++i)
+    src[i] = i;
   std::vector<int64_t> dst(6, -1);
-  copyBox(src.data(), {3, 4}, {1, 1}, dst.data(), {2, 3}, {0, 1}, {2, 2}, sizeof(int64_t));
+  copyBox(src.data(), {3, 4}, {1, 1}, dst.data(), {2, 3}, {0, 1}, {2, 2},
+          sizeof(int64_t));
   EXPECT_EQ(dst, (std::vector<int64_t>{-1, 5, 6, -1, 9, 10}));
-  EXPECT_THROW(copyBox(src.data(), {3, 4}, {2, 1}, dst.data(), {2, 3}, {0, 1}, {2, 2}, 8),
+  EXPECT_THROW(copyBox(src.data(), {3, 4}, {2, 1}, dst.data(), {2, 3}, {0, 1},
+                       {2, 2}, 8),
                RuntimeError);
 }
 
-}  // namespace
-}  // namespace dtorch::rt::test
+} // namespace
+} // namespace dtorch::rt::test

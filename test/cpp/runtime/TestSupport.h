@@ -20,52 +20,59 @@ using ::dtorch::wire::Instruction;
 using ::dtorch::wire::Program;
 
 template <class T>
-Tensor makeTensor(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+Tensor makeTensor(DType dtype, std::vector<int64_t> shape,
+                  const std::vector<T> &values) {
   Tensor tensor = Tensor::empty(dtype, std::move(shape));
   EXPECT_EQ(static_cast<size_t>(tensor.numel()), values.size());
-  T* data = tensor.data_as<T>();
-  for (size_t i = 0; i < values.size(); ++i) data[i] = values[i];
+  T *data = tensor.data_as<T>();
+  for (size_t i = 0; i < values.size(); ++i)
+    data[i] = values[i];
   return tensor;
 }
 
-template <class T>
-std::vector<T> valuesOf(const Tensor& tensor) {
-  const T* data = tensor.data_as<T>();
+template <class T> std::vector<T> valuesOf(const Tensor &tensor) {
+  const T *data = tensor.data_as<T>();
   return std::vector<T>(data, data + tensor.numel());
 }
 
-inline void setInt(Instruction& inst, const std::string& name, int64_t value) {
+inline void setInt(Instruction &inst, const std::string &name, int64_t value) {
   (*inst.mutable_attrs())[name].set_i(value);
 }
-inline void setFloat(Instruction& inst, const std::string& name, double value) {
+inline void setFloat(Instruction &inst, const std::string &name, double value) {
   (*inst.mutable_attrs())[name].set_f(value);
 }
-inline void setString(Instruction& inst, const std::string& name, const std::string& value) {
+inline void setString(Instruction &inst, const std::string &name,
+                      const std::string &value) {
   (*inst.mutable_attrs())[name].set_s(value);
 }
-inline void setInts(Instruction& inst, const std::string& name, const std::vector<int64_t>& values) {
-  auto* list = (*inst.mutable_attrs())[name].mutable_ints();
+inline void setInts(Instruction &inst, const std::string &name,
+                    const std::vector<int64_t> &values) {
+  auto *list = (*inst.mutable_attrs())[name].mutable_ints();
   list->clear_values();
-  for (int64_t v : values) list->add_values(v);
+  for (int64_t v : values)
+    list->add_values(v);
 }
-inline void setData(Instruction& inst, const std::string& name, const void* bytes, size_t size) {
-  (*inst.mutable_attrs())[name].set_data(std::string(static_cast<const char*>(bytes), size));
+inline void setData(Instruction &inst, const std::string &name,
+                    const void *bytes, size_t size) {
+  (*inst.mutable_attrs())[name].set_data(
+      std::string(static_cast<const char *>(bytes), size));
 }
 
 class ProgramBuilder {
- public:
+public:
   explicit ProgramBuilder(int rank = 0) {
     program_.set_version(::dtorch::wire::PROGRAM_FORMAT_VERSION);
     program_.set_name("test");
     program_.set_rank(rank);
   }
-  int buffer(DType dtype, const std::vector<int64_t>& shape) {
-    auto* spec = program_.add_buffers();
+  int buffer(DType dtype, const std::vector<int64_t> &shape) {
+    auto *spec = program_.add_buffers();
     spec->set_dtype(dtype);
-    for (int64_t extent : shape) spec->add_shape(extent);
+    for (int64_t extent : shape)
+      spec->add_shape(extent);
     return program_.buffers_size() - 1;
   }
-  int input(DType dtype, const std::vector<int64_t>& shape) {
+  int input(DType dtype, const std::vector<int64_t> &shape) {
     int id = buffer(dtype, shape);
     program_.add_inputs(id);
     return id;
@@ -75,26 +82,29 @@ class ProgramBuilder {
     program_.set_num_events(program_.num_events() + 1);
     return program_.num_events() - 1;
   }
-  Instruction& add(const std::string& op, const std::vector<int>& inputs,
-                   const std::vector<int>& outputs,
+  Instruction &add(const std::string &op, const std::vector<int> &inputs,
+                   const std::vector<int> &outputs,
                    ::dtorch::wire::Stream stream = ::dtorch::wire::COMPUTE) {
-    Instruction* inst = program_.add_instructions();
+    Instruction *inst = program_.add_instructions();
     inst->set_op(op);
-    for (int id : inputs) inst->add_inputs(id);
-    for (int id : outputs) inst->add_outputs(id);
+    for (int id : inputs)
+      inst->add_inputs(id);
+    for (int id : outputs)
+      inst->add_outputs(id);
     inst->set_stream(stream);
     inst->set_record_event(-1);
-    inst->set_location("test.py:" + std::to_string(program_.instructions_size()));
+    inst->set_location("test.py:" +
+                       std::to_string(program_.instructions_size()));
     return *inst;
   }
-  Program& program() { return program_; }
+  Program &program() { return program_; }
 
- private:
+private:
   Program program_;
 };
 
 // Runs fn(rank) on `worldSize` threads; rethrows the first failure.
-inline void runRanks(int worldSize, const std::function<void(int)>& fn) {
+inline void runRanks(int worldSize, const std::function<void(int)> &fn) {
   std::vector<std::exception_ptr> errors(worldSize);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < worldSize; ++rank)
@@ -105,23 +115,25 @@ inline void runRanks(int worldSize, const std::function<void(int)>& fn) {
         errors[rank] = std::current_exception();
       }
     });
-  for (auto& thread : threads) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
+  for (auto &thread : threads)
+    thread.join();
+  for (auto &error : errors)
+    if (error)
+      std::rethrow_exception(error);
 }
 
 // Expects `body` to throw RuntimeError whose message contains every fragment.
 template <class Body>
-void expectRuntimeError(Body body, const std::vector<std::string>& fragments) {
+void expectRuntimeError(Body body, const std::vector<std::string> &fragments) {
   try {
     body();
     ADD_FAILURE() << "expected a RuntimeError";
-  } catch (const RuntimeError& error) {
+  } catch (const RuntimeError &error) {
     std::string message = error.what();
-    for (const auto& fragment : fragments)
+    for (const auto &fragment : fragments)
       EXPECT_NE(message.find(fragment), std::string::npos)
           << "message '" << message << "' lacks '" << fragment << "'";
   }
 }
 
-}  // namespace dtorch::rt::test
+} // namespace dtorch::rt::test

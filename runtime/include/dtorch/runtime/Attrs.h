@@ -10,28 +10,28 @@
 namespace dtorch::rt {
 
 class AttrReader {
- public:
+public:
   using AttrMap = ::google::protobuf::Map<std::string, ::dtorch::wire::Attr>;
-  explicit AttrReader(const AttrMap& attrs) : attrs_(attrs) {}
+  explicit AttrReader(const AttrMap &attrs) : attrs_(attrs) {}
 
-  bool has(const std::string& name) const;
+  bool has(const std::string &name) const;
   // Each getter throws RuntimeError when the attribute is missing (for the
   // forms without a default) or has another kind.
-  int64_t getInt(const std::string& name) const;
-  int64_t getInt(const std::string& name, int64_t fallback) const;
+  int64_t getInt(const std::string &name) const;
+  int64_t getInt(const std::string &name, int64_t fallback) const;
   // Accepts an `f` or an `i` attribute.
-  double getFloat(const std::string& name) const;
-  double getFloat(const std::string& name, double fallback) const;
-  const std::string& getString(const std::string& name) const;
-  std::vector<int64_t> getInts(const std::string& name) const;
-  std::vector<int64_t> getInts(const std::string& name,
-                               const std::vector<int64_t>& fallback) const;
+  double getFloat(const std::string &name) const;
+  double getFloat(const std::string &name, double fallback) const;
+  const std::string &getString(const std::string &name) const;
+  std::vector<int64_t> getInts(const std::string &name) const;
+  std::vector<int64_t> getInts(const std::string &name,
+                               const std::vector<int64_t> &fallback) const;
   // The raw bytes of a `data` attribute.
-  const std::string& getData(const std::string& name) const;
+  const std::string &getData(const std::string &name) const;
 
- private:
-  const ::dtorch::wire::Attr& require(const std::string& name) const;
-  const AttrMap& attrs_;
+private:
+  const ::dtorch::wire::Attr &require(const std::string &name) const;
+  const AttrMap &attrs_;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

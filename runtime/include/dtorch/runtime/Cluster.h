@@ -1,4 +1,5 @@
-//===- Cluster.h - the controller's handle on its workers ---------*- C++ -*-===//
+//===- Cluster.h - the controller's handle on its workers ---------*- C++
+//-*-===//
 //
 // The controller side of the runtime: starts local dtorch-worker processes
 // (embedded mode) or connects to workers started by hand, and talks to them
@@ -27,12 +28,12 @@ namespace dtorch::rt {
 
 /// A worker died, stopped answering or reported an error.
 class WorkerError : public RuntimeError {
- public:
-  WorkerError(int rank, std::string host, const std::string& what);
+public:
+  WorkerError(int rank, std::string host, const std::string &what);
   int rank() const { return rank_; }
-  const std::string& host() const { return host_; }
+  const std::string &host() const { return host_; }
 
- private:
+private:
   int rank_;
   std::string host_;
 };
@@ -59,24 +60,26 @@ struct ClusterOptions {
 };
 
 class Cluster {
- public:
-  explicit Cluster(const ClusterOptions& options);
+public:
+  explicit Cluster(const ClusterOptions &options);
   ~Cluster();
-  Cluster(const Cluster&) = delete;
-  Cluster& operator=(const Cluster&) = delete;
+  Cluster(const Cluster &) = delete;
+  Cluster &operator=(const Cluster &) = delete;
 
   int worldSize() const;
   std::string hostOf(int rank) const;
 
   /// Sends a program for `rank`, kept by the worker under `programId`.
-  void uploadProgram(int rank, uint64_t programId, const ::dtorch::wire::Program& program);
+  void uploadProgram(int rank, uint64_t programId,
+                     const ::dtorch::wire::Program &program);
   /// Runs an uploaded program on `rank`: inputs bind to the program's inputs,
   /// outputs name the buffers it creates.
-  void run(int rank, uint64_t programId, const std::vector<TensorHandle>& inputs,
-           const std::vector<TensorHandle>& outputs);
-  void put(int rank, TensorHandle handle, const Tensor& value);
+  void run(int rank, uint64_t programId,
+           const std::vector<TensorHandle> &inputs,
+           const std::vector<TensorHandle> &outputs);
+  void put(int rank, TensorHandle handle, const Tensor &value);
   std::future<Tensor> fetch(int rank, TensorHandle handle);
-  void free(int rank, const std::vector<TensorHandle>& handles);
+  void free(int rank, const std::vector<TensorHandle> &handles);
   /// Waits until every worker finished all work sent so far.
   void synchronize();
   /// Stops the workers this cluster started (within 2 s) and closes sockets.
@@ -90,8 +93,8 @@ class Cluster {
 
   struct Impl;
 
- private:
+private:
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

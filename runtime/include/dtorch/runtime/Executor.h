@@ -12,27 +12,27 @@
 namespace dtorch::rt {
 
 class Executor {
- public:
+public:
   // `comm` may be nullptr when the program has no collectives. Not owned.
-  explicit Executor(Communicator* comm);
+  explicit Executor(Communicator *comm);
 
   // Validates the program (ProgramValidator.h), binds `inputs` to
   // program.inputs() in order (dtype and shape are checked), runs it and
   // returns the output buffers in program.outputs() order. Throws
   // RuntimeError whose message names the failing instruction index, its op
   // and its location field.
-  std::vector<Tensor> run(const ::dtorch::wire::Program& program,
-                          const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const ::dtorch::wire::Program &program,
+                          const std::vector<Tensor> &inputs);
 
   // The two halves of run(), for callers that keep programs: validate once
   // when a program arrives, then run it as often as asked without
   // re-validating (the steady-state path of a training loop).
-  void validate(const ::dtorch::wire::Program& program) const;
-  std::vector<Tensor> runValidated(const ::dtorch::wire::Program& program,
-                                   const std::vector<Tensor>& inputs);
+  void validate(const ::dtorch::wire::Program &program) const;
+  std::vector<Tensor> runValidated(const ::dtorch::wire::Program &program,
+                                   const std::vector<Tensor> &inputs);
 
- private:
-  Communicator* comm_;
+private:
+  Communicator *comm_;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -12,12 +12,12 @@
 namespace dtorch::rt {
 
 class FakeCollectiveHub {
- public:
-  explicit FakeCollectiveHub(int worldSize,
-                             std::chrono::milliseconds deadline = std::chrono::seconds(10));
+public:
+  explicit FakeCollectiveHub(int worldSize, std::chrono::milliseconds deadline =
+                                                std::chrono::seconds(10));
   ~FakeCollectiveHub();
-  FakeCollectiveHub(const FakeCollectiveHub&) = delete;
-  FakeCollectiveHub& operator=(const FakeCollectiveHub&) = delete;
+  FakeCollectiveHub(const FakeCollectiveHub &) = delete;
+  FakeCollectiveHub &operator=(const FakeCollectiveHub &) = delete;
 
   int worldSize() const;
   std::chrono::milliseconds deadline() const;
@@ -25,10 +25,10 @@ class FakeCollectiveHub {
   // A communicator for `rank` in [0, worldSize). The hub must outlive it.
   std::unique_ptr<Communicator> communicator(int rank);
 
-  struct State;  // implementation detail (FakeCollectives.cpp)
+  struct State; // implementation detail (FakeCollectives.cpp)
 
- private:
+private:
   std::shared_ptr<State> state_;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -17,11 +17,12 @@ namespace dtorch::rt {
 
 // The rendezvous store. Thread-safe.
 class KeyValueStore {
- public:
+public:
   virtual ~KeyValueStore() = default;
-  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual void set(const std::string &key, const std::string &value) = 0;
   // Blocks until `key` exists; throws RuntimeError after `timeout`.
-  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual std::string get(const std::string &key,
+                          std::chrono::milliseconds timeout) = 0;
 };
 
 struct GlooOptions {
@@ -38,6 +39,6 @@ struct GlooOptions {
 // ranks that did not show up by the deadline.
 std::unique_ptr<Communicator> connectGloo(int rank, int worldSize,
                                           std::shared_ptr<KeyValueStore> store,
-                                          const GlooOptions& options = {});
+                                          const GlooOptions &options = {});
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

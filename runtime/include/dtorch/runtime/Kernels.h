@@ -23,47 +23,50 @@ struct TensorDesc {
 };
 
 // Throws RuntimeError describing what is wrong.
-using KernelCheckFn = std::function<void(const AttrReader& attrs,
-                                         const std::vector<TensorDesc>& inputs,
-                                         const std::vector<TensorDesc>& outputs)>;
-using KernelRunFn = std::function<void(const AttrReader& attrs,
-                                       const std::vector<const Tensor*>& inputs,
-                                       const std::vector<Tensor*>& outputs)>;
+using KernelCheckFn = std::function<void(
+    const AttrReader &attrs, const std::vector<TensorDesc> &inputs,
+    const std::vector<TensorDesc> &outputs)>;
+using KernelRunFn = std::function<void(
+    const AttrReader &attrs, const std::vector<const Tensor *> &inputs,
+    const std::vector<Tensor *> &outputs)>;
 
 struct Kernel {
   int numInputs = 0;
   int numOutputs = 1;
-  KernelCheckFn check;  // may be empty: arity and nothing else is checked
+  KernelCheckFn check; // may be empty: arity and nothing else is checked
   KernelRunFn run;
 };
 
-constexpr const char* kCpuDevice = "cpu";
+constexpr const char *kCpuDevice = "cpu";
 
 class KernelRegistry {
- public:
+public:
   // The process-wide registry with every built-in CPU kernel registered.
-  static KernelRegistry& global();
+  static KernelRegistry &global();
 
   // Replaces an existing entry with the same key.
-  void add(const std::string& op, DType dtype, const std::string& device, Kernel kernel);
+  void add(const std::string &op, DType dtype, const std::string &device,
+           Kernel kernel);
   // nullptr when absent. The pointer stays valid until the entry is replaced.
-  const Kernel* lookup(const std::string& op, DType dtype, const std::string& device) const;
+  const Kernel *lookup(const std::string &op, DType dtype,
+                       const std::string &device) const;
   // Whether any kernel (any dtype, any device) is registered under `op`.
-  bool hasOp(const std::string& op) const;
+  bool hasOp(const std::string &op) const;
   // Dtypes registered for (op, device), ascending.
-  std::vector<DType> dtypesFor(const std::string& op, const std::string& device) const;
+  std::vector<DType> dtypesFor(const std::string &op,
+                               const std::string &device) const;
 
- private:
+private:
   using Key = std::tuple<std::string, int, std::string>;
   mutable std::mutex mutex_;
   std::map<Key, std::unique_ptr<Kernel>> kernels_;
 };
 
 // Shorthands on the global registry.
-const Kernel* lookupKernel(const std::string& op, DType dtype,
-                           const std::string& device = kCpuDevice);
-void registerKernel(const std::string& op, DType dtype, const std::string& device,
-                    Kernel kernel);
+const Kernel *lookupKernel(const std::string &op, DType dtype,
+                           const std::string &device = kCpuDevice);
+void registerKernel(const std::string &op, DType dtype,
+                    const std::string &device, Kernel kernel);
 
 // Sets OpenBLAS's thread count. Until called, the first GEMM applies
 // DTORCH_BLAS_THREADS from the environment (default 1).
@@ -71,19 +74,20 @@ void setBlasThreads(int threads);
 
 // The elementwise-random hash (docs/program-format.md, `random`).
 uint64_t randomBits(uint64_t seed, uint64_t linearIndex, uint64_t stream);
-double randomUniform(uint64_t seed, uint64_t linearIndex);  // [0, 1)
+double randomUniform(uint64_t seed, uint64_t linearIndex); // [0, 1)
 double randomNormal(uint64_t seed, uint64_t linearIndex);
 
 // Built-in registration, called once by KernelRegistry::global().
-void registerCreationKernels(KernelRegistry& registry);
-void registerElementwiseKernels(KernelRegistry& registry);
-void registerReductionKernels(KernelRegistry& registry);
-void registerLinalgKernels(KernelRegistry& registry);
-void registerLayoutKernels(KernelRegistry& registry);
-void registerCastKernels(KernelRegistry& registry);
+void registerCreationKernels(KernelRegistry &registry);
+void registerElementwiseKernels(KernelRegistry &registry);
+void registerReductionKernels(KernelRegistry &registry);
+void registerLinalgKernels(KernelRegistry &registry);
+void registerLayoutKernels(KernelRegistry &registry);
+void registerCastKernels(KernelRegistry &registry);
 
 // Check helpers for kernel implementations (throw RuntimeError).
-void requireSameDescs(const TensorDesc& a, const TensorDesc& b, const char* what);
-void requireDtype(const TensorDesc& d, DType dtype, const char* what);
+void requireSameDescs(const TensorDesc &a, const TensorDesc &b,
+                      const char *what);
+void requireDtype(const TensorDesc &d, DType dtype, const char *what);
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -12,14 +12,16 @@
 namespace dtorch::rt {
 
 // Names of the collective ops handled by the COMM stream.
-bool isCollectiveOp(const std::string& op);
+bool isCollectiveOp(const std::string &op);
 
 // Throws RuntimeError("invalid program '<name>': ...") naming the instruction
 // (index, op, location) where relevant. `communicatorRank` is the rank of
 // the communicator that will run the collectives, or -1 when there is none.
-void validateProgram(const ::dtorch::wire::Program& program, int communicatorRank);
+void validateProgram(const ::dtorch::wire::Program &program,
+                     int communicatorRank);
 
 // "instruction 3 ('matmul' at model.py:12)".
-std::string describeInstruction(const ::dtorch::wire::Program& program, int index);
+std::string describeInstruction(const ::dtorch::wire::Program &program,
+                                int index);
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

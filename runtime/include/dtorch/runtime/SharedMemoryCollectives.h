@@ -18,18 +18,19 @@
 namespace dtorch::rt {
 
 class SharedMemoryHub {
- public:
+public:
   // `localRanks`: the global ranks hosted by this process; `worldSize` the
   // size of the whole world (for checking peer ranks).
-  SharedMemoryHub(std::set<int64_t> localRanks, int worldSize,
-                  std::chrono::milliseconds deadline = std::chrono::seconds(30));
+  SharedMemoryHub(
+      std::set<int64_t> localRanks, int worldSize,
+      std::chrono::milliseconds deadline = std::chrono::seconds(30));
   ~SharedMemoryHub();
-  SharedMemoryHub(const SharedMemoryHub&) = delete;
-  SharedMemoryHub& operator=(const SharedMemoryHub&) = delete;
+  SharedMemoryHub(const SharedMemoryHub &) = delete;
+  SharedMemoryHub &operator=(const SharedMemoryHub &) = delete;
 
-  const std::set<int64_t>& localRanks() const;
+  const std::set<int64_t> &localRanks() const;
   // True when every member of `group` is hosted here.
-  bool hostsAll(const Group& group) const;
+  bool hostsAll(const Group &group) const;
   std::chrono::milliseconds deadline() const;
 
   // A communicator for a local rank. The hub must outlive it. Every group it
@@ -38,7 +39,7 @@ class SharedMemoryHub {
 
   struct State;
 
- private:
+private:
   std::shared_ptr<State> state_;
 };
 
@@ -46,32 +47,37 @@ class SharedMemoryHub {
 // `localRanks`, otherwise to the communicator `remote()` returns (called on
 // first use; it may block, e.g. while a Gloo mesh connects, and may throw).
 class RoutingCommunicator final : public Communicator {
- public:
-  RoutingCommunicator(int rank, std::set<int64_t> localRanks, std::unique_ptr<Communicator> local,
-                      std::function<Communicator*()> remote);
+public:
+  RoutingCommunicator(int rank, std::set<int64_t> localRanks,
+                      std::unique_ptr<Communicator> local,
+                      std::function<Communicator *()> remote);
 
   int rank() const override { return rank_; }
-  void all_reduce(const Tensor& x, Tensor& out, const Group& group, ReduceOp op) override;
-  void all_gather(const Tensor& x, Tensor& out, const Group& group, int64_t dim,
-                  const std::vector<int64_t>& sizes) override;
-  void reduce_scatter(const Tensor& x, Tensor& out, const Group& group, ReduceOp op, int64_t dim,
-                      const std::vector<int64_t>& sizes) override;
-  void all_to_all(const Tensor& x, Tensor& out, const Group& group, int64_t splitDim,
-                  const std::vector<int64_t>& splitSizes, int64_t concatDim,
-                  const std::vector<int64_t>& concatSizes) override;
-  void broadcast(const Tensor& x, Tensor& out, const Group& group, int64_t root) override;
-  void send(const Tensor& x, int64_t peer, int64_t tag) override;
-  void recv(Tensor& out, int64_t peer, int64_t tag) override;
+  void all_reduce(const Tensor &x, Tensor &out, const Group &group,
+                  ReduceOp op) override;
+  void all_gather(const Tensor &x, Tensor &out, const Group &group, int64_t dim,
+                  const std::vector<int64_t> &sizes) override;
+  void reduce_scatter(const Tensor &x, Tensor &out, const Group &group,
+                      ReduceOp op, int64_t dim,
+                      const std::vector<int64_t> &sizes) override;
+  void all_to_all(const Tensor &x, Tensor &out, const Group &group,
+                  int64_t splitDim, const std::vector<int64_t> &splitSizes,
+                  int64_t concatDim,
+                  const std::vector<int64_t> &concatSizes) override;
+  void broadcast(const Tensor &x, Tensor &out, const Group &group,
+                 int64_t root) override;
+  void send(const Tensor &x, int64_t peer, int64_t tag) override;
+  void recv(Tensor &out, int64_t peer, int64_t tag) override;
 
- private:
-  Communicator& pick(const Group& group);
-  Communicator& pickPeer(int64_t peer);
+private:
+  Communicator &pick(const Group &group);
+  Communicator &pickPeer(int64_t peer);
 
   int rank_;
   std::set<int64_t> localRanks_;
   std::unique_ptr<Communicator> local_;
-  std::function<Communicator*()> remoteFactory_;
-  Communicator* remote_ = nullptr;
+  std::function<Communicator *()> remoteFactory_;
+  Communicator *remote_ = nullptr;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -19,47 +19,45 @@ using DType = ::dtorch::wire::DType;
 size_t dtypeSize(DType dtype);
 // "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool",
 // or "invalid" for anything else. Never throws.
-const char* dtypeName(DType dtype);
+const char *dtypeName(DType dtype);
 
 // Every runtime failure (bad program, kernel error, collective timeout).
 class RuntimeError : public std::runtime_error {
- public:
+public:
   using std::runtime_error::runtime_error;
 };
 
-class Storage;  // a block from the caching allocator, returned on destruction
+class Storage; // a block from the caching allocator, returned on destruction
 
 class Tensor {
- public:
+public:
   // An undefined tensor: no storage, dtype DTYPE_INVALID, defined() false.
   Tensor();
 
   // Uninitialized contents. Throws RuntimeError for an invalid dtype, a
   // negative extent, or a size that overflows.
   static Tensor empty(DType dtype, std::vector<int64_t> shape);
-  static Tensor emptyLike(const ::dtorch::wire::TensorSpec& spec);
+  static Tensor emptyLike(const ::dtorch::wire::TensorSpec &spec);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
+  const std::vector<int64_t> &shape() const { return shape_; }
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
   int64_t numel() const { return numel_; }
   size_t nbytes() const;
 
   // Never null for a defined tensor (even with zero elements).
-  void* data();
-  const void* data() const;
+  void *data();
+  const void *data() const;
 
   // Throws RuntimeError when sizeof(T) differs from the element size.
-  template <class T>
-  T* data_as() {
+  template <class T> T *data_as() {
     checkElementSize(sizeof(T));
-    return static_cast<T*>(data());
+    return static_cast<T *>(data());
   }
-  template <class T>
-  const T* data_as() const {
+  template <class T> const T *data_as() const {
     checkElementSize(sizeof(T));
-    return static_cast<const T*>(data());
+    return static_cast<const T *>(data());
   }
 
   // A deep copy with fresh storage.
@@ -67,7 +65,7 @@ class Tensor {
   // "float32[2, 3]".
   std::string describe() const;
 
- private:
+private:
   void checkElementSize(size_t size) const;
 
   std::shared_ptr<Storage> storage_;
@@ -76,4 +74,4 @@ class Tensor {
   int64_t numel_ = 0;
 };
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

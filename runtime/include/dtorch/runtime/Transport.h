@@ -24,29 +24,32 @@ struct TransportOptions {
 };
 
 // Sets linger 0, heartbeats, the message size cap and no-delay on `socket`.
-void configureSocket(zmq::socket_t& socket, const TransportOptions& options);
-int64_t zmqMessageSizeCap(const TransportOptions& options);
+void configureSocket(zmq::socket_t &socket, const TransportOptions &options);
+int64_t zmqMessageSizeCap(const TransportOptions &options);
 
-std::string encodeEnvelope(const ::dtorch::wire::Envelope& envelope);
+std::string encodeEnvelope(const ::dtorch::wire::Envelope &envelope);
 // False when the bytes are not a well-formed Envelope of this protocol.
-bool decodeEnvelope(const void* data, size_t size, ::dtorch::wire::Envelope& envelope);
+bool decodeEnvelope(const void *data, size_t size,
+                    ::dtorch::wire::Envelope &envelope);
 
 // 32 random hex characters.
 std::string randomToken();
 std::string localHostName();
-bool tokensEqual(const std::string& a, const std::string& b);  // constant time
+bool tokensEqual(const std::string &a, const std::string &b); // constant time
 
-::dtorch::wire::Hello makeHello(::dtorch::wire::PeerRole role, const std::string& token);
+::dtorch::wire::Hello makeHello(::dtorch::wire::PeerRole role,
+                                const std::string &token);
 // Empty when `hello` is acceptable; otherwise the reason (a version mismatch
 // names both versions).
-std::string checkHello(const ::dtorch::wire::Hello& hello, const std::string& token,
+std::string checkHello(const ::dtorch::wire::Hello &hello,
+                       const std::string &token,
                        ::dtorch::wire::PeerRole expectedRole);
 
-void tensorToWire(const Tensor& tensor, ::dtorch::wire::TensorData* out);
+void tensorToWire(const Tensor &tensor, ::dtorch::wire::TensorData *out);
 // Throws RuntimeError when the dtype, shape or byte count is inconsistent.
-Tensor tensorFromWire(const ::dtorch::wire::TensorData& data);
+Tensor tensorFromWire(const ::dtorch::wire::TensorData &data);
 
 // "instruction 3 (...)" in an executor message -> 3; -1 when absent.
-int failingInstructionOf(const std::string& message);
+int failingInstructionOf(const std::string &message);
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt

@@ -35,10 +35,10 @@ struct WorkerOptions {
 // --token T, --ranks a-b, --world-size N, --collective-timeout-ms MS,
 // --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H).
 // Throws RuntimeError with a usage message on errors.
-WorkerOptions parseWorkerArgs(int argc, char** argv);
+WorkerOptions parseWorkerArgs(int argc, char **argv);
 
 // Runs the worker until the controller sends Shutdown or goes silent.
 // Returns the process exit code.
-int runWorker(const WorkerOptions& options);
+int runWorker(const WorkerOptions &options);
 
-}  // namespace dtorch::rt
+} // namespace dtorch::rt
