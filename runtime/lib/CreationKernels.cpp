@@ -1,9 +1,11 @@
-// full, random, constant.
+// full, random, constant, iota.
 #include "KernelSupport.h"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <type_traits>
 
 namespace dtorch::rt {
 
@@ -36,12 +38,18 @@ double randomNormal(uint64_t seed, uint64_t linearIndex) {
 namespace {
 
 // ---- full -------------------------------------------------------------------
-void checkFullValue(double value, DType dtype) {
-  if (dtype == ::dtorch::wire::I64) {
-    if (!std::isfinite(value) || value != std::trunc(value) ||
-        value < -0x1.0p63 || value >= 0x1.0p63)
+// Whether `value` is an integer that T (int32 or int64) can hold.
+template <class T> bool fitsInteger(double value) {
+  double low = static_cast<double>(std::numeric_limits<T>::min());
+  return std::isfinite(value) && value == std::trunc(value) && value >= low &&
+         value < -low;
+}
+
+template <class T> void checkFullValue(double value) {
+  if constexpr (isIntegerType<T>) {
+    if (!fitsInteger<T>(value))
       throw RuntimeError("full: value " + std::to_string(value) +
-                         " is not an int64");
+                         " is not an " + dtypeName(DTypeOf<T>::value));
   }
 }
 
@@ -49,17 +57,12 @@ template <class T> void registerFull(KernelRegistry &registry) {
   Kernel kernel;
   kernel.numInputs = 0;
   kernel.check = [](const AttrReader &attrs, const std::vector<TensorDesc> &,
-                    const std::vector<TensorDesc> &outputs) {
-    checkFullValue(attrs.getFloat("value"), outputs[0].dtype);
+                    const std::vector<TensorDesc> &) {
+    checkFullValue<T>(attrs.getFloat("value"));
   };
   kernel.run = [](const AttrReader &attrs, const std::vector<const Tensor *> &,
                   const std::vector<Tensor *> &outputs) {
-    double value = attrs.getFloat("value");
-    T fill;
-    if constexpr (std::is_same_v<T, bool>)
-      fill = value != 0.0;
-    else
-      fill = static_cast<T>(value);
+    T fill = convertTo<T>(attrs.getFloat("value"));
     T *out = outputs[0]->data_as<T>();
     for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
       out[i] = fill;
@@ -93,6 +96,17 @@ GlobalBox readGlobalBox(const AttrReader &attrs, const Shape &localShape,
   return box;
 }
 
+// The largest T below 1.
+template <class T> T largestBelowOne() {
+  if constexpr (std::is_same_v<T, Half>) {
+    return Half(Half::toFloat(0x3bffu)); // 1 - 2^-11
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return BFloat16(BFloat16::toFloat(0x3f7fu)); // 1 - 2^-8
+  } else {
+    return std::nextafter(T(1), T(0));
+  }
+}
+
 template <class T> void registerRandom(KernelRegistry &registry) {
   Kernel kernel;
   kernel.numInputs = 0;
@@ -118,17 +132,18 @@ template <class T> void registerRandom(KernelRegistry &registry) {
     size_t rank = shape.size();
     std::vector<int64_t> index(rank, 0);
     T *data = out.data_as<T>();
-    const T belowOne = std::nextafter(T(1), T(0));
+    const T belowOne = largestBelowOne<T>();
     for (int64_t i = 0, n = out.numel(); i < n; ++i) {
       uint64_t global = 0;
       for (size_t d = 0; d < rank; ++d)
         global += static_cast<uint64_t>((box.offset[d] + index[d]) *
                                         globalStrides[d]);
       if (normal) {
-        data[i] = static_cast<T>(randomNormal(seed, global));
+        data[i] = convertTo<T>(randomNormal(seed, global));
       } else {
-        T value = static_cast<T>(randomUniform(seed, global));
-        data[i] = value < T(1) ? value : belowOne; // float rounding may reach 1
+        T value = convertTo<T>(randomUniform(seed, global));
+        // Rounding to T may reach 1.
+        data[i] = static_cast<ComputeType<T>>(value) < 1 ? value : belowOne;
       }
       for (size_t d = rank; d-- > 0;) {
         if (++index[d] < shape[d])
@@ -172,19 +187,99 @@ template <class T> void registerConstant(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "constant", std::move(kernel));
 }
 
+// ---- iota -------------------------------------------------------------------
+struct IotaAttrs {
+  int64_t dim;
+  std::vector<int64_t> offset;
+  double start, step;
+};
+
+IotaAttrs readIotaAttrs(const AttrReader &attrs, const Shape &shape) {
+  int64_t rank = static_cast<int64_t>(shape.size());
+  IotaAttrs a{normalizeDim(attrs.getInt("dim"), rank, "iota dim"),
+              attrs.getInts("offset", std::vector<int64_t>(rank, 0)),
+              attrs.getFloat("start", 0.0), attrs.getFloat("step", 1.0)};
+  if (static_cast<int64_t>(a.offset.size()) != rank)
+    throw RuntimeError("iota: offset " + shapeToString(a.offset) + " needs " +
+                       std::to_string(rank) + " entries for output " +
+                       shapeToString(shape));
+  for (int64_t o : a.offset)
+    if (o < 0)
+      throw RuntimeError("iota: offset " + shapeToString(a.offset) +
+                         " has a negative entry");
+  if (!std::isfinite(a.start) || !std::isfinite(a.step))
+    throw RuntimeError("iota: start and step must be finite");
+  return a;
+}
+
+// start + step * position, converted to T. Integer T computes in int64 (with
+// wrap-around) when start and step are integers, else in double truncated
+// toward zero.
+template <class T> T iotaValue(const IotaAttrs &a, int64_t position) {
+  if constexpr (isIntegerType<T>) {
+    if (fitsInteger<int64_t>(a.start) && fitsInteger<int64_t>(a.step)) {
+      uint64_t value = static_cast<uint64_t>(static_cast<int64_t>(a.start)) +
+                       static_cast<uint64_t>(static_cast<int64_t>(a.step)) *
+                           static_cast<uint64_t>(position);
+      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(value));
+    }
+    double value = std::trunc(a.start + a.step * static_cast<double>(position));
+    if (!fitsInteger<T>(value))
+      throw RuntimeError("iota: value " + std::to_string(value) +
+                         " does not fit in " + dtypeName(DTypeOf<T>::value));
+    return static_cast<T>(value);
+  } else {
+    return convertTo<T>(a.start + a.step * static_cast<double>(position));
+  }
+}
+
+template <class T> void registerIota(KernelRegistry &registry) {
+  Kernel kernel;
+  kernel.numInputs = 0;
+  kernel.check = [](const AttrReader &attrs, const std::vector<TensorDesc> &,
+                    const std::vector<TensorDesc> &outputs) {
+    readIotaAttrs(attrs, outputs[0].shape);
+  };
+  kernel.run = [](const AttrReader &attrs, const std::vector<const Tensor *> &,
+                  const std::vector<Tensor *> &outputs) {
+    Tensor &out = *outputs[0];
+    const Shape &shape = out.shape();
+    IotaAttrs a = readIotaAttrs(attrs, shape);
+    if (out.numel() == 0)
+      return;
+    int64_t outer = 1, extent = shape[a.dim], inner = 1;
+    for (int64_t d = 0; d < out.dim(); ++d) {
+      if (d < a.dim)
+        outer *= shape[d];
+      else if (d > a.dim)
+        inner *= shape[d];
+    }
+    std::vector<T> values(static_cast<size_t>(extent));
+    for (int64_t k = 0; k < extent; ++k)
+      values[k] = iotaValue<T>(a, k + a.offset[a.dim]);
+    T *data = out.data_as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < extent; ++k)
+        for (int64_t i = 0; i < inner; ++i)
+          *data++ = values[k];
+  };
+  addCpuKernel<T>(registry, "iota", std::move(kernel));
+}
+
 } // namespace
 
 void registerCreationKernels(KernelRegistry &registry) {
-  registerFull<float>(registry);
-  registerFull<double>(registry);
-  registerFull<int64_t>(registry);
-  registerFull<bool>(registry);
-  registerRandom<float>(registry);
-  registerRandom<double>(registry);
-  registerConstant<float>(registry);
-  registerConstant<double>(registry);
-  registerConstant<int64_t>(registry);
-  registerConstant<bool>(registry);
+  forEachType(AllTypes{}, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    registerFull<T>(registry);
+    registerConstant<T>(registry);
+  });
+  forEachType(FloatTypes{}, [&](auto tag) {
+    registerRandom<typename decltype(tag)::type>(registry);
+  });
+  forEachType(NumericTypes{}, [&](auto tag) {
+    registerIota<typename decltype(tag)::type>(registry);
+  });
 }
 
 } // namespace dtorch::rt

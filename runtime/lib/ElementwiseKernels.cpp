@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 
 namespace dtorch::rt {
 
@@ -11,6 +13,7 @@ using namespace detail;
 
 namespace {
 
+// fn works on ComputeType<T> (float32 for the 16-bit floats).
 template <class T, class Fn>
 void registerUnary(KernelRegistry &registry, const char *op, Fn fn) {
   Kernel kernel;
@@ -22,10 +25,11 @@ void registerUnary(KernelRegistry &registry, const char *op, Fn fn) {
   kernel.run = [fn](const AttrReader &,
                     const std::vector<const Tensor *> &inputs,
                     const std::vector<Tensor *> &outputs) {
+    using C = ComputeType<T>;
     const T *x = inputs[0]->data_as<T>();
     T *out = outputs[0]->data_as<T>();
     for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
-      out[i] = fn(x[i]);
+      out[i] = static_cast<T>(fn(static_cast<C>(x[i])));
   };
   addCpuKernel<T>(registry, op, std::move(kernel));
 }
@@ -41,116 +45,125 @@ void registerBinary(KernelRegistry &registry, const char *op, Fn fn) {
   kernel.run = [fn](const AttrReader &,
                     const std::vector<const Tensor *> &inputs,
                     const std::vector<Tensor *> &outputs) {
+    using C = ComputeType<T>;
     const T *a = inputs[0]->data_as<T>();
     const T *b = inputs[1]->data_as<T>();
     T *out = outputs[0]->data_as<T>();
     for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
-      out[i] = fn(a[i], b[i]);
+      out[i] = static_cast<T>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
   };
   addCpuKernel<T>(registry, op, std::move(kernel));
 }
 
-template <class T> T sigmoidOf(T x) {
-  if (x >= T(0))
-    return T(1) / (T(1) + std::exp(-x));
-  T e = std::exp(x);
-  return e / (T(1) + e);
+template <class C> C sigmoidOf(C x) {
+  if (x >= C(0))
+    return C(1) / (C(1) + std::exp(-x));
+  C e = std::exp(x);
+  return e / (C(1) + e);
 }
 
+// T is float, double, Half or BFloat16; C is what it is computed in.
 template <class T> void registerFloatKernels(KernelRegistry &registry) {
-  registerUnary<T>(registry, "neg", [](T x) { return -x; });
-  registerUnary<T>(registry, "abs", [](T x) { return std::abs(x); });
-  registerUnary<T>(registry, "exp", [](T x) { return std::exp(x); });
-  registerUnary<T>(registry, "log", [](T x) { return std::log(x); });
-  registerUnary<T>(registry, "sqrt", [](T x) { return std::sqrt(x); });
-  registerUnary<T>(registry, "rsqrt", [](T x) { return T(1) / std::sqrt(x); });
+  using C = ComputeType<T>;
+  registerUnary<T>(registry, "neg", [](C x) { return -x; });
+  registerUnary<T>(registry, "abs", [](C x) { return std::abs(x); });
+  registerUnary<T>(registry, "exp", [](C x) { return std::exp(x); });
+  registerUnary<T>(registry, "log", [](C x) { return std::log(x); });
+  registerUnary<T>(registry, "sqrt", [](C x) { return std::sqrt(x); });
+  registerUnary<T>(registry, "rsqrt", [](C x) { return C(1) / std::sqrt(x); });
   registerUnary<T>(registry, "relu",
-                   [](T x) { return x < T(0) ? T(0) : x; }); // keeps NaN
-  registerUnary<T>(registry, "tanh", [](T x) { return std::tanh(x); });
-  registerUnary<T>(registry, "sigmoid", [](T x) { return sigmoidOf(x); });
-  registerUnary<T>(registry, "gelu", [](T x) {
-    return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2)));
+                   [](C x) { return x < C(0) ? C(0) : x; }); // keeps NaN
+  registerUnary<T>(registry, "tanh", [](C x) { return std::tanh(x); });
+  registerUnary<T>(registry, "sigmoid", [](C x) { return sigmoidOf(x); });
+  registerUnary<T>(registry, "gelu", [](C x) {
+    return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2)));
   });
-  registerUnary<T>(registry, "silu", [](T x) { return x * sigmoidOf(x); });
-  registerUnary<T>(registry, "sin", [](T x) { return std::sin(x); });
-  registerUnary<T>(registry, "cos", [](T x) { return std::cos(x); });
+  registerUnary<T>(registry, "silu", [](C x) { return x * sigmoidOf(x); });
+  registerUnary<T>(registry, "sin", [](C x) { return std::sin(x); });
+  registerUnary<T>(registry, "cos", [](C x) { return std::cos(x); });
 
-  registerBinary<T>(registry, "add", [](T a, T b) { return a + b; });
-  registerBinary<T>(registry, "sub", [](T a, T b) { return a - b; });
-  registerBinary<T>(registry, "mul", [](T a, T b) { return a * b; });
-  registerBinary<T>(registry, "div", [](T a, T b) { return a / b; });
+  registerBinary<T>(registry, "add", [](C a, C b) { return a + b; });
+  registerBinary<T>(registry, "sub", [](C a, C b) { return a - b; });
+  registerBinary<T>(registry, "mul", [](C a, C b) { return a * b; });
+  registerBinary<T>(registry, "div", [](C a, C b) { return a / b; });
   // NaN-propagating, like torch.maximum / torch.minimum.
-  registerBinary<T>(registry, "maximum", [](T a, T b) {
+  registerBinary<T>(registry, "maximum", [](C a, C b) {
     if (std::isnan(a) || std::isnan(b))
-      return std::numeric_limits<T>::quiet_NaN();
+      return std::numeric_limits<C>::quiet_NaN();
     return a < b ? b : a;
   });
-  registerBinary<T>(registry, "minimum", [](T a, T b) {
+  registerBinary<T>(registry, "minimum", [](C a, C b) {
     if (std::isnan(a) || std::isnan(b))
-      return std::numeric_limits<T>::quiet_NaN();
+      return std::numeric_limits<C>::quiet_NaN();
     return b < a ? b : a;
   });
-  registerBinary<T>(registry, "pow", [](T a, T b) { return std::pow(a, b); });
+  registerBinary<T>(registry, "pow", [](C a, C b) { return std::pow(a, b); });
 }
 
-// int64 arithmetic wraps around on overflow (two's complement), like torch.
-int64_t wrap(uint64_t value) { return static_cast<int64_t>(value); }
+// Integer arithmetic wraps around on overflow (two's complement), like
+// torch: it is done in the unsigned type of the same width.
+template <class T> T wrap(std::make_unsigned_t<T> value) {
+  return static_cast<T>(value);
+}
 
-int64_t floorDivide(int64_t a, int64_t b) {
+template <class T> T floorDivide(T a, T b) {
   if (b == 0)
-    throw RuntimeError("int64 division by zero");
-  if (a == std::numeric_limits<int64_t>::min() && b == -1)
+    throw RuntimeError(std::string(dtypeName(DTypeOf<T>::value)) +
+                       " division by zero");
+  if (a == std::numeric_limits<T>::min() && b == -1)
     return a; // wraps
-  int64_t quotient = a / b;
+  T quotient = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0)))
     --quotient;
   return quotient;
 }
 
-int64_t integerPower(int64_t base, int64_t exponent) {
+template <class T> T integerPower(T base, T exponent) {
   if (exponent < 0) {
     if (base == 1)
       return 1;
     if (base == -1)
       return (exponent % 2 == 0) ? 1 : -1;
-    throw RuntimeError("int64 pow: negative exponent " +
-                       std::to_string(exponent) + " with base " +
-                       std::to_string(base));
+    throw RuntimeError(std::string(dtypeName(DTypeOf<T>::value)) +
+                       " pow: negative exponent " + std::to_string(exponent) +
+                       " with base " + std::to_string(base));
   }
-  uint64_t result = 1, factor = static_cast<uint64_t>(base);
-  uint64_t remaining = static_cast<uint64_t>(exponent);
+  using U = std::make_unsigned_t<T>;
+  U result = 1, factor = static_cast<U>(base);
+  U remaining = static_cast<U>(exponent);
   while (remaining) {
     if (remaining & 1)
       result *= factor;
     factor *= factor;
     remaining >>= 1;
   }
-  return wrap(result);
+  return wrap<T>(result);
 }
 
-void registerInt64Kernels(KernelRegistry &registry) {
-  using T = int64_t;
+// T is int32_t or int64_t.
+template <class T> void registerIntegerKernels(KernelRegistry &registry) {
+  using U = std::make_unsigned_t<T>;
   registerUnary<T>(registry, "neg",
-                   [](T x) { return wrap(0 - static_cast<uint64_t>(x)); });
+                   [](T x) { return wrap<T>(U(0) - static_cast<U>(x)); });
   registerUnary<T>(registry, "abs", [](T x) {
-    return x < 0 ? wrap(0 - static_cast<uint64_t>(x)) : x;
+    return x < 0 ? wrap<T>(U(0) - static_cast<U>(x)) : x;
   });
   registerUnary<T>(registry, "relu", [](T x) { return x < 0 ? T(0) : x; });
   registerBinary<T>(registry, "add", [](T a, T b) {
-    return wrap(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    return wrap<T>(static_cast<U>(a) + static_cast<U>(b));
   });
   registerBinary<T>(registry, "sub", [](T a, T b) {
-    return wrap(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+    return wrap<T>(static_cast<U>(a) - static_cast<U>(b));
   });
   registerBinary<T>(registry, "mul", [](T a, T b) {
-    return wrap(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    return wrap<T>(static_cast<U>(a) * static_cast<U>(b));
   });
-  registerBinary<T>(registry, "div", floorDivide);
+  registerBinary<T>(registry, "div", floorDivide<T>);
   registerBinary<T>(registry, "maximum",
                     [](T a, T b) { return a < b ? b : a; });
   registerBinary<T>(registry, "minimum",
                     [](T a, T b) { return b < a ? b : a; });
-  registerBinary<T>(registry, "pow", integerPower);
+  registerBinary<T>(registry, "pow", integerPower<T>);
 }
 
 void registerBoolKernels(KernelRegistry &registry) {
@@ -163,9 +176,12 @@ void registerBoolKernels(KernelRegistry &registry) {
 } // namespace
 
 void registerElementwiseKernels(KernelRegistry &registry) {
-  registerFloatKernels<float>(registry);
-  registerFloatKernels<double>(registry);
-  registerInt64Kernels(registry);
+  forEachType(FloatTypes{}, [&](auto tag) {
+    registerFloatKernels<typename decltype(tag)::type>(registry);
+  });
+  forEachType(IntegerTypes{}, [&](auto tag) {
+    registerIntegerKernels<typename decltype(tag)::type>(registry);
+  });
   registerBoolKernels(registry);
 }
 

@@ -15,6 +15,10 @@ KernelRegistry &KernelRegistry::global() {
     registerLinalgKernels(*created);
     registerLayoutKernels(*created);
     registerCastKernels(*created);
+    registerComparisonKernels(*created);
+    registerArgReductionKernels(*created);
+    registerIndexingKernels(*created);
+    registerTriangularKernels(*created);
     return created;
   }();
   return *registry;

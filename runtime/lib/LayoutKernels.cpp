@@ -217,10 +217,9 @@ template <class T> void registerLayoutKernelsFor(KernelRegistry &registry) {
 } // namespace
 
 void registerLayoutKernels(KernelRegistry &registry) {
-  registerLayoutKernelsFor<float>(registry);
-  registerLayoutKernelsFor<double>(registry);
-  registerLayoutKernelsFor<int64_t>(registry);
-  registerLayoutKernelsFor<bool>(registry);
+  forEachType(AllTypes{}, [&](auto tag) {
+    registerLayoutKernelsFor<typename decltype(tag)::type>(registry);
+  });
 }
 
 } // namespace dtorch::rt

@@ -1,12 +1,16 @@
-// matmul and bmm: cblas GEMM for float32/float64, a plain loop for int64.
+// matmul and bmm: cblas GEMM for float32/float64 (float16/bfloat16 convert to
+// float32 around an sgemm), a plain loop for int32/int64.
 #include "KernelSupport.h"
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 namespace dtorch::rt {
 
@@ -40,10 +44,15 @@ void gemm(const T *a, const T *b, T *out, int64_t m, int64_t k, int64_t n) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
-    std::memset(out, 0, static_cast<size_t>(m * n) * sizeof(T));
+    std::fill(out, out + m * n, T(0));
     return;
   }
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (isSixteenBitFloat<T>) {
+    std::vector<float> a32(a, a + m * k), b32(b, b + k * n), out32(m * n);
+    gemm<float>(a32.data(), b32.data(), out32.data(), m, k, n);
+    for (int64_t i = 0; i < m * n; ++i)
+      out[i] = T(out32[i]);
+  } else if constexpr (std::is_floating_point_v<T>) {
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
       throw RuntimeError("GEMM dimension exceeds the BLAS integer range");
     applyBlasThreadsFromEnvironment();
@@ -56,16 +65,20 @@ void gemm(const T *a, const T *b, T *out, int64_t m, int64_t k, int64_t n) {
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, a, K,
                   b, N, 0.0, out, N);
   } else {
-    // int64 wraps around on overflow; i-k-j order keeps rows of b contiguous.
-    auto *acc = reinterpret_cast<uint64_t *>(out);
-    std::memset(acc, 0, static_cast<size_t>(m * n) * sizeof(uint64_t));
+    // Integers wrap around on overflow: the sums are done in the unsigned
+    // type of the same width. i-k-j order keeps rows of b contiguous.
+    using U = std::make_unsigned_t<T>;
+    std::vector<U> acc(static_cast<size_t>(m * n), 0);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t p = 0; p < k; ++p) {
-        uint64_t left = static_cast<uint64_t>(a[i * k + p]);
+        U left = static_cast<U>(a[i * k + p]);
         const T *row = b + p * n;
+        U *accRow = acc.data() + i * n;
         for (int64_t j = 0; j < n; ++j)
-          acc[i * n + j] += left * static_cast<uint64_t>(row[j]);
+          accRow[j] += left * static_cast<U>(row[j]);
       }
+    for (int64_t i = 0; i < m * n; ++i)
+      out[i] = static_cast<T>(acc[i]);
   }
 }
 
@@ -138,9 +151,9 @@ void setBlasThreads(int threads) {
 }
 
 void registerLinalgKernels(KernelRegistry &registry) {
-  registerGemmKernels<float>(registry);
-  registerGemmKernels<double>(registry);
-  registerGemmKernels<int64_t>(registry);
+  forEachType(NumericTypes{}, [&](auto tag) {
+    registerGemmKernels<typename decltype(tag)::type>(registry);
+  });
 }
 
 } // namespace dtorch::rt

@@ -273,12 +273,16 @@ struct Validator {
       if (!kernel)
         throw RuntimeError("op '" + inst.op() + "' has no " + kCpuDevice +
                            " kernel for " + dtypeName(out[0].dtype));
-      if (inst.inputs_size() != kernel->numInputs ||
+      bool variadic = kernel->numInputs == kVariadicInputs;
+      if ((variadic ? inst.inputs_size() < 1
+                    : inst.inputs_size() != kernel->numInputs) ||
           inst.outputs_size() != kernel->numOutputs)
         throw RuntimeError(
-            "takes " + std::to_string(kernel->numInputs) + " input(s) and " +
-            std::to_string(kernel->numOutputs) + " output(s), got " +
-            std::to_string(inst.inputs_size()) + " and " +
+            "takes " +
+            (variadic ? std::string("1 or more")
+                      : std::to_string(kernel->numInputs)) +
+            " input(s) and " + std::to_string(kernel->numOutputs) +
+            " output(s), got " + std::to_string(inst.inputs_size()) + " and " +
             std::to_string(inst.outputs_size()));
       if (kernel->check)
         kernel->check(AttrReader(inst.attrs()), in, out);

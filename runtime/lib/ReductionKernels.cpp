@@ -1,8 +1,10 @@
-// sum and max over a set of dims.
+// sum, max and min over a set of dims.
 #include "KernelSupport.h"
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <type_traits>
 
 namespace dtorch::rt {
 
@@ -88,10 +90,10 @@ void forEachReduced(const Shape &inShape, const std::vector<bool> &mask,
   }
 }
 
-// float accumulates in double; int64 wraps around.
+// Floats (16-bit ones included) accumulate in double; integers wrap around
+// in their own width (the sum is done in uint64_t and truncated).
 template <class T>
-using SumAccumulator =
-    std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+using SumAccumulator = std::conditional_t<isFloatType<T>, double, uint64_t>;
 
 template <class T> void registerSum(KernelRegistry &registry) {
   Kernel kernel;
@@ -114,21 +116,28 @@ template <class T> void registerSum(KernelRegistry &registry) {
     std::vector<SumAccumulator<T>> acc(static_cast<size_t>(out.numel()), 0);
     const T *xs = x.data_as<T>();
     forEachReduced(x.shape(), mask, [&](int64_t in, int64_t o) {
-      acc[o] += static_cast<SumAccumulator<T>>(xs[in]);
+      if constexpr (isFloatType<T>)
+        acc[o] += static_cast<double>(static_cast<ComputeType<T>>(xs[in]));
+      else
+        acc[o] += static_cast<uint64_t>(xs[in]);
     });
     T *result = out.data_as<T>();
     for (size_t i = 0; i < acc.size(); ++i) {
-      if constexpr (std::is_floating_point_v<T>) {
-        result[i] = static_cast<T>(acc[i] * scale);
+      if constexpr (isFloatType<T>) {
+        result[i] = convertTo<T>(acc[i] * scale);
       } else {
-        int64_t sum = static_cast<int64_t>(acc[i]);
+        // Two's complement truncation to T's width.
+        T sum = static_cast<T>(static_cast<std::make_unsigned_t<T>>(acc[i]));
         if (scale == 1.0) {
           result[i] = sum;
         } else {
           double scaled = std::trunc(static_cast<double>(sum) * scale);
-          if (!(scaled >= -0x1.0p63 && scaled < 0x1.0p63))
-            throw RuntimeError("sum: scaled int64 result is out of range");
-          result[i] = static_cast<int64_t>(scaled);
+          if (!(scaled >= static_cast<double>(std::numeric_limits<T>::min()) &&
+                scaled < -static_cast<double>(std::numeric_limits<T>::min())))
+            throw RuntimeError(std::string("sum: scaled ") +
+                               dtypeName(DTypeOf<T>::value) +
+                               " result is out of range");
+          result[i] = static_cast<T>(scaled);
         }
       }
     }
@@ -136,54 +145,67 @@ template <class T> void registerSum(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "sum", std::move(kernel));
 }
 
-template <class T> T lowestValue() {
+// The start value of `max` (the lowest value) or `min` (the highest).
+template <class T> T reductionIdentity(bool isMax) {
   if constexpr (std::is_same_v<T, bool>)
-    return false;
-  else if constexpr (std::is_floating_point_v<T>)
-    return -std::numeric_limits<T>::infinity();
+    return !isMax;
+  else if constexpr (isFloatType<T>)
+    return convertTo<T>(isMax ? -std::numeric_limits<double>::infinity()
+                              : std::numeric_limits<double>::infinity());
   else
-    return std::numeric_limits<T>::lowest();
+    return isMax ? std::numeric_limits<T>::lowest()
+                 : std::numeric_limits<T>::max();
 }
 
-template <class T> void registerMax(KernelRegistry &registry) {
+// `max` and `min`; NaN propagates like torch.amax / torch.amin.
+template <class T> void registerMaxMin(KernelRegistry &registry, bool isMax) {
   Kernel kernel;
   kernel.numInputs = 1;
   kernel.check = checkReduction;
-  kernel.run = [](const AttrReader &attrs,
-                  const std::vector<const Tensor *> &inputs,
-                  const std::vector<Tensor *> &outputs) {
+  kernel.run = [isMax](const AttrReader &attrs,
+                       const std::vector<const Tensor *> &inputs,
+                       const std::vector<Tensor *> &outputs) {
+    // Compare in C; keep the running values in S (not std::vector<bool>).
+    using C = ComputeType<T>;
+    using S = std::conditional_t<std::is_same_v<C, bool>, uint8_t, C>;
     const Tensor &x = *inputs[0];
     Tensor &out = *outputs[0];
     std::vector<bool> mask = reductionMask(attrs, x.dim());
-    T *result = out.data_as<T>();
-    for (int64_t i = 0, n = out.numel(); i < n; ++i)
-      result[i] = lowestValue<T>();
+    std::vector<S> best(static_cast<size_t>(out.numel()),
+                        static_cast<S>(reductionIdentity<T>(isMax)));
     const T *xs = x.data_as<T>();
     forEachReduced(x.shape(), mask, [&](int64_t in, int64_t o) {
-      T value = xs[in];
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(value) || std::isnan(result[o])) {
-          result[o] = std::numeric_limits<T>::quiet_NaN(); // NaN propagates
+      S value = static_cast<S>(static_cast<C>(xs[in]));
+      S &slot = best[o];
+      if constexpr (isFloatType<T>) {
+        if (std::isnan(slot))
+          return; // NaN propagates
+        if (std::isnan(value)) {
+          slot = value;
           return;
         }
       }
-      if (result[o] < value)
-        result[o] = value;
+      if (isMax ? slot < value : value < slot)
+        slot = value;
     });
+    T *result = out.data_as<T>();
+    for (size_t i = 0; i < best.size(); ++i)
+      result[i] = static_cast<T>(best[i]);
   };
-  addCpuKernel<T>(registry, "max", std::move(kernel));
+  addCpuKernel<T>(registry, isMax ? "max" : "min", std::move(kernel));
 }
 
 } // namespace
 
 void registerReductionKernels(KernelRegistry &registry) {
-  registerSum<float>(registry);
-  registerSum<double>(registry);
-  registerSum<int64_t>(registry);
-  registerMax<float>(registry);
-  registerMax<double>(registry);
-  registerMax<int64_t>(registry);
-  registerMax<bool>(registry);
+  forEachType(NumericTypes{}, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    registerSum<T>(registry);
+    registerMaxMin<T>(registry, true);
+    registerMaxMin<T>(registry, false);
+  });
+  registerMaxMin<bool>(registry, true);
+  registerMaxMin<bool>(registry, false);
 }
 
 } // namespace dtorch::rt

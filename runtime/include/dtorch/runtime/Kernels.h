@@ -30,8 +30,11 @@ using KernelRunFn = std::function<void(
     const AttrReader &attrs, const std::vector<const Tensor *> &inputs,
     const std::vector<Tensor *> &outputs)>;
 
+// Kernel::numInputs of a kernel that takes one or more inputs (concat).
+constexpr int kVariadicInputs = -1;
+
 struct Kernel {
-  int numInputs = 0;
+  int numInputs = 0; // kVariadicInputs: one or more
   int numOutputs = 1;
   KernelCheckFn check; // may be empty: arity and nothing else is checked
   KernelRunFn run;
@@ -84,6 +87,10 @@ void registerReductionKernels(KernelRegistry &registry);
 void registerLinalgKernels(KernelRegistry &registry);
 void registerLayoutKernels(KernelRegistry &registry);
 void registerCastKernels(KernelRegistry &registry);
+void registerComparisonKernels(KernelRegistry &registry);
+void registerArgReductionKernels(KernelRegistry &registry);
+void registerIndexingKernels(KernelRegistry &registry);
+void registerTriangularKernels(KernelRegistry &registry);
 
 // Check helpers for kernel implementations (throw RuntimeError).
 void requireSameDescs(const TensorDesc &a, const TensorDesc &b,
