@@ -43,6 +43,21 @@ ShardingRule transpose(const Shape &input, const std::vector<int64_t> &perm);
 /// numpy broadcasting of `input` to `result` (trailing dims aligned).
 ShardingRule broadcastTo(const Shape &input, const Shape &result);
 
+/// argmax/argmin over one dim: the dim is whole on every rank.
+ShardingRule argReduction(const Shape &input, int64_t dim, bool keepdim);
+/// A strided box: whole dims keep their factor.
+ShardingRule slice(const Shape &input, const Shape &offsets, const Shape &sizes,
+                   const Shape &strides);
+/// Joining along `dim`: the other dims keep their factors.
+ShardingRule concat(const std::vector<Shape> &inputs, int64_t dim);
+/// torch.gather: index and result share every dim.
+ShardingRule gather(const Shape &input, const Shape &index, int64_t dim);
+/// index_select/embedding: a sharded picked dim gives Partial(sum).
+ShardingRule indexSelect(const Shape &input, const Shape &index, int64_t dim);
+/// scatter_add: dims other than `dim` with equal extents keep their factor.
+ShardingRule scatterAdd(const Shape &input, const Shape &index,
+                        const Shape &src, int64_t dim);
+
 } // namespace dtorch::rules
 
 #endif // DTORCH_OPRULES_H

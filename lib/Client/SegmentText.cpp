@@ -57,6 +57,42 @@ const AttrValue *findAttr(const Attrs &attrs, const char *name) {
   return nullptr;
 }
 
+// The op's attributes in MLIR's attr-dict syntax; an Int named keepdim is a
+// unit attribute (present when nonzero).
+std::string attrDict(const Attrs &attrs) {
+  std::string s = "{";
+  bool first = true;
+  for (const auto &[name, v] : attrs) {
+    if (name == "keepdim" && v.kind == AttrValue::Kind::Int) {
+      if (v.i) {
+        s += (first ? "" : ", ") + name;
+        first = false;
+      }
+      continue;
+    }
+    s += (first ? "" : ", ") + name + " = ";
+    first = false;
+    switch (v.kind) {
+    case AttrValue::Kind::Int:
+      s += std::to_string(v.i) + " : i64";
+      break;
+    case AttrValue::Kind::Float:
+      s += floatText(v.f) + " : f64";
+      break;
+    case AttrValue::Kind::String:
+      s += "\"" + v.s + "\"";
+      break;
+    case AttrValue::Kind::Ints:
+      s += "array<i64";
+      for (size_t k = 0; k < v.ints.size(); ++k)
+        s += (k ? ", " : ": ") + std::to_string(v.ints[k]);
+      s += ">";
+      break;
+    }
+  }
+  return s + "}";
+}
+
 } // namespace
 
 std::string typeText(const TensorMeta &meta, const Mesh &mesh) {
@@ -121,9 +157,11 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
         os << " dims = " << intList(dims->ints);
         if (const AttrValue *k = findAttr(n.attrs, "keepdim"); k && k->i)
           os << " keepdim";
-      }
-      if (const AttrValue *perm = findAttr(n.attrs, "perm"))
+      } else if (const AttrValue *perm = findAttr(n.attrs, "perm")) {
         os << " perm = " << intList(perm->ints);
+      } else if (!n.attrs.empty()) {
+        os << " " << attrDict(n.attrs);
+      }
       if (n.op == "redistribute") {
         os << " : " << types.at(n.inputs[0]) << " -> " << ty;
       } else {

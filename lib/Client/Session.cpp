@@ -3,6 +3,7 @@
 
 #include "Controller.h"
 #include "SegmentText.h"
+#include "SessionSupport.h"
 #include "TensorData.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
@@ -13,34 +14,6 @@
 #include <unordered_map>
 
 namespace dtorch::client {
-namespace {
-
-std::string shapeStr(const Shape &s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-int64_t elementBytes(wire::DType dt) {
-  return static_cast<int64_t>(rt::dtypeSize(dt));
-}
-
-bool isFloat(wire::DType dt) {
-  return dt == wire::F32 || dt == wire::F64 || dt == wire::F16 ||
-         dt == wire::BF16;
-}
-
-int64_t normalizeDim(int64_t d, int64_t rank, const char *op) {
-  int64_t r = std::max<int64_t>(rank, 1);
-  if (d < -r || d >= r)
-    throw ValueError(std::string(op) + ": dim " + std::to_string(d) +
-                     " is out of range for a tensor of rank " +
-                     std::to_string(rank));
-  return d < 0 ? d + r : d;
-}
-
-} // namespace
 
 const char *dtypeName(wire::DType dt) { return rt::dtypeName(dt); }
 
@@ -335,13 +308,6 @@ Placements Session::inferPlacements(
                          m.dtype, makeRule);
 }
 
-static bool hasPartial(const Placements &ps) {
-  for (const Placement &p : ps)
-    if (p.isPartial())
-      return true;
-  return false;
-}
-
 Tensor Session::unary(const std::string &op, const Tensor &x) {
   const rules::ElementwiseTraits *traits = rules::elementwiseTraits(op, 1);
   if (!traits)
@@ -425,13 +391,8 @@ Tensor Session::cast(const Tensor &x, wire::DType dtype) {
   const TensorMeta &m = x->meta();
   if (m.dtype == dtype)
     return x;
-  if (dtype != wire::F32 && dtype != wire::F64 && dtype != wire::I64 &&
-      dtype != wire::BOOL)
-    throw TypeError(std::string("cannot convert to ") + dtypeName(dtype) +
-                    " (supported: float32, float64, int64, bool)");
-  if (m.dtype != wire::F32 && m.dtype != wire::F64 && m.dtype != wire::I64 &&
-      m.dtype != wire::BOOL)
-    throw TypeError(std::string("cannot convert from ") + dtypeName(m.dtype));
+  if (rt::dtypeName(dtype) == std::string("invalid"))
+    throw TypeError("cannot convert to an invalid dtype");
   Placements result = m.placements;
   if (hasPartial(result))
     result = inferPlacements("cast", {x}, m.shape, [&] {

@@ -1,5 +1,6 @@
 //===- OpRules.cpp - the sharding rules of every op family ---------------===//
 #include "dtorch/OpRules.h"
+#include "dtorch/OpRegistry.h"
 
 #include <algorithm>
 #include <map>
@@ -19,41 +20,36 @@ const std::vector<ReduceOp> kAll = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max,
                                     ReduceOp::Min};
 const std::vector<ReduceOp> kLinear = {ReduceOp::Sum, ReduceOp::Avg};
 
+int64_t addFactor(ShardingRule &rule, int64_t size) {
+  rule.factorSizes.push_back(size);
+  return static_cast<int64_t>(rule.factorSizes.size()) - 1;
+}
+
 } // namespace
 
 const ElementwiseTraits *elementwiseTraits(std::string_view op, size_t arity) {
-  // a+b and a-b are additive in both operands at once; a*b is linear in each
-  // operand; a/b in its numerator; -a in a; max/min commute with themselves.
-  static const std::map<std::string, ElementwiseTraits, std::less<>> binary = {
-      {"add", {kLinear, {}}},
-      {"sub", {kLinear, {}}},
-      {"mul", {{}, {0, 1}}},
-      {"div", {{}, {0}}},
-      {"maximum", {{ReduceOp::Max}, {}}},
-      {"minimum", {{ReduceOp::Min}, {}}},
-      {"pow", {{}, {}}},
-  };
-  static const std::map<std::string, ElementwiseTraits, std::less<>> unary = {
-      {"neg", {{}, {0}}},
-      {"abs", {{}, {}}},
-      {"relu", {{}, {}}},
-      {"exp", {{}, {}, true}},
-      {"log", {{}, {}, true}},
-      {"sqrt", {{}, {}, true}},
-      {"rsqrt", {{}, {}, true}},
-      {"tanh", {{}, {}, true}},
-      {"sigmoid", {{}, {}, true}},
-      {"gelu", {{}, {}, true}},
-      {"silu", {{}, {}, true}},
-      {"sin", {{}, {}, true}},
-      {"cos", {{}, {}, true}},
-      // Element type conversion is monotone: max/min commute with it.
-      {"cast", {{ReduceOp::Max, ReduceOp::Min}, {}}},
-  };
-  const auto &table = arity == 2 ? binary : unary;
+  // The partial pass-through of each elementwise op is declared with the op
+  // in ODS (jointPartial, linearOperands, floatOnly) and reaches us through
+  // the generated registry.
+  static const std::map<std::string, ElementwiseTraits, std::less<>> table =
+      [] {
+        std::map<std::string, ElementwiseTraits, std::less<>> t;
+        for (const OpInfo &info : opRegistry()) {
+          std::string_view family = info.family;
+          if (family == "unary" || family == "binary" || family == "compare" ||
+              family == "where" || family == "cast" || family == "triangle")
+            t[info.name] = ElementwiseTraits{
+                info.jointPartial, info.linearOperands, info.floatOnly};
+        }
+        return t;
+      }();
+  const OpInfo *info = findOp(op);
   auto it = table.find(op);
-  return (arity == 1 || arity == 2) && it != table.end() ? &it->second
-                                                         : nullptr;
+  if (!info || it == table.end())
+    return nullptr;
+  if (info->numOperands >= 0 && static_cast<size_t>(info->numOperands) != arity)
+    return nullptr;
+  return &it->second;
 }
 
 ShardingRule elementwise(const Shape &shape, size_t numOperands,
@@ -174,6 +170,109 @@ ShardingRule broadcastTo(const Shape &in, const Shape &out) {
     if (in[d] == out[lead + d])
       rule.operands[0][d] = lead + d;
   rule.jointPartial = kAll; // copying elements commutes with every reduction
+  return rule;
+}
+
+// The reduced dim is whole on every rank (an index is not a partial value);
+// the other dims keep their factors.
+ShardingRule argReduction(const Shape &input, int64_t dim, bool keepdim) {
+  ShardingRule rule;
+  rule.factorSizes = input;
+  rule.operands = {iota(input.size())};
+  rule.operands[0][dim] = -1;
+  Shape res;
+  for (int64_t d = 0; d < (int64_t)input.size(); ++d)
+    if (d != dim)
+      res.push_back(d);
+    else if (keepdim)
+      res.push_back(-1);
+  rule.results = {res};
+  return rule;
+}
+
+// A dim read whole (offset 0, stride 1, full size) keeps its factor; a cut
+// dim is whole on every rank.
+ShardingRule slice(const Shape &input, const Shape &offsets, const Shape &sizes,
+                   const Shape &strides) {
+  ShardingRule rule;
+  rule.operands = {Shape(input.size(), -1)};
+  rule.results = {Shape(input.size(), -1)};
+  rule.jointPartial = kAll;
+  for (size_t d = 0; d < input.size(); ++d)
+    if (offsets[d] == 0 && strides[d] == 1 && sizes[d] == input[d]) {
+      int64_t f = addFactor(rule, input[d]);
+      rule.operands[0][d] = rule.results[0][d] = f;
+    }
+  return rule;
+}
+
+ShardingRule concat(const std::vector<Shape> &inputs, int64_t dim) {
+  ShardingRule rule;
+  const Shape &first = inputs.at(0);
+  Shape factorOf(first.size(), -1);
+  for (size_t d = 0; d < first.size(); ++d)
+    if ((int64_t)d != dim)
+      factorOf[d] = addFactor(rule, first[d]);
+  rule.operands.assign(inputs.size(), factorOf);
+  rule.results = {factorOf};
+  rule.jointPartial = kAll;
+  return rule;
+}
+
+// result[p] = input[p with p[dim] = index[p]]: the index and the result share
+// every dim; the input shares a dim only where its extent is the index's,
+// and never `dim`. Gathering is linear in the input.
+ShardingRule gather(const Shape &input, const Shape &index, int64_t dim) {
+  ShardingRule rule;
+  rule.operands = {Shape(input.size(), -1), Shape(index.size(), -1)};
+  rule.results = {Shape(index.size(), -1)};
+  for (size_t d = 0; d < index.size(); ++d) {
+    int64_t f = addFactor(rule, index[d]);
+    rule.operands[1][d] = rule.results[0][d] = f;
+    if ((int64_t)d != dim && input[d] == index[d])
+      rule.operands[0][d] = f;
+  }
+  rule.linearOperands = {0};
+  return rule;
+}
+
+// Rows of `input` along `dim` picked by a 1-D index. The picked dim of the
+// input is a reduction factor: a rank holding part of it looks up the rows
+// it has and writes zeros for the others, so the pieces add up (P(sum)).
+ShardingRule indexSelect(const Shape &input, const Shape &index, int64_t dim) {
+  ShardingRule rule;
+  rule.operands = {Shape(input.size(), -1), Shape(1, -1)};
+  rule.results = {Shape(input.size(), -1)};
+  for (size_t d = 0; d < input.size(); ++d) {
+    if ((int64_t)d == dim)
+      continue;
+    int64_t f = addFactor(rule, input[d]);
+    rule.operands[0][d] = rule.results[0][d] = f;
+  }
+  int64_t picked = addFactor(rule, index[0]);
+  rule.operands[1][0] = rule.results[0][dim] = picked;
+  rule.operands[0][dim] = addFactor(rule, input[dim]); // reduction factor
+  rule.reductionOp = ReduceOp::Sum;
+  rule.linearOperands = {0};
+  return rule;
+}
+
+// out = input; out[p with p[dim] = index[p]] += src[p]. Dims other than
+// `dim` where all three extents agree keep a shared factor.
+ShardingRule scatterAdd(const Shape &input, const Shape &index,
+                        const Shape &src, int64_t dim) {
+  ShardingRule rule;
+  rule.operands = {Shape(input.size(), -1), Shape(index.size(), -1),
+                   Shape(src.size(), -1)};
+  rule.results = {Shape(input.size(), -1)};
+  for (size_t d = 0; d < input.size(); ++d) {
+    if ((int64_t)d == dim)
+      continue;
+    int64_t f = addFactor(rule, input[d]);
+    rule.operands[0][d] = rule.results[0][d] = f;
+    if (index[d] == input[d] && src[d] == input[d])
+      rule.operands[1][d] = rule.operands[2][d] = f;
+  }
   return rule;
 }
 

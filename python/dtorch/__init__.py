@@ -62,81 +62,18 @@ def save_graph(fn, example_args, path):
     return path
 
 
-# ---- functions with torch names ----------------------------------------------------
-def _un(name):
-    def f(x):
-        return _C.unary(name, x)
-    f.__name__ = name
-    return f
+# ---- operators: every name comes from the op registry (declared once in ODS) ---
+from . import _indexing  # noqa: E402  (Tensor.__getitem__, narrow, split, chunk)
+from . import _ops  # noqa: E402
+
+_ops.install(globals())
+from . import nn  # noqa: E402
 
 
-for _name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "tanh", "sigmoid", "sin",
-              "cos"):
-    globals()[_name] = _un(_name)
-
-
-def add(a, b):
-    return a + b
-
-
-def sub(a, b):
-    return a - b
-
-
-def mul(a, b):
-    return a * b
-
-
-def div(a, b):
-    return a / b
-
-
-def pow(a, b):  # noqa: A001
-    return a ** b
-
-
-def maximum(a, b):
-    return _C.binary("maximum", a, b, False)
-
-
-def minimum(a, b):
-    return _C.binary("minimum", a, b, False)
-
-
-def matmul(a, b):
-    return _C.matmul(a, b)
-
-
-mm = matmul
-bmm = matmul
-
-
-def sum(x, dim=None, keepdim=False):  # noqa: A001
-    return x.sum(dim, keepdim)
-
-
-def mean(x, dim=None, keepdim=False):
-    return x.mean(dim, keepdim)
-
-
-def amax(x, dim=None, keepdim=False):
-    return x.amax(dim, keepdim)
-
-
-def reshape(x, shape):
-    return x.reshape(shape)
-
-
-def transpose(x, dim0, dim1):
-    return x.transpose(dim0, dim1)
-
-
-def permute(x, dims):
-    return x.permute(dims)
-
-
-def clamp(x, min=None, max=None):  # noqa: A002
-    return x.clamp(min, max)
+def op_registry():
+    """Every operator's declaration: a list of dicts (name, family, kernel,
+    torch names, partial pass-through, dtypes, ...), generated from ODS."""
+    return _ops.registry()
 
 
 def is_initialized():

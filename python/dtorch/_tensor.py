@@ -93,48 +93,8 @@ def _len(self):
     return self.shape[0]
 
 
-# ---- ops as methods ------------------------------------------------------------
-def _unary(name):
-    def op(self):
-        return _C.unary(name, self)
-    op.__name__ = name
-    return op
-
-
-def _binary(name):
-    def op(self, other):
-        return _C.binary(name, self, other, False)
-    op.__name__ = name
-    return op
-
-
-def _dims(dim):
-    if dim is None:
-        return []
-    if isinstance(dim, int):
-        return [dim]
-    return list(dim)
-
-
-def _sum(self, dim=None, keepdim=False):
-    return _C.reduce("sum", self, _dims(dim), keepdim)
-
-
-def _mean(self, dim=None, keepdim=False):
-    return _C.reduce("mean", self, _dims(dim), keepdim)
-
-
-def _amax(self, dim=None, keepdim=False):
-    return _C.reduce("max", self, _dims(dim), keepdim)
-
-
-def _max(self, dim=None, keepdim=False):
-    if dim is None:
-        return _C.reduce("max", self, [], False)
-    raise NotImplementedError("max(dim) returns indices too, which dtorch does not compute yet; "
-                              "use amax(dim)")
-
-
+# ---- shape and cast methods with torch's signatures (the rest of the ----------
+# ---- operator surface comes from the op registry: _ops.py) ----------------------
 def _shape_args(args):
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         return list(args[0])
@@ -203,10 +163,6 @@ def _expand(self, *sizes):
     return _C.broadcast_to(self, target)
 
 
-def _matmul(self, other):
-    return _C.matmul(self, other)
-
-
 def _to(self, *args, dtype=None, **kwargs):
     """x.to(dtype), x.to("cpu"), x.to(other_tensor): dtype conversion only."""
     for a in args:
@@ -217,15 +173,6 @@ def _to(self, *args, dtype=None, **kwargs):
         elif isinstance(a, str) and a != "cpu":
             raise ValueError(f"to({a!r}): dtorch tensors stay on their mesh's devices")
     return self if dtype is None else _C.cast(self, dtype)
-
-
-def _clamp(self, min=None, max=None):
-    out = self
-    if min is not None:
-        out = _C.binary("maximum", out, min, False)
-    if max is not None:
-        out = _C.binary("minimum", out, max, False)
-    return out
 
 
 def _install():
@@ -247,15 +194,6 @@ def _install():
     T.__bool__ = _bool
     T.__float__ = _float
     T.__len__ = _len
-    for name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu", "tanh", "sigmoid",
-                 "sin", "cos"):
-        setattr(T, name, _unary(name))
-    for name in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
-        setattr(T, name, _binary(name))
-    T.sum = _sum
-    T.mean = _mean
-    T.amax = _amax
-    T.max = _max
     T.reshape = _reshape
     T.view = _reshape
     T.permute = _permute
@@ -265,16 +203,37 @@ def _install():
     T.squeeze = _squeeze
     T.flatten = _flatten
     T.expand = _expand
-    T.matmul = _matmul
-    T.mm = _matmul
-    T.bmm = _matmul
-    T.clamp = _clamp
     T.to = _to
     T.float = lambda self: _C.cast(self, _C.dtype.float32)
     T.double = lambda self: _C.cast(self, _C.dtype.float64)
     T.long = lambda self: _C.cast(self, _C.dtype.int64)
     T.bool = lambda self: _C.cast(self, _C.dtype.bool)
+    T.int = lambda self: _C.cast(self, _C.dtype.int32)
+    T.half = lambda self: _C.cast(self, _C.dtype.float16)
+    T.bfloat16 = lambda self: _C.cast(self, _C.dtype.bfloat16)
+    T.broadcast_to = lambda self, shape: _C.broadcast_to(self, list(shape))
     T.__array_priority__ = 1000  # numpy scalars defer to our reflected operators
 
 
 _install()
+
+
+# ---- the shape functions under their torch names (dtorch.reshape, ...) ------------
+def reshape(x, shape):
+    return _reshape(x, shape)
+
+
+def permute(x, dims):
+    return _permute(x, dims)
+
+
+def transpose(x, dim0, dim1):
+    return _transpose(x, dim0, dim1)
+
+
+def t(x):
+    return _t(x)
+
+
+def broadcast_to(x, shape):
+    return _C.broadcast_to(x, list(shape))

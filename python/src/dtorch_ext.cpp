@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/Session.h"
+#include "dtorch/OpRegistry.h"
 #include "dtorch/runtime/Cluster.h"
 
 #include <nanobind/nanobind.h>
@@ -148,6 +149,60 @@ Tensor binaryAny(const char *op, const Tensor &a, nb::handle b,
                   nb::cast<std::string>(nb::str(b.type())));
 }
 
+/// A tensor operand or a Python number (as a 0-d tensor next to `like`).
+Tensor operand(const Tensor &like, nb::handle v, const char *op) {
+  if (nb::isinstance<TensorImpl>(v))
+    return nb::cast<Tensor>(v);
+  if (PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()) || PyBool_Check(v.ptr()))
+    return session().scalarLike(like, nb::cast<double>(v),
+                                PyFloat_Check(v.ptr()) != 0);
+  throw TypeError(std::string(op) + ": unsupported operand type " +
+                  nb::cast<std::string>(nb::str(v.type())));
+}
+
+Tensor compareAny(const char *op, const Tensor &a, nb::handle b,
+                  bool reflected) {
+  Tensor tb = operand(a, b, op);
+  return reflected ? session().compare(op, tb, a)
+                   : session().compare(op, a, tb);
+}
+
+nb::list strings(const std::vector<const char *> &v) {
+  nb::list l;
+  for (const char *s : v)
+    l.append(nb::str(s));
+  return l;
+}
+
+/// The op registry as Python dicts (the package builds its surface from it).
+nb::list registryList() {
+  nb::list out;
+  for (const OpInfo &op : opRegistry()) {
+    nb::dict d;
+    d["name"] = op.name;
+    d["family"] = op.family;
+    d["kernel"] = op.kernel;
+    d["summary"] = op.summary;
+    d["num_operands"] = op.numOperands;
+    d["attrs"] = strings(op.attrs);
+    d["functions"] = strings(op.functions);
+    d["methods"] = strings(op.methods);
+    d["operators"] = strings(op.operators);
+    nb::list joint;
+    for (ReduceOp r : op.jointPartial)
+      joint.append(reduceOpName(r));
+    d["joint_partial"] = joint;
+    d["linear_operands"] = op.linearOperands;
+    d["float_only"] = op.floatOnly;
+    d["dtypes"] = strings(op.dtypes);
+    d["uses"] = strings(op.uses);
+    d["reference"] = op.reference;
+    d["is_dialect_op"] = op.isDialectOp;
+    out.append(d);
+  }
+  return out;
+}
+
 } // namespace
 
 NB_MODULE(_C, m) {
@@ -170,6 +225,8 @@ NB_MODULE(_C, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const TypeError &e) {
       PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const IndexError &e) {
+      PyErr_SetString(PyExc_IndexError, e.what());
     } catch (const rt::WorkerError &e) {
       nb::object cls = nb::module_::import_("dtorch.errors")
                            .attr("worker_error_class")(e.what());
@@ -298,13 +355,69 @@ NB_MODULE(_C, m) {
       out[nb::int_(r)] = toNumpy(std::move(t));
     return out;
   });
+  m.def("op_registry", &registryList);
+  m.def("kernel_dtypes", [](const std::string &kernel) {
+    std::vector<std::string> out;
+    for (wire::DType dt : kernelDtypes(kernel))
+      out.push_back(rt::dtypeName(dt));
+    return out;
+  });
+  m.def("compare",
+        [](const std::string &op, const Tensor &a, nb::handle b,
+           bool reflected) { return compareAny(op.c_str(), a, b, reflected); });
+  m.def("where", [](const Tensor &c, nb::handle a, nb::handle b) {
+    if (!nb::isinstance<TensorImpl>(a) && !nb::isinstance<TensorImpl>(b)) {
+      Tensor ta = operand(c, a, "where");
+      if (c->meta().dtype == ta->meta().dtype && nb::isinstance<nb::float_>(a))
+        ta = session().cast(ta, wire::F32);
+      return session().where(c, ta, operand(ta, b, "where"));
+    }
+    Tensor like = nb::isinstance<TensorImpl>(a) ? nb::cast<Tensor>(a)
+                                                : nb::cast<Tensor>(b);
+    return session().where(c, operand(like, a, "where"),
+                           operand(like, b, "where"));
+  });
+  m.def("arg_reduce",
+        [](const std::string &op, const Tensor &x, int64_t dim, bool keepdim) {
+          return session().argReduce(op, x, dim, keepdim);
+        });
+  m.def("slice", [](const Tensor &x, std::vector<int64_t> offsets,
+                    std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    return session().slice(x, std::move(offsets), std::move(sizes),
+                           std::move(strides));
+  });
+  m.def("concat", [](const std::vector<Tensor> &xs, int64_t dim) {
+    return session().concat(xs, dim);
+  });
+  m.def("gather", [](const Tensor &x, int64_t dim, const Tensor &index) {
+    return session().gather(x, dim, index);
+  });
+  m.def("index_select", [](const Tensor &x, int64_t dim, const Tensor &index) {
+    return session().indexSelect(x, dim, index);
+  });
+  m.def("scatter_add", [](const Tensor &x, int64_t dim, const Tensor &index,
+                          const Tensor &src) {
+    return session().scatterAdd(x, dim, index, src);
+  });
+  m.def("triangle",
+        [](const std::string &op, const Tensor &x, int64_t diagonal) {
+          return session().triangle(op, x, diagonal);
+        });
+  m.def("iota", [](std::vector<int64_t> shape, int64_t dim, double start,
+                   double step, wire::DType dt, int mesh, PList p, int view) {
+    Tensor t =
+        session().iota(shape, dim, start, step, dt, mesh, toPlacements(p));
+    t->view = view;
+    return t;
+  });
   m.def("graph_text",
         [](const std::vector<Tensor> &in, const std::vector<Tensor> &out,
            const std::string &name) {
           return session().graphText(in, out, name);
         });
 
-  nb::class_<TensorImpl>(m, "Tensor")
+  nb::class_<TensorImpl> tensorClass(m, "Tensor");
+  tensorClass
       .def_prop_ro("shape",
                    [](const TensorImpl &t) {
                      nb::list l;
@@ -323,74 +436,41 @@ NB_MODULE(_C, m) {
                      return fromPlacements(t.meta().placements);
                    })
       .def_prop_ro("_handle", [](const TensorImpl &t) { return t.id(); })
-      .def_rw("_requires_grad", &TensorImpl::requiresGrad)
-      .def(
-          "__add__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("add", a, b, false);
-          },
-          nb::is_operator())
-      .def(
-          "__radd__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("add", a, b, true);
-          },
-          nb::is_operator())
-      .def(
-          "__sub__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("sub", a, b, false);
-          },
-          nb::is_operator())
-      .def(
-          "__rsub__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("sub", a, b, true);
-          },
-          nb::is_operator())
-      .def(
-          "__mul__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("mul", a, b, false);
-          },
-          nb::is_operator())
-      .def(
-          "__rmul__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("mul", a, b, true);
-          },
-          nb::is_operator())
-      .def(
-          "__truediv__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("div", a, b, false);
-          },
-          nb::is_operator())
-      .def(
-          "__rtruediv__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("div", a, b, true);
-          },
-          nb::is_operator())
-      .def(
-          "__pow__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("pow", a, b, false);
-          },
-          nb::is_operator())
-      .def(
-          "__rpow__",
-          [](const Tensor &a, nb::handle b) {
-            return binaryAny("pow", a, b, true);
-          },
-          nb::is_operator())
-      .def(
-          "__matmul__",
-          [](const Tensor &a, const Tensor &b) {
-            return session().matmul(a, b);
-          },
-          nb::is_operator())
-      .def("__neg__", [](const Tensor &a) { return session().unary("neg", a); })
-      .def("__abs__",
-           [](const Tensor &a) { return session().unary("abs", a); });
+      .def_rw("_requires_grad", &TensorImpl::requiresGrad);
+  // Python operators, from the op registry: each names its dialect op.
+  for (const OpInfo &op : opRegistry())
+    for (const char *py : op.operators) {
+      std::string_view family = op.family, name = py;
+      bool reflected =
+          name.size() > 3 && name.substr(0, 3) == "__r" && name != "__rshift__";
+      const char *mnemonic = op.name;
+      if (family == "binary")
+        tensorClass.def(
+            py,
+            [mnemonic, reflected](const Tensor &a, nb::handle b) {
+              return binaryAny(mnemonic, a, b, reflected);
+            },
+            nb::is_operator());
+      else if (family == "compare")
+        tensorClass.def(
+            py,
+            [mnemonic](const Tensor &a, nb::handle b) {
+              return compareAny(mnemonic, a, b, false);
+            },
+            nb::is_operator());
+      else if (family == "unary")
+        tensorClass.def(py, [mnemonic](const Tensor &a) {
+          return session().unary(mnemonic, a);
+        });
+      else if (family == "matmul")
+        tensorClass.def(
+            py,
+            [](const Tensor &a, const Tensor &b) {
+              return session().matmul(a, b);
+            },
+            nb::is_operator());
+    }
+  // __eq__ builds a tensor, as in torch; tensors stay hashable by identity.
+  tensorClass.attr("__hash__") =
+      nb::module_::import_("builtins").attr("object").attr("__hash__");
 }

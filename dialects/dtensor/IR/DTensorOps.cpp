@@ -160,6 +160,57 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
+/// eq, ne, lt, le, gt, ge: operands alike, an i1 result of their shape.
+template <typename OpT> static LogicalResult verifyCompare(OpT op) {
+  if (failed(verifySameMesh(op)))
+    return failure();
+  DTensorType a = op.getLhs().getType(), b = op.getRhs().getType(),
+              r = op.getResult().getType();
+  if (a.getShape() != b.getShape() || a.getShape() != r.getShape())
+    return op.emitOpError("operands and result must share one shape");
+  if (a.getElementType() != b.getElementType())
+    return op.emitOpError("operands must share an element type, got ")
+           << a.getElementType() << " and " << b.getElementType();
+  if (!r.getElementType().isInteger(1))
+    return op.emitOpError("result element type must be i1, got ")
+           << r.getElementType();
+  return success();
+}
+
+#define COMPARE_OP(OP)                                                         \
+  LogicalResult OP::verify() { return verifyCompare(*this); }                  \
+  ShardingRule OP::getShardingRule() { return elementwiseRule(*this); }
+COMPARE_OP(EqOp)
+COMPARE_OP(NeOp)
+COMPARE_OP(LtOp)
+COMPARE_OP(LeOp)
+COMPARE_OP(GtOp)
+COMPARE_OP(GeOp)
+#undef COMPARE_OP
+
+LogicalResult WhereOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType c = getCond().getType(), r = getResult().getType();
+  if (!c.getElementType().isInteger(1))
+    return emitOpError("condition element type must be i1, got ")
+           << c.getElementType();
+  if (c.getShape() != r.getShape())
+    return emitOpError("condition shape [")
+           << c.getShape() << "] does not match result shape [" << r.getShape()
+           << "]";
+  for (Value v : {getLhs(), getRhs()}) {
+    DTensorType t = typeOf(v);
+    if (t.getShape() != r.getShape() ||
+        t.getElementType() != r.getElementType())
+      return emitOpError("both choices must have the result's shape and "
+                         "element type");
+  }
+  return success();
+}
+
+ShardingRule WhereOp::getShardingRule() { return elementwiseRule(*this); }
+
 ShardingRule CastOp::getShardingRule() {
   return rules::elementwise(toVec(getResult().getType().getShape()), 1,
                             *rules::elementwiseTraits("cast", 1));
@@ -242,6 +293,46 @@ template <typename OpT> static ShardingRule reductionRule(OpT op, bool isMax) {
 }
 
 LogicalResult SumOp::verify() { return verifyReduction(*this); }
+LogicalResult MinOp::verify() { return verifyReduction(*this); }
+ShardingRule MinOp::getShardingRule() {
+  ShardingRule rule = reductionRule(*this, true);
+  rule.reductionOp = ReduceOp::Min;
+  rule.jointPartial = {ReduceOp::Min};
+  return rule;
+}
+
+template <typename OpT> static LogicalResult verifyArgReduction(OpT op) {
+  if (failed(verifySameMesh(op)))
+    return failure();
+  DTensorType in = op.getInput().getType(), res = op.getResult().getType();
+  int64_t dim = op.getDim();
+  if (dim < 0 || dim >= std::max<int64_t>(in.getRank(), 1))
+    return op.emitOpError("dim ")
+           << dim << " is out of range for rank " << in.getRank();
+  if (!res.getElementType().isInteger(64))
+    return op.emitOpError("result element type must be i64");
+  SmallVector<int64_t> expected;
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (d != dim)
+      expected.push_back(in.getShape()[d]);
+    else if (op.getKeepdim())
+      expected.push_back(1);
+  if (ArrayRef<int64_t>(expected) != res.getShape())
+    return op.emitOpError("result shape must be [")
+           << expected << "], got [" << res.getShape() << "]";
+  return success();
+}
+
+LogicalResult ArgmaxOp::verify() { return verifyArgReduction(*this); }
+LogicalResult ArgminOp::verify() { return verifyArgReduction(*this); }
+ShardingRule ArgmaxOp::getShardingRule() {
+  return rules::argReduction(toVec(getInput().getType().getShape()), getDim(),
+                             getKeepdim());
+}
+ShardingRule ArgminOp::getShardingRule() {
+  return rules::argReduction(toVec(getInput().getType().getShape()), getDim(),
+                             getKeepdim());
+}
 LogicalResult MeanOp::verify() { return verifyReduction(*this); }
 LogicalResult MaxOp::verify() { return verifyReduction(*this); }
 ShardingRule SumOp::getShardingRule() { return reductionRule(*this, false); }
@@ -321,6 +412,194 @@ LogicalResult BroadcastToOp::verify() {
 ShardingRule BroadcastToOp::getShardingRule() {
   return rules::broadcastTo(toVec(getInput().getType().getShape()),
                             toVec(getResult().getType().getShape()));
+}
+
+LogicalResult SliceOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  int64_t rank = in.getRank();
+  if ((int64_t)getOffsets().size() != rank ||
+      (int64_t)getSizes().size() != rank ||
+      (int64_t)getStrides().size() != rank)
+    return emitOpError("offsets, sizes and strides need one entry per dim (")
+           << rank << ")";
+  if (in.getElementType() != res.getElementType())
+    return emitOpError("result element type must match the input's");
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t o = getOffsets()[d], n = getSizes()[d], st = getStrides()[d];
+    if (st < 1)
+      return emitOpError("stride of dim ") << d << " must be positive";
+    if (o < 0 || n < 0 || (n > 0 && o + (n - 1) * st >= in.getShape()[d]))
+      return emitOpError("dim ")
+             << d << ": " << n << " elements from " << o << " with stride "
+             << st << " do not fit in extent " << in.getShape()[d];
+    if (res.getShape()[d] != n)
+      return emitOpError("result dim ") << d << " must have extent " << n;
+  }
+  return success();
+}
+
+ShardingRule SliceOp::getShardingRule() {
+  return rules::slice(toVec(getInput().getType().getShape()),
+                      toVec(getOffsets()), toVec(getSizes()),
+                      toVec(getStrides()));
+}
+
+LogicalResult ConcatOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  if (getInputs().empty())
+    return emitOpError("needs at least one operand");
+  DTensorType res = getResult().getType();
+  int64_t dim = getDim(), rank = res.getRank();
+  if (dim < 0 || dim >= rank)
+    return emitOpError("dim ") << dim << " is out of range for rank " << rank;
+  int64_t total = 0;
+  for (Value v : getInputs()) {
+    DTensorType t = typeOf(v);
+    if (t.getRank() != rank || t.getElementType() != res.getElementType())
+      return emitOpError("operands must have the result's rank and element "
+                         "type");
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && t.getShape()[d] != res.getShape()[d])
+        return emitOpError("operand extent ")
+               << t.getShape()[d] << " differs from the result's "
+               << res.getShape()[d] << " in dim " << d;
+    total += t.getShape()[dim];
+  }
+  if (total != res.getShape()[dim])
+    return emitOpError("result dim ")
+           << dim << " must have extent " << total << " (the operands' sum)";
+  return success();
+}
+
+ShardingRule ConcatOp::getShardingRule() {
+  std::vector<std::vector<int64_t>> shapes;
+  for (Value v : getInputs())
+    shapes.push_back(toVec(typeOf(v).getShape()));
+  return rules::concat(shapes, getDim());
+}
+
+/// input, index: equal ranks, `dim` in range, an i64 index.
+static LogicalResult verifyIndexOperands(Operation *op, DTensorType input,
+                                         DTensorType index, int64_t dim,
+                                         bool sameRank) {
+  if (failed(verifySameMesh(op)))
+    return failure();
+  if (!index.getElementType().isInteger(64))
+    return op->emitOpError("index element type must be i64, got ")
+           << index.getElementType();
+  if (dim < 0 || dim >= input.getRank())
+    return op->emitOpError("dim ")
+           << dim << " is out of range for rank " << input.getRank();
+  if (sameRank && index.getRank() != input.getRank())
+    return op->emitOpError("index rank ")
+           << index.getRank() << " differs from the input's "
+           << input.getRank();
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  DTensorType in = getInput().getType(), idx = getIndex().getType(),
+              res = getResult().getType();
+  if (failed(verifyIndexOperands(*this, in, idx, getDim(), true)))
+    return failure();
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (d != (int64_t)getDim() && idx.getShape()[d] > in.getShape()[d])
+      return emitOpError("index extent ")
+             << idx.getShape()[d] << " exceeds the input's " << in.getShape()[d]
+             << " in dim " << d;
+  if (res.getShape() != idx.getShape() ||
+      res.getElementType() != in.getElementType())
+    return emitOpError("result must have the index's shape and the input's "
+                       "element type");
+  return success();
+}
+
+ShardingRule GatherOp::getShardingRule() {
+  return rules::gather(toVec(getInput().getType().getShape()),
+                       toVec(getIndex().getType().getShape()), getDim());
+}
+
+LogicalResult IndexSelectOp::verify() {
+  DTensorType in = getInput().getType(), idx = getIndex().getType(),
+              res = getResult().getType();
+  if (failed(verifyIndexOperands(*this, in, idx, getDim(), false)))
+    return failure();
+  if (idx.getRank() != 1)
+    return emitOpError("index must be 1-D, got rank ") << idx.getRank();
+  SmallVector<int64_t> expected(in.getShape());
+  expected[getDim()] = idx.getShape()[0];
+  if (ArrayRef<int64_t>(expected) != res.getShape() ||
+      res.getElementType() != in.getElementType())
+    return emitOpError("result must be [")
+           << expected << "] of the input's element type";
+  return success();
+}
+
+ShardingRule IndexSelectOp::getShardingRule() {
+  return rules::indexSelect(toVec(getInput().getType().getShape()),
+                            toVec(getIndex().getType().getShape()), getDim());
+}
+
+LogicalResult ScatterAddOp::verify() {
+  DTensorType in = getInput().getType(), idx = getIndex().getType(),
+              src = getSrc().getType(), res = getResult().getType();
+  if (failed(verifyIndexOperands(*this, in, idx, getDim(), true)))
+    return failure();
+  if (src.getRank() != in.getRank() ||
+      src.getElementType() != in.getElementType())
+    return emitOpError("src must have the input's rank and element type");
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    if (idx.getShape()[d] > src.getShape()[d])
+      return emitOpError("index extent ")
+             << idx.getShape()[d] << " exceeds src's " << src.getShape()[d]
+             << " in dim " << d;
+    if (d != (int64_t)getDim() && idx.getShape()[d] > in.getShape()[d])
+      return emitOpError("index extent ")
+             << idx.getShape()[d] << " exceeds the input's " << in.getShape()[d]
+             << " in dim " << d;
+  }
+  if (res.getShape() != in.getShape() ||
+      res.getElementType() != in.getElementType())
+    return emitOpError("result must have the input's shape and element type");
+  return success();
+}
+
+ShardingRule ScatterAddOp::getShardingRule() {
+  return rules::scatterAdd(toVec(getInput().getType().getShape()),
+                           toVec(getIndex().getType().getShape()),
+                           toVec(getSrc().getType().getShape()), getDim());
+}
+
+#define TRIANGLE_OP(OP)                                                        \
+  LogicalResult OP::verify() {                                                 \
+    if (failed(verifySameMesh(*this)) ||                                       \
+        failed(verifySameShapeAndElementType(*this)))                          \
+      return failure();                                                        \
+    if (getInput().getType().getRank() < 2)                                    \
+      return emitOpError("needs a tensor of rank 2 or more");                  \
+    return success();                                                          \
+  }                                                                            \
+  ShardingRule OP::getShardingRule() { return elementwiseRule(*this); }
+TRIANGLE_OP(TrilOp)
+TRIANGLE_OP(TriuOp)
+#undef TRIANGLE_OP
+
+LogicalResult IotaOp::verify() {
+  DTensorType res = getResult().getType();
+  if ((int64_t)getDim() < 0 ||
+      (int64_t)getDim() >= std::max<int64_t>(res.getRank(), 1))
+    return emitOpError("dim ") << (int64_t)getDim()
+                               << " is out of range for rank " << res.getRank();
+  if (res.getElementType().isInteger(1))
+    return emitOpError("needs a numeric element type");
+  return success();
+}
+
+ShardingRule IotaOp::getShardingRule() {
+  return rules::creation(toVec(getResult().getType().getShape()));
 }
 
 //===----------------------------------------------------------------------===//

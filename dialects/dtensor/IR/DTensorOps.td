@@ -6,8 +6,12 @@ include "DTensorTypes.td"
 include "ShardingRuleInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
+include "DTensorRegistry.td"
+
 class DTensor_Op<string mnemonic, list<Trait> traits = []>
-    : Op<DTensor_Dialect, mnemonic, traits>;
+    : Op<DTensor_Dialect, mnemonic, traits>, DTorch_RegistryEntry {
+  let kernel = mnemonic;
+}
 
 def AnyDTensor : Type<CPred<"::llvm::isa<::dtorch::dtensor::DTensorType>($_self)">,
     "distributed tensor", "::dtorch::dtensor::DTensorType">;
@@ -25,6 +29,9 @@ class DTensor_ComputeOp<string mnemonic, list<Trait> traits = []>
 //===----------------------------------------------------------------------===//
 
 def DTensor_FullOp : DTensor_ComputeOp<"full"> {
+  let family = "creation";
+  let torchFunctions = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like"];
+  let reference = "np.full(shape, value)";
   let summary = "A tensor filled with one value";
   let description = [{
     ```mlir
@@ -36,6 +43,9 @@ def DTensor_FullOp : DTensor_ComputeOp<"full"> {
 }
 
 def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
+  let family = "creation";
+  let torchFunctions = ["rand", "randn", "rand_like", "randn_like"];
+  let dtypes = ["f32", "f64", "f16", "bf16"];
   let summary = "Seeded random values, the same for every placement";
   let description = [{
     `distribution` is `uniform` ([0, 1)) or `normal` (mean 0, std 1). The
@@ -52,6 +62,8 @@ def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
 }
 
 def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
+  let family = "creation";
+  let torchFunctions = ["tensor", "distribute_tensor"];
   let summary = "A tensor with given global contents";
   let description = [{
     ```mlir
@@ -66,8 +78,17 @@ def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-class DTensor_BinaryOp<string mnemonic, string what>
+class DTensor_BinaryOp<string mnemonic, string what, string ref,
+                       list<string> ops = [], list<string> joint = [],
+                       list<int> linear = []>
     : DTensor_ComputeOp<mnemonic> {
+  let family = "binary";
+  let torchFunctions = [mnemonic];
+  let tensorMethods = [mnemonic];
+  let pyOperators = ops;
+  let jointPartial = joint;
+  let linearOperands = linear;
+  let reference = ref;
   let summary = "Elementwise " # what;
   let description = [{
     Operands and result have one global shape and element type; their
@@ -82,16 +103,82 @@ class DTensor_BinaryOp<string mnemonic, string what>
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-def DTensor_AddOp : DTensor_BinaryOp<"add", "addition">;
-def DTensor_SubOp : DTensor_BinaryOp<"sub", "subtraction">;
-def DTensor_MulOp : DTensor_BinaryOp<"mul", "multiplication">;
-def DTensor_DivOp : DTensor_BinaryOp<"div", "division">;
-def DTensor_MaximumOp : DTensor_BinaryOp<"maximum", "maximum">;
-def DTensor_MinimumOp : DTensor_BinaryOp<"minimum", "minimum">;
-def DTensor_PowOp : DTensor_BinaryOp<"pow", "power">;
+// a+b and a-b are additive in both operands at once; a*b is linear in each
+// operand; a/b in its numerator; max/min commute with themselves.
+def DTensor_AddOp : DTensor_BinaryOp<"add", "addition", "a + b",
+    ["__add__", "__radd__"], ["sum", "avg"]>;
+def DTensor_SubOp : DTensor_BinaryOp<"sub", "subtraction", "a - b",
+    ["__sub__", "__rsub__"], ["sum", "avg"]>;
+def DTensor_MulOp : DTensor_BinaryOp<"mul", "multiplication", "a * b",
+    ["__mul__", "__rmul__"], [], [0, 1]>;
+def DTensor_DivOp : DTensor_BinaryOp<"div", "division", "a / b",
+    ["__truediv__", "__rtruediv__"], [], [0]>;
+def DTensor_MaximumOp : DTensor_BinaryOp<"maximum", "maximum",
+    "np.maximum(a, b)", [], ["max"]>;
+def DTensor_MinimumOp : DTensor_BinaryOp<"minimum", "minimum",
+    "np.minimum(a, b)", [], ["min"]>;
+def DTensor_PowOp : DTensor_BinaryOp<"pow", "power", "np.power(a, b)",
+    ["__pow__", "__rpow__"]>;
 
-class DTensor_UnaryOp<string mnemonic, string what>
+class DTensor_CompareOp<string mnemonic, string what, string op, string ref>
     : DTensor_ComputeOp<mnemonic> {
+  let family = "compare";
+  let summary = "Elementwise " # what # " (a bool result)";
+  let description = [{
+    Operands share one global shape and element type; the result has that
+    shape and element type `i1`. No partial value passes through a
+    comparison: Partial operands are reduced first.
+
+    ```mlir
+    %2 = dtensor.}] # mnemonic # [{ %0, %1 : (!dtensor.tensor<4x4xf32, #mesh, [S(0)]>, !dtensor.tensor<4x4xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x4xi1, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$lhs, AnyDTensor:$rhs);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let torchFunctions = [mnemonic];
+  let tensorMethods = [mnemonic];
+  let pyOperators = [op];
+  let reference = ref;
+}
+
+def DTensor_EqOp : DTensor_CompareOp<"eq", "equality", "__eq__", "a == b">;
+def DTensor_NeOp : DTensor_CompareOp<"ne", "inequality", "__ne__", "a != b">;
+def DTensor_LtOp : DTensor_CompareOp<"lt", "less-than", "__lt__", "a < b">;
+def DTensor_LeOp : DTensor_CompareOp<"le", "less-or-equal", "__le__", "a <= b">;
+def DTensor_GtOp : DTensor_CompareOp<"gt", "greater-than", "__gt__", "a > b">;
+def DTensor_GeOp : DTensor_CompareOp<"ge", "greater-or-equal", "__ge__", "a >= b">;
+
+def DTensor_WhereOp : DTensor_ComputeOp<"where"> {
+  let summary = "Elementwise choice: `cond ? lhs : rhs`";
+  let description = [{
+    `cond` is `i1`; all three operands and the result share one global
+    shape, and `lhs`, `rhs` and the result one element type.
+
+    ```mlir
+    %3 = dtensor.where %0, %1, %2 : (!dtensor.tensor<4x4xi1, #mesh, [S(0)]>, !dtensor.tensor<4x4xf32, #mesh, [S(0)]>, !dtensor.tensor<4x4xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x4xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$cond, AnyDTensor:$lhs, AnyDTensor:$rhs);
+  let assemblyFormat =
+      "$cond `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let family = "where";
+  let torchFunctions = ["where"];
+  let tensorMethods = ["where"];
+  let reference = "np.where(c, a, b)";
+}
+
+class DTensor_UnaryOp<string mnemonic, string what, string ref,
+                      bit isFloatOnly = 1, list<int> linear = [],
+                      list<string> ops = []>
+    : DTensor_ComputeOp<mnemonic> {
+  let family = "unary";
+  let torchFunctions = [mnemonic];
+  let tensorMethods = [mnemonic];
+  let pyOperators = ops;
+  let floatOnly = isFloatOnly;
+  let linearOperands = linear;
+  let reference = ref;
   let summary = "Elementwise " # what;
   let description = [{
     ```mlir
@@ -102,21 +189,38 @@ class DTensor_UnaryOp<string mnemonic, string what>
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
 }
 
-def DTensor_NegOp : DTensor_UnaryOp<"neg", "negation">;
-def DTensor_AbsOp : DTensor_UnaryOp<"abs", "absolute value">;
-def DTensor_ExpOp : DTensor_UnaryOp<"exp", "exponential">;
-def DTensor_LogOp : DTensor_UnaryOp<"log", "natural logarithm">;
-def DTensor_SqrtOp : DTensor_UnaryOp<"sqrt", "square root">;
-def DTensor_RsqrtOp : DTensor_UnaryOp<"rsqrt", "reciprocal square root">;
-def DTensor_ReluOp : DTensor_UnaryOp<"relu", "rectified linear unit">;
-def DTensor_TanhOp : DTensor_UnaryOp<"tanh", "hyperbolic tangent">;
-def DTensor_SigmoidOp : DTensor_UnaryOp<"sigmoid", "logistic sigmoid">;
-def DTensor_GeluOp : DTensor_UnaryOp<"gelu", "GELU (erf form)">;
-def DTensor_SiluOp : DTensor_UnaryOp<"silu", "SiLU (x * sigmoid(x))">;
-def DTensor_SinOp : DTensor_UnaryOp<"sin", "sine">;
-def DTensor_CosOp : DTensor_UnaryOp<"cos", "cosine">;
+def DTensor_NegOp : DTensor_UnaryOp<"neg", "negation",
+    "-x", 0, [0], ["__neg__"]>;
+def DTensor_AbsOp : DTensor_UnaryOp<"abs", "absolute value",
+    "np.abs(x)", 0, [], ["__abs__"]>;
+def DTensor_ExpOp : DTensor_UnaryOp<"exp", "exponential",
+    "np.exp(x)">;
+def DTensor_LogOp : DTensor_UnaryOp<"log", "natural logarithm",
+    "np.log(x)">;
+def DTensor_SqrtOp : DTensor_UnaryOp<"sqrt", "square root",
+    "np.sqrt(x)">;
+def DTensor_RsqrtOp : DTensor_UnaryOp<"rsqrt", "reciprocal square root",
+    "1 / np.sqrt(x)">;
+def DTensor_ReluOp : DTensor_UnaryOp<"relu", "rectified linear unit",
+    "np.maximum(x, 0)", 0>;
+def DTensor_TanhOp : DTensor_UnaryOp<"tanh", "hyperbolic tangent",
+    "np.tanh(x)">;
+def DTensor_SigmoidOp : DTensor_UnaryOp<"sigmoid", "logistic sigmoid",
+    "1 / (1 + np.exp(-x))">;
+def DTensor_GeluOp : DTensor_UnaryOp<"gelu", "GELU (erf form)",
+    "ref_gelu(x)">;
+def DTensor_SiluOp : DTensor_UnaryOp<"silu", "SiLU (x * sigmoid(x))",
+    "x / (1 + np.exp(-x))">;
+def DTensor_SinOp : DTensor_UnaryOp<"sin", "sine",
+    "np.sin(x)">;
+def DTensor_CosOp : DTensor_UnaryOp<"cos", "cosine",
+    "np.cos(x)">;
 
 def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
+  let family = "cast";
+  let tensorMethods = ["to", "float", "double", "long", "int", "bool", "half", "bfloat16"];
+  // Element type conversion is monotone: max/min commute with it.
+  let jointPartial = ["max", "min"];
   let summary = "Element type conversion (torch's rules)";
   let description = [{
     Floats truncate toward zero into integers; any value becomes `i1` as
@@ -137,6 +241,13 @@ def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
 //===----------------------------------------------------------------------===//
 
 def DTensor_MatmulOp : DTensor_ComputeOp<"matmul"> {
+  let family = "matmul";
+  let torchFunctions = ["matmul", "mm"];
+  let tensorMethods = ["matmul", "mm"];
+  let pyOperators = ["__matmul__"];
+  let linearOperands = [0, 1];
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "a @ b";
   let summary = "Matrix product of two 2-D tensors";
   let description = [{
     `[M, K] x [K, N] -> [M, N]`. Contracting a sharded K gives a `P(sum)`
@@ -152,6 +263,12 @@ def DTensor_MatmulOp : DTensor_ComputeOp<"matmul"> {
 }
 
 def DTensor_BmmOp : DTensor_ComputeOp<"bmm"> {
+  let family = "matmul";
+  let torchFunctions = ["bmm"];
+  let tensorMethods = ["bmm"];
+  let linearOperands = [0, 1];
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "a @ b";
   let summary = "Batched matrix product of two 3-D tensors";
   let description = [{
     `[B, M, K] x [B, K, N] -> [B, M, N]`.
@@ -169,8 +286,15 @@ def DTensor_BmmOp : DTensor_ComputeOp<"bmm"> {
 // Reductions
 //===----------------------------------------------------------------------===//
 
-class DTensor_ReductionOp<string mnemonic, string what>
+class DTensor_ReductionOp<string mnemonic, string what, list<string> names,
+                          string ref, list<string> joint>
     : DTensor_ComputeOp<mnemonic> {
+  let family = "reduction";
+  let torchFunctions = names;
+  let tensorMethods = names;
+  let jointPartial = joint;
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = ref;
   let summary = what # " over the given dims";
   let description = [{
     Reduces `dims` (distinct, in range); `keepdim` keeps them with extent 1.
@@ -185,15 +309,55 @@ class DTensor_ReductionOp<string mnemonic, string what>
   let assemblyFormat = "$input `dims` `=` $dims (`keepdim` $keepdim^)? attr-dict `:` functional-type(operands, results)";
 }
 
-def DTensor_SumOp : DTensor_ReductionOp<"sum", "Sum">;
-def DTensor_MeanOp : DTensor_ReductionOp<"mean", "Arithmetic mean">;
-def DTensor_MaxOp : DTensor_ReductionOp<"max", "Maximum">;
+// A sharded mean divides by the global count on every rank, so the partial
+// results add up: its reduction is a sum, like sum's.
+def DTensor_SumOp : DTensor_ReductionOp<"sum", "Sum", ["sum"],
+    "np.sum(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]>;
+def DTensor_MeanOp : DTensor_ReductionOp<"mean", "Arithmetic mean", ["mean"],
+    "np.mean(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
+  let dtypes = ["f32", "f64", "f16", "bf16"];
+  let kernel = "sum"; // with scale = 1 / count
+}
+def DTensor_MaxOp : DTensor_ReductionOp<"max", "Maximum", ["amax"],
+    "np.max(x, axis=dims, keepdims=keepdim)", ["max"]>;
+def DTensor_MinOp : DTensor_ReductionOp<"min", "Minimum", ["amin"],
+    "np.min(x, axis=dims, keepdims=keepdim)", ["min"]>;
+
+class DTensor_ArgReductionOp<string mnemonic, string what, string ref>
+    : DTensor_ComputeOp<mnemonic> {
+  let summary = "Index of the " # what # " along one dim";
+  let description = [{
+    The result has element type `i64` and the input's shape without `dim`
+    (kept with extent 1 under `keepdim`). Ties and NaN pick the first index,
+    as torch does. `dim` must not be sharded.
+
+    ```mlir
+    %1 = dtensor.}] # mnemonic # [{ %0 {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4xi64, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, I64Attr:$dim, UnitAttr:$keepdim);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let family = "argreduce";
+  let torchFunctions = [mnemonic];
+  let tensorMethods = [mnemonic];
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = ref;
+}
+def DTensor_ArgmaxOp : DTensor_ArgReductionOp<"argmax", "maximum",
+    "ref_argreduce(np.argmax, x, dim, keepdim)">;
+def DTensor_ArgminOp : DTensor_ArgReductionOp<"argmin", "minimum",
+    "ref_argreduce(np.argmin, x, dim, keepdim)">;
 
 //===----------------------------------------------------------------------===//
 // Shape
 //===----------------------------------------------------------------------===//
 
 def DTensor_ReshapeOp : DTensor_ComputeOp<"reshape"> {
+  let family = "shape";
+  let torchFunctions = ["reshape"];
+  let tensorMethods = ["reshape", "view", "flatten", "unsqueeze", "squeeze"];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let reference = "x.reshape(shape)";
   let summary = "The same elements in another shape (row-major)";
   let description = [{
     A dim may stay sharded only where it maps one-to-one onto a result dim.
@@ -207,6 +371,11 @@ def DTensor_ReshapeOp : DTensor_ComputeOp<"reshape"> {
 }
 
 def DTensor_TransposeOp : DTensor_ComputeOp<"transpose"> {
+  let family = "shape";
+  let torchFunctions = ["transpose", "permute", "t"];
+  let tensorMethods = ["transpose", "permute", "t"];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let reference = "np.transpose(x, perm)";
   let summary = "Permutes the dims: result dim i is input dim perm[i]";
   let description = [{
     ```mlir
@@ -218,6 +387,11 @@ def DTensor_TransposeOp : DTensor_ComputeOp<"transpose"> {
 }
 
 def DTensor_BroadcastToOp : DTensor_ComputeOp<"broadcast_to"> {
+  let family = "shape";
+  let torchFunctions = ["broadcast_to"];
+  let tensorMethods = ["expand", "broadcast_to"];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let reference = "np.broadcast_to(x, shape)";
   let summary = "Broadcasts to a larger shape (numpy rules)";
   let description = [{
     Trailing dims are aligned; an input dim of extent 1, or a missing
@@ -231,11 +405,153 @@ def DTensor_BroadcastToOp : DTensor_ComputeOp<"broadcast_to"> {
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
 }
 
+def DTensor_SliceOp : DTensor_ComputeOp<"slice"> {
+  let summary = "A strided box of the input (basic indexing)";
+  let description = [{
+    Result dim `d` reads input elements `offsets[d] + i * strides[d]` for
+    `i` in `[0, sizes[d])`. A dim that is cut (not the whole extent with
+    stride 1) must not be sharded; whole dims keep their placement.
+
+    ```mlir
+    %1 = dtensor.slice %0 {offsets = array<i64: 0, 1>, sizes = array<i64: 8, 2>, strides = array<i64: 1, 2>} : (!dtensor.tensor<8x6xf32, #mesh, [S(0)]>) -> !dtensor.tensor<8x2xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, DenseI64ArrayAttr:$offsets,
+                       DenseI64ArrayAttr:$sizes, DenseI64ArrayAttr:$strides);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let family = "slice";
+  let torchFunctions = ["narrow", "split", "chunk"];
+  let tensorMethods = ["__getitem__", "narrow", "split", "chunk"];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let kernel = "extract_slice";
+  let reference = "x[tuple(slice(o, o + n * s, s) for o, n, s in zip(offsets, sizes, strides))]";
+}
+
+def DTensor_ConcatOp : DTensor_ComputeOp<"concat"> {
+  let summary = "Joins tensors along one dim";
+  let description = [{
+    Operands share the element type and every extent but `dim`'s. The
+    joined dim must not be sharded; the others keep their placement.
+
+    ```mlir
+    %2 = dtensor.concat %0, %1 {dim = 1 : i64} : (!dtensor.tensor<4x2xf32, #mesh, [S(0)]>, !dtensor.tensor<4x3xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x5xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyDTensor>:$inputs, I64Attr:$dim);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let family = "concat";
+  let torchFunctions = ["cat", "concat"];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let reference = "np.concatenate(xs, axis=dim)";
+}
+
+def DTensor_GatherOp : DTensor_ComputeOp<"gather"> {
+  let summary = "torch.gather: values at indices along one dim";
+  let description = [{
+    `result[p] = input[p with p[dim] = index[p]]`; the result has the
+    index's shape and the input's element type; `index` is `i64` with the
+    input's rank. The input's `dim` must not be sharded; dims of the index
+    may be.
+
+    ```mlir
+    %2 = dtensor.gather %0, %1 {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #mesh, [R]>, !dtensor.tensor<4x2xi64, #mesh, [S(0)]>) -> !dtensor.tensor<4x2xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, AnyDTensor:$index, I64Attr:$dim);
+  let assemblyFormat = "$input `,` $index attr-dict `:` functional-type(operands, results)";
+  let family = "index";
+  let torchFunctions = ["gather"];
+  let tensorMethods = ["gather"];
+  let linearOperands = [0];
+  let reference = "np.take_along_axis(x, index, axis=dim)";
+}
+
+def DTensor_IndexSelectOp : DTensor_ComputeOp<"index_select"> {
+  let summary = "Rows (along one dim) picked by a 1-D index";
+  let description = [{
+    The result is the input with extent `len(index)` along `dim`. A sharded
+    `dim` of the input is a reduction factor: each rank looks up the rows it
+    holds and writes zeros elsewhere, giving a `P(sum)` result (the vocab-
+    parallel embedding) without moving the table.
+
+    ```mlir
+    %2 = dtensor.index_select %0, %1 {dim = 0 : i64} : (!dtensor.tensor<10x4xf32, #mesh, [S(0)]>, !dtensor.tensor<6xi64, #mesh, [R]>) -> !dtensor.tensor<6x4xf32, #mesh, [P(sum)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, AnyDTensor:$index, I64Attr:$dim);
+  let assemblyFormat = "$input `,` $index attr-dict `:` functional-type(operands, results)";
+  let family = "index";
+  let torchFunctions = ["index_select", "embedding"];
+  let tensorMethods = ["index_select"];
+  let linearOperands = [0];
+  let reference = "np.take(x, index, axis=dim)";
+}
+
+def DTensor_ScatterAddOp : DTensor_ComputeOp<"scatter_add"> {
+  let summary = "torch.scatter_add: adds src into input at indices along one dim";
+  let description = [{
+    `result = input`, then `result[p with p[dim] = index[p]] += src[p]` for
+    every position `p` of `index`. `dim` must not be sharded.
+
+    ```mlir
+    %3 = dtensor.scatter_add %0, %1, %2 {dim = 0 : i64} : (!dtensor.tensor<4x3xf32, #mesh, [R]>, !dtensor.tensor<2x3xi64, #mesh, [R]>, !dtensor.tensor<2x3xf32, #mesh, [R]>) -> !dtensor.tensor<4x3xf32, #mesh, [R]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, AnyDTensor:$index, AnyDTensor:$src,
+                       I64Attr:$dim);
+  let assemblyFormat = "$input `,` $index `,` $src attr-dict `:` functional-type(operands, results)";
+  let family = "index";
+  let torchFunctions = ["scatter_add"];
+  let tensorMethods = ["scatter_add"];
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "ref_scatter_add(x, dim, index, src)";
+}
+
+class DTensor_TriangleOp<string mnemonic, string which, string ref>
+    : DTensor_ComputeOp<mnemonic> {
+  let summary = "The " # which # " triangle of the last two dims";
+  let description = [{
+    Elements outside the triangle (relative to `diagonal`) become zero. Every
+    dim may stay sharded: each rank knows its piece's global offsets.
+
+    ```mlir
+    %1 = dtensor.}] # mnemonic # [{ %0 {diagonal = 0 : i64} : (!dtensor.tensor<4x4xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x4xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, I64Attr:$diagonal);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let family = "triangle";
+  let torchFunctions = [mnemonic];
+  let tensorMethods = [mnemonic];
+  let jointPartial = ["sum", "avg", "max", "min"];
+  let reference = ref;
+}
+def DTensor_TrilOp : DTensor_TriangleOp<"tril", "lower", "np.tril(x, diagonal)">;
+def DTensor_TriuOp : DTensor_TriangleOp<"triu", "upper", "np.triu(x, diagonal)">;
+
+def DTensor_IotaOp : DTensor_ComputeOp<"iota"> {
+  let summary = "Values that count along one dim: `start + step * i`";
+  let description = [{
+    ```mlir
+    %0 = dtensor.iota {dim = 0 : i64, start = 0.0 : f64, step = 1.0 : f64} : () -> !dtensor.tensor<8xi64, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins I64Attr:$dim, F64Attr:$start, F64Attr:$step);
+  let assemblyFormat = "attr-dict `:` functional-type(operands, results)";
+  let family = "creation";
+  let torchFunctions = ["arange"];
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "ref_iota(shape, dim, start, step)";
+}
+
 //===----------------------------------------------------------------------===//
 // Layout changes
 //===----------------------------------------------------------------------===//
 
 def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
+  let family = "layout";
+  let tensorMethods = ["redistribute"];
+  let kernel = "";
   let summary = "The same tensor with other placements";
   let description = [{
     Changes only the layout: shape, element type and mesh stay. Lowered by
@@ -257,6 +573,8 @@ def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
 class DTensor_LayoutStepOp<string mnemonic, string what>
     : DTensor_Op<mnemonic, [Pure]> {
   let summary = what;
+  let family = "layout_step";
+  let kernel = "";
   let arguments = (ins AnyDTensor:$input, I64Attr:$axis);
   let results = (outs AnyDTensor:$result);
   let assemblyFormat =

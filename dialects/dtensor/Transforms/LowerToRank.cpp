@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtensor/Transforms/Passes.h"
+#include "dtorch/OpRegistry.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -23,6 +24,13 @@ using namespace dtorch::dtensor;
 namespace {
 
 std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
+
+/// The runtime kernel of a dialect op, from the op registry.
+StringRef kernelName(Operation *op) {
+  const OpInfo *info = findOp(op->getName().stripDialect());
+  return info && *info->kernel ? StringRef(info->kernel)
+                               : op->getName().stripDialect();
+}
 
 /// Lowers one function for one rank.
 class RankLowering {
@@ -154,8 +162,8 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
                 named("scale", b.getF64FloatAttr(scale))});
         return success();
       })
-      .Case<MaxOp>([&](MaxOp o) {
-        kernel(op, "max", map,
+      .Case<MaxOp, MinOp>([&](auto o) {
+        kernel(op, isa<MaxOp>(op) ? "max" : "min", map,
                {named("dims", o.getDimsAttr()),
                 named("keepdim", b.getI64IntegerAttr(o.getKeepdim()))});
         return success();
@@ -164,9 +172,56 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         kernel(op, "transpose", map, {named("perm", o.getPermAttr())});
         return success();
       })
+      .Case<ArgmaxOp, ArgminOp>([&](auto o) {
+        kernel(op, kernelName(op), map,
+               {named("dim", o.getDimAttr()),
+                named("keepdim", b.getI64IntegerAttr(o.getKeepdim()))});
+        return success();
+      })
+      .Case<SliceOp>([&](SliceOp o) {
+        // Sharded dims are read whole (the rule): this rank's whole piece.
+        kernel(op, kernelName(op), map,
+               {named("offsets", o.getOffsetsAttr()),
+                named("sizes", i64s(box.shape)),
+                named("strides", o.getStridesAttr())});
+        return success();
+      })
+      .Case<IndexSelectOp>([&](IndexSelectOp o) {
+        // A sharded picked dim: look up the rows this rank holds, zeros for
+        // the others (the result is P(sum) there).
+        auto inT = o.getInput().getType();
+        LocalBox inBox =
+            localBox(toVec(inT.getShape()), meshShape, inT.getLayout(), coords);
+        int64_t dim = o.getDim();
+        bool sharded = inBox.shape[dim] != inT.getShape()[dim];
+        for (const Placement &p : inT.getLayout())
+          sharded |= p.isShard() && p.dim == dim;
+        kernel(op, kernelName(op), map,
+               {named("dim", o.getDimAttr()),
+                named("offset", b.getI64IntegerAttr(inBox.offset[dim])),
+                named("masked", b.getI64IntegerAttr(sharded))});
+        return success();
+      })
+      .Case<TrilOp, TriuOp>([&](auto o) {
+        size_t r = box.offset.size();
+        kernel(op, kernelName(op), map,
+               {named("diagonal", o.getDiagonalAttr()),
+                named("row_offset", b.getI64IntegerAttr(box.offset[r - 2])),
+                named("col_offset", b.getI64IntegerAttr(box.offset[r - 1]))});
+        return success();
+      })
+      .Case<IotaOp>([&](IotaOp o) {
+        kernel(op, kernelName(op), map,
+               {named("dim", o.getDimAttr()), named("start", o.getStartAttr()),
+                named("step", o.getStepAttr()),
+                named("offset", i64s(box.offset))});
+        return success();
+      })
       .Default([&](Operation *) {
-        // Elementwise ops, matmul, bmm and reshape: the kernel is the op.
-        kernel(op, op->getName().stripDialect(), map);
+        // Elementwise ops, matmul, bmm, reshape, concat, gather,
+        // scatter_add: the registry's kernel with the op's attributes.
+        SmallVector<NamedAttribute> attrs(op->getAttrs());
+        kernel(op, kernelName(op), map, attrs);
         return success();
       });
 }

@@ -34,6 +34,10 @@ struct ValueError : std::invalid_argument {
 struct TypeError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
+/// An index value out of range: raised as IndexError in Python.
+struct IndexError : std::out_of_range {
+  using std::out_of_range::out_of_range;
+};
 /// Something failed in the system (compilation, a worker): DTorchError.
 struct DTorchError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -170,6 +174,29 @@ public:
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
 
+  // ---- comparisons, selection, indexing (SessionOps.cpp) -------------------
+  /// eq, ne, lt, le, gt, ge: a bool tensor (broadcasting, type promotion).
+  Tensor compare(const std::string &op, const Tensor &a, const Tensor &b);
+  /// A Python number as a 0-d tensor of the dtype torch would give it next
+  /// to `like` (an integer tensor and a float number give float32).
+  Tensor scalarLike(const Tensor &like, double value, bool isFloat);
+  Tensor where(const Tensor &cond, const Tensor &a, const Tensor &b);
+  /// argmax / argmin along one dim (int64 result).
+  Tensor argReduce(const std::string &op, const Tensor &x, int64_t dim,
+                   bool keepdim);
+  /// A strided box: per dim the first element, the count and the step.
+  Tensor slice(const Tensor &x, Shape offsets, Shape sizes, Shape strides);
+  Tensor concat(const std::vector<Tensor> &xs, int64_t dim);
+  Tensor gather(const Tensor &x, int64_t dim, const Tensor &index);
+  Tensor indexSelect(const Tensor &x, int64_t dim, const Tensor &index);
+  Tensor scatterAdd(const Tensor &x, int64_t dim, const Tensor &index,
+                    const Tensor &src);
+  /// tril / triu of the last two dims.
+  Tensor triangle(const std::string &op, const Tensor &x, int64_t diagonal);
+  /// start + step * i along `dim`.
+  Tensor iota(const Shape &shape, int64_t dim, double start, double step,
+              wire::DType dtype, int meshId, const Placements &placements);
+
   // ---- values --------------------------------------------------------------
   /// The full global value (waits).
   rt::Tensor fetch(const Tensor &x);
@@ -232,6 +259,10 @@ private:
   uint64_t seed_ = 0, seedCounter_ = 0;
   bool shutDown_ = false;
 };
+
+/// The dtypes the runtime has a CPU kernel for (the coverage test checks the
+/// op registry against them).
+std::vector<wire::DType> kernelDtypes(const std::string &kernel);
 
 /// Global shape inference helpers, exposed for tests.
 Shape broadcastShapes(const Shape &a, const Shape &b);

@@ -288,3 +288,93 @@ func.func @cast_shape(%a: !dtensor.tensor<3x4xi64, #m, [R]>) {
   %0 = dtensor.cast %a : (!dtensor.tensor<3x4xi64, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @compare_result_not_bool(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{result element type must be i1}}
+  %0 = dtensor.lt %a, %a : (!dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<4xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @where_condition_not_bool(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{condition element type must be i1}}
+  %0 = dtensor.where %a, %a, %a : (!dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<4xf32, #m, [R]>, !dtensor.tensor<4xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @argmax_dim_out_of_range(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-error @+1 {{dim 2 is out of range for rank 2}}
+  %0 = dtensor.argmax %a {dim = 2 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4xi64, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @slice_out_of_bounds(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-error @+1 {{dim 1: 3 elements from 1 with stride 3 do not fit in extent 6}}
+  %0 = dtensor.slice %a {offsets = array<i64: 0, 1>, sizes = array<i64: 4, 3>, strides = array<i64: 1, 3>} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @concat_extent_mismatch(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %b: !dtensor.tensor<3x6xf32, #m, [R]>) {
+  // expected-error @+1 {{operand extent 3 differs from the result's 4 in dim 0}}
+  %0 = dtensor.concat %a, %b {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<3x6xf32, #m, [R]>) -> !dtensor.tensor<4x12xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @gather_index_not_i64(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<4x2xi32, #m, [R]>) {
+  // expected-error @+1 {{index element type must be i64, got 'i32'}}
+  %0 = dtensor.gather %a, %i {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x2xi32, #m, [R]>) -> !dtensor.tensor<4x2xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @index_select_2d_index(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<2x2xi64, #m, [R]>) {
+  // expected-error @+1 {{index must be 1-D, got rank 2}}
+  %0 = dtensor.index_select %a, %i {dim = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<2x2xi64, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @scatter_add_index_too_big(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<4x7xi64, #m, [R]>, %s: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-error @+1 {{index extent 7 exceeds src's 6 in dim 1}}
+  %0 = dtensor.scatter_add %a, %i, %s {dim = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x7xi64, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @tril_of_vector(%a: !dtensor.tensor<4xf32, #m, [R]>) {
+  // expected-error @+1 {{needs a tensor of rank 2 or more}}
+  %0 = dtensor.tril %a {diagonal = 0 : i64} : (!dtensor.tensor<4xf32, #m, [R]>) -> !dtensor.tensor<4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @iota_bool() {
+  // expected-error @+1 {{needs a numeric element type}}
+  %0 = dtensor.iota {dim = 0 : i64, start = 0.0 : f64, step = 1.0 : f64} : () -> !dtensor.tensor<4xi1, #m, [R]>
+  return
+}

@@ -1,0 +1,2 @@
+"""dtorch.nn: neural-network building blocks (functional for now)."""
+from . import functional  # noqa: F401
