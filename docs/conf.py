@@ -41,6 +41,8 @@ myst_enable_extensions = ["colon_fence"]
 # The API reference: Google-style docstrings, members in source order, and
 # type hints left in the signatures.
 autodoc_member_order = "bysource"
+# `Name` in a docstring links to that object when Sphinx knows it.
+default_role = "py:obj"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
