@@ -20,9 +20,28 @@ OPS_MARKER = re.compile(r"<!-- dtorch:ops-table.*?-->", re.DOTALL)
 OPS_FILE = "ops.md"  # relative to the docs source folder
 
 
+def heading_offset(markdown, top_level=2):
+    """How far to push the headings of an included file down so that its
+    highest heading becomes `top_level` (the page that includes it owns H1)."""
+    levels = []
+    in_fence = False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence:
+            m = re.match(r"^(#{1,6})\s", line)
+            if m:
+                levels.append(len(m.group(1)))
+    return max(0, top_level - min(levels)) if levels else 0
+
+
 def ops_table_text(srcdir):
-    if os.path.exists(os.path.join(srcdir, OPS_FILE)):
-        return "```{include} ../" + OPS_FILE + "\n:heading-offset: 1\n```\n"
+    path = os.path.join(srcdir, OPS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            offset = heading_offset(f.read())
+        return ("```{include} ../" + OPS_FILE + "\n:heading-offset: " + str(offset)
+                + "\n```\n")
     return ("```{note}\nThe generated operator table (`docs/" + OPS_FILE + "`) is not in "
             "this checkout yet; it appears here once the op registry writes it. Until "
             "then, the operators and their behaviour are those listed in the API "

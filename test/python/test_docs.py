@@ -124,7 +124,10 @@ def test_operator_table_is_included_only_when_generated(tmp_path):
     assert "{include}" not in note and "not in this checkout" in note
     (tmp_path / "ops.md").write_text("| op | torch |\n|---|---|\n")
     include = glue.ops_table_text(str(tmp_path))
-    assert include.startswith("```{include} ../ops.md")
+    assert include.startswith("```{include} ../ops.md\n:heading-offset: 0\n")
+    (tmp_path / "ops.md").write_text("# Operators\n\n```sh\n# not a heading\n```\n## Unary\n")
+    assert ":heading-offset: 1\n" in glue.ops_table_text(str(tmp_path))
+    assert glue.heading_offset("### Deep\n#### Deeper\n") == 0
     with open(os.path.join(ROOT, "docs", "guide", "operators.md")) as f:
         assert glue.OPS_MARKER.search(f.read()), "operators.md lost its ops-table marker"
 
