@@ -8,7 +8,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/dtorch-ccache
 
 CLANG_FORMAT ?= clang-format-22
 
-.PHONY: format format-check setup configure build test test-lit test-cpp test-python demo clean docs pip-check
+.PHONY: format format-check setup configure build test test-lit test-cpp test-python demo clean docs docs-setup docs-check pip-check
 
 setup:
 	@bash scripts/setup.sh
@@ -55,8 +55,31 @@ test: build
 demo: build
 	@bash scripts/demo.sh $(BUILD)
 
-docs: build
+# Documentation: Sphinx + MyST in a virtual environment of their own
+# (scripts/setup_docs.sh), the API reference from the package's docstrings
+# (hence `build` and PYTHONPATH=python), warnings as errors.
+DOCS_VENV ?= $(BUILD)/docs-venv
+SPHINX = PYTHONPATH=$(CURDIR)/python $(DOCS_VENV)/bin/python -m sphinx -W --keep-going -q
+
+docs-setup:
+	@PYTHON=$(PYTHON) bash scripts/setup_docs.sh $(DOCS_VENV)
+
+# Regenerates the ODS reference into docs/generated, then the HTML.
+docs: build docs-setup
 	cmake --build $(BUILD) --target dtorch-docs
+	$(SPHINX) -b html -d $(BUILD)/docs/doctrees docs $(BUILD)/docs/html
+	@echo "docs: open $(BUILD)/docs/html/index.html"
+
+# A clean HTML build with warnings as errors, the link check, and a check
+# that the checked-in ODS reference matches the ODS.
+docs-check: build docs-setup
+	$(PYTHON) scripts/check_doc_links.py
+	cmake --build $(BUILD) --target dtorch-docs
+	@git diff --quiet -- docs/generated || { git --no-pager diff --stat -- docs/generated; \
+	  echo "docs-check: docs/generated is out of date; commit what make docs wrote"; exit 1; }
+	rm -rf $(BUILD)/docs/check
+	$(SPHINX) -E -b html -d $(BUILD)/docs/check/doctrees docs $(BUILD)/docs/check/html
+	@echo "docs-check: HTML builds without warnings"
 
 clean:
 	rm -rf $(BUILD)

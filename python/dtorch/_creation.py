@@ -1,4 +1,10 @@
-"""Creation functions: randn, zeros, tensor, distribute_tensor, ..."""
+"""Creation functions with torch's names: zeros, ones, full, randn, tensor,
+distribute_tensor, ...
+
+Each takes the global shape (or the global data) and the keyword arguments
+``device_mesh``, ``placements``, ``dtype`` and ``requires_grad``. None of them
+waits for the workers: the tensor is a symbol whose metadata is known at once.
+"""
 import numpy as np
 
 from . import _C
@@ -53,27 +59,180 @@ def _make(kind, size, value, device_mesh, placements, dtype, requires_grad):
 
 
 def randn(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """A tensor of samples of the standard normal distribution.
+
+    The value of each element depends only on the seed (`dtorch.manual_seed`)
+    and the element's global position, never on the placements.
+
+    Args:
+        *size (int): the global shape, as separate ints or one sequence.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor; nothing waits for the workers.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard, Replicate
+        >>> mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        >>> x = dtorch.randn(8, 16, device_mesh=mesh, placements=[Shard(0), Replicate()])
+        >>> x.shape, x.placements
+        ((8, 16), (Shard(dim=0), Replicate()))
+    """
     return _make("normal", size, 0, device_mesh, placements, dtype, requires_grad)
 
 
 def rand(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """A tensor of samples of the uniform distribution on [0, 1).
+
+    Like `randn`, the values do not depend on the placements.
+
+    Args:
+        *size (int): the global shape, as separate ints or one sequence.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor; nothing waits for the workers.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.rand(1000)
+        >>> bool(((x.numpy() >= 0) & (x.numpy() < 1)).all())
+        True
+    """
     return _make("uniform", size, 0, device_mesh, placements, dtype, requires_grad)
 
 
 def zeros(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """A tensor filled with 0.
+
+    Args:
+        *size (int): the global shape, as separate ints or one sequence.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor; nothing waits for the workers.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> dtorch.zeros(2, 3, device_mesh=mesh, placements=[Shard(1)]).tolist()
+        [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
     return _make("full", size, 0.0, device_mesh, placements, dtype, requires_grad)
 
 
 def ones(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """A tensor filled with 1.
+
+    Args:
+        *size (int): the global shape, as separate ints or one sequence.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor; nothing waits for the workers.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.ones((2, 2), dtype=dtorch.int64).tolist()
+        [[1, 1], [1, 1]]
+    """
     return _make("full", size, 1.0, device_mesh, placements, dtype, requires_grad)
 
 
 def empty(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """A tensor whose values are not specified, as torch's ``empty``.
+
+    Write it before reading it; do not rely on the values it starts with.
+
+    Args:
+        *size (int): the global shape, as separate ints or one sequence.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor; nothing waits for the workers.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.empty(3, 4).shape
+        (3, 4)
+    """
     return _make("full", size, 0.0, device_mesh, placements, dtype, requires_grad)
 
 
 def full(size, fill_value, *, device_mesh=None, placements=None, dtype=None,
          requires_grad=False):
+    """A tensor filled with ``fill_value``.
+
+    Args:
+        size (tuple[int, ...]): the global shape.
+        fill_value (int, float or bool): the value of every element.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.int64`` for an int
+            ``fill_value`` and ``dtorch.float32`` otherwise, as in torch.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new tensor.
+
+    Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.full((2,), 7).tolist(), dtorch.full((2,), 0.5).dtype == dtorch.float32
+        ([7, 7], True)
+    """
     if dtype is None and isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool):
         dtype = _C.dtype.int64
     return _make("full", (tuple(size),), fill_value, device_mesh, placements, dtype,
@@ -81,10 +240,39 @@ def full(size, fill_value, *, device_mesh=None, placements=None, dtype=None,
 
 
 def zeros_like(x, *, dtype=None, requires_grad=False):
+    """A tensor of zeros with the shape, mesh, dtype and placements of ``x``
+    (`Replicate` where ``x`` is `Partial`).
+
+    Args:
+        x (Tensor): the model tensor.
+        dtype (dtorch.dtype, optional): another dtype.
+        requires_grad (bool): recorded on the tensor.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> z = dtorch.zeros_like(dtorch.ones(4, 2, device_mesh=mesh, placements=[Shard(0)]))
+        >>> z.placements, float(z.numpy().sum())
+        ((Shard(dim=0),), 0.0)
+    """
     return _like(x, 0.0, dtype, requires_grad)
 
 
 def ones_like(x, *, dtype=None, requires_grad=False):
+    """A tensor of ones with the shape, mesh, dtype and placements of ``x``
+    (`Replicate` where ``x`` is `Partial`).
+
+    Args:
+        x (Tensor): the model tensor.
+        dtype (dtorch.dtype, optional): another dtype.
+        requires_grad (bool): recorded on the tensor.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.ones_like(dtorch.zeros(3), dtype=dtorch.int64).tolist()
+        [1, 1, 1]
+    """
     return _like(x, 1.0, dtype, requires_grad)
 
 
@@ -95,7 +283,38 @@ def _like(x, value, dtype, requires_grad):
 
 
 def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad=False):
-    """data: a list, numpy array or torch tensor (its full global value)."""
+    """A tensor with the given global value, laid out on a mesh.
+
+    Args:
+        data: the full global value: a number, a nested list, a numpy array
+            or a torch tensor.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim. With `Partial`, the value is the
+            reduction of what the ranks hold (for ``"sum"``, the first rank
+            holds the value and the others zeros).
+        dtype (dtorch.dtype, optional): by default the data's own: a numpy
+            array keeps its dtype; Python floats become ``float32`` and
+            Python ints ``int64``, as in torch.
+        requires_grad (bool): recorded on the tensor.
+
+    Returns:
+        Tensor: the new tensor.
+
+    Raises:
+        TypeError: a placement is not a placement, or the dtype has no numpy
+            equivalent.
+        ValueError: the placements do not fit the mesh or the data's shape.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> x = dtorch.tensor([[1, 2], [3, 4], [5, 6]], device_mesh=mesh, placements=[Shard(0)])
+        >>> x.dtype == dtorch.int64, x.local_shards()[1].tolist()
+        (True, [[5, 6]])
+    """
     if hasattr(data, "detach") and hasattr(data, "numpy"):
         data = data.detach().cpu().numpy()
     arr = np.asarray(data)
@@ -115,14 +334,61 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
 
 
 def distribute_tensor(tensor_data, device_mesh=None, placements=None):
-    """Places a full value (numpy, list or torch) on the mesh, as torch's
-    distribute_tensor."""
+    """Places a full global value on a mesh, as torch's ``distribute_tensor``.
+
+    The same as `tensor` with ``device_mesh`` and ``placements``, taking them
+    by position as torch does.
+
+    Args:
+        tensor_data: the global value: a numpy array, a nested list or a
+            torch tensor.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+
+    Returns:
+        Tensor: the distributed tensor.
+
+    Example:
+        >>> import numpy as np
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> mesh = dtorch.init_device_mesh("cpu", (2, 2))
+        >>> x = dtorch.distribute_tensor(np.ones((4, 6)), mesh, [Shard(0), Shard(1)])
+        >>> x.local_shards()[3].shape
+        (2, 3)
+    """
     return tensor(tensor_data, device_mesh=device_mesh, placements=placements,
                   dtype=None if not isinstance(tensor_data, np.ndarray) else None)
 
 
 def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=None,
            requires_grad=False):
+    """The 1-D tensor of ``start, start + step, ...`` up to ``end`` (excluded),
+    as torch's ``arange``; ``arange(n)`` counts from 0.
+
+    Args:
+        start (int or float): the first value, or the end when ``end`` is
+            omitted.
+        end (int or float, optional): the bound, not included.
+        step (int or float): the distance between values.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): ``int64`` when every value is an int, else
+            ``float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new 1-D tensor.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.arange(5).tolist(), dtorch.arange(1, 2, 0.5).tolist()
+        ([0, 1, 2, 3, 4], [1.0, 1.5])
+    """
     if end is None:
         start, end = 0, start
     values = np.arange(start, end, step)
@@ -133,5 +399,25 @@ def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=
 
 
 def eye(n, m=None, *, device_mesh=None, placements=None, dtype=None, requires_grad=False):
+    """The ``n`` x ``m`` identity matrix (ones on the diagonal).
+
+    Args:
+        n (int): rows.
+        m (int, optional): columns; ``n`` when omitted.
+        device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.
+        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.
+
+    Returns:
+        Tensor: the new 2-D tensor.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.eye(2, 3).tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    """
     return tensor(np.eye(n, m), device_mesh=device_mesh, placements=placements,
                   dtype=dtype or _C.dtype.float32, requires_grad=requires_grad)

@@ -1,4 +1,5 @@
-"""Starting and stopping the embedded cluster (controller + local workers)."""
+"""Starting and stopping a DTorch session: the controller in this process
+and its workers (started here, or started by hand and connected to)."""
 import atexit
 import os
 import shutil
@@ -26,11 +27,46 @@ def _worker_executable():
 
 
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None):
-    """Starts the embedded default: a controller in this process and local
-    dtorch-worker processes hosting `world_size` ranks (else
-    $DTORCH_WORLD_SIZE, else 4) with a fresh token, or connects to `workers`
-    (else $DTORCH_WORKERS, comma separated) started with
-    `dtorch-worker --listen ADDR --token T` (token: else $DTORCH_TOKEN)."""
+    """Starts a DTorch session.
+
+    Without ``workers`` it starts the embedded cluster: a controller thread in
+    this process and local ``dtorch-worker`` processes hosting ``world_size``
+    ranks, with a fresh token. With ``workers`` it starts no process and
+    connects to workers started by hand with
+    ``dtorch-worker --listen ADDR --token T``; the world size is then the one
+    they were started with.
+
+    Calling it is optional: the first mesh or tensor calls it with the
+    defaults.
+
+    Args:
+        world_size (int, optional): ranks of the embedded cluster; else
+            ``$DTORCH_WORLD_SIZE``, else 4.
+        workers (list[str], optional): addresses such as
+            ``"tcp://host:5555"``; else ``$DTORCH_WORKERS`` (comma separated).
+        backend (str, optional): ``"cluster"`` (worker processes, the
+            default; else ``$DTORCH_BACKEND``) or ``"inprocess"`` (a thread per
+            rank in this process, for tests).
+        num_processes (int, optional): worker processes of the embedded
+            cluster; else ``$DTORCH_NUM_PROCESSES``, else ``min(2, world_size)``.
+        token (str, optional): the workers' token when connecting to
+            ``workers``; else ``$DTORCH_TOKEN``.
+
+    Raises:
+        RuntimeError: a session is already running (call `shutdown` first).
+        ValueError: ``world_size`` is not a positive int, or ``workers`` are
+            given without a token.
+        WorkerError: the workers could not be started or reached, or refused
+            the token.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.shutdown()
+        >>> dtorch.init(world_size=2)
+        >>> dtorch.init_device_mesh("cpu", (2,)).size()
+        2
+        >>> dtorch.shutdown()
+    """
     if _C.is_initialized():
         raise RuntimeError("dtorch is already initialized; call dtorch.shutdown() first")
     if workers is None and os.environ.get("DTORCH_WORKERS"):
@@ -52,12 +88,35 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
 
 
 def ensure_initialized():
+    """Starts the default session (`init` with no arguments) unless one is
+    running.
+
+    Example:
+        >>> import dtorch
+        >>> ensure_initialized()
+        >>> dtorch.is_initialized()
+        True
+    """
     if not _C.is_initialized():
         init()
 
 
 def shutdown():
-    """Stops what init() started; safe to call twice. Also runs at exit."""
+    """Ends the session: stops the controller and the workers that `init`
+    started (workers started by hand exit too: they serve one controller).
+
+    Safe to call twice, and called at interpreter exit. Meshes and tensors of
+    the ended session must not be used afterwards; the next mesh or tensor
+    starts a new session.
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.init_device_mesh("cpu", (2,)).size()
+        2
+        >>> dtorch.shutdown()
+        >>> dtorch.is_initialized()
+        False
+    """
     from . import device_mesh
     device_mesh._reset()
     _C.shutdown()

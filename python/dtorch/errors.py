@@ -1,12 +1,45 @@
-"""DTorch's exception classes (see API.md, "Errors")."""
+"""DTorch's exception classes.
+
+Mistakes in a call (shapes, placements, dims) raise Python's own ValueError,
+TypeError or IndexError at the call. The classes here report failures that
+happen on the workers; because work runs in the background, they surface at
+the next call that waits for a result of the failed work.
+"""
 
 
 class DTorchError(RuntimeError):
-    """Base class of every error DTorch raises on its own behalf."""
+    """Base class of every error DTorch raises on its own behalf.
+
+    Example:
+        >>> import dtorch
+        >>> issubclass(dtorch.OutOfMemoryError, dtorch.DTorchError)
+        True
+    """
 
 
 class WorkerError(DTorchError):
-    """A worker died, stopped answering or failed; names the rank and host."""
+    """A worker died, stopped answering, refused the connection or failed.
+
+    The tensors of the failed run are lost; the error is reported once. After
+    a worker died, start a new session (`dtorch.shutdown`, `dtorch.init`).
+
+    Args:
+        message (str): what happened, starting with ``rank R (host H):``.
+        rank (int): the global rank that failed, -1 if unknown.
+        host (str): the host of that rank's worker, "" if unknown.
+
+    Attributes:
+        rank (int): the failed rank.
+        host (str): its host.
+
+    Example:
+        >>> import dtorch
+        >>> try:
+        ...     raise dtorch.WorkerError("rank 2 (host a): worker died", rank=2, host="a")
+        ... except dtorch.DTorchError as e:
+        ...     print(e.rank, e.host, e)
+        2 a rank 2 (host a): worker died
+    """
 
     def __init__(self, message, rank=-1, host=""):
         super().__init__(message)
@@ -15,15 +48,37 @@ class WorkerError(DTorchError):
 
 
 class CollectiveTimeout(WorkerError):
-    """A collective did not complete before its deadline (a peer never came)."""
+    """A collective did not complete before its deadline: a peer never joined
+    (it is stuck, dead, or unreachable; across hosts check the workers'
+    ``--gloo-host``).
+
+    Example:
+        >>> import dtorch
+        >>> issubclass(dtorch.CollectiveTimeout, dtorch.WorkerError)
+        True
+    """
 
 
 class OutOfMemoryError(WorkerError):
-    """A worker could not allocate a buffer."""
+    """A worker could not allocate a buffer. Shard more, or use smaller
+    tensors, so that each rank holds less.
+
+    Example:
+        >>> import dtorch
+        >>> issubclass(dtorch.OutOfMemoryError, dtorch.WorkerError)
+        True
+    """
 
 
 def worker_error_class(message):
-    """The most specific class for a worker's error message."""
+    """The most specific error class for a worker's error message.
+
+    Example:
+        >>> worker_error_class("rank 1 (host a): out of memory").__name__
+        'OutOfMemoryError'
+        >>> worker_error_class("rank 0 (host a): waiting for rank(s) 3").__name__
+        'CollectiveTimeout'
+    """
     if "out of memory" in message:
         return OutOfMemoryError
     if "waiting for rank(s)" in message or "timed out" in message:
