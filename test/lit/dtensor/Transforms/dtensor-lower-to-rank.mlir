@@ -88,3 +88,24 @@ func.func @not_local(%x: !dtensor.tensor<4xf32, #m, [S(0)]>) -> !dtensor.tensor<
   %0 = dtensor.relu %x : (!dtensor.tensor<4xf32, #m, [S(0)]>) -> !dtensor.tensor<4xf32, #m, [R]>
   return %0 : !dtensor.tensor<4xf32, #m, [R]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+
+// A vocab-sharded table looks up only its own rows (offset, masked); a
+// sharded tril knows its piece's global column; a slice of whole sharded
+// dims reads this rank's piece.
+// CHECK-LABEL: func @lower_indexing_rank0
+// CHECK: rank.kernel "index_select"(%{{.*}}) {dim = 0 : i64, masked = 1 : i64, offset = 0 : i64}
+// CHECK: rank.kernel "tril"(%{{.*}}) {col_offset = 0 : i64, diagonal = 0 : i64, row_offset = 0 : i64}
+// CHECK: rank.kernel "extract_slice"(%{{.*}}) {offsets = array<i64: 1, 0>, sizes = array<i64: 2, 3>, strides = array<i64: 2, 1>}
+// CHECK-LABEL: func @lower_indexing_rank1
+// CHECK: rank.kernel "index_select"(%{{.*}}) {dim = 0 : i64, masked = 1 : i64, offset = 3 : i64}
+// CHECK: rank.kernel "tril"(%{{.*}}) {col_offset = 3 : i64, diagonal = 0 : i64, row_offset = 0 : i64}
+func.func @lower_indexing(%t: !dtensor.tensor<6x4xf32, #m, [S(0)]>, %v: !dtensor.tensor<3xi64, #m, [R]>, %a: !dtensor.tensor<4x6xf32, #m, [S(1)]>) -> (!dtensor.tensor<3x4xf32, #m, [P(sum)]>, !dtensor.tensor<4x6xf32, #m, [S(1)]>, !dtensor.tensor<2x6xf32, #m, [S(1)]>) {
+  %0 = dtensor.index_select %t, %v {dim = 0 : i64} : (!dtensor.tensor<6x4xf32, #m, [S(0)]>, !dtensor.tensor<3xi64, #m, [R]>) -> !dtensor.tensor<3x4xf32, #m, [P(sum)]>
+  %1 = dtensor.tril %a {diagonal = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.tensor<4x6xf32, #m, [S(1)]>
+  %2 = dtensor.slice %a {offsets = array<i64: 1, 0>, sizes = array<i64: 2, 6>, strides = array<i64: 2, 1>} : (!dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.tensor<2x6xf32, #m, [S(1)]>
+  return %0, %1, %2 : !dtensor.tensor<3x4xf32, #m, [P(sum)]>, !dtensor.tensor<4x6xf32, #m, [S(1)]>, !dtensor.tensor<2x6xf32, #m, [S(1)]>
+}
