@@ -33,11 +33,10 @@ class Explanation:
     @property
     def bytes_per_rank(self):
         """Bytes each mesh position sends over the whole segment."""
-        total = []
+        total = [0] * max((len(row["bytes_per_rank"]) for row in self._rows), default=0)
         for row in self._rows:
-            sent = row["bytes_per_rank"]
-            total += [0] * (len(sent) - len(total))
-            total = [t + s for t, s in zip(total, sent + [0] * (len(total) - len(sent)))]
+            for position, sent in enumerate(row["bytes_per_rank"]):
+                total[position] += sent
         return total
 
     @property

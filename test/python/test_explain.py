@@ -71,6 +71,7 @@ def test_uneven_pieces_and_unnamed_mesh(dt, meshes):
     # Pieces of 2, 2, 2, 1 rows of 5 f64, each sent to 3 peers.
     assert row["bytes_per_rank"] == [240, 240, 240, 120]
     assert "120..240" in str(dt.explain())
+    assert dt.explain().bytes_per_rank == [240, 240, 240, 120]
 
 
 def test_segment_without_communication(dt, meshes):
