@@ -126,10 +126,12 @@ void checkMesh(const std::vector<int64_t> &mesh) {
 
 } // namespace
 
-TEST(RedistributeTraffic, MatchesCompiledProgramsOnMesh4) { checkMesh({4}); }
-TEST(RedistributeTraffic, MatchesCompiledProgramsOnMesh2x2) {
+TEST(TrafficOfCompiledPrograms, MatchesCompiledProgramsOnMesh4) {
+  checkMesh({4});
+}
+TEST(TrafficOfCompiledPrograms, MatchesCompiledProgramsOnMesh2x2) {
   checkMesh({2, 2});
 }
-TEST(RedistributeTraffic, MatchesCompiledProgramsOnMesh2x3) {
+TEST(TrafficOfCompiledPrograms, MatchesCompiledProgramsOnMesh2x3) {
   checkMesh({2, 3});
 }

@@ -1,11 +1,17 @@
 // RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(dtensor-propagate-sharding,cse,dtensor-explain-redistributions))' --verify-diagnostics | FileCheck %s
+// RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(dtensor-propagate-sharding,dtensor-lower-redistribute))' | FileCheck %s --check-prefix=LOWERED
 
 #m = #dtensor.mesh<[2, 2], names = ["dp", "tp"], device = "cuda">
 
 // A contraction over "tp" leaves a partial sum; the add needs it whole. The
 // remark sits on the add and names the mesh dims.
+// The mesh keeps its names and device through propagation and lowering.
+// CHECK: #[[M:.+]] = #dtensor.mesh<[2, 2], names = ["dp", "tp"], device = "cuda">
 // CHECK-LABEL: func @operand_needs_all_reduce
-// CHECK: dtensor.redistribute
+// CHECK: dtensor.redistribute %{{.*}} : !dtensor.tensor<8x6xf32, #[[M]], [S(0), P(sum)]> -> !dtensor.tensor<8x6xf32, #[[M]], [S(0), R]>
+// LOWERED: #[[M:.+]] = #dtensor.mesh<[2, 2], names = ["dp", "tp"], device = "cuda">
+// LOWERED-LABEL: func @operand_needs_all_reduce
+// LOWERED: dtensor.all_reduce %{{.*}} on axis 1 : !dtensor.tensor<8x6xf32, #[[M]], [S(0), P(sum)]> -> !dtensor.tensor<8x6xf32, #[[M]], [S(0), R]>
 func.func @operand_needs_all_reduce(%a: !dtensor.tensor<8x4xf32, #m, [S(0), S(1)]>, %b: !dtensor.tensor<4x6xf32, #m, [R, S(0)]>, %c: !dtensor.tensor<8x6xf32, #m, [S(0), R]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), R]> {
   %0 = dtensor.matmul %a, %b : (!dtensor.tensor<8x4xf32, #m, [S(0), S(1)]>, !dtensor.tensor<4x6xf32, #m, [R, S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), P(sum)]>
   // expected-remark @+1 {{redistribute for operand 0 of dtensor.add: 8x6xf32 tp: P(sum) -> R by all_reduce(sum) on "tp"; each rank sends 96 bytes}}
