@@ -1,5 +1,5 @@
 // RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(dtensor-propagate-sharding,cse,dtensor-explain-redistributions))' --verify-diagnostics | FileCheck %s
-// RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(dtensor-propagate-sharding,dtensor-lower-redistribute))' | FileCheck %s --check-prefix=LOWERED
+// RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(dtensor-propagate-sharding,cse,dtensor-explain-redistributions,dtensor-lower-redistribute))' --verify-diagnostics | FileCheck %s --check-prefix=LOWERED
 
 #m = #dtensor.mesh<[2, 2], names = ["dp", "tp"], device = "cuda">
 
