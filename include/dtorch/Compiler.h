@@ -10,6 +10,7 @@
 #ifndef DTORCH_COMPILER_H
 #define DTORCH_COMPILER_H
 
+#include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
 #include "dtorch_program.pb.h"
 
@@ -38,6 +39,9 @@ struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
   /// "rank") in CompileResult::stages.
   bool recordStages = false;
+  /// Explain every redistribution after sharding propagation (as
+  /// --dtensor-explain-redistributions does) in CompileResult::explanations.
+  bool explain = false;
 };
 
 struct CompileResult {
@@ -45,6 +49,7 @@ struct CompileResult {
   std::string error; // diagnostics, when !ok
   std::vector<CompiledFunction> functions;
   std::vector<std::pair<std::string, std::string>> stages;
+  std::vector<RedistributionExplanation> explanations; // in program order
 };
 
 /// `source` is dtensor-dialect text or bytecode; `sourceName` names it in

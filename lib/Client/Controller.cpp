@@ -125,6 +125,7 @@ void Controller::runSegment(const Segment &seg) {
     ++compiles_;
     CompileOptions options;
     options.recordStages = true;
+    options.explain = true;
     CompileResult result = compileModule(text, "segment.mlir", options);
     if (!result.ok || result.functions.size() != 1)
       throw DTorchError("internal error: compiling a segment failed:\n" +
@@ -136,6 +137,7 @@ void Controller::runSegment(const Segment &seg) {
       remapRanks(p, mesh);
     c.uploaded.assign(c.programs.size(), false);
     c.stages = std::move(result.stages);
+    c.explanation = std::move(result.explanations);
     it = cache_.emplace(text, std::move(c)).first;
   }
   Compiled &c = it->second;
@@ -237,6 +239,17 @@ void Controller::synchronize() {
   });
   done.get();
   rethrowIfFailed();
+}
+
+std::optional<std::vector<RedistributionExplanation>>
+Controller::lastExplanation() {
+  using Result = std::optional<std::vector<RedistributionExplanation>>;
+  auto promise = std::make_shared<std::promise<Result>>();
+  auto result = promise->get_future();
+  enqueue([this, promise] {
+    promise->set_value(last_ ? Result(last_->explanation) : std::nullopt);
+  });
+  return result.get();
 }
 
 std::string Controller::lastIr(const std::string &stage) {

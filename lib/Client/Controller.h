@@ -18,6 +18,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -36,6 +37,10 @@ public:
   std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
   void synchronize();
   std::string lastIr(const std::string &stage);
+  /// The redistributions of the last segment run (compiled or taken from the
+  /// cache), once every request queued before has been handled; nullopt
+  /// before the first segment.
+  std::optional<std::vector<RedistributionExplanation>> lastExplanation();
   int worldSize() const { return backend_->worldSize(); }
   uint64_t messagesSent() const { return backend_->messagesSent(); }
   uint64_t roundTrips() const { return backend_->roundTrips(); }
@@ -52,6 +57,7 @@ private:
     std::vector<bool> uploaded;
     std::vector<int64_t> seeds; // the random seeds the uploaded programs carry
     std::vector<std::pair<std::string, std::string>> stages;
+    std::vector<RedistributionExplanation> explanation;
   };
 
   void enqueue(std::function<void()> task);

@@ -50,6 +50,23 @@ std::string intList(const std::vector<int64_t> &v) {
   return s + "]";
 }
 
+/// A quoted MLIR string: quotes, backslashes and bytes that are not
+/// printable ASCII become \XX hex escapes, as MLIR's printer writes them.
+std::string quoted(const std::string &text) {
+  static const char *hex = "0123456789ABCDEF";
+  std::string s = "\"";
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      s += static_cast<char>(c);
+    } else {
+      s += '\\';
+      s += hex[c >> 4];
+      s += hex[c & 15];
+    }
+  }
+  return s + "\"";
+}
+
 const AttrValue *findAttr(const Attrs &attrs, const char *name) {
   for (const auto &[k, v] : attrs)
     if (k == name)
@@ -100,8 +117,16 @@ std::string typeText(const TensorMeta &meta, const Mesh &mesh) {
   for (int64_t d : meta.shape)
     s += std::to_string(d) + "x";
   s += mlirElementType(meta.dtype);
-  s += ", #dtensor.mesh<" + intList(mesh.shape) + ">, " +
-       placementsStr(meta.placements) + ">";
+  s += ", #dtensor.mesh<" + intList(mesh.shape);
+  if (!mesh.dimNames.empty()) {
+    s += ", names = [";
+    for (size_t i = 0; i < mesh.dimNames.size(); ++i)
+      s += (i ? ", " : "") + quoted(mesh.dimNames[i]);
+    s += "]";
+  }
+  if (mesh.device != "cpu")
+    s += ", device = " + quoted(mesh.device);
+  s += ">, " + placementsStr(meta.placements) + ">";
   return s;
 }
 

@@ -8,8 +8,9 @@
 
 namespace dtorch::client {
 
-/// The dtensor type text of a tensor: !dtensor.tensor<4x8xf32,
-/// #dtensor.mesh<[2, 2]>, [S(0), R]>.
+/// The dtensor type text of a tensor, with the mesh's dim names and device
+/// when it has them: !dtensor.tensor<4x8xf32, #dtensor.mesh<[2, 2], names =
+/// ["dp", "tp"]>, [S(0), R]>.
 std::string typeText(const TensorMeta &meta, const Mesh &mesh);
 
 /// A function `@name` whose arguments are the segment's args and whose

@@ -613,6 +613,11 @@ std::string Session::lastIr(const std::string &stage) {
   return controller_->lastIr(stage);
 }
 
+std::optional<std::vector<RedistributionExplanation>> Session::explain() {
+  flush();
+  return controller_->lastExplanation();
+}
+
 std::string Session::graphText(const std::vector<Tensor> &inputs,
                                const std::vector<Tensor> &outputs,
                                const std::string &name) {

@@ -115,6 +115,11 @@ CompileResult compileModule(const std::string &source,
     if (failed(pm.run(*module)))
       return result;
     record(stage.name);
+    if (options.explain && std::string(stage.name) == "sharded")
+      for (auto fn : module->getOps<func::FuncOp>())
+        for (dtensor::ExplainedRedistribute &r :
+             dtensor::explainRedistributions(fn))
+          result.explanations.push_back(std::move(r.info));
   }
 
   for (auto fn : module->getOps<func::FuncOp>()) {

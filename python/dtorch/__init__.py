@@ -16,6 +16,7 @@ from .errors import CollectiveTimeout, DTorchError, OutOfMemoryError, WorkerErro
 from .placement_types import Partial, Placement, Replicate, Shard
 from ._tensor import Tensor
 from . import _creation
+from ._explain import Explanation, explain
 from ._creation import (arange, distribute_tensor, empty, eye, full, ones, ones_like, rand,
                         randn, tensor, zeros, zeros_like)
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _C
 from . import device_mesh as _dm
+from ._printing import tensor_repr as _repr
 from .placement_types import Placement
 
 Tensor = _C.Tensor
@@ -68,15 +69,6 @@ def _requires_grad_get(self):
 def _requires_grad_(self, flag=True):
     self._requires_grad = bool(flag)
     return self
-
-
-def _repr(self):
-    return (f"dtorch.Tensor(shape={self.shape}, dtype={_dtype_name(self.dtype)}, "
-            f"placements={_placements(self)}, mesh={_dm.mesh_of(self)})")
-
-
-def _dtype_name(dt):
-    return "dtorch." + dt.name
 
 
 def _bool(self):
@@ -191,6 +183,7 @@ def _install():
     T.local_shards = _local_shards
     T.redistribute = _redistribute
     T.__repr__ = _repr
+    T.__str__ = _repr
     T.__bool__ = _bool
     T.__float__ = _float
     T.__len__ = _len

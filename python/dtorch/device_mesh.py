@@ -72,6 +72,10 @@ class DeviceMesh:
                 mesh_dim_names = tuple(mesh_dim_names)
                 if len(mesh_dim_names) != ranks.ndim:
                     raise ValueError(f"mesh has {ranks.ndim} dims but {len(mesh_dim_names)} names")
+                if not all(isinstance(n, str) for n in mesh_dim_names):
+                    raise TypeError(f"mesh_dim_names must be strings, got {mesh_dim_names}")
+                if len(set(mesh_dim_names)) != len(mesh_dim_names):
+                    raise ValueError(f"mesh_dim_names must be unique, got {mesh_dim_names}")
             self.mesh_dim_names = mesh_dim_names
             self._ranks = ranks
             self._root = self

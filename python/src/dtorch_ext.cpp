@@ -203,6 +203,80 @@ nb::list registryList() {
   return out;
 }
 
+/// The user's name of an op: "matmul" for "dtensor.matmul".
+std::string userOpName(const std::string &op) {
+  const std::string prefix = "dtensor.";
+  return op.compare(0, prefix.size(), prefix) == 0 ? op.substr(prefix.size())
+                                                   : op;
+}
+
+std::string userDTypeName(const std::string &mlirType) {
+  static const std::map<std::string, std::string> names = {
+      {"f32", "float32"},   {"f64", "float64"}, {"f16", "float16"},
+      {"bf16", "bfloat16"}, {"i32", "int32"},   {"i64", "int64"},
+      {"i1", "bool"}};
+  auto it = names.find(mlirType);
+  return it == names.end() ? mlirType : it->second;
+}
+
+nb::list intsToList(const std::vector<int64_t> &v) {
+  nb::list l;
+  for (int64_t x : v)
+    l.append(x);
+  return l;
+}
+
+/// One row of dtorch.explain(): a dict in the user's names.
+nb::dict explanationRow(RedistributionExplanation e) {
+  using Reason = RedistributionExplanation::Reason;
+  for (RedistributionUse &u : e.uses)
+    u.op = userOpName(u.op);
+  e.source = userOpName(e.source);
+  nb::dict row;
+  if (e.reason == Reason::Operand && !e.uses.empty()) {
+    row["op"] = e.uses.front().op;
+    row["operand"] = e.uses.front().operand;
+  } else {
+    row["op"] = e.reason == Reason::Result ? e.source : "redistribute";
+    row["operand"] = nb::none();
+  }
+  row["reason"] = reasonText(e);
+  nb::list neededBy;
+  for (const RedistributionUse &u : e.uses)
+    if (u.op != "func.return")
+      neededBy.append(nb::make_tuple(u.op, u.operand));
+  row["needed_by"] = neededBy;
+  row["shape"] = nb::tuple(intsToList(e.shape));
+  row["dtype"] = userDTypeName(e.elementType);
+  row["mesh_dim_names"] = e.meshDimNames.empty()
+                              ? nb::object(nb::none())
+                              : nb::object(nb::tuple(nb::cast(e.meshDimNames)));
+  row["before"] = placementsText(e.before, e.meshDimNames);
+  row["after"] = placementsText(e.after, e.meshDimNames);
+  row["change"] = changeText(e);
+  nb::list collectives, steps;
+  for (const StepTraffic &t : e.steps) {
+    std::string text = stepText(t.step, e.meshDimNames);
+    if (communicates(t.step.kind))
+      collectives.append(text);
+    nb::dict step;
+    step["kind"] = stepKindName(t.step.kind);
+    step["mesh_dim"] = t.step.axis;
+    step["mesh_dim_name"] =
+        t.step.axis < (int64_t)e.meshDimNames.size()
+            ? nb::object(nb::str(e.meshDimNames[t.step.axis].c_str()))
+            : nb::object(nb::none());
+    step["text"] = text;
+    step["bytes_per_rank"] = intsToList(t.bytesSent);
+    steps.append(step);
+  }
+  row["collectives"] = collectives;
+  row["steps"] = steps;
+  row["bytes_per_rank"] = intsToList(e.bytesSent);
+  row["text"] = explanationText(e);
+  return row;
+}
+
 } // namespace
 
 NB_MODULE(_C, m) {
@@ -281,6 +355,18 @@ NB_MODULE(_C, m) {
   });
   m.def("last_ir",
         [](const std::string &stage) { return session().lastIr(stage); });
+  m.def("explain", [] {
+    std::optional<std::vector<RedistributionExplanation>> e;
+    {
+      nb::gil_scoped_release release;
+      e = session().explain();
+    }
+    nb::list rows;
+    if (e)
+      for (const RedistributionExplanation &x : *e)
+        rows.append(explanationRow(x));
+    return nb::make_tuple(e.has_value(), rows);
+  });
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

@@ -133,9 +133,8 @@ void MeshAttr::print(AsmPrinter &p) const {
   p << "]";
   if (!getDimNames().empty()) {
     p << ", names = [";
-    llvm::interleaveComma(getDimNames(), p, [&](StringAttr n) {
-      p << '"' << n.getValue() << '"';
-    });
+    llvm::interleaveComma(getDimNames(), p,
+                          [&](StringAttr n) { p.printString(n.getValue()); });
     p << "]";
   }
   if (getDevice() != "cpu")

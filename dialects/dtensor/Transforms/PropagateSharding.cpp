@@ -21,6 +21,12 @@ namespace {
 
 std::vector<int64_t> toVec(ArrayRef<int64_t> a) { return {a.begin(), a.end()}; }
 
+/// `loc` marked with why a redistribute was inserted (see Passes.h).
+Location reasonLoc(Location loc, StringRef reason) {
+  return FusedLoc::get(loc.getContext(), {loc},
+                       StringAttr::get(loc.getContext(), reason));
+}
+
 void applyStrategy(ShardingRuleOpInterface op) {
   Operation *operation = op.getOperation();
   auto resultType = cast<DTensorType>(operation->getResult(0).getType());
@@ -43,13 +49,18 @@ void applyStrategy(ShardingRuleOpInterface op) {
       continue;
     Value v = operation->getOperand(k);
     auto t = cast<DTensorType>(v.getType()).withPlacements(s.operands[k]);
-    operation->setOperand(k, RedistributeOp::create(b, v.getLoc(), t, v));
+    operation->setOperand(
+        k,
+        RedistributeOp::create(
+            b, reasonLoc(operation->getLoc(), kNeededByOperandReason), t, v));
   }
   if (s.result != required) {
     Value res = operation->getResult(0);
     res.setType(resultType.withPlacements(s.result));
     b.setInsertionPointAfter(operation);
-    auto r = RedistributeOp::create(b, operation->getLoc(), resultType, res);
+    auto r = RedistributeOp::create(
+        b, reasonLoc(operation->getLoc(), kDeclaredResultReason), resultType,
+        res);
     res.replaceAllUsesExcept(r, r);
   }
 }

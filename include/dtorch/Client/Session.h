@@ -13,6 +13,7 @@
 #pragma once
 
 #include "dtorch/Client/Backend.h"
+#include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
 #include "dtorch/ShardingRule.h"
 
@@ -20,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -206,6 +208,10 @@ public:
   /// IR of the last compiled segment at "input", "sharded", "redistributed"
   /// or "rank".
   std::string lastIr(const std::string &stage);
+  /// Why the last segment run communicates: its redistributions after
+  /// sharding propagation (pending ops are submitted first); nullopt before
+  /// the first segment.
+  std::optional<std::vector<RedistributionExplanation>> explain();
   /// The dtensor-dialect text of a function computing `outputs` from `inputs`
   /// (the pending ops that lead to them).
   std::string graphText(const std::vector<Tensor> &inputs,
