@@ -107,7 +107,7 @@ template <class T> bool less(T a, T b) {
 }
 
 // acc[i] = acc[i] (op) x[i], in the storage type. Bool is stored as uint8_t.
-// Not used for sum/avg of 16-bit floats (see sumHalfBlock).
+// Not used for sum/avg of 16-bit floats (see sumHalf).
 template <class T, bool kBool>
 void combineInto(T *acc, const T *x, int64_t count, ReduceOp op) {
   switch (op) {
