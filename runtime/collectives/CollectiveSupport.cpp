@@ -2,13 +2,6 @@
 
 namespace dtorch::rt::detail {
 
-void checkReducible(DType dtype, ReduceOp op) {
-  alignas(16) char scratch[16] = {};
-  reduceInto(scratch, scratch, 0, dtype, op); // throws for unsupported pairs
-  if (op == ReduceOp::Avg)
-    finishAverage(scratch, 0, dtype, 1);
-}
-
 void checkAllGather(const Tensor &x, const Tensor &out, const Group &group,
                     size_t me, int64_t &dim,
                     const std::vector<int64_t> &sizes) {

@@ -75,9 +75,6 @@ inline std::string ranksToString(const std::vector<int64_t> &ranks) {
   return text;
 }
 
-// Throws RuntimeError when `op` cannot reduce `dtype`.
-void checkReducible(DType dtype, ReduceOp op);
-
 // Validates the common arguments of each collective for the caller; returns
 // normalized dims through the references.
 void checkAllGather(const Tensor &x, const Tensor &out, const Group &group,

@@ -164,19 +164,10 @@ public:
       step1.recv(piecesData + j * l * esize, l * esize, group[j], slot);
     }
     step1.wait();
-    if (l > 0) {
-      for (size_t j = 0; j < n; ++j) {
-        const char *piece =
-            j == me ? xData + b * esize : piecesData + j * l * esize;
-        if (j == 0)
-          std::memmove(outData + b * esize, piece, l * esize);
-        else
-          reduceInto(outData + b * esize, piece, l, x.dtype(), op);
-      }
-      if (op == ReduceOp::Avg)
-        finishAverage(outData + b * esize, l, x.dtype(),
-                      static_cast<int64_t>(n));
-    }
+    std::vector<const void *> reduced(n); // in group order
+    for (size_t j = 0; j < n; ++j)
+      reduced[j] = j == me ? xData + b * esize : piecesData + j * l * esize;
+    reducePieces(outData + b * esize, reduced, l, x.dtype(), op);
     // Step 2: all-gather of the reduced chunks.
     Exchange step2(*this, where("all_reduce", group));
     for (size_t j = 0; j < n; ++j) {
@@ -250,19 +241,10 @@ public:
       step.recv(recvData + j * out.nbytes(), out.nbytes(), group[j], slot);
     }
     step.wait();
-    if (out.numel() == 0)
-      return;
-    for (size_t j = 0; j < n; ++j) {
-      const void *piece =
-          j == me ? mine[me].data() : recvData + j * out.nbytes();
-      if (j == 0)
-        std::memcpy(out.data(), piece, out.nbytes());
-      else
-        reduceInto(out.data(), piece, out.numel(), out.dtype(), op);
-    }
-    if (op == ReduceOp::Avg)
-      finishAverage(out.data(), out.numel(), out.dtype(),
-                    static_cast<int64_t>(n));
+    std::vector<const void *> pieces(n); // in group order
+    for (size_t j = 0; j < n; ++j)
+      pieces[j] = j == me ? mine[me].data() : recvData + j * out.nbytes();
+    reducePieces(out.data(), pieces, out.numel(), out.dtype(), op);
   }
 
   void all_to_all(const Tensor &x, Tensor &out, const Group &group,

@@ -88,28 +88,16 @@ public:
     auto chunkBegin = [&](size_t j) {
       return count * static_cast<int64_t>(j) / static_cast<int64_t>(n);
     };
-    // Phase 1: reduce my chunk over every member's input, in group order.
+    // Phase 1: reduce my chunk over every member's input, in group order
+    // (reducePieces goes block by block, so the accumulator stays in cache
+    // while every member's piece streams through it once).
     int64_t begin = chunkBegin(me), length = chunkBegin(me + 1) - begin;
-    char *mine = static_cast<char *>(out.data()) + begin * esize;
-    // Block by block, so the accumulator stays in cache while every member's
-    // piece streams through it once (same order of operations, same bits).
-    constexpr int64_t kBlockBytes = 32 << 10;
-    int64_t block =
-        std::max<int64_t>(1, kBlockBytes / static_cast<int64_t>(esize));
-    for (int64_t at = 0; at < length; at += block) {
-      int64_t len = std::min(block, length - at);
-      char *acc = mine + at * esize;
-      for (size_t j = 0; j < n; ++j) {
-        const char *piece = static_cast<const char *>(s.member(j).x->data()) +
-                            (begin + at) * esize;
-        if (j == 0)
-          std::memmove(acc, piece, len * esize);
-        else
-          reduceInto(acc, piece, len, x.dtype(), op);
-      }
-      if (op == ReduceOp::Avg)
-        finishAverage(acc, len, x.dtype(), static_cast<int64_t>(n));
-    }
+    std::vector<const void *> pieces(n);
+    for (size_t j = 0; j < n; ++j)
+      pieces[j] =
+          static_cast<const char *>(s.member(j).x->data()) + begin * esize;
+    reducePieces(static_cast<char *>(out.data()) + begin * esize, pieces,
+                 length, x.dtype(), op);
     s.barrier(0);
     // Phase 2: gather the other members' reduced chunks.
     for (size_t j = 0; j < n; ++j) {
@@ -150,49 +138,25 @@ public:
     Session s(*this, "reduce_scatter", x.dtype(), group, me,
               Member{true, &x, &out});
     size_t n = group.size();
-    Shape source =
-        offsetAlong(x.shape().size(), dim, exclusivePrefixSums(sizes)[me]);
-    Shape zero = zeros(x.shape().size());
-    bool contiguous = outerCount(x.shape(), dim) == 1;
-    int64_t offsetElems = source[dim] * innerCount(x.shape(), dim);
-    size_t esize = dtypeSize(x.dtype());
-    Tensor scratch;
-    if (!contiguous && n > 1)
-      scratch = Tensor::empty(out.dtype(), out.shape());
     for (size_t j = 0; j < n; ++j)
       requireShape(*s.member(j).x, x.dtype(), x.shape(),
                    "reduce_scatter input of rank " + std::to_string(group[j]));
-    if (contiguous) {
-      // As all_reduce: block by block, the accumulator stays in cache.
-      constexpr int64_t kBlockBytes = 32 << 10;
-      int64_t block =
-          std::max<int64_t>(1, kBlockBytes / static_cast<int64_t>(esize));
-      for (int64_t at = 0; at < out.numel(); at += block) {
-        int64_t len = std::min(block, out.numel() - at);
-        char *acc = static_cast<char *>(out.data()) + at * esize;
-        for (size_t j = 0; j < n; ++j) {
-          const char *piece = static_cast<const char *>(s.member(j).x->data()) +
-                              (offsetElems + at) * esize;
-          if (j == 0)
-            std::memcpy(acc, piece, len * esize);
-          else
-            reduceInto(acc, piece, len, out.dtype(), op);
-        }
-      }
+    // My piece is `outer` contiguous runs of `run` elements, `stride` apart
+    // in every member's input (one run when nothing precedes `dim`); each run
+    // is reduced straight from the members' memory, in group order.
+    int64_t outer = outerCount(x.shape(), dim),
+            unit = innerCount(x.shape(), dim);
+    int64_t run = sizes[me] * unit, stride = x.shape()[dim] * unit;
+    int64_t first = exclusivePrefixSums(sizes)[me] * unit;
+    size_t esize = dtypeSize(x.dtype());
+    std::vector<const void *> pieces(n);
+    for (int64_t o = 0; run > 0 && o < outer; ++o) {
+      for (size_t j = 0; j < n; ++j)
+        pieces[j] = static_cast<const char *>(s.member(j).x->data()) +
+                    (o * stride + first) * esize;
+      reducePieces(static_cast<char *>(out.data()) + o * run * esize, pieces,
+                   run, out.dtype(), op);
     }
-    for (size_t j = 0; j < n && !contiguous; ++j) {
-      const Tensor &whole = *s.member(j).x;
-      if (out.numel() == 0)
-        continue;
-      Tensor &target = j == 0 ? out : scratch;
-      copyBox(whole.data(), whole.shape(), source, target.data(), out.shape(),
-              zero, out.shape(), esize);
-      if (j > 0)
-        reduceInto(out.data(), scratch.data(), out.numel(), out.dtype(), op);
-    }
-    if (op == ReduceOp::Avg)
-      finishAverage(out.data(), out.numel(), out.dtype(),
-                    static_cast<int64_t>(n));
   }
 
   void all_to_all(const Tensor &x, Tensor &out, const Group &group,

@@ -111,24 +111,19 @@ public:
                   ReduceOp op) override {
     groupIndexOf(group, rank_);
     requireShape(out, x.dtype(), x.shape(), "all_reduce output");
-    reduceInto(out.data(), x.data(), 0, x.dtype(),
-               op); // rejects unsupported dtypes early
+    checkReducible(x.dtype(), op); // before arriving: every member throws
     Contribution mine{x.clone()};
     auto joined = arrive("all_reduce", x.dtype(), group, std::move(mine));
     LeaveOnExit leave(*this, group, joined);
     const Rendezvous *slot = leave.joined.slot.get();
+    std::vector<const void *> pieces; // in group order
     for (size_t j = 0; j < group.size(); ++j) {
       const Tensor &piece = slot->arrived.at(group[j]).data;
       requireShape(piece, out.dtype(), out.shape(),
                    "all_reduce input of rank " + std::to_string(group[j]));
-      if (j == 0)
-        std::memcpy(out.data(), piece.data(), out.nbytes());
-      else
-        reduceInto(out.data(), piece.data(), out.numel(), out.dtype(), op);
+      pieces.push_back(piece.data());
     }
-    if (op == ReduceOp::Avg)
-      finishAverage(out.data(), out.numel(), out.dtype(),
-                    static_cast<int64_t>(group.size()));
+    reducePieces(out.data(), pieces, out.numel(), out.dtype(), op);
   }
 
   void all_gather(const Tensor &x, Tensor &out, const Group &group, int64_t dim,
@@ -166,8 +161,7 @@ public:
                  "reduce_scatter input");
     requireShape(out, x.dtype(), withExtent(x.shape(), dim, sizes[me]),
                  "reduce_scatter output");
-    reduceInto(out.data(), x.data(), 0, x.dtype(),
-               op); // rejects unsupported dtypes early
+    checkReducible(x.dtype(), op); // before arriving: every member throws
     auto joined =
         arrive("reduce_scatter", x.dtype(), group, Contribution{x.clone()});
     LeaveOnExit leave(*this, group, joined);
@@ -175,20 +169,20 @@ public:
     Shape sourceOffset = withExtent(Shape(x.shape().size(), 0), dim,
                                     exclusivePrefixSums(sizes)[me]);
     Shape zero(x.shape().size(), 0);
-    Tensor scratch = Tensor::empty(out.dtype(), out.shape());
+    // Every member's piece me, copied side by side, then reduced in group
+    // order.
+    std::vector<Tensor> copies;
+    std::vector<const void *> pieces;
     for (size_t j = 0; j < group.size(); ++j) {
       const Tensor &whole = slot->arrived.at(group[j]).data;
       requireShape(whole, x.dtype(), x.shape(),
                    "reduce_scatter input of rank " + std::to_string(group[j]));
-      Tensor &target = j == 0 ? out : scratch;
-      copyBox(whole.data(), whole.shape(), sourceOffset, target.data(),
+      copies.push_back(Tensor::empty(out.dtype(), out.shape()));
+      copyBox(whole.data(), whole.shape(), sourceOffset, copies.back().data(),
               out.shape(), zero, out.shape(), dtypeSize(out.dtype()));
-      if (j > 0)
-        reduceInto(out.data(), scratch.data(), out.numel(), out.dtype(), op);
+      pieces.push_back(copies.back().data());
     }
-    if (op == ReduceOp::Avg)
-      finishAverage(out.data(), out.numel(), out.dtype(),
-                    static_cast<int64_t>(group.size()));
+    reducePieces(out.data(), pieces, out.numel(), out.dtype(), op);
   }
 
   void all_to_all(const Tensor &x, Tensor &out, const Group &group,

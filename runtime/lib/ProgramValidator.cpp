@@ -111,8 +111,7 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
                        ", output is " + dtypeName(y.dtype));
   int64_t rankOfX = static_cast<int64_t>(x.shape.size());
   if (op == "all_reduce") {
-    reduceInto(nullptr, nullptr, 0, x.dtype,
-               parseReduceOp(attrs.getString("reduce")));
+    checkReducible(x.dtype, parseReduceOp(attrs.getString("reduce")));
     requireShape(y, x, x.shape, "all_reduce output");
   } else if (op == "all_gather") {
     int64_t dim = normalizeDim(attrs.getInt("dim"), rankOfX, "all_gather dim");
@@ -121,8 +120,7 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
     requireShape(x, x, withExtent(x.shape, dim, sizes[me]), "all_gather input");
     requireShape(y, x, withExtent(x.shape, dim, total), "all_gather output");
   } else if (op == "reduce_scatter") {
-    reduceInto(nullptr, nullptr, 0, x.dtype,
-               parseReduceOp(attrs.getString("reduce")));
+    checkReducible(x.dtype, parseReduceOp(attrs.getString("reduce")));
     int64_t dim =
         normalizeDim(attrs.getInt("dim"), rankOfX, "reduce_scatter dim");
     std::vector<int64_t> sizes = attrs.getInts("sizes");

@@ -1,6 +1,7 @@
 // dtorch-worker processes driven through Cluster: end to end, every
 // collective on Gloo (2 processes x 2 ranks) against FakeCollectiveHub, error
 // reporting and poisoning, a worker killed mid-run, a controller that dies.
+#include "CollectiveReference.h"
 #include "DistributedTestSupport.h"
 #include "TestSupport.h"
 
@@ -27,20 +28,7 @@ ClusterOptions localOptions(int world = 4, int procs = 2) {
 }
 
 Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
-  Tensor t = Tensor::empty(dtype, std::move(shape));
-  std::mt19937 gen(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == wire::F32)
-      t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
-    else
-      t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
-  }
-  return t;
-}
-
-bool sameBits(const Tensor &a, const Tensor &b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  return sampleTensor(dtype, shape, seed);
 }
 
 // c = a + b (COMPUTE), d = all_reduce_sum(c) over all 4 ranks (COMM).
@@ -105,61 +93,64 @@ Program everyCollective(int rank, std::vector<Tensor> &inputs) {
     return b.add(op, in, out, wire::COMM);
   };
   Group world{0, 1, 2, 3};
-  for (DType dtype : {wire::F32, wire::I64})
-    for (const char *op : {"sum", "avg", "max", "min"})
+  for (DType dtype : everyDtype()) {
+    for (ReduceOp op : reductionsOf(dtype))
       for (int64_t n : {0, 7, 1000}) {
         int x = input(dtype, {n}, 100 * rank + n);
         int out = b.buffer(dtype, {n});
         auto &inst = comm("all_reduce", {x}, {out});
         setInts(inst, "group", {2, 0, 3, 1});
-        setString(inst, "reduce", op);
+        setString(inst, "reduce", reduceOpName(op));
         b.output(out);
       }
-  std::vector<int64_t> sizes{2, 0, 1, 3};
-  for (int64_t dim : {0, 1}) {
-    std::vector<int64_t> piece{3, 3}, whole{3, 3};
-    piece[dim] = sizes[rank];
-    whole[dim] = 6;
-    int x = input(wire::F32, piece, rank + 7 * dim);
-    int gathered = b.buffer(wire::F32, whole);
-    auto &ag = comm("all_gather", {x}, {gathered});
-    setInts(ag, "group", world);
-    setInt(ag, "dim", dim);
-    setInts(ag, "sizes", sizes);
-    b.output(gathered);
-    int y = input(wire::I64, whole, rank + 9 * dim);
-    int scattered = b.buffer(wire::I64, piece);
-    auto &rs = comm("reduce_scatter", {y}, {scattered});
-    setInts(rs, "group", world);
-    setString(rs, "reduce", "sum");
-    setInt(rs, "dim", dim);
-    setInts(rs, "sizes", sizes);
-    b.output(scattered);
-  }
-  std::vector<int64_t> split, concat;
-  int64_t rows = 0, cols = 0;
-  for (int j = 0; j < 4; ++j) {
-    split.push_back((j + rank) % 3);
-    concat.push_back((rank + j) % 3);
-    rows += split.back();
-    cols += concat.back();
-  }
-  int x = input(wire::F32, {2, rows}, rank + 30);
-  int swapped = b.buffer(wire::F32, {2, cols});
-  auto &a2a = comm("all_to_all", {x}, {swapped});
-  setInts(a2a, "group", world);
-  setInt(a2a, "split_dim", 1);
-  setInts(a2a, "split_sizes", split);
-  setInt(a2a, "concat_dim", 1);
-  setInts(a2a, "concat_sizes", concat);
-  b.output(swapped);
-  if (rank != 0) {
-    int root = input(wire::F32, {4}, rank + 40);
-    int got = b.buffer(wire::F32, {4});
-    auto &bc = comm("broadcast", {root}, {got});
-    setInts(bc, "group", {1, 2, 3});
-    setInt(bc, "root", 2);
-    b.output(got);
+    std::vector<int64_t> sizes{2, 0, 1, 3};
+    for (int64_t dim : {0, 1}) {
+      std::vector<int64_t> piece{3, 3}, whole{3, 3};
+      piece[dim] = sizes[rank];
+      whole[dim] = 6;
+      int x = input(dtype, piece, rank + 7 * dim);
+      int gathered = b.buffer(dtype, whole);
+      auto &ag = comm("all_gather", {x}, {gathered});
+      setInts(ag, "group", world);
+      setInt(ag, "dim", dim);
+      setInts(ag, "sizes", sizes);
+      b.output(gathered);
+      for (ReduceOp op : reductionsOf(dtype)) {
+        int y = input(dtype, whole, rank + 9 * dim);
+        int scattered = b.buffer(dtype, piece);
+        auto &rs = comm("reduce_scatter", {y}, {scattered});
+        setInts(rs, "group", world);
+        setString(rs, "reduce", reduceOpName(op));
+        setInt(rs, "dim", dim);
+        setInts(rs, "sizes", sizes);
+        b.output(scattered);
+      }
+    }
+    std::vector<int64_t> split, concat;
+    int64_t rows = 0, cols = 0;
+    for (int j = 0; j < 4; ++j) {
+      split.push_back((j + rank) % 3);
+      concat.push_back((rank + j) % 3);
+      rows += split.back();
+      cols += concat.back();
+    }
+    int x = input(dtype, {2, rows}, rank + 30);
+    int swapped = b.buffer(dtype, {2, cols});
+    auto &a2a = comm("all_to_all", {x}, {swapped});
+    setInts(a2a, "group", world);
+    setInt(a2a, "split_dim", 1);
+    setInts(a2a, "split_sizes", split);
+    setInt(a2a, "concat_dim", 1);
+    setInts(a2a, "concat_sizes", concat);
+    b.output(swapped);
+    if (rank != 0) {
+      int root = input(dtype, {4}, rank + 40);
+      int got = b.buffer(dtype, {4});
+      auto &bc = comm("broadcast", {root}, {got});
+      setInts(bc, "group", {1, 2, 3});
+      setInt(bc, "root", 2);
+      b.output(got);
+    }
   }
   // Point to point across the processes, both directions, one empty.
   if (rank == 1 || rank == 2) {

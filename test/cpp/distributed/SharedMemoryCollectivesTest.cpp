@@ -1,5 +1,7 @@
-// The shared-memory communicator against FakeCollectiveHub (the oracle) on
-// every collective, uneven and empty pieces included.
+// The shared-memory communicator against FakeCollectiveHub (the oracle) and
+// against reference values computed in the test, on every collective and
+// every dtype, uneven and empty pieces included.
+#include "CollectiveReference.h"
 #include "TestSupport.h"
 
 #include "dtorch/runtime/FakeCollectives.h"
@@ -13,20 +15,7 @@ namespace dtorch::rt::test {
 namespace {
 
 Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
-  Tensor t = Tensor::empty(dtype, std::move(shape));
-  std::mt19937 gen(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dtype == ::dtorch::wire::F32)
-      t.data_as<float>()[i] = std::uniform_real_distribution<float>(-4, 4)(gen);
-    else
-      t.data_as<int64_t>()[i] = static_cast<int64_t>(gen() % 100) - 50;
-  }
-  return t;
-}
-
-bool sameBits(const Tensor &a, const Tensor &b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  return sampleTensor(dtype, shape, seed);
 }
 
 // Runs `body(comm, rank)` on 4 threads with both backends and compares what
@@ -51,13 +40,19 @@ void compareBackends(
   }
 }
 
+TEST(SharedMemoryCollectives, EveryCollectiveOnEveryDtype) {
+  for (DType dtype : everyDtype())
+    compareBackends([&](Communicator &comm, int rank) {
+      return runEveryCollective(comm, rank, dtype);
+    });
+}
+
 TEST(SharedMemoryCollectives, AllReduceEveryOp) {
-  for (ReduceOp op :
-       {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
-    for (DType dtype : {::dtorch::wire::F32, ::dtorch::wire::I64})
+  for (DType dtype : everyDtype())
+    for (ReduceOp op : reductionsOf(dtype))
       compareBackends([&](Communicator &comm, int rank) {
         std::vector<Tensor> results;
-        for (int64_t n : {0, 1, 3, 1027}) {
+        for (int64_t n : {0, 1, 3, 1027, 20011}) {
           Tensor x = randomTensor(dtype, {n}, 17 * rank + n);
           Tensor out = Tensor::empty(dtype, {n});
           comm.all_reduce(x, out, {0, 1, 2, 3}, op);
@@ -74,59 +69,81 @@ TEST(SharedMemoryCollectives, AllReduceEveryOp) {
 }
 
 TEST(SharedMemoryCollectives, GatherScatterAllToAllBroadcastUneven) {
-  using ::dtorch::wire::F32;
-  compareBackends([&](Communicator &comm, int rank) {
-    std::vector<Tensor> results;
-    Group g{0, 1, 2, 3};
-    std::vector<int64_t> sizes{2, 0, 1, 3};
-    for (int64_t dim : {0, 1}) {
-      Shape shape{3, 3};
-      shape[dim] = sizes[rank];
-      Tensor x = randomTensor(F32, shape, rank + 5);
-      Shape outShape{3, 3};
-      outShape[dim] = 6;
-      Tensor out = Tensor::empty(F32, outShape);
-      comm.all_gather(x, out, g, dim, sizes);
+  for (DType dtype : everyDtype())
+    compareBackends([&](Communicator &comm, int rank) {
+      std::vector<Tensor> results;
+      Group g{0, 1, 2, 3};
+      std::vector<int64_t> sizes{2, 0, 1, 3};
+      for (int64_t dim : {0, 1}) {
+        Shape shape{3, 3};
+        shape[dim] = sizes[rank];
+        Tensor x = randomTensor(dtype, shape, rank + 5);
+        Shape outShape{3, 3};
+        outShape[dim] = 6;
+        Tensor out = Tensor::empty(dtype, outShape);
+        comm.all_gather(x, out, g, dim, sizes);
+        results.push_back(out);
+        Tensor whole = randomTensor(dtype, outShape, rank + 9);
+        for (ReduceOp op : reductionsOf(dtype)) {
+          Tensor piece = Tensor::empty(dtype, shape);
+          comm.reduce_scatter(whole, piece, g, op, dim, sizes);
+          results.push_back(piece);
+        }
+      }
+      // all_to_all: rank r sends (j + r) % 3 rows to member j, concatenated
+      // along dim 1.
+      std::vector<int64_t> split, concat;
+      for (int j = 0; j < 4; ++j)
+        split.push_back((j + rank) % 3);
+      for (int j = 0; j < 4; ++j)
+        concat.push_back((rank + j) % 3);
+      int64_t rows = 0, cols = 0;
+      for (int j = 0; j < 4; ++j)
+        rows += split[j];
+      for (int j = 0; j < 4; ++j)
+        cols += concat[j];
+      // Pieces keep the split dim (0) extent split[j] from sender; we need
+      // equal extents elsewhere, so split along dim 0 and concatenate along dim
+      // 0.
+      Tensor x = randomTensor(dtype, {rows, 2}, rank + 11);
+      Tensor out = Tensor::empty(dtype, {cols, 2});
+      comm.all_to_all(x, out, g, 0, split, 0, concat);
       results.push_back(out);
-      Tensor whole = randomTensor(F32, outShape, rank + 9);
-      Tensor piece = Tensor::empty(F32, shape);
-      comm.reduce_scatter(whole, piece, g, ReduceOp::Sum, dim, sizes);
-      results.push_back(piece);
-    }
-    // all_to_all: rank r sends (j + r) % 3 rows to member j, concatenated along
-    // dim 1.
-    std::vector<int64_t> split, concat;
-    for (int j = 0; j < 4; ++j)
-      split.push_back((j + rank) % 3);
-    for (int j = 0; j < 4; ++j)
-      concat.push_back((rank + j) % 3);
-    int64_t rows = 0, cols = 0;
-    for (int j = 0; j < 4; ++j)
-      rows += split[j];
-    for (int j = 0; j < 4; ++j)
-      cols += concat[j];
-    // Pieces keep the split dim (0) extent split[j] from sender; we need equal
-    // extents elsewhere, so split along dim 0 and concatenate along dim 0.
-    Tensor x = randomTensor(F32, {rows, 2}, rank + 11);
-    Tensor out = Tensor::empty(F32, {cols, 2});
-    comm.all_to_all(x, out, g, 0, split, 0, concat);
-    results.push_back(out);
-    Tensor b = rank == 2 ? randomTensor(F32, {4}, 3) : Tensor();
-    Tensor bout = Tensor::empty(F32, {4});
-    if (rank != 0)
-      comm.broadcast(b, bout, {1, 2, 3}, 2);
-    else
-      std::memset(bout.data(), 0, bout.nbytes());
-    results.push_back(bout);
-    if (rank == 1)
-      comm.send(randomTensor(F32, {3}, 1), 2, 7);
-    if (rank == 2) {
-      Tensor got = Tensor::empty(F32, {3});
-      comm.recv(got, 1, 7);
-      results.push_back(got);
-    }
-    return results;
-  });
+      Tensor b = rank == 2 ? randomTensor(dtype, {4}, 3) : Tensor();
+      Tensor bout = Tensor::empty(dtype, {4});
+      if (rank != 0)
+        comm.broadcast(b, bout, {1, 2, 3}, 2);
+      else
+        std::memset(bout.data(), 0, bout.nbytes());
+      results.push_back(bout);
+      if (rank == 1)
+        comm.send(randomTensor(dtype, {3}, 1), 2, 7);
+      if (rank == 2) {
+        Tensor got = Tensor::empty(dtype, {3});
+        comm.recv(got, 1, 7);
+        results.push_back(got);
+      }
+      return results;
+    });
+}
+
+// The output may be the input itself (one buffer): each rank reduces its
+// chunk while the others still read theirs from the same memory.
+TEST(SharedMemoryCollectives, AllReduceInPlace) {
+  for (DType dtype : everyDtype())
+    for (ReduceOp op : reductionsOf(dtype))
+      compareBackends([&](Communicator &comm, int rank) {
+        const Group group = {3, 1, 0, 2};
+        Tensor x = randomTensor(dtype, {20011}, 3 * rank + 1);
+        comm.all_reduce(x, x, group, op);
+        std::vector<Tensor> inputs;
+        for (int64_t member : group)
+          inputs.push_back(randomTensor(dtype, {20011}, 3 * member + 1));
+        expectSameBits(x, referenceReduce(inputs, op),
+                       std::string("in-place all_reduce of ") +
+                           dtypeName(dtype) + " " + reduceOpName(op));
+        return std::vector<Tensor>{x};
+      });
 }
 
 TEST(SharedMemoryCollectives, MissingPeerIsNamed) {

@@ -335,6 +335,39 @@ TEST(Validation, CollectiveShapes) {
                 comm.get());
 }
 
+// avg is defined for floating dtypes only; programs that average integers
+// or bools are rejected when validated, before anything runs.
+TEST(Validation, ReductionAverageNeedsAFloatingDtype) {
+  FakeCollectiveHub hub(1);
+  auto comm = hub.communicator(0);
+  for (DType dtype : {::dtorch::wire::I32, ::dtorch::wire::I64,
+                      ::dtorch::wire::BOOL, ::dtorch::wire::F16}) {
+    for (const char *op : {"all_reduce", "reduce_scatter"}) {
+      ProgramBuilder b;
+      int x = b.input(dtype, {2});
+      int y = b.buffer(dtype, {2});
+      Instruction &inst = b.add(op, {x}, {y}, COMM);
+      setInts(inst, "group", {0});
+      setString(inst, "reduce", "avg");
+      if (std::string(op) == "reduce_scatter") {
+        setInt(inst, "dim", 0);
+        setInts(inst, "sizes", {2});
+      }
+      b.output(y);
+      if (dtype == ::dtorch::wire::F16) {
+        Executor(comm.get()).validate(b.program());
+        continue;
+      }
+      expectInvalid(b.program(),
+                    {"reduction 'avg' is not defined for", dtypeName(dtype),
+                     "cast to a floating dtype"},
+                    comm.get());
+      setString(*b.program().mutable_instructions(0), "reduce", "max");
+      Executor(comm.get()).validate(b.program());
+    }
+  }
+}
+
 TEST(Validation, BadStreamAndDtype) {
   ProgramBuilder b = simpleProgram();
   b.program().mutable_instructions(0)->set_stream(

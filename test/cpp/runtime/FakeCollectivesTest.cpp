@@ -1,5 +1,6 @@
 // Every collective on the in-process backend with 4 ranks, including uneven
-// sizes, empty pieces, subgroups and deadlines.
+// sizes, empty pieces, subgroups, every dtype and deadlines.
+#include "CollectiveReference.h"
 #include "TestSupport.h"
 
 #include "dtorch/runtime/FakeCollectives.h"
@@ -41,11 +42,14 @@ template <class T> void checkAllReduce(DType dtype) {
     EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{3, 10, 6}));
     comm.all_reduce(x, out, kWorld, ReduceOp::Min);
     EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{0, 7, 0}));
-    comm.all_reduce(x, out, kWorld, ReduceOp::Avg);
-    if constexpr (std::is_integral_v<T>)
-      EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{1, 8, 3})); // truncated
-    else
+    if constexpr (std::is_integral_v<T>) {
+      expectRuntimeError(
+          [&] { comm.all_reduce(x, out, kWorld, ReduceOp::Avg); },
+          {"reduction 'avg' is not defined for int64"});
+    } else {
+      comm.all_reduce(x, out, kWorld, ReduceOp::Avg);
       EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{1.5, 8.5, 3}));
+    }
     EXPECT_EQ(valuesOf<T>(x),
               (std::vector<T>{T(rank), T(10 - rank), T(2 * rank)}));
   });
@@ -55,6 +59,125 @@ TEST(FakeCollectives, AllReduceEveryOpAndDtype) {
   checkAllReduce<float>(F32);
   checkAllReduce<double>(F64);
   checkAllReduce<int64_t>(I64);
+}
+
+TEST(FakeCollectives, EveryCollectiveOnEveryDtype) {
+  for (DType dtype : everyDtype())
+    onFourRanks([dtype](int rank, Communicator &comm) {
+      std::vector<Tensor> results = runEveryCollective(comm, rank, dtype);
+      EXPECT_GE(results.size(), 19u); // rank 0, an integer dtype: the fewest
+    });
+}
+
+// One element per rank, reduced over the 4 ranks in rank order.
+template <class T>
+Tensor reduceOneElement(DType dtype, const std::vector<T> &perRank,
+                        ReduceOp op) {
+  std::vector<Tensor> outs(kRanks);
+  onFourRanks([&](int rank, Communicator &comm) {
+    Tensor x = makeTensor<T>(dtype, {1}, {perRank[rank]});
+    outs[rank] = Tensor::empty(dtype, {1});
+    comm.all_reduce(x, outs[rank], kWorld, op);
+  });
+  for (int rank = 1; rank < kRanks; ++rank)
+    EXPECT_TRUE(sameBits(outs[rank], outs[0])) << "rank " << rank;
+  return outs[0];
+}
+
+template <class H> float reducedValue(const Tensor &t) {
+  return static_cast<float>(t.data_as<H>()[0]);
+}
+
+// 16-bit sums accumulate in float32 and round once: 2048 + 1 + 1 + 1 is 2051,
+// which rounds (to even) to 2052 in float16; rounding after every step would
+// stay at 2048. The same with 256 in bfloat16 (260, not 256).
+TEST(FakeCollectives, SixteenBitSumAndAverageRoundOnce) {
+  using ::dtorch::wire::BF16;
+  using ::dtorch::wire::F16;
+  std::vector<Half> halves = {Half(2048.f), Half(1.f), Half(1.f), Half(1.f)};
+  EXPECT_EQ(reducedValue<Half>(reduceOneElement(F16, halves, ReduceOp::Sum)),
+            2052.f);
+  // 2051 / 4 = 512.75, halfway between float16 neighbours 512.5 and 513.
+  EXPECT_EQ(reducedValue<Half>(reduceOneElement(F16, halves, ReduceOp::Avg)),
+            513.f);
+  std::vector<BFloat16> brains = {BFloat16(256.f), BFloat16(1.f), BFloat16(1.f),
+                                  BFloat16(1.f)};
+  EXPECT_EQ(
+      reducedValue<BFloat16>(reduceOneElement(BF16, brains, ReduceOp::Sum)),
+      260.f);
+  // 259 / 4 = 64.75, halfway between bfloat16 neighbours 64.5 and 65.
+  EXPECT_EQ(
+      reducedValue<BFloat16>(reduceOneElement(BF16, brains, ReduceOp::Avg)),
+      65.f);
+  // max and min keep the winner's bits.
+  std::vector<Half> mixed = {Half(-0.f), Half(3.5f), Half(-7.f), Half(0.25f)};
+  EXPECT_EQ(reduceOneElement(F16, mixed, ReduceOp::Max).data_as<Half>()[0].bits,
+            Half(3.5f).bits);
+  EXPECT_EQ(reduceOneElement(F16, mixed, ReduceOp::Min).data_as<Half>()[0].bits,
+            Half(-7.f).bits);
+}
+
+TEST(FakeCollectives, MaxAndMinPropagateNaN) {
+  using ::dtorch::wire::BF16;
+  using ::dtorch::wire::F16;
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min, ReduceOp::Sum}) {
+    EXPECT_TRUE(std::isnan(valuesOf<float>(
+        reduceOneElement<float>(F32, {1.f, nan, 5.f, -2.f}, op))[0]));
+    EXPECT_TRUE(std::isnan(reducedValue<Half>(reduceOneElement<Half>(
+        F16, {Half(1.f), Half(2.f), Half(nan), Half(-2.f)}, op))));
+    EXPECT_TRUE(std::isnan(reducedValue<BFloat16>(reduceOneElement<BFloat16>(
+        BF16, {BFloat16(nan), BFloat16(2.f), BFloat16(3.f), BFloat16(4.f)},
+        op))));
+  }
+}
+
+// bool: sum and max are or, min is and; avg is rejected.
+TEST(FakeCollectives, BoolReductionsAreOrAndAnd) {
+  using ::dtorch::wire::BOOL;
+  auto reduced = [](std::vector<bool> perRank, ReduceOp op) {
+    std::vector<uint8_t> bytes(perRank.begin(), perRank.end());
+    return valuesOf<uint8_t>(reduceOneElement<uint8_t>(BOOL, bytes, op))[0];
+  };
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+    EXPECT_EQ(reduced({false, false, true, false}, op), 1);
+    EXPECT_EQ(reduced({true, true, true, true}, op), 1);
+    EXPECT_EQ(reduced({false, false, false, false}, op), 0);
+  }
+  EXPECT_EQ(reduced({true, true, false, true}, ReduceOp::Min), 0);
+  EXPECT_EQ(reduced({true, true, true, true}, ReduceOp::Min), 1);
+  onFourRanks([](int, Communicator &comm) {
+    Tensor x = Tensor::empty(BOOL, {2}), out = Tensor::empty(BOOL, {2});
+    expectRuntimeError([&] { comm.all_reduce(x, out, kWorld, ReduceOp::Avg); },
+                       {"reduction 'avg' is not defined for bool"});
+    Tensor whole = Tensor::empty(BOOL, {4});
+    Tensor piece = Tensor::empty(BOOL, {1});
+    expectRuntimeError(
+        [&] {
+          comm.reduce_scatter(whole, piece, kWorld, ReduceOp::Avg, 0,
+                              {1, 1, 1, 1});
+        },
+        {"reduction 'avg' is not defined for bool"});
+  });
+}
+
+// Integer sums wrap around (two's complement), in int32 and int64.
+TEST(FakeCollectives, IntegerSumsWrapAround) {
+  using ::dtorch::wire::I32;
+  int32_t big = std::numeric_limits<int32_t>::max();
+  EXPECT_EQ(valuesOf<int32_t>(reduceOneElement<int32_t>(I32, {big, 1, 0, 2},
+                                                        ReduceOp::Sum))[0],
+            std::numeric_limits<int32_t>::min() + 2);
+  int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(valuesOf<int64_t>(reduceOneElement<int64_t>(I64, {1, huge, 0, 0},
+                                                        ReduceOp::Sum))[0],
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(valuesOf<int32_t>(reduceOneElement<int32_t>(I32, {-5, 9, 3, -8},
+                                                        ReduceOp::Max))[0],
+            9);
+  EXPECT_EQ(valuesOf<int32_t>(reduceOneElement<int32_t>(I32, {-5, 9, 3, -8},
+                                                        ReduceOp::Min))[0],
+            -8);
 }
 
 TEST(FakeCollectives, AllReduceEmptyTensor) {

@@ -10,7 +10,6 @@
 //    time the call throws RuntimeError naming the missing rank(s).
 #pragma once
 
-#include "dtorch/Layout.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <chrono>
@@ -27,12 +26,14 @@ namespace dtorch::rt {
 
 using Group = std::vector<int64_t>;
 
-// The one reduction enum of the project (include/dtorch/Layout.h, MLIR-free),
-// with its names from dtorch::reduceOpName.
-using ReduceOp = ::dtorch::ReduceOp;
-using ::dtorch::reduceOpName;
-// "sum" "avg" "max" "min"; throws RuntimeError otherwise.
-// Throws RuntimeError on an unknown name.
+// The reductions of the collectives. The runtime owns this enum: on the wire
+// a collective names its reduction by the string attribute `reduce` ("sum",
+// "avg", "max", "min"; docs/program-format.md), which the compiler writes and
+// parseReduceOp reads, so no type of the compiler reaches the runtime.
+enum class ReduceOp : uint8_t { Sum, Avg, Max, Min };
+// "sum" "avg" "max" "min".
+const char *reduceOpName(ReduceOp op);
+// The inverse of reduceOpName; throws RuntimeError on an unknown name.
 ReduceOp parseReduceOp(const std::string &name);
 
 class Communicator {
@@ -101,11 +102,20 @@ private:
 
 size_t groupIndexOf(const Group &group, int64_t rank);
 std::string groupToString(const Group &group);
-// acc[i] = acc[i] (op) x[i] over `count` elements of dtype (Avg accumulates
-// as Sum; see finishAverage). Throws RuntimeError for unsupported dtypes.
-void reduceInto(void *acc, const void *x, int64_t count, DType dtype,
-                ReduceOp op);
-// acc[i] /= members (integer dtypes truncate toward zero).
-void finishAverage(void *acc, int64_t count, DType dtype, int64_t members);
+// Throws RuntimeError when `op` cannot reduce `dtype`: every reduction works
+// on f32, f64, f16 and bf16; i32, i64 and bool support sum, max and min but
+// not avg (the average of integers is not defined; torch has none either).
+// bool: sum and max are logical or, min is logical and.
+void checkReducible(DType dtype, ReduceOp op);
+
+// out[i] = pieces[0][i] (op) pieces[1][i] (op) ... (op) pieces[n-1][i] for
+// i < count, combined left to right in the order given (backends pass the
+// members in group order, so all of them compute the same bits); avg divides
+// the sum by n once at the end. f16 and bf16 sum and avg accumulate in
+// float32 and round to 16 bits once; integer sums wrap around. `out` may be
+// exactly one of the pieces (not a partial overlap). Throws as
+// checkReducible. Details in runtime/lib/CollectiveReductions.cpp.
+void reducePieces(void *out, const std::vector<const void *> &pieces,
+                  int64_t count, DType dtype, ReduceOp op);
 
 } // namespace dtorch::rt
