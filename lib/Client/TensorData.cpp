@@ -1,6 +1,7 @@
 //===- TensorData.cpp - global values <-> per-rank pieces ----------------===//
 #include "TensorData.h"
 
+#include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Shape.h"
 
 #include <cstring>
@@ -35,74 +36,23 @@ std::vector<rt::Tensor> scatterPieces(const rt::Tensor &full,
 
 namespace {
 
-template <class T>
-void combine(T *acc, const T *x, int64_t count, ReduceOp op) {
-  for (int64_t i = 0; i < count; ++i) {
-    switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      acc[i] = acc[i] + x[i];
-      break;
-    case ReduceOp::Max:
-      acc[i] = x[i] > acc[i] ? x[i] : acc[i];
-      break;
-    case ReduceOp::Min:
-      acc[i] = x[i] < acc[i] ? x[i] : acc[i];
-      break;
-    }
-  }
+/// The runtime's reduce op for a placement's, through the name a wire
+/// program carries (the runtime parses reductions by name).
+rt::ReduceOp toRuntimeReduceOp(ReduceOp op) {
+  return rt::parseReduceOp(reduceOpName(op));
 }
 
-template <class T> void divide(T *acc, int64_t count, int64_t n) {
-  for (int64_t i = 0; i < count; ++i)
-    acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
-}
-
-void combineTyped(rt::Tensor &acc, const rt::Tensor &x, ReduceOp op) {
-  int64_t c = acc.numel();
-  switch (acc.dtype()) {
-  case wire::F32:
-    combine(acc.data_as<float>(), x.data_as<float>(), c, op);
-    break;
-  case wire::F64:
-    combine(acc.data_as<double>(), x.data_as<double>(), c, op);
-    break;
-  case wire::I32:
-    combine(acc.data_as<int32_t>(), x.data_as<int32_t>(), c, op);
-    break;
-  case wire::I64:
-    combine(acc.data_as<int64_t>(), x.data_as<int64_t>(), c, op);
-    break;
-  case wire::BOOL: {
-    auto *a = static_cast<uint8_t *>(acc.data());
-    auto *b = static_cast<const uint8_t *>(x.data());
-    for (int64_t i = 0; i < c; ++i)
-      a[i] = (op == ReduceOp::Min) ? (a[i] && b[i]) : (a[i] || b[i]);
-    break;
-  }
-  default:
-    throw DTorchError(std::string("cannot reduce partial values of dtype ") +
-                      rt::dtypeName(acc.dtype()));
-  }
-}
-
-void divideTyped(rt::Tensor &acc, int64_t n) {
-  int64_t c = acc.numel();
-  switch (acc.dtype()) {
-  case wire::F32:
-    divide(acc.data_as<float>(), c, n);
-    break;
-  case wire::F64:
-    divide(acc.data_as<double>(), c, n);
-    break;
-  case wire::I32:
-    divide(acc.data_as<int32_t>(), c, n);
-    break;
-  case wire::I64:
-    divide(acc.data_as<int64_t>(), c, n);
-    break;
-  default:
-    break;
+/// acc = acc (op) x elementwise, with the runtime's reduction (the one every
+/// collective backend uses): max/min propagate NaN as torch does.
+void reduceIntoPiece(rt::Tensor &acc, const rt::Tensor &x, ReduceOp op) {
+  if (x.dtype() != acc.dtype() || x.shape() != acc.shape())
+    throw DTorchError("cannot reduce a partial piece " + x.describe() +
+                      " into " + acc.describe());
+  try {
+    rt::reduceInto(acc.data(), x.data(), acc.numel(), acc.dtype(),
+                   toRuntimeReduceOp(op));
+  } catch (const rt::RuntimeError &e) {
+    throw DTorchError(std::string("cannot reduce partial values: ") + e.what());
   }
 }
 
@@ -129,10 +79,17 @@ rt::Tensor assemblePieces(const std::vector<rt::Tensor> &piecesIn,
       rt::Tensor acc = pieces[p].clone();
       for (int64_t k = 1; k < meshShape[a]; ++k) {
         c[a] = k;
-        combineTyped(acc, pieces[meshLinear(meshShape, c)], placements[a].op);
+        reduceIntoPiece(acc, pieces[meshLinear(meshShape, c)],
+                        placements[a].op);
       }
-      if (placements[a].op == ReduceOp::Avg)
-        divideTyped(acc, meshShape[a]);
+      if (placements[a].op == ReduceOp::Avg) {
+        try {
+          rt::finishAverage(acc.data(), acc.numel(), acc.dtype(), meshShape[a]);
+        } catch (const rt::RuntimeError &e) {
+          throw DTorchError(std::string("cannot average partial values: ") +
+                            e.what());
+        }
+      }
       pieces[p] = acc;
     }
   }
