@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import subprocess_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -55,7 +57,7 @@ def test_the_inprocess_backend_raises_worker_error_naming_the_rank():
         dtorch.shutdown()
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, cwd="/")
+                       timeout=120, cwd="/", env=subprocess_env())
     assert r.returncode == 0, r.stdout + r.stderr
     line = next(l for l in r.stdout.splitlines() if l.startswith("WorkerError"))
     _, cls, rank, host, _ = line.split(" ", 4)
