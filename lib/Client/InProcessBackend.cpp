@@ -102,7 +102,9 @@ public:
   void uploadProgram(int rank, uint64_t id,
                      const wire::Program &program) override {
     RankThread &t = at(rank);
-    t.post([&t, id, program] { t.state().upload(id, program); });
+    t.post([&t, id, program]() mutable {
+      t.state().upload(id, std::move(program));
+    });
   }
 
   void run(int rank, uint64_t id, const std::vector<Handle> &inputs,
