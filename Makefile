@@ -33,8 +33,10 @@ test-lit: build
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# PYTHONPATH: test this checkout's dtorch even when another checkout was
+# installed (editable) since.
 test-python: build
-	$(PYTHON) -m pytest -q test/python
+	PYTHONPATH=$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -q test/python
 
 # One .clang-format (LLVM style) for every C++ file of the project.
 format:

@@ -1,38 +1,66 @@
 //===- ClusterBackend.cpp - worker processes through rt::Cluster ---------===//
+//
+// Forwards every request to rt::Cluster and turns its rt::WorkerError into
+// the client's WorkerError (Errors.h), keeping the rank and host, so nothing
+// above the backend sees a runtime exception type.
+//
+//===----------------------------------------------------------------------===//
 #include "dtorch/Client/Backend.h"
+#include "dtorch/Client/Errors.h"
 #include "dtorch/runtime/Cluster.h"
 
 namespace dtorch::client {
 namespace {
 
+/// Runs `fn`, rethrowing an rt::WorkerError as a client::WorkerError.
+template <class Fn> auto translated(Fn &&fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const rt::WorkerError &e) {
+    throw WorkerError(e.rank(), e.host(), e.what());
+  }
+}
+
 class ClusterBackend : public Backend {
 public:
-  explicit ClusterBackend(const rt::ClusterOptions &o) : cluster_(o) {}
-  int worldSize() const override { return cluster_.worldSize(); }
-  std::string hostOf(int rank) const override { return cluster_.hostOf(rank); }
+  explicit ClusterBackend(const rt::ClusterOptions &o)
+      : cluster_(translated([&] { return std::make_unique<rt::Cluster>(o); })) {
+  }
+  int worldSize() const override { return cluster_->worldSize(); }
+  std::string hostOf(int rank) const override { return cluster_->hostOf(rank); }
   void uploadProgram(int rank, uint64_t id, const wire::Program &p) override {
-    cluster_.uploadProgram(rank, id, p);
+    translated([&] { cluster_->uploadProgram(rank, id, p); });
   }
   void run(int rank, uint64_t id, const std::vector<Handle> &in,
            const std::vector<Handle> &out) override {
-    cluster_.run(rank, id, in, out);
+    translated([&] { cluster_->run(rank, id, in, out); });
   }
   void put(int rank, Handle h, const rt::Tensor &v) override {
-    cluster_.put(rank, h, v);
+    translated([&] { cluster_->put(rank, h, v); });
   }
   std::future<rt::Tensor> fetch(int rank, Handle h) override {
-    return cluster_.fetch(rank, h);
+    std::future<rt::Tensor> reply =
+        translated([&] { return cluster_->fetch(rank, h); });
+    // Deferred: the translation runs in the thread that waits for the value.
+    return std::async(std::launch::deferred,
+                      [reply = std::move(reply)]() mutable {
+                        return translated([&] { return reply.get(); });
+                      });
   }
   void free(int rank, const std::vector<Handle> &hs) override {
-    cluster_.free(rank, hs);
+    translated([&] { cluster_->free(rank, hs); });
   }
-  void synchronize() override { cluster_.synchronize(); }
-  void shutdown() override { cluster_.shutdown(); }
-  uint64_t messagesSent() const override { return cluster_.messagesSent(); }
-  uint64_t roundTrips() const override { return cluster_.roundTrips(); }
+  void synchronize() override {
+    translated([&] { cluster_->synchronize(); });
+  }
+  void shutdown() override {
+    translated([&] { cluster_->shutdown(); });
+  }
+  uint64_t messagesSent() const override { return cluster_->messagesSent(); }
+  uint64_t roundTrips() const override { return cluster_->roundTrips(); }
 
 private:
-  rt::Cluster cluster_;
+  std::unique_ptr<rt::Cluster> cluster_;
 };
 
 } // namespace

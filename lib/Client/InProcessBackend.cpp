@@ -1,24 +1,24 @@
 //===- InProcessBackend.cpp - ranks as threads of this process -----------===//
 //
 // The fake backend of the controller: every rank is a thread with its own
-// task queue, buffer table and executor; collectives go through the
-// runtime's in-process hub. Used by tests and `dtorch.init(backend=
-// "inprocess")`; it runs the same programs as the worker processes.
+// task queue and rt::RankState (the tensors, programs and poisons a worker
+// keeps per rank, RankState.h); collectives go through the runtime's
+// in-process hub. Used by tests and `dtorch.init(backend="inprocess")`; it
+// runs the same programs, and fails the same way, as the worker processes.
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/Backend.h"
-#include "dtorch/runtime/Executor.h"
+#include "dtorch/Client/Errors.h"
 #include "dtorch/runtime/FakeCollectives.h"
+#include "dtorch/runtime/RankState.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
-#include <unordered_map>
 
 namespace dtorch::client {
 namespace {
@@ -26,7 +26,7 @@ namespace {
 class RankThread {
 public:
   RankThread(int rank, rt::FakeCollectiveHub &hub)
-      : rank_(rank), comm_(hub.communicator(rank)), exec_(comm_.get()),
+      : comm_(hub.communicator(rank)), state_(rank, comm_.get()),
         thread_([this] { loop(); }) {}
   ~RankThread() {
     {
@@ -50,16 +50,8 @@ public:
     idle_.wait(lock, [&] { return pending_ == 0; });
   }
 
-  int rank_;
-  std::unique_ptr<rt::Communicator> comm_;
-  rt::Executor exec_;
-  std::unordered_map<Handle, rt::Tensor> buffers;
-  std::unordered_map<Handle, std::string> poisoned; // handle -> error
-  struct Uploaded {
-    wire::Program program;
-    std::string invalid; // why validation refused it; empty when valid
-  };
-  std::map<uint64_t, Uploaded> programs;
+  /// Touch only from tasks posted to this rank.
+  rt::RankState &state() { return state_; }
 
 private:
   void loop() {
@@ -85,6 +77,8 @@ private:
       idle_.notify_all();
     }
   }
+  std::unique_ptr<rt::Communicator> comm_;
+  rt::RankState state_;
   std::mutex mutex_;
   std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> tasks_;
@@ -108,77 +102,41 @@ public:
   void uploadProgram(int rank, uint64_t id,
                      const wire::Program &program) override {
     RankThread &t = at(rank);
-    t.post([&t, id, program] {
-      RankThread::Uploaded &u = t.programs[id];
-      u.program = program;
-      u.invalid.clear();
-      try {
-        t.exec_.validate(u.program); // once per upload, not per run
-      } catch (const std::exception &e) {
-        u.invalid = e.what();
-      }
+    t.post([&t, id, program]() mutable {
+      t.state().upload(id, std::move(program));
     });
   }
 
   void run(int rank, uint64_t id, const std::vector<Handle> &inputs,
            const std::vector<Handle> &outputs) override {
     RankThread &t = at(rank);
-    t.post([&t, id, inputs, outputs] {
-      std::vector<rt::Tensor> in;
-      for (Handle h : inputs) {
-        if (auto p = t.poisoned.find(h); p != t.poisoned.end()) {
-          for (Handle o : outputs)
-            t.poisoned[o] = p->second;
-          return;
-        }
-        in.push_back(t.buffers.at(h));
-      }
-      try {
-        const RankThread::Uploaded &u = t.programs.at(id);
-        if (!u.invalid.empty())
-          throw rt::RuntimeError(u.invalid);
-        std::vector<rt::Tensor> out = t.exec_.runValidated(u.program, in);
-        for (size_t i = 0; i < outputs.size(); ++i)
-          t.buffers[outputs[i]] = out[i];
-      } catch (const std::exception &e) {
-        std::string msg = "rank " + std::to_string(t.rank_) + ": " + e.what();
-        for (Handle o : outputs)
-          t.poisoned[o] = msg;
-      }
-    });
+    // A failure poisons the outputs; it surfaces when one of them is fetched.
+    t.post([&t, id, inputs, outputs] { t.state().run(id, inputs, outputs); });
   }
 
   void put(int rank, Handle h, const rt::Tensor &value) override {
     RankThread &t = at(rank);
-    t.post([&t, h, value] { t.buffers[h] = value; });
+    t.post([&t, h, value] { t.state().put(h, value); });
   }
 
   std::future<rt::Tensor> fetch(int rank, Handle h) override {
     ++roundTrips_;
     auto promise = std::make_shared<std::promise<rt::Tensor>>();
     RankThread &t = at(rank);
-    t.post([&t, h, promise] {
-      if (auto p = t.poisoned.find(h); p != t.poisoned.end())
+    t.post([&t, rank, h, promise] {
+      try {
+        promise->set_value(t.state().fetch(h).clone());
+      } catch (const std::exception &e) {
         promise->set_exception(
-            std::make_exception_ptr(rt::RuntimeError(p->second)));
-      else if (auto b = t.buffers.find(h); b != t.buffers.end())
-        promise->set_value(b->second.clone());
-      else
-        promise->set_exception(std::make_exception_ptr(
-            rt::RuntimeError("rank " + std::to_string(t.rank_) +
-                             " has no tensor " + std::to_string(h))));
+            std::make_exception_ptr(WorkerError(rank, "in-process", e.what())));
+      }
     });
     return promise->get_future();
   }
 
   void free(int rank, const std::vector<Handle> &handles) override {
     RankThread &t = at(rank);
-    t.post([&t, handles] {
-      for (Handle h : handles) {
-        t.buffers.erase(h);
-        t.poisoned.erase(h);
-      }
-    });
+    t.post([&t, handles] { t.state().free(handles); });
   }
 
   void synchronize() override {

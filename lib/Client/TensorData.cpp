@@ -1,6 +1,7 @@
 //===- TensorData.cpp - global values <-> per-rank pieces ----------------===//
 #include "TensorData.h"
 
+#include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Shape.h"
 
 #include <cstring>
@@ -35,75 +36,33 @@ std::vector<rt::Tensor> scatterPieces(const rt::Tensor &full,
 
 namespace {
 
-template <class T>
-void combine(T *acc, const T *x, int64_t count, ReduceOp op) {
-  for (int64_t i = 0; i < count; ++i) {
-    switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      acc[i] = acc[i] + x[i];
-      break;
-    case ReduceOp::Max:
-      acc[i] = x[i] > acc[i] ? x[i] : acc[i];
-      break;
-    case ReduceOp::Min:
-      acc[i] = x[i] < acc[i] ? x[i] : acc[i];
-      break;
-    }
-  }
+/// The runtime's reduce op for a placement's, through the name a wire
+/// program carries (the runtime parses reductions by name).
+rt::ReduceOp toRuntimeReduceOp(ReduceOp op) {
+  return rt::parseReduceOp(reduceOpName(op));
 }
 
-template <class T> void divide(T *acc, int64_t count, int64_t n) {
-  for (int64_t i = 0; i < count; ++i)
-    acc[i] = static_cast<T>(acc[i] / static_cast<T>(n));
-}
-
-void combineTyped(rt::Tensor &acc, const rt::Tensor &x, ReduceOp op) {
-  int64_t c = acc.numel();
-  switch (acc.dtype()) {
-  case wire::F32:
-    combine(acc.data_as<float>(), x.data_as<float>(), c, op);
-    break;
-  case wire::F64:
-    combine(acc.data_as<double>(), x.data_as<double>(), c, op);
-    break;
-  case wire::I32:
-    combine(acc.data_as<int32_t>(), x.data_as<int32_t>(), c, op);
-    break;
-  case wire::I64:
-    combine(acc.data_as<int64_t>(), x.data_as<int64_t>(), c, op);
-    break;
-  case wire::BOOL: {
-    auto *a = static_cast<uint8_t *>(acc.data());
-    auto *b = static_cast<const uint8_t *>(x.data());
-    for (int64_t i = 0; i < c; ++i)
-      a[i] = (op == ReduceOp::Min) ? (a[i] && b[i]) : (a[i] || b[i]);
-    break;
+/// The group's pieces reduced in group order with the runtime's reduction
+/// (the one every collective backend uses, so a fetched Partial value is
+/// bit-identical to an all_reduce of it): max/min propagate NaN as torch does.
+rt::Tensor reduceGroup(const std::vector<const rt::Tensor *> &group,
+                       ReduceOp op) {
+  const rt::Tensor &first = *group.front();
+  std::vector<const void *> data;
+  for (const rt::Tensor *x : group) {
+    if (x->dtype() != first.dtype() || x->shape() != first.shape())
+      throw DTorchError("cannot reduce a partial piece " + x->describe() +
+                        " with " + first.describe());
+    data.push_back(x->data());
   }
-  default:
-    throw DTorchError(std::string("cannot reduce partial values of dtype ") +
-                      rt::dtypeName(acc.dtype()));
+  rt::Tensor out = rt::Tensor::empty(first.dtype(), first.shape());
+  try {
+    rt::reducePieces(out.data(), data, out.numel(), out.dtype(),
+                     toRuntimeReduceOp(op));
+  } catch (const rt::RuntimeError &e) {
+    throw DTorchError(std::string("cannot reduce partial values: ") + e.what());
   }
-}
-
-void divideTyped(rt::Tensor &acc, int64_t n) {
-  int64_t c = acc.numel();
-  switch (acc.dtype()) {
-  case wire::F32:
-    divide(acc.data_as<float>(), c, n);
-    break;
-  case wire::F64:
-    divide(acc.data_as<double>(), c, n);
-    break;
-  case wire::I32:
-    divide(acc.data_as<int32_t>(), c, n);
-    break;
-  case wire::I64:
-    divide(acc.data_as<int64_t>(), c, n);
-    break;
-  default:
-    break;
-  }
+  return out;
 }
 
 } // namespace
@@ -126,13 +85,12 @@ rt::Tensor assemblePieces(const std::vector<rt::Tensor> &piecesIn,
         base &= !placements[b].isPartial() || c[b] == 0;
       if (!base)
         continue;
-      rt::Tensor acc = pieces[p].clone();
-      for (int64_t k = 1; k < meshShape[a]; ++k) {
+      std::vector<const rt::Tensor *> group;
+      for (int64_t k = 0; k < meshShape[a]; ++k) {
         c[a] = k;
-        combineTyped(acc, pieces[meshLinear(meshShape, c)], placements[a].op);
+        group.push_back(&pieces[meshLinear(meshShape, c)]);
       }
-      if (placements[a].op == ReduceOp::Avg)
-        divideTyped(acc, meshShape[a]);
+      rt::Tensor acc = reduceGroup(group, placements[a].op);
       pieces[p] = acc;
     }
   }

@@ -5,9 +5,9 @@
 // Python package (python/dtorch) builds the PyTorch-style API on top.
 //
 //===----------------------------------------------------------------------===//
+#include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
-#include "dtorch/runtime/Cluster.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -301,7 +301,7 @@ NB_MODULE(_C, m) {
       PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const IndexError &e) {
       PyErr_SetString(PyExc_IndexError, e.what());
-    } catch (const rt::WorkerError &e) {
+    } catch (const WorkerError &e) {
       nb::object cls = nb::module_::import_("dtorch.errors")
                            .attr("worker_error_class")(e.what());
       nb::object exc = cls(e.what(), e.rank(), e.host());

@@ -1,7 +1,7 @@
 #include "dtorch/runtime/Worker.h"
 
-#include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
 #include <atomic>
@@ -12,10 +12,10 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sys/eventfd.h>
 #include <thread>
 #include <unistd.h>
-#include <unordered_map>
 
 namespace dtorch::rt {
 
@@ -130,17 +130,8 @@ struct Rank {
   std::condition_variable wake;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
-  // Owned by the rank thread.
-  std::unordered_map<uint64_t, Tensor> tensors;
-  std::unordered_map<uint64_t, std::string>
-      poisoned; // handle -> original error
-  struct Uploaded {
-    wire::Program program;
-    std::string invalid; // why validation refused it; empty when valid
-  };
-  std::unordered_map<uint64_t, Uploaded> programs;
   std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Executor> executor;
+  std::unique_ptr<RankState> state; // owned by the rank thread
 };
 
 class Worker {
@@ -173,7 +164,7 @@ public:
               throw RuntimeError("gloo mesh unavailable: " + slot->error);
             return slot->comm.get();
           });
-      rank->executor = std::make_unique<Executor>(rank->comm.get());
+      rank->state = std::make_unique<RankState>(r, rank->comm.get());
       ranks_.push_back(std::move(rank));
     }
   }
@@ -383,14 +374,8 @@ void Worker::dispatch(wire::Envelope &envelope) {
     enqueue(rank, [this, shared, rank] {
       Rank &r = *ranks_[rank - options_.firstRank];
       auto *upload = shared->mutable_upload();
-      Rank::Uploaded &u = r.programs[upload->program_id()];
-      u.program.Swap(upload->mutable_program());
-      u.invalid.clear();
-      try {
-        r.executor->validate(u.program); // once per upload, not per run
-      } catch (const std::exception &e) {
-        u.invalid = e.what();
-      }
+      r.state->upload(upload->program_id(),
+                      std::move(*upload->mutable_program()));
     });
     return;
   }
@@ -411,13 +396,11 @@ void Worker::dispatch(wire::Envelope &envelope) {
       Rank &r = *ranks_[rank - options_.firstRank];
       uint64_t handle = shared->put().handle();
       try {
-        r.tensors[handle] = tensorFromWire(shared->put().value());
-        r.poisoned.erase(handle);
+        r.state->put(handle, tensorFromWire(shared->put().value()));
       } catch (const std::exception &e) {
         std::string message =
             "put of tensor " + std::to_string(handle) + " failed: " + e.what();
-        r.tensors.erase(handle);
-        r.poisoned[handle] = message;
+        r.state->poison(handle, message);
         reportError(rank, 0, message);
       }
     });
@@ -436,23 +419,18 @@ void Worker::dispatch(wire::Envelope &envelope) {
       auto *fetched = reply.mutable_fetch_reply();
       fetched->set_rank(rank);
       fetched->set_handle(handle);
-      auto poison = r.poisoned.find(handle);
-      auto it = r.tensors.find(handle);
-      if (poison != r.poisoned.end() || it == r.tensors.end()) {
-        std::string message = poison != r.poisoned.end()
-                                  ? poison->second
-                                  : "unknown tensor handle " +
-                                        std::to_string(handle) + " on rank " +
-                                        std::to_string(rank);
+      try {
+        tensorToWire(r.state->fetch(handle), fetched->mutable_value());
+        fetched->set_ok(true);
+      } catch (const std::exception &e) {
+        std::string message = e.what();
+        fetched->clear_value();
         fetched->set_ok(false);
         fetched->mutable_error()->set_rank(rank);
         fetched->mutable_error()->set_host(host_);
         fetched->mutable_error()->set_message(message);
         fetched->mutable_error()->set_instruction(
             failingInstructionOf(message));
-      } else {
-        fetched->set_ok(true);
-        tensorToWire(it->second, fetched->mutable_value());
       }
       outbox_.push(reply);
     });
@@ -464,10 +442,8 @@ void Worker::dispatch(wire::Envelope &envelope) {
       return;
     enqueue(rank, [this, shared, rank] {
       Rank &r = *ranks_[rank - options_.firstRank];
-      for (uint64_t handle : shared->free().handles()) {
-        r.tensors.erase(handle);
-        r.poisoned.erase(handle);
-      }
+      const auto &handles = shared->free().handles();
+      r.state->free(std::vector<uint64_t>(handles.begin(), handles.end()));
     });
     return;
   }
@@ -504,48 +480,11 @@ void Worker::dispatch(wire::Envelope &envelope) {
 }
 
 void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
-  uint64_t programId = run.program_id();
-  auto fail = [&](const std::string &message) {
-    for (uint64_t handle : run.outputs()) {
-      r.tensors.erase(handle);
-      r.poisoned[handle] = message;
-    }
-    reportError(r.rank, programId, message);
-  };
-  auto uploaded = r.programs.find(programId);
-  if (uploaded == r.programs.end())
-    return fail("rank " + std::to_string(r.rank) + ": unknown program id " +
-                std::to_string(programId));
-  if (!uploaded->second.invalid.empty())
-    return fail("rank " + std::to_string(r.rank) + ": " +
-                uploaded->second.invalid);
-  const wire::Program *program = &uploaded->second.program;
-  std::vector<Tensor> inputs;
-  for (uint64_t handle : run.inputs()) {
-    auto poison = r.poisoned.find(handle);
-    if (poison != r.poisoned.end())
-      return fail(poison->second);
-    auto it = r.tensors.find(handle);
-    if (it == r.tensors.end())
-      return fail("rank " + std::to_string(r.rank) + ": program '" +
-                  program->name() + "' input tensor handle " +
-                  std::to_string(handle) + " is unknown");
-    inputs.push_back(it->second);
-  }
-  if (run.outputs_size() != program->outputs_size())
-    return fail("rank " + std::to_string(r.rank) + ": program '" +
-                program->name() + "' has " +
-                std::to_string(program->outputs_size()) +
-                " output(s), run names " + std::to_string(run.outputs_size()));
-  try {
-    std::vector<Tensor> outputs = r.executor->runValidated(*program, inputs);
-    for (int i = 0; i < run.outputs_size(); ++i) {
-      r.tensors[run.outputs(i)] = outputs[i];
-      r.poisoned.erase(run.outputs(i));
-    }
-  } catch (const std::exception &e) {
-    fail("rank " + std::to_string(r.rank) + ": " + e.what());
-  }
+  std::vector<uint64_t> inputs(run.inputs().begin(), run.inputs().end());
+  std::vector<uint64_t> outputs(run.outputs().begin(), run.outputs().end());
+  if (std::optional<std::string> error =
+          r.state->run(run.program_id(), inputs, outputs))
+    reportError(r.rank, run.program_id(), *error);
 }
 
 void Worker::rankLoop(Rank &r) {

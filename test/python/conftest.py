@@ -10,6 +10,14 @@ import dtorch
 from dtorch import _runtime
 
 
+def subprocess_env():
+    """The environment for a child interpreter that must import this very
+    dtorch (not whichever checkout was installed last)."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(dtorch.__file__)))
+    paths = [package_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
 def backend_name():
     name = os.environ.get("DTORCH_TEST_BACKEND")
     if name:

@@ -19,14 +19,34 @@ def test_ten_thousand_ops_without_a_round_trip(dt, meshes):
 
 
 def test_steady_state_hits_the_program_cache(dt, meshes):
-    w = dt.ones(16, 16, device_mesh=meshes["2x2"], placements=[Shard(0), Shard(1)])
-    x = dt.ones(16, 16, device_mesh=meshes["2x2"], placements=[Shard(0), Shard(1)])
-    for _ in range(5):
-        x = (x @ w) * (1 / 16)
-        x.numpy()  # cut the segment every step: the same program each time
+    # Shapes no other test uses, so the first step of each is a cache miss.
+    m, placements = meshes["2x2"], [Shard(0), Shard(1)]
+    w = dt.ones(20, 20, device_mesh=m, placements=placements)
+    x = dt.ones(12, 20, device_mesh=m, placements=placements)
+    dt.synchronize()  # the creations are a segment of their own
+
+    def step(v):
+        v = (v @ w) * (1 / 20)
+        v.numpy()  # cut the segment every step: the same program each time
+        return v
+
+    before = dt._C.compile_count()
+    x = step(x)
+    assert dt._C.compile_count() == before + 1  # the first step compiles once
+    for _ in range(4):
+        x = step(x)
+    assert dt._C.compile_count() == before + 1  # every later step hit the cache
     assert "dtensor.matmul" in dt.last_ir("sharded")
     assert "rank.kernel \"matmul\"" in dt.last_ir("rank")
-    assert_close(x.numpy(), np.ones((16, 16)))
+    assert_close(x.numpy(), np.ones((12, 20)))
+    # A different shape is a different program: it compiles once more, once.
+    y = dt.ones(28, 20, device_mesh=m, placements=placements)
+    dt.synchronize()
+    before = dt._C.compile_count()
+    for _ in range(3):
+        y = step(y)
+    assert dt._C.compile_count() == before + 1
+    assert_close(y.numpy(), np.ones((28, 20)))
 
 
 def test_dropped_tensors_are_freed_on_the_workers(dt, meshes):

@@ -70,7 +70,8 @@ def test_attention_scores_with_random_inputs(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["malformed", "wrong_shape", "missing_file", "too_few_ranks",
-                                  "bad_option"])
+                                  "bad_option", "bad_number", "no_file", "two_files",
+                                  "zero_repeat", "unknown_backend"])
 def test_bad_input_is_an_error_not_a_crash(tmp_path, case):
     mlp = os.path.join(EXAMPLES, "mlp.mlir")
     if case == "malformed":
@@ -85,11 +86,39 @@ def test_bad_input_is_an_error_not_a_crash(tmp_path, case):
         args = [str(tmp_path / "nope.mlir")]
     elif case == "too_few_ranks":
         args = [mlp, "--world-size", "2"]
-    else:
+    elif case == "bad_option":
         args = [mlp, "--frobnicate"]
+    elif case == "bad_number":
+        args = [mlp, "--world-size", "four"]
+    elif case == "no_file":
+        args = ["--world-size", "2"]
+    elif case == "two_files":
+        args = [mlp, mlp]
+    elif case == "zero_repeat":
+        args = [mlp, "--repeat", "0"]
+    else:
+        args = [mlp, "--backend", "carrier-pigeon"]
     r = run(args, tmp_path, check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "dtorch-run:" in r.stderr
+
+
+def test_help_lists_every_option():
+    r = subprocess.run([RUN, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for option in ["--entry", "--world-size", "--procs", "--backend", "--workers", "--token",
+                   "--input", "--seed", "--output-dir", "--repeat", "--print-ir"]:
+        assert option + "=" in r.stdout, option
+    # Only dtorch-run's own options (and LLVM's generic ones), not every
+    # option the LLVM libraries register.
+    assert "--debug-counter" not in r.stdout and "--mlir-" not in r.stdout
+
+
+def test_options_take_llvm_spellings(tmp_path):
+    # --opt=value and --opt value both work, as in every LLVM tool.
+    r = run([os.path.join(EXAMPLES, "attention_scores.mlir"), "--world-size=2", "--procs", "1",
+             "--seed=3", "--backend=inprocess", "--repeat", "2", "--print-ir=rank"], tmp_path)
+    assert "rank.kernel" in r.stdout and "(2)" in r.stdout
 
 
 def test_bytecode_input(tmp_path):

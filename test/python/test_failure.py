@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import backend_name
+from conftest import backend_name, subprocess_env
 
 pytestmark = pytest.mark.skipif(backend_name() != "cluster", reason="needs worker processes")
 
@@ -22,7 +22,7 @@ def worker_pids():
 def run_script(body, timeout=60):
     script = textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=timeout, cwd="/")
+                          timeout=timeout, cwd="/", env=subprocess_env())
 
 
 def wait_gone(pids, seconds):
@@ -100,7 +100,7 @@ def test_killed_client_leaves_no_worker_behind():
         dtorch.ones(4, device_mesh=mesh).numpy()
         print("ready", flush=True)
         time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True, cwd="/")
+    """)], stdout=subprocess.PIPE, text=True, cwd="/", env=subprocess_env())
     try:
         assert p.stdout.readline().strip() == "ready"
         started = worker_pids() - before

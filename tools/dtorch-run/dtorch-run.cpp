@@ -5,8 +5,9 @@
 // Compiles a dtensor-dialect file (text or bytecode) with the foundation
 // pipeline, starts local workers (or connects to --workers), feeds inputs
 // from .npy files (or seeded random values), writes every output as .npy and
-// prints each output's shape and checksum and the wall time. Bad input is an
-// error message and exit code 1.
+// prints each output's shape and checksum and the wall time. Options are
+// llvm::cl options (--help lists them); bad input is an error message and
+// exit code 1.
 //
 //===----------------------------------------------------------------------===//
 #include "Npy.h"
@@ -14,6 +15,8 @@
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Kernels.h"
+
+#include "llvm/Support/CommandLine.h"
 
 #include <chrono>
 #include <cmath>
@@ -30,83 +33,103 @@ using namespace dtorch::client;
 namespace {
 
 struct Options {
-  std::string file, entry, backend = "cluster", outputDir = ".", printIr, token;
+  std::string file, entry, backend, outputDir, printIr, token;
   int worldSize = 4, procs = 2, repeat = 1;
   uint64_t seed = 0;
   std::vector<std::string> inputs, workers;
 };
 
-[[noreturn]] void usage(const std::string &error) {
-  std::cerr << "dtorch-run: " << error << "\n"
-            << "usage: dtorch-run FILE.mlir [--entry NAME] [--world-size N] "
-               "[--procs P]\n"
-            << "         [--backend cluster|inprocess] [--workers ADDR,ADDR... "
-               "--token T]\n"
-            << "         [--input X.npy]... [--seed S] [--output-dir DIR] "
-               "[--repeat K]\n"
-            << "         [--print-ir input|sharded|redistributed|rank]\n";
+llvm::cl::OptionCategory runCategory("dtorch-run options");
+
+llvm::cl::opt<std::string> inputFile(llvm::cl::Positional, llvm::cl::Required,
+                                     llvm::cl::desc("<graph.mlir|.mlirbc>"),
+                                     llvm::cl::cat(runCategory));
+llvm::cl::opt<std::string>
+    entryName("entry", llvm::cl::value_desc("name"),
+              llvm::cl::desc("Function to run (needed when the file has "
+                             "several)"),
+              llvm::cl::cat(runCategory));
+llvm::cl::opt<int> worldSize("world-size", llvm::cl::init(4),
+                             llvm::cl::value_desc("N"),
+                             llvm::cl::desc("Ranks in the world"),
+                             llvm::cl::cat(runCategory));
+llvm::cl::opt<int> procs("procs", llvm::cl::init(2), llvm::cl::value_desc("P"),
+                         llvm::cl::desc("Local worker processes to start"),
+                         llvm::cl::cat(runCategory));
+llvm::cl::opt<std::string>
+    backendKind("backend", llvm::cl::init("cluster"),
+                llvm::cl::value_desc("cluster|inprocess"),
+                llvm::cl::desc("Worker processes, or ranks as threads of this "
+                               "process"),
+                llvm::cl::cat(runCategory));
+llvm::cl::list<std::string>
+    workerAddresses("workers", llvm::cl::CommaSeparated,
+                    llvm::cl::value_desc("addr,addr,..."),
+                    llvm::cl::desc("Connect to workers started by hand instead "
+                                   "of starting local ones"),
+                    llvm::cl::cat(runCategory));
+llvm::cl::opt<std::string>
+    token("token", llvm::cl::value_desc("secret"),
+          llvm::cl::desc("Shared secret of --workers (default: "
+                         "$DTORCH_TOKEN)"),
+          llvm::cl::cat(runCategory));
+llvm::cl::list<std::string>
+    inputFiles("input", llvm::cl::value_desc("x.npy"),
+               llvm::cl::desc("Value of the next function input, in order "
+                              "(default: seeded random values)"),
+               llvm::cl::cat(runCategory));
+llvm::cl::opt<uint64_t> seed("seed", llvm::cl::init(0),
+                             llvm::cl::value_desc("S"),
+                             llvm::cl::desc("Seed of the random inputs"),
+                             llvm::cl::cat(runCategory));
+llvm::cl::opt<std::string>
+    outputDir("output-dir", llvm::cl::init("."), llvm::cl::value_desc("dir"),
+              llvm::cl::desc("Where out<i>.npy are written"),
+              llvm::cl::cat(runCategory));
+llvm::cl::opt<int> repeat("repeat", llvm::cl::init(1),
+                          llvm::cl::value_desc("K"),
+                          llvm::cl::desc("Run the program K times (timing)"),
+                          llvm::cl::cat(runCategory));
+llvm::cl::opt<std::string>
+    printIr("print-ir", llvm::cl::value_desc("stage"),
+            llvm::cl::desc("Print the IR after a stage: input, sharded, "
+                           "redistributed or rank"),
+            llvm::cl::cat(runCategory));
+
+[[noreturn]] void fail(const std::string &error) {
+  std::cerr << "dtorch-run: " << error << "\n";
   std::exit(1);
 }
 
+/// Parses the command line the LLVM way: --help lists the options above, a
+/// bad option or value prints "dtorch-run: ..." and exits with code 1.
 Options parse(int argc, char **argv) {
+  llvm::cl::alias helpShort(
+      "h", llvm::cl::desc("Alias for --help"),
+      llvm::cl::aliasopt(*llvm::cl::getRegisteredOptions().lookup("help")),
+      llvm::cl::cat(runCategory));
+  llvm::cl::HideUnrelatedOptions(runCategory);
+  llvm::cl::ParseCommandLineOptions(
+      argc, argv,
+      "compiles a dtensor-dialect graph, runs it on local (or given) workers "
+      "and writes every output as .npy\n");
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usage("missing value after " + a);
-      return argv[++i];
-    };
-    auto number = [&](const std::string &v) -> long long {
-      try {
-        size_t used = 0;
-        long long n = std::stoll(v, &used);
-        if (used != v.size())
-          throw std::invalid_argument(v);
-        return n;
-      } catch (const std::exception &) {
-        usage("expected a number after " + a + ", got '" + v + "'");
-      }
-    };
-    if (a == "--entry")
-      o.entry = value();
-    else if (a == "--world-size")
-      o.worldSize = number(value());
-    else if (a == "--procs")
-      o.procs = number(value());
-    else if (a == "--backend")
-      o.backend = value();
-    else if (a == "--input")
-      o.inputs.push_back(value());
-    else if (a == "--seed")
-      o.seed = number(value());
-    else if (a == "--output-dir")
-      o.outputDir = value();
-    else if (a == "--repeat")
-      o.repeat = number(value());
-    else if (a == "--print-ir")
-      o.printIr = value();
-    else if (a == "--token")
-      o.token = value();
-    else if (a == "--workers") {
-      std::stringstream ss(value());
-      std::string w;
-      while (std::getline(ss, w, ','))
-        if (!w.empty())
-          o.workers.push_back(w);
-    } else if (a == "-h" || a == "--help")
-      usage("help");
-    else if (!a.empty() && a[0] == '-')
-      usage("unknown option " + a);
-    else if (o.file.empty())
-      o.file = a;
-    else
-      usage("more than one input file");
-  }
-  if (o.file.empty())
-    usage("no input file");
+  o.file = inputFile;
+  o.entry = entryName;
+  o.worldSize = worldSize;
+  o.procs = procs;
+  o.backend = backendKind;
+  for (const std::string &address : workerAddresses)
+    if (!address.empty())
+      o.workers.push_back(address);
+  o.token = token;
+  o.inputs.assign(inputFiles.begin(), inputFiles.end());
+  o.seed = seed;
+  o.outputDir = outputDir;
+  o.repeat = repeat;
+  o.printIr = printIr;
   if (o.worldSize < 1 || o.procs < 1 || o.repeat < 1)
-    usage("counts must be positive");
+    fail("--world-size, --procs and --repeat must be positive");
   return o;
 }
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "dtorch/Client/Backend.h"
+#include "dtorch/Client/Errors.h"
 #include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
 #include "dtorch/ShardingRule.h"
@@ -28,22 +29,6 @@
 #include <vector>
 
 namespace dtorch::client {
-
-/// A user mistake: raised as ValueError / TypeError in Python.
-struct ValueError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-struct TypeError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-/// An index value out of range: raised as IndexError in Python.
-struct IndexError : std::out_of_range {
-  using std::out_of_range::out_of_range;
-};
-/// Something failed in the system (compilation, a worker): DTorchError.
-struct DTorchError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 using Shape = std::vector<int64_t>;
 

@@ -1,8 +1,8 @@
 // The dtorch-worker process: one process hosting a block of ranks, each a
-// thread with its tensor table, uploaded programs and an Executor, running
-// what the controller sends in arrival order. Collectives among the ranks of
-// this process go through shared memory, the others through Gloo (whose
-// rendezvous goes through the controller).
+// thread with its RankState (RankState.h: tensors, uploaded programs,
+// poisoned handles), running what the controller sends in arrival order.
+// Collectives among the ranks of this process go through shared memory, the
+// others through Gloo (whose rendezvous goes through the controller).
 #pragma once
 
 #include "dtorch/runtime/Transport.h"

@@ -1,0 +1,85 @@
+// What one rank keeps between the controller's requests: its live tensors by
+// handle, the programs uploaded to it (validated once, when they arrive) and
+// the errors that poisoned tensors. The worker process
+// (runtime/distributed/Worker.cpp) and the client's in-process backend
+// (lib/Client/InProcessBackend.cpp) both hold one per rank, so a run, a
+// failure and a fetch behave the same whichever backend serves them.
+//
+// Failure poisoning: when a run fails (unknown or invalid program, a poisoned
+// or unknown input, a kernel or collective error), every output handle of the
+// run is poisoned with the message. A later run that reads a poisoned tensor
+// fails with the original message (so the root cause travels down the chain),
+// and fetching a poisoned tensor raises it. put() and a successful run clear
+// the poison of the handles they write; free() forgets both.
+//
+// Not thread-safe: one rank thread owns each RankState.
+#pragma once
+
+#include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/Tensor.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace dtorch::rt {
+
+class RankState {
+public:
+  // `comm` runs the collectives of this rank's programs (nullptr when they
+  // have none); not owned, must outlive this object.
+  RankState(int rank, Communicator *comm);
+
+  int rank() const { return rank_; }
+
+  // Keeps `program` under `programId`, replacing an earlier upload with that
+  // id, and validates it now (never again per run). A program that fails
+  // validation is kept with the reason: every run of it fails with that
+  // reason.
+  void upload(uint64_t programId, ::dtorch::wire::Program program);
+
+  // Runs program `programId` on the tensors of `inputs` and stores its
+  // outputs under `outputs`. On failure every handle of `outputs` is
+  // poisoned and the message is returned ("rank R: ..." for the failures of
+  // this run; the original message when an input was already poisoned).
+  std::optional<std::string> run(uint64_t programId,
+                                 const std::vector<uint64_t> &inputs,
+                                 const std::vector<uint64_t> &outputs);
+
+  // Stores `value` under `handle` and clears any poison on it.
+  void put(uint64_t handle, Tensor value);
+
+  // Marks `handle` as failed: its tensor is dropped, and fetching it or
+  // running a program that reads it fails with `message`.
+  void poison(uint64_t handle, const std::string &message);
+
+  // The tensor under `handle` (shared storage). Throws RuntimeError with the
+  // poisoning message, or naming the handle when it is unknown.
+  const Tensor &fetch(uint64_t handle) const;
+
+  // Forgets the tensors and poisons of `handles` (unknown ones are ignored).
+  void free(const std::vector<uint64_t> &handles);
+
+  // Tensors held (poisoned handles are not counted).
+  size_t liveTensors() const { return tensors_.size(); }
+  bool isPoisoned(uint64_t handle) const { return poisoned_.count(handle); }
+
+private:
+  struct Uploaded {
+    ::dtorch::wire::Program program;
+    std::string invalid; // why validation refused it; empty when valid
+  };
+  std::string prefixed(const std::string &message) const;
+  void poisonAll(const std::vector<uint64_t> &handles,
+                 const std::string &message);
+
+  int rank_;
+  Executor executor_;
+  std::unordered_map<uint64_t, Tensor> tensors_;
+  std::unordered_map<uint64_t, std::string> poisoned_; // handle -> error
+  std::unordered_map<uint64_t, Uploaded> programs_;
+};
+
+} // namespace dtorch::rt

@@ -1,0 +1,97 @@
+#include "dtorch/runtime/RankState.h"
+
+namespace dtorch::rt {
+
+RankState::RankState(int rank, Communicator *comm)
+    : rank_(rank), executor_(comm) {}
+
+std::string RankState::prefixed(const std::string &message) const {
+  return "rank " + std::to_string(rank_) + ": " + message;
+}
+
+void RankState::poisonAll(const std::vector<uint64_t> &handles,
+                          const std::string &message) {
+  for (uint64_t handle : handles)
+    poison(handle, message);
+}
+
+void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
+  Uploaded &uploaded = programs_[programId];
+  uploaded.program = std::move(program);
+  uploaded.invalid.clear();
+  try {
+    executor_.validate(uploaded.program);
+  } catch (const std::exception &e) {
+    uploaded.invalid = e.what();
+  }
+}
+
+std::optional<std::string>
+RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
+               const std::vector<uint64_t> &outputs) {
+  auto fail = [&](const std::string &message) {
+    poisonAll(outputs, message);
+    return std::optional<std::string>(message);
+  };
+  auto uploaded = programs_.find(programId);
+  if (uploaded == programs_.end())
+    return fail(prefixed("unknown program id " + std::to_string(programId)));
+  if (!uploaded->second.invalid.empty())
+    return fail(prefixed(uploaded->second.invalid));
+  const ::dtorch::wire::Program &program = uploaded->second.program;
+  std::vector<Tensor> values;
+  values.reserve(inputs.size());
+  for (uint64_t handle : inputs) {
+    if (auto poison = poisoned_.find(handle); poison != poisoned_.end())
+      return fail(poison->second); // the root cause, unchanged
+    auto it = tensors_.find(handle);
+    if (it == tensors_.end())
+      return fail(prefixed("program '" + program.name() +
+                           "' input tensor handle " + std::to_string(handle) +
+                           " is unknown"));
+    values.push_back(it->second);
+  }
+  if (static_cast<int>(outputs.size()) != program.outputs_size())
+    return fail(prefixed("program '" + program.name() + "' has " +
+                         std::to_string(program.outputs_size()) +
+                         " output(s), run names " +
+                         std::to_string(outputs.size())));
+  std::vector<Tensor> results;
+  try {
+    results = executor_.runValidated(program, values);
+  } catch (const std::exception &e) {
+    return fail(prefixed(e.what()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    put(outputs[i], std::move(results[i]));
+  return std::nullopt;
+}
+
+void RankState::put(uint64_t handle, Tensor value) {
+  tensors_[handle] = std::move(value);
+  poisoned_.erase(handle);
+}
+
+void RankState::poison(uint64_t handle, const std::string &message) {
+  tensors_.erase(handle);
+  poisoned_[handle] = message;
+}
+
+const Tensor &RankState::fetch(uint64_t handle) const {
+  if (auto poison = poisoned_.find(handle); poison != poisoned_.end())
+    throw RuntimeError(poison->second);
+  auto it = tensors_.find(handle);
+  if (it == tensors_.end())
+    throw RuntimeError("unknown tensor handle " + std::to_string(handle) +
+                       " on rank " + std::to_string(rank_));
+  return it->second;
+}
+
+void RankState::free(const std::vector<uint64_t> &handles) {
+  for (uint64_t handle : handles) {
+    tensors_.erase(handle);
+    poisoned_.erase(handle);
+  }
+}
+
+} // namespace dtorch::rt

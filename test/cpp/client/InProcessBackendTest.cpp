@@ -1,0 +1,82 @@
+// The in-process backend keeps each rank's state in rt::RankState, as the
+// workers do: a failed run poisons its outputs, the failure travels down the
+// chain and a fetch raises the client's WorkerError naming the rank.
+#include "dtorch/Client/Backend.h"
+#include "dtorch/Client/Errors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace dtorch::client {
+namespace {
+
+// neg (or `op`) of a float vector of `n` elements on `rank`.
+wire::Program unaryProgram(int rank, const std::string &op, int64_t n) {
+  wire::Program program;
+  program.set_version(wire::PROGRAM_FORMAT_VERSION);
+  program.set_name("unary");
+  program.set_rank(rank);
+  for (int b = 0; b < 2; ++b) {
+    auto *spec = program.add_buffers();
+    spec->set_dtype(wire::F32);
+    spec->add_shape(n);
+  }
+  program.add_inputs(0);
+  program.add_outputs(1);
+  wire::Instruction *inst = program.add_instructions();
+  inst->set_op(op);
+  inst->add_inputs(0);
+  inst->add_outputs(1);
+  inst->set_stream(wire::COMPUTE);
+  inst->set_record_event(-1);
+  return program;
+}
+
+rt::Tensor floats(const std::vector<float> &values) {
+  rt::Tensor t =
+      rt::Tensor::empty(wire::F32, {static_cast<int64_t>(values.size())});
+  std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+TEST(InProcessBackend, RunsProgramsUploadedOnce) {
+  std::unique_ptr<Backend> backend = makeInProcessBackend(2);
+  backend->put(1, 10, floats({1, -2}));
+  backend->uploadProgram(1, 5, unaryProgram(1, "neg", 2));
+  backend->run(1, 5, {10}, {11});
+  backend->run(1, 5, {11}, {12});
+  rt::Tensor got = backend->fetch(1, 12).get();
+  EXPECT_EQ(std::vector<float>(got.data_as<float>(), got.data_as<float>() + 2),
+            (std::vector<float>{1, -2}));
+}
+
+TEST(InProcessBackend, FailureBecomesAWorkerErrorNamingTheRank) {
+  std::unique_ptr<Backend> backend = makeInProcessBackend(2);
+  backend->put(1, 10, floats({1, 2}));
+  backend->uploadProgram(1, 5, unaryProgram(1, "no_such_op", 2));
+  backend->uploadProgram(1, 6, unaryProgram(1, "neg", 2));
+  backend->run(1, 5, {10}, {11}); // refused: the program is invalid
+  backend->run(1, 6, {11}, {12}); // reads the poisoned output
+  for (Handle handle : {Handle(11), Handle(12)}) {
+    try {
+      backend->fetch(1, handle).get();
+      ADD_FAILURE() << "fetch of a poisoned tensor succeeded";
+    } catch (const WorkerError &e) {
+      EXPECT_EQ(e.rank(), 1);
+      EXPECT_EQ(e.host(), "in-process");
+      std::string message = e.what();
+      EXPECT_EQ(message.rfind("rank 1: invalid program 'unary'", 0), 0u)
+          << message;
+      EXPECT_NE(message.find("no_such_op"), std::string::npos) << message;
+    }
+  }
+  // Freed, a handle is unknown; the backend stays usable.
+  backend->free(1, {11, 12});
+  EXPECT_THROW(backend->fetch(1, 12).get(), WorkerError);
+  backend->run(1, 6, {10}, {13});
+  EXPECT_EQ(backend->fetch(1, 13).get().data_as<float>()[1], -2.0f);
+}
+
+} // namespace
+} // namespace dtorch::client

@@ -1,0 +1,173 @@
+// RankState: what the worker and the in-process backend keep per rank.
+// Programs are validated once per upload, a failed run poisons its outputs,
+// the poison travels unchanged down a chain of runs and surfaces at fetch.
+#include "TestSupport.h"
+
+#include "dtorch/runtime/FakeCollectives.h"
+#include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/RankState.h"
+
+#include <atomic>
+
+namespace dtorch::rt::test {
+namespace {
+
+using ::dtorch::wire::COMM;
+using ::dtorch::wire::F32;
+
+std::atomic<int> countedChecks{0};
+
+// neg whose check counts how often the validator looked at it.
+void registerCountedNeg() {
+  Kernel kernel;
+  kernel.numInputs = 1;
+  kernel.check = [](const AttrReader &, const std::vector<TensorDesc> &,
+                    const std::vector<TensorDesc> &) { ++countedChecks; };
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &in,
+                  const std::vector<Tensor *> &out) {
+    for (int64_t i = 0; i < in[0]->numel(); ++i)
+      out[0]->data_as<float>()[i] = -in[0]->data_as<float>()[i];
+  };
+  registerKernel("test_counted_neg", F32, kCpuDevice, kernel);
+}
+
+// Passes validation, throws when it runs.
+void registerFailingKernel() {
+  Kernel kernel;
+  kernel.numInputs = 1;
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &,
+                  const std::vector<Tensor *> &) {
+    throw RuntimeError("the test kernel failed on purpose");
+  };
+  registerKernel("test_fails_at_run", F32, kCpuDevice, kernel);
+}
+
+// One input of shape {n}, one output: op(input).
+Program unaryProgram(const std::string &op, int64_t n = 3) {
+  ProgramBuilder b;
+  int x = b.input(F32, {n});
+  int y = b.buffer(F32, {n});
+  b.add(op, {x}, {y});
+  b.output(y);
+  return b.program();
+}
+
+std::string fetchError(const RankState &state, uint64_t handle) {
+  try {
+    state.fetch(handle);
+  } catch (const RuntimeError &e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "fetch of handle " << handle << " did not throw";
+  return "";
+}
+
+TEST(RankState, ValidatesOncePerUploadNotPerRun) {
+  registerCountedNeg();
+  RankState state(0, nullptr);
+  int before = countedChecks;
+  state.upload(7, unaryProgram("test_counted_neg"));
+  EXPECT_EQ(countedChecks - before, 1);
+  state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
+  for (uint64_t out = 10; out < 13; ++out)
+    EXPECT_EQ(state.run(7, {1}, {out}), std::nullopt);
+  EXPECT_EQ(countedChecks - before, 1); // three runs, no new validation
+  EXPECT_EQ(valuesOf<float>(state.fetch(12)), (std::vector<float>{-1, -2, -3}));
+  EXPECT_EQ(state.liveTensors(), 4u);
+  // Uploading again under the same id replaces the program and validates it.
+  state.upload(7, unaryProgram("test_counted_neg"));
+  EXPECT_EQ(countedChecks - before, 2);
+}
+
+TEST(RankState, InvalidProgramIsKeptAndFailsEveryRun) {
+  RankState state(2, nullptr);
+  state.upload(1, unaryProgram("no_such_op"));
+  state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
+  std::optional<std::string> error = state.run(1, {1}, {5, 6});
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->rfind("rank 2: invalid program 'test'", 0), 0u) << *error;
+  EXPECT_NE(error->find("no_such_op"), std::string::npos) << *error;
+  EXPECT_TRUE(state.isPoisoned(5));
+  EXPECT_TRUE(state.isPoisoned(6));
+  EXPECT_EQ(fetchError(state, 5), *error);
+  EXPECT_EQ(state.run(1, {1}, {5}), error); // refused again, same reason
+}
+
+TEST(RankState, FailurePoisonsOutputsAndTravelsDownTheChain) {
+  registerFailingKernel();
+  registerCountedNeg();
+  RankState state(1, nullptr);
+  state.upload(1, unaryProgram("test_fails_at_run"));
+  state.upload(2, unaryProgram("test_counted_neg"));
+  state.put(100, makeTensor<float>(F32, {3}, {1, 2, 3}));
+  state.put(101, makeTensor<float>(F32, {3}, {4, 5, 6})); // replaced below
+  std::optional<std::string> root = state.run(1, {100}, {101});
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->rfind("rank 1: ", 0), 0u) << *root;
+  EXPECT_NE(root->find("instruction 0 ('test_fails_at_run' at test.py:1)"),
+            std::string::npos)
+      << *root;
+  EXPECT_NE(root->find("failed on purpose"), std::string::npos) << *root;
+  EXPECT_EQ(state.liveTensors(), 1u); // 101's old value is gone
+  // A run reading the poisoned tensor fails with the root cause, unchanged.
+  EXPECT_EQ(state.run(2, {101}, {102}), root);
+  EXPECT_EQ(fetchError(state, 102), *root);
+  // put() and a successful run clear a poison; free() forgets it.
+  state.put(101, makeTensor<float>(F32, {3}, {1, 1, 1}));
+  EXPECT_FALSE(state.isPoisoned(101));
+  EXPECT_EQ(state.run(2, {101}, {102}), std::nullopt);
+  EXPECT_EQ(valuesOf<float>(state.fetch(102)),
+            (std::vector<float>{-1, -1, -1}));
+  state.poison(103, "gone");
+  state.free({101, 102, 103});
+  EXPECT_FALSE(state.isPoisoned(103));
+  EXPECT_EQ(fetchError(state, 103), "unknown tensor handle 103 on rank 1");
+  EXPECT_EQ(state.liveTensors(), 1u);
+}
+
+TEST(RankState, RefusesRunsThatDoNotMatch) {
+  registerCountedNeg();
+  RankState state(3, nullptr);
+  state.upload(4, unaryProgram("test_counted_neg"));
+  state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
+  EXPECT_EQ(state.run(9, {1}, {2}),
+            std::optional<std::string>("rank 3: unknown program id 9"));
+  EXPECT_EQ(state.run(4, {8}, {2}),
+            std::optional<std::string>(
+                "rank 3: program 'test' input tensor handle 8 is unknown"));
+  EXPECT_EQ(state.run(4, {1}, {2, 3}),
+            std::optional<std::string>(
+                "rank 3: program 'test' has 1 output(s), run names 2"));
+  EXPECT_TRUE(state.isPoisoned(2));
+  EXPECT_TRUE(state.isPoisoned(3));
+  // A wrongly shaped input is the executor's error, prefixed with the rank.
+  state.put(5, makeTensor<float>(F32, {2}, {1, 2}));
+  std::optional<std::string> error = state.run(4, {5}, {6});
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->rfind("rank 3: ", 0), 0u) << *error;
+  EXPECT_TRUE(state.isPoisoned(6));
+}
+
+TEST(RankState, RunsCollectivesThroughItsCommunicator) {
+  const int world = 2;
+  FakeCollectiveHub hub(world, std::chrono::seconds(5));
+  runRanks(world, [&](int rank) {
+    auto comm = hub.communicator(rank);
+    RankState state(rank, comm.get());
+    ProgramBuilder b(rank);
+    int x = b.input(F32, {2});
+    int y = b.buffer(F32, {2});
+    Instruction &reduce = b.add("all_reduce", {x}, {y}, COMM);
+    setInts(reduce, "group", {0, 1});
+    setString(reduce, "reduce", "max");
+    b.output(y);
+    state.upload(1, b.program());
+    float r = static_cast<float>(rank);
+    state.put(1, makeTensor<float>(F32, {2}, {r, -r}));
+    EXPECT_EQ(state.run(1, {1}, {2}), std::nullopt);
+    EXPECT_EQ(valuesOf<float>(state.fetch(2)), (std::vector<float>{1, 0}));
+  });
+}
+
+} // namespace
+} // namespace dtorch::rt::test
