@@ -52,7 +52,8 @@ rt::Tensor allReduced(const std::vector<rt::Tensor> &pieces, ReduceOp op) {
   for (int r = 0; r < n; ++r) {
     outs[r] = rt::Tensor::empty(pieces[r].dtype(), pieces[r].shape());
     threads.emplace_back([&, r] {
-      hub.communicator(r)->all_reduce(pieces[r], outs[r], group, op);
+      hub.communicator(r)->all_reduce(pieces[r], outs[r], group,
+                                      rt::parseReduceOp(reduceOpName(op)));
     });
   }
   for (auto &t : threads)
