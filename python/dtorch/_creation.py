@@ -19,6 +19,11 @@ def _np_dtype(dt):
         _NP_OF.update({_C.dtype.float32: np.float32, _C.dtype.float64: np.float64,
                        _C.dtype.float16: np.float16, _C.dtype.int32: np.int32,
                        _C.dtype.int64: np.int64, _C.dtype.bool: np.bool_})
+        try:
+            import ml_dtypes
+            _NP_OF[_C.dtype.bfloat16] = ml_dtypes.bfloat16
+        except ImportError:  # bfloat16 data then needs ml_dtypes
+            pass
     if dt not in _NP_OF:
         raise TypeError(f"dtype {dt} has no numpy equivalent here")
     return _NP_OF[dt]
@@ -322,13 +327,19 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
         arr = arr.astype(_np_dtype(dtype))
     elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.float32)  # Python floats become float32, as in torch
+    elif arr.dtype.name == "bfloat16":
+        pass  # ml_dtypes.bfloat16: sent as its 16-bit pattern
     elif arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float64, np.float16):
         arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu" and arr.dtype not in (np.int32, np.int64):
         arr = arr.astype(np.int64)
     arr = np.ascontiguousarray(arr)
     mesh, raw = _target(device_mesh, placements, arr.ndim)
-    t = _C.from_numpy(arr, mesh._mesh_id, raw, mesh._view)
+    if arr.dtype.name == "bfloat16":
+        t = _C.from_numpy(arr.view(np.uint16), mesh._mesh_id, raw, mesh._view,
+                          _C.dtype.bfloat16)
+    else:
+        t = _C.from_numpy(arr, mesh._mesh_id, raw, mesh._view)
     t._requires_grad = bool(requires_grad)
     return t
 

@@ -31,27 +31,43 @@ def _numel(self):
     return int(np.prod(self.shape)) if self.shape else 1
 
 
+def _bf16_view(arr):
+    """bfloat16 values arrive as their uint16 bits; ml_dtypes names them."""
+    import ml_dtypes
+    return arr.view(ml_dtypes.bfloat16)
+
+
+def _fetch(self):
+    arr = _C.fetch(self)
+    return _bf16_view(arr) if self.dtype == _C.dtype.bfloat16 else arr
+
+
 def _numpy(self):
-    return _C.fetch(self)
+    return _fetch(self)
 
 
 def _item(self):
     if _numel(self) != 1:
         raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
-    return _C.fetch(self).reshape(()).item()
+    return _fetch(self).reshape(()).item()
 
 
 def _tolist(self):
-    return _C.fetch(self).tolist()
+    return _fetch(self).tolist()
 
 
 def _to_torch(self):
     import torch
-    return torch.from_numpy(_C.fetch(self).copy())
+    if self.dtype == _C.dtype.bfloat16:
+        return torch.from_numpy(_fetch(self).astype("float32")).to(torch.bfloat16)
+    return torch.from_numpy(_fetch(self).copy())
 
 
 def _local_shards(self):
-    return _C.fetch_local(self)
+    pieces = _C.fetch_local(self)
+    if self.dtype == _C.dtype.bfloat16:
+        pieces = {r: _bf16_view(a) for r, a in pieces.items()}
+    return pieces
 
 
 def _redistribute(self, device_mesh=None, placements=None):

@@ -12,6 +12,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -107,8 +108,8 @@ nb::dlpack::dtype dlpackOf(wire::DType dt) {
     return nb::dtype<bool>();
   case wire::F16:
     return {(uint8_t)nb::dlpack::dtype_code::Float, 16, 1};
-  case wire::BF16:
-    return {(uint8_t)nb::dlpack::dtype_code::Bfloat, 16, 1};
+  case wire::BF16: // numpy has no bfloat16: its bits, viewed by ml_dtypes
+    return nb::dtype<uint16_t>();
   default:
     throw TypeError("unsupported dtype");
   }
@@ -125,11 +126,21 @@ nb::object toNumpy(rt::Tensor t) {
   return nb::cast(arr);
 }
 
-rt::Tensor fromNumpy(nb::ndarray<nb::c_contig, nb::device::cpu> a) {
+/// `bits`: the dtype whose bit patterns `a` holds (bfloat16 as uint16).
+rt::Tensor fromNumpy(nb::ndarray<nb::c_contig, nb::device::cpu> a,
+                     std::optional<wire::DType> bits = std::nullopt) {
   std::vector<int64_t> shape;
   for (size_t i = 0; i < a.ndim(); ++i)
     shape.push_back(static_cast<int64_t>(a.shape(i)));
-  rt::Tensor t = rt::Tensor::empty(dtypeOf(a.dtype()), shape);
+  wire::DType dtype;
+  if (bits) {
+    if (a.dtype().bits != rt::dtypeSize(*bits) * 8)
+      throw TypeError("bit patterns of the wrong width for the dtype");
+    dtype = *bits;
+  } else {
+    dtype = dtypeOf(a.dtype());
+  }
+  rt::Tensor t = rt::Tensor::empty(dtype, shape);
   if (t.nbytes())
     std::memcpy(t.data(), a.data(), t.nbytes());
   return t;
@@ -386,12 +397,17 @@ NB_MODULE(_C, m) {
     t->view = view;
     return t;
   });
-  m.def("from_numpy", [](nb::ndarray<nb::c_contig, nb::device::cpu> a, int mesh,
-                         PList p, int view) {
-    Tensor t = session().fromData(fromNumpy(a), mesh, toPlacements(p));
-    t->view = view;
-    return t;
-  });
+  m.def(
+      "from_numpy",
+      [](nb::ndarray<nb::c_contig, nb::device::cpu> a, int mesh, PList p,
+         int view, std::optional<wire::DType> bits) {
+        Tensor t =
+            session().fromData(fromNumpy(a, bits), mesh, toPlacements(p));
+        t->view = view;
+        return t;
+      },
+      nb::arg("a"), nb::arg("mesh"), nb::arg("p"), nb::arg("view"),
+      nb::arg("bits") = nb::none());
   m.def("unary", [](const std::string &op, const Tensor &x) {
     return session().unary(op, x);
   });
