@@ -442,8 +442,8 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
-  if (ra == 3 && rb == 3) {
-    if (ma.shape[0] != mb.shape[0] || ma.shape[2] != mb.shape[1])
+  if (ra == 3 && rb == 3 && ma.shape[0] == mb.shape[0]) {
+    if (ma.shape[2] != mb.shape[1])
       throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " +
                        shapeStr(mb.shape) + " cannot be multiplied");
     Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
@@ -462,8 +462,51 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     lead.push_back(mb.shape[1]);
     return reshape(y, lead);
   }
-  throw ValueError("matmul: unsupported ranks " + std::to_string(ra) + " and " +
-                   std::to_string(rb) + " (supported: 2x2, 3x3, Nx2)");
+  // torch.matmul's other cases: vectors become matrices and lose the dim
+  // again; batch dims broadcast and are merged into one for bmm.
+  if (ra == 0 || rb == 0)
+    throw ValueError("matmul: both arguments need at least 1 dim, got " +
+                     std::to_string(ra) + " and " + std::to_string(rb));
+  if (ra == 1 || rb == 1) {
+    Shape sa = ma.shape, sb = mb.shape;
+    if (ra == 1)
+      sa.insert(sa.begin(), 1);
+    if (rb == 1)
+      sb.push_back(1);
+    Tensor y = matmul(reshape(a, sa), reshape(b, sb));
+    Shape out = y->meta().shape;
+    if (rb == 1)
+      out.pop_back();
+    if (ra == 1)
+      out.erase(out.end() - (rb == 1 ? 1 : 2));
+    return reshape(y, out);
+  }
+  if (ma.shape[ra - 1] != mb.shape[rb - 2])
+    throw ValueError("matmul: shapes " + shapeStr(ma.shape) + " and " +
+                     shapeStr(mb.shape) + " cannot be multiplied (" +
+                     std::to_string(ma.shape[ra - 1]) +
+                     " != " + std::to_string(mb.shape[rb - 2]) + ")");
+  Shape batchA(ma.shape.begin(), ma.shape.end() - 2);
+  Shape batchB(mb.shape.begin(), mb.shape.end() - 2);
+  Shape batch;
+  try {
+    batch = broadcastShapes(batchA, batchB);
+  } catch (const ValueError &e) {
+    throw ValueError(std::string("matmul: batch dims ") + e.what());
+  }
+  int64_t m = ma.shape[ra - 2], k = ma.shape[ra - 1], n = mb.shape[rb - 1];
+  Shape fullA = batch, fullB = batch;
+  fullA.insert(fullA.end(), {m, k});
+  fullB.insert(fullB.end(), {k, n});
+  Tensor ba = ma.shape == fullA ? a : broadcastTo(a, fullA);
+  Tensor bb = mb.shape == fullB ? b : broadcastTo(b, fullB);
+  int64_t count = 1;
+  for (int64_t d : batch)
+    count *= d;
+  Tensor y = matmul(reshape(ba, {count, m, k}), reshape(bb, {count, k, n}));
+  Shape out = batch;
+  out.insert(out.end(), {m, n});
+  return reshape(y, out);
 }
 
 Tensor Session::reduce(const std::string &op, const Tensor &x,

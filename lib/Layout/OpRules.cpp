@@ -190,6 +190,18 @@ ShardingRule argReduction(const Shape &input, int64_t dim, bool keepdim) {
   return rule;
 }
 
+// The searched dim is whole on every rank (and becomes k indices); the other
+// dims keep their factors.
+ShardingRule topk(const Shape &input, int64_t dim, int64_t k) {
+  ShardingRule rule;
+  rule.factorSizes = input;
+  rule.operands = {iota(input.size())};
+  rule.results = {iota(input.size())};
+  rule.operands[0][dim] = rule.results[0][dim] = -1;
+  (void)k;
+  return rule;
+}
+
 // A dim read whole (offset 0, stride 1, full size) keeps its factor; a cut
 // dim is whole on every rank.
 ShardingRule slice(const Shape &input, const Shape &offsets, const Shape &sizes,

@@ -483,6 +483,10 @@ NB_MODULE(_C, m) {
         [](const std::string &op, const Tensor &x, int64_t dim, bool keepdim) {
           return session().argReduce(op, x, dim, keepdim);
         });
+  m.def("topk_indices",
+        [](const Tensor &x, int64_t k, int64_t dim, bool largest) {
+          return session().topkIndices(x, k, dim, largest);
+        });
   m.def("slice", [](const Tensor &x, std::vector<int64_t> offsets,
                     std::vector<int64_t> sizes, std::vector<int64_t> strides) {
     return session().slice(x, std::move(offsets), std::move(sizes),

@@ -228,3 +228,31 @@ def test_bad_calls_raise_at_the_call_and_the_session_stays_usable(dt, mesh):
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         dt.tril(t[0])
     assert_close((t + 1).numpy(), np.ones((4, 3), np.float32))
+
+
+def test_topk(dt, mesh):
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    for t in each_layout(dt, mesh, x):
+        v, i = dt.topk(t, 3)
+        want = -np.sort(-x, 1)[:, :3]
+        assert_close(v.numpy(), want)
+        assert (i.numpy() == np.argsort(-x, 1, kind="stable")[:, :3]).all()
+        v, i = t.topk(2, dim=0, largest=False)
+        assert_close(v.numpy(), np.sort(x, 0)[:2])
+    with pytest.raises(IndexError, match="out of range"):
+        dt.topk(t, 9, 1)
+
+
+def test_matmul_broadcasts_batch_dims_and_vectors(dt, mesh):
+    a = rng.standard_normal((2, 1, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((5, 4, 2)).astype(np.float32)
+    v = rng.standard_normal(4).astype(np.float32)
+    for t in each_layout(dt, mesh, a):
+        tb = dt.distribute_tensor(b, mesh, [Replicate()] * mesh.ndim)
+        tv = dt.distribute_tensor(v, mesh, [Replicate()] * mesh.ndim)
+        assert_close((t @ tb).numpy(), a @ b, tol=1e-5)
+        assert_close((t @ tv).numpy(), a @ v, tol=1e-5)
+        assert_close((tv @ tb).numpy(), v @ b, tol=1e-5)
+        assert_close(dt.matmul(tv, tv).numpy(), v @ v, tol=1e-5)
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        t @ t

@@ -16,7 +16,7 @@ NP = {"f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
 TOL = {"f64": 1e-12, "f16": 4e-3, "bf16": 3e-2, "i32": 0, "i64": 0, "i1": 0}
 
 # Families whose samples make sense for integer and bool inputs.
-INTEGER_FAMILIES = {"binary", "compare", "where", "reduction", "argreduce", "matmul",
+INTEGER_FAMILIES = {"binary", "compare", "where", "reduction", "argreduce", "topk", "matmul",
                     "shape", "slice", "concat", "index", "triangle"}
 BOOL_FAMILIES = {"compare", "where", "shape", "slice", "concat", "triangle"}
 NOT_FOR_INTEGERS = {"div", "mean", "pow"}  # integer div is float; mean needs floats

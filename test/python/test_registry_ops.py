@@ -38,12 +38,18 @@ def ref_scatter_add(x, dim, index, src):
     return out
 
 
+def ref_topk_indices(x, k, dim, largest):
+    order = np.argsort(-x if largest else x, axis=dim, kind="stable")
+    return np.take(order, np.arange(k), axis=dim)
+
+
 def ref_iota(shape, dim, start, step):
     idx = np.indices(shape)[dim] if shape else np.zeros(())
     return start + step * idx
 
 
 REFS = dict(np=np, ref_gelu=ref_gelu, ref_argreduce=ref_argreduce,
+            ref_topk_indices=ref_topk_indices,
             ref_scatter_add=ref_scatter_add, ref_iota=ref_iota)
 
 
@@ -86,6 +92,10 @@ def samples(entry):
         for dim, keepdim in ((1, False), (0, True)):
             yield f"dim{dim}", dict(x=f(5, 3)), dict(dim=dim, keepdim=keepdim), \
                 lambda t, p: getattr(dtorch, name)(t["x"], p["dim"], p["keepdim"])
+    elif fam == "topk":
+        for dim, k, largest in ((1, 2, 1), (0, 3, 0)):
+            yield f"dim{dim}k{k}", dict(x=f(5, 4)), dict(dim=dim, k=k, largest=largest), \
+                lambda t, p: dtorch.topk(t["x"], p["k"], p["dim"], bool(p["largest"])).indices
     elif fam == "matmul":
         if name == "bmm":
             yield "2x5x3", dict(a=f(2, 5, 3), b=f(2, 3, 4)), {}, \

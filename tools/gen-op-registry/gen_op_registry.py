@@ -33,6 +33,7 @@ STRATEGIES = {
     "cast": "any Shard/Replicate, dim by dim",
     "reduction": "kept dims stay sharded; a sharded reduced dim gives Partial",
     "argreduce": "kept dims stay sharded; the reduced dim is gathered",
+    "topk": "kept dims stay sharded; the searched dim is gathered",
     "matmul": "data parallel (rows), column (N), row (K: Partial(sum)), batch",
     "shape": "dims that map one-to-one keep their shard",
     "slice": "whole dims keep their shard; cut dims are gathered",

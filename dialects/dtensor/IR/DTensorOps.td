@@ -343,6 +343,26 @@ class DTensor_ArgReductionOp<string mnemonic, string what, string ref>
   let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
   let reference = ref;
 }
+def DTensor_TopkIndicesOp : DTensor_ComputeOp<"topk_indices"> {
+  let summary = "Indices of the k largest (or smallest) values along one dim";
+  let description = [{
+    The result is `i64` with the input's shape and extent `k` along `dim`,
+    in order (largest first when `largest` is 1). NaN counts as the largest
+    value; equal values keep their index order. `dim` must not be sharded;
+    the other dims keep their placement. `topk` is this op and a gather.
+
+    ```mlir
+    %1 = dtensor.topk_indices %0 {dim = 1 : i64, k = 2 : i64, largest = 1 : i64} : (!dtensor.tensor<4x6xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x2xi64, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, I64Attr:$dim, I64Attr:$k,
+                       I64Attr:$largest);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let family = "topk";
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "ref_topk_indices(x, k, dim, largest)";
+}
+
 def DTensor_ArgmaxOp : DTensor_ArgReductionOp<"argmax", "maximum",
     "ref_argreduce(np.argmax, x, dim, keepdim)">;
 def DTensor_ArgminOp : DTensor_ArgReductionOp<"argmin", "minimum",

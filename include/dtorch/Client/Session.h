@@ -171,6 +171,8 @@ public:
   /// argmax / argmin along one dim (int64 result).
   Tensor argReduce(const std::string &op, const Tensor &x, int64_t dim,
                    bool keepdim);
+  /// Indices of the k largest (or smallest) values along `dim`, in order.
+  Tensor topkIndices(const Tensor &x, int64_t k, int64_t dim, bool largest);
   /// A strided box: per dim the first element, the count and the step.
   Tensor slice(const Tensor &x, Shape offsets, Shape sizes, Shape strides);
   Tensor concat(const std::vector<Tensor> &xs, int64_t dim);
