@@ -74,5 +74,7 @@ func.func @new_rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<
   %9 = dtensor.tril %a {diagonal = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: () -> ([i]) reduction={} joint={} linear={}}}
   %10 = dtensor.iota {dim = 0 : i64, start = 0.0 : f64, step = 1.0 : f64} : () -> !dtensor.tensor<8xi64, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i, _]) reduction={} joint={} linear={}}}
+  %11 = dtensor.topk_indices %a {dim = 1 : i64, k = 2 : i64, largest = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2xi64, #m, [R]>
   return
 }
