@@ -35,6 +35,7 @@ struct OpInfo {
   std::vector<const char *> dtypes; // "f32", ..., "i1"
   std::vector<const char *> uses;   // decompositions: the dialect ops used
   const char *reference;            // numpy expression for the e2e test
+  const char *test;                 // a test covering it besides generated ones
   bool isDialectOp;
 };
 

@@ -5,6 +5,8 @@ Each takes the global shape (or the global data) and the keyword arguments
 ``device_mesh``, ``placements``, ``dtype`` and ``requires_grad``. None of them
 waits for the workers: the tensor is a symbol whose metadata is known at once.
 """
+import math
+
 import numpy as np
 
 from . import _C
@@ -402,11 +404,17 @@ def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=
     """
     if end is None:
         start, end = 0, start
-    values = np.arange(start, end, step)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    count = max(0, math.ceil((end - start) / step))
     if dtype is None:
-        dtype = _C.dtype.int64 if values.dtype.kind in "iu" else _C.dtype.float32
-    return tensor(values, device_mesh=device_mesh, placements=placements, dtype=dtype,
-                  requires_grad=requires_grad)
+        integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+        dtype = _C.dtype.int64 if integral else _C.dtype.float32
+    # dtensor.iota: each rank makes its own piece, nothing is sent.
+    mesh, raw = _target(device_mesh, placements, 1)
+    t = _C.iota([count], 0, float(start), float(step), dtype, mesh._mesh_id, raw, mesh._view)
+    t._requires_grad = bool(requires_grad)
+    return t
 
 
 def eye(n, m=None, *, device_mesh=None, placements=None, dtype=None, requires_grad=False):

@@ -208,6 +208,7 @@ nb::list registryList() {
     d["dtypes"] = strings(op.dtypes);
     d["uses"] = strings(op.uses);
     d["reference"] = op.reference;
+    d["test"] = op.test;
     d["is_dialect_op"] = op.isDialectOp;
     out.append(d);
   }

@@ -85,7 +85,7 @@ def common(r):
     return dict(functions=r["torchFunctions"], methods=r["tensorMethods"],
                 operators=r["pyOperators"], joint=r["jointPartial"],
                 linear=r["linearOperands"], float_only=bool(r["floatOnly"]),
-                dtypes=r["dtypes"], reference=r["reference"])
+                dtypes=r["dtypes"], reference=r["reference"], test=r["test"])
 
 
 def check(ops):
@@ -130,7 +130,7 @@ def write_cpp(ops, path):
             clist(op["joint"], lambda p: "ReduceOp::" + REDUCE_OPS[p]),
             clist(op["linear"], str), "true" if op["float_only"] else "false",
             clist(op["dtypes"]), clist(op.get("uses", [])), cstr(op["reference"]),
-            "true" if op["is_op"] else "false"]) + "},")
+            cstr(op["test"]), "true" if op["is_op"] else "false"]) + "},")
     text = "\n".join(lines) + "\n"
     write_if_changed(path, text)
 
@@ -144,8 +144,8 @@ def write_docs(ops, path):
            "through Python and through `dtorch-run`) or `test/python/test_decompositions.py`.",
            "`test/python/test_op_coverage.py` fails when an operator of the API lacks",
            "a registry entry, a kernel or a test.", "",
-           "| torch names | dialect op | dtypes | sharding | partial inputs | kernel |",
-           "|---|---|---|---|---|---|"]
+           "| torch names | dialect op | dtypes | sharding | partial inputs | kernel | tests |",
+           "|---|---|---|---|---|---|---|"]
     for op in ops:
         names = sorted(set(op["functions"]) | set("Tensor." + m for m in op["methods"]) |
                        set(op["operators"]))
@@ -163,13 +163,24 @@ def write_docs(ops, path):
         out.append("| " + " | ".join([
             ", ".join(f"`{n}`" for n in names) or "(internal)", dop, dt,
             STRATEGIES[op["family"]], "; ".join(partial) or "reduced first",
-            f"`{op['kernel']}`" if op["kernel"] else "-"]) + " |")
+            f"`{op['kernel']}`" if op["kernel"] else "-", tests_of(op)]) + " |")
     out.append("")
     out.append("Summaries:")
     out.append("")
     for op in ops:
         out.append(f"- **{op['name']}**: {op['summary']}")
     write_if_changed(path, "\n".join(out) + "\n")
+
+
+def tests_of(op):
+    tests = []
+    if op["is_op"] and op["reference"] and op["family"] != "creation":
+        tests += ["test_registry_ops", "test_dtypes"]
+    if not op["is_op"]:
+        tests.append("test_decompositions")
+    if op["test"]:
+        tests.append(op["test"].split("/")[-1])
+    return ", ".join(f"`{t}`" for t in tests) or "-"
 
 
 def write_if_changed(path, text):

@@ -31,6 +31,7 @@ class DTensor_ComputeOp<string mnemonic, list<Trait> traits = []>
 def DTensor_FullOp : DTensor_ComputeOp<"full"> {
   let family = "creation";
   let torchFunctions = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like"];
+  let test = "test/python/test_ops.py::test_creation";
   let reference = "np.full(shape, value)";
   let summary = "A tensor filled with one value";
   let description = [{
@@ -45,6 +46,7 @@ def DTensor_FullOp : DTensor_ComputeOp<"full"> {
 def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
   let family = "creation";
   let torchFunctions = ["rand", "randn", "rand_like", "randn_like"];
+  let test = "test/python/test_ops.py::test_random_is_reproducible_and_placement_independent";
   let dtypes = ["f32", "f64", "f16", "bf16"];
   let summary = "Seeded random values, the same for every placement";
   let description = [{
@@ -64,6 +66,7 @@ def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
 def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
   let family = "creation";
   let torchFunctions = ["tensor", "distribute_tensor"];
+  let test = "test/python/test_ops.py::test_creation";
   let summary = "A tensor with given global contents";
   let description = [{
     ```mlir
@@ -218,6 +221,7 @@ def DTensor_CosOp : DTensor_UnaryOp<"cos", "cosine",
 
 def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
   let family = "cast";
+  let test = "test/python/test_ops.py::test_casts_and_type_promotion";
   let tensorMethods = ["to", "float", "double", "long", "int", "bool", "half", "bfloat16"];
   // Element type conversion is monotone: max/min commute with it.
   let jointPartial = ["max", "min"];
@@ -570,6 +574,7 @@ def DTensor_IotaOp : DTensor_ComputeOp<"iota"> {
 
 def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
   let family = "layout";
+  let test = "test/python/test_ops.py::test_redistribute_all_pairs";
   let tensorMethods = ["redistribute"];
   let kernel = "";
   let summary = "The same tensor with other placements";
@@ -594,6 +599,7 @@ class DTensor_LayoutStepOp<string mnemonic, string what>
     : DTensor_Op<mnemonic, [Pure]> {
   let summary = what;
   let family = "layout_step";
+  let test = "test/cpp/compiler/RedistributeExactnessTest.cpp";
   let kernel = "";
   let arguments = (ins AnyDTensor:$input, I64Attr:$axis);
   let results = (outs AnyDTensor:$result);

@@ -39,6 +39,9 @@ class DTorch_RegistryEntry {
   // numpy reference for the generated end-to-end test: a Python expression
   // over the sample's names (x; a, b; c; index, src; dims, dim, keepdim, ...).
   string reference = "";
+  // A test that covers the entry beyond the generated ones (path, optionally
+  // ::function); test_op_coverage.py checks that it exists.
+  string test = "";
 }
 
 class DTorch_Decomposition<string name> : DTorch_RegistryEntry {
