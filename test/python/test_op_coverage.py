@@ -80,3 +80,21 @@ def test_every_named_test_exists(dt):
         assert os.path.exists(full), f"{e['name']}: {path} does not exist"
         if fn:
             assert f"def {fn}(" in open(full).read(), f"{e['name']}: no {fn} in {path}"
+
+
+def test_every_op_rule_is_printed_by_a_lit_test(dt):
+    """test/lit/.../dtensor-print-sharding-rules.mlir checks the printed rule
+    of every dialect op that has one (all but the layout changes)."""
+    text = open(os.path.join(ROOT, "test", "lit", "dtensor", "Transforms",
+                             "dtensor-print-sharding-rules.mlir")).read()
+    lines = text.splitlines()
+    checked = set()
+    for k, line in enumerate(lines[:-1]):
+        if "expected-remark" in line and "sharding rule" in line:
+            nxt = lines[k + 1]
+            if "dtensor." in nxt:
+                checked.add(nxt.split("dtensor.")[1].split()[0])
+    missing = [e["name"] for e in dtorch.op_registry()
+               if e["is_dialect_op"] and e["family"] not in ("layout", "layout_step")
+               and e["name"] not in checked]
+    assert not missing, f"ops whose sharding rule no lit test prints: {missing}"

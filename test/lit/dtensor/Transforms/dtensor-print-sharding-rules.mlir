@@ -78,3 +78,45 @@ func.func @new_rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<
   %11 = dtensor.topk_indices %a {dim = 1 : i64, k = 2 : i64, largest = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2xi64, #m, [R]>
   return
 }
+
+// Every unary op and comparison has the dim-by-dim rule; none passes partials
+// through except as its ODS entry declares.
+func.func @more_rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %abs = dtensor.abs %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %cos = dtensor.cos %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %exp = dtensor.exp %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %log = dtensor.log %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %relu = dtensor.relu %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %rsqrt = dtensor.rsqrt %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sigmoid = dtensor.sigmoid %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %silu = dtensor.silu %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sin = dtensor.sin %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sqrt = dtensor.sqrt %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %tanh = dtensor.tanh %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %eq = dtensor.eq %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %ne = dtensor.ne %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %le = dtensor.le %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %gt = dtensor.gt %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %ge = dtensor.ge %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i]) reduction={} joint={} linear={}}}
+  %argmin = dtensor.argmin %a {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4xi64, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %triu = dtensor.triu %a {diagonal = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  return
+}
