@@ -2,7 +2,7 @@
 // dim, in order (largest first, or smallest first). The output is int64 (the
 // registry key), so the kernel dispatches on the input dtype when it runs.
 // NaN counts as larger than every number, as in torch; equal values keep
-// their index order (the sort is stable).
+// their index order.
 #include "KernelSupport.h"
 
 #include <algorithm>
@@ -50,14 +50,17 @@ template <class T> void topk(const T *xs, int64_t *out, const TopkLayout &l) {
   using C = ComputeType<T>;
   std::vector<int64_t> order(l.extent);
   std::vector<C> values(l.extent);
-  // "a comes before b": larger first (or smaller first), NaN as the largest.
+  // "a comes before b": larger first (or smaller first), NaN as the largest,
+  // and equal values in index order (a total order, so std::sort is stable).
   auto before = [&](int64_t a, int64_t b) {
     C va = values[a], vb = values[b];
     if constexpr (isFloatType<T>) {
       bool na = std::isnan(va), nb = std::isnan(vb);
       if (na || nb)
-        return l.largest ? (na && !nb) : (!na && nb);
+        return na == nb ? a < b : l.largest ? na : nb;
     }
+    if (va == vb)
+      return a < b;
     return l.largest ? vb < va : va < vb;
   };
   for (int64_t o = 0; o < l.outer; ++o)
@@ -66,7 +69,7 @@ template <class T> void topk(const T *xs, int64_t *out, const TopkLayout &l) {
       for (int64_t e = 0; e < l.extent; ++e)
         values[e] = static_cast<C>(column[e * l.inner]);
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), before);
+      std::sort(order.begin(), order.end(), before);
       int64_t *dst = out + o * l.k * l.inner + i;
       for (int64_t j = 0; j < l.k; ++j)
         dst[j * l.inner] = order[j];

@@ -139,5 +139,51 @@ TEST(ArgReductionKernelsCheck, RejectsBadOperands) {
             (std::vector<int64_t>{0}));
 }
 
+Tensor topkIndices(const Tensor &x, int64_t dim, int64_t k, int64_t largest,
+                   const Shape &outShape) {
+  return runKernel("topk_indices", {x}, I64, outShape, [&](Instruction &i) {
+    setInt(i, "dim", dim);
+    setInt(i, "k", k);
+    setInt(i, "largest", largest);
+  });
+}
+
+TYPED_TEST(ArgReductionKernels, TopkIndicesInOrderWithTiesByIndex) {
+  using T = typename TypeParam::T;
+  Tensor x = makeTensor<T>(TypeParam::dtype, {2, 4},
+                           valuesFrom<T>({1, 3, 3, 0, -2, 5, 4, 5}));
+  EXPECT_EQ(valuesOf<int64_t>(topkIndices(x, 1, 2, 1, {2, 2})),
+            (std::vector<int64_t>{1, 2, 1, 3}));
+  EXPECT_EQ(valuesOf<int64_t>(topkIndices(x, 1, 3, 0, {2, 3})),
+            (std::vector<int64_t>{3, 0, 1, 0, 2, 1}));
+  // Along dim 0 of a [2, 4] tensor: per column, the larger row first.
+  EXPECT_EQ(valuesOf<int64_t>(topkIndices(x, 0, 1, 1, {1, 4})),
+            (std::vector<int64_t>{0, 1, 1, 1}));
+}
+
+TYPED_TEST(FloatMinMaxKernels, TopkCountsNanAsTheLargest) {
+  using T = typename TypeParam::T;
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x =
+      makeTensor<T>(TypeParam::dtype, {4}, {T(1.0f), T(nan), T(3.0f), T(nan)});
+  EXPECT_EQ(valuesOf<int64_t>(topkIndices(x, 0, 3, 1, {3})),
+            (std::vector<int64_t>{1, 3, 2}));
+  EXPECT_EQ(valuesOf<int64_t>(topkIndices(x, 0, 3, 0, {3})),
+            (std::vector<int64_t>{0, 2, 1}));
+}
+
+TEST(TopkKernelCheck, RejectsBadOperands) {
+  Tensor x = Tensor::empty(F32, {2, 3});
+  expectRuntimeError([&] { topkIndices(x, 1, 4, 1, {2, 4}); },
+                     {"k = 4 is out of range for a dim of extent 3"});
+  expectRuntimeError([&] { topkIndices(x, 1, 2, 1, {2, 3}); },
+                     {"topk_indices of [2, 3] gives [2, 2], output is [2, 3]"});
+  expectRuntimeError([&] { topkIndices(x, 1, 2, 3, {2, 2}); },
+                     {"largest must be 0 or 1"});
+  expectRuntimeError(
+      [&] { topkIndices(Tensor::empty(BOOL, {2}), 0, 1, 1, {1}); },
+      {"topk_indices: input must be a number, got bool"});
+}
+
 } // namespace
 } // namespace dtorch::rt::test
