@@ -256,3 +256,28 @@ def test_matmul_broadcasts_batch_dims_and_vectors(dt, mesh):
         assert_close(dt.matmul(tv, tv).numpy(), v @ v, tol=1e-5)
     with pytest.raises(ValueError, match="cannot be multiplied"):
         t @ t
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 4e-3), ("bfloat16", 3e-2), ("float64", 1e-12)])
+def test_decompositions_in_other_float_dtypes(dt, mesh, dtype, tol):
+    """16-bit floats are stored in 16 bits and computed in float32 per op."""
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    x64 = x.astype(getattr(np, "float16") if dtype == "float16" else np.float64)
+    if dtype == "bfloat16":
+        import ml_dtypes
+        x64 = x.astype(ml_dtypes.bfloat16)
+    x64 = x64.astype(np.float64)
+    p = [Shard(0)] + [Shard(1)] * (mesh.ndim - 1)
+    t = dt.tensor(x, device_mesh=mesh, placements=p, dtype=getattr(dt, dtype))
+    m = x64.max(1, keepdims=True)
+    cases = [
+        (F.softmax(t, -1), np_softmax(x64, 1)),
+        (F.layer_norm(t, (8,)), (x64 - x64.mean(1, keepdims=True))
+         / np.sqrt(x64.var(1, keepdims=True) + 1e-5)),
+        (t.logsumexp(1), (np.log(np.exp(x64 - m).sum(1, keepdims=True)) + m)[:, 0]),
+        (t.var(1), x64.var(1, ddof=1)),
+    ]
+    for got, want in cases:
+        assert got.dtype == getattr(dt, dtype)
+        np.testing.assert_allclose(np.asarray(got.numpy()).astype(np.float64), want,
+                                   rtol=tol, atol=4 * tol)
