@@ -232,16 +232,22 @@ ShardingRule concat(const std::vector<Shape> &inputs, int64_t dim) {
 }
 
 // result[p] = input[p with p[dim] = index[p]]: the index and the result share
-// every dim; the input shares a dim only where its extent is the index's,
-// and never `dim`. Gathering is linear in the input.
+// `dim` and every dim where the input's extent is the index's (the input
+// shares those too); a dim where the index is shorter is whole everywhere.
+// Gathering is linear in the input.
 ShardingRule gather(const Shape &input, const Shape &index, int64_t dim) {
   ShardingRule rule;
   rule.operands = {Shape(input.size(), -1), Shape(index.size(), -1)};
   rule.results = {Shape(index.size(), -1)};
   for (size_t d = 0; d < index.size(); ++d) {
+    // The kernel reads the input at the index's local position on every dim
+    // but `dim`: those dims may be split only where both extents agree (the
+    // pieces then line up); a shorter index stays whole there.
+    if ((int64_t)d != dim && input[d] != index[d])
+      continue;
     int64_t f = addFactor(rule, index[d]);
     rule.operands[1][d] = rule.results[0][d] = f;
-    if ((int64_t)d != dim && input[d] == index[d])
+    if ((int64_t)d != dim)
       rule.operands[0][d] = f;
   }
   rule.linearOperands = {0};
@@ -270,7 +276,8 @@ ShardingRule indexSelect(const Shape &input, const Shape &index, int64_t dim) {
 }
 
 // out = input; out[p with p[dim] = index[p]] += src[p]. Dims other than
-// `dim` where all three extents agree keep a shared factor.
+// `dim` where all three extents agree keep a shared factor; the others are
+// whole everywhere.
 ShardingRule scatterAdd(const Shape &input, const Shape &index,
                         const Shape &src, int64_t dim) {
   ShardingRule rule;
@@ -278,12 +285,13 @@ ShardingRule scatterAdd(const Shape &input, const Shape &index,
                    Shape(src.size(), -1)};
   rule.results = {Shape(input.size(), -1)};
   for (size_t d = 0; d < input.size(); ++d) {
-    if ((int64_t)d == dim)
+    // The kernel adds src at the index's local position into the input's:
+    // a dim may be split only where all three extents agree.
+    if ((int64_t)d == dim || index[d] != input[d] || src[d] != input[d])
       continue;
     int64_t f = addFactor(rule, input[d]);
     rule.operands[0][d] = rule.results[0][d] = f;
-    if (index[d] == input[d] && src[d] == input[d])
-      rule.operands[1][d] = rule.operands[2][d] = f;
+    rule.operands[1][d] = rule.operands[2][d] = f;
   }
   return rule;
 }
