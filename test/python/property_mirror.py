@@ -299,6 +299,6 @@ def mismatch(got, want, base_tol):
     bad = ~(diff <= allowed) & ~(np.isnan(g) & np.isnan(w))
     if np.any(bad):
         i = tuple(int(j) for j in np.argwhere(bad)[0])
-        return (f"element {i}: got {g[i]!r}, want {w[i]!r} (allowed {allowed[i]:.3g}, "
+        return (f"element {i}: got {g[i]:.9g}, want {w[i]:.9g} (allowed error {allowed[i]:.3g}, "
                 f"{int(bad.sum())} of {bad.size} differ)")
     return None

@@ -33,10 +33,13 @@ WORLD = int(os.environ.get("DTORCH_PROPERTY_WORLD", "4"))
 RANDOM = os.environ.get("DTORCH_PROPERTY_RANDOM") == "1"
 MESH_SHAPES = {4: [(4,), (2, 2), (1, 4), (2, 1, 2)],
                8: [(8,), (2, 4), (2, 2, 2)]}[WORLD]
+# Meshes on part of the world: 3 ranks split 7 rows 3, 3, 1.
+EXTRA_MESH_SHAPES = {4: [(3,), (2,)], 8: [(3,), (2, 3)]}[WORLD]
 
 # Scalars are exact in float32, float16 and bfloat16, so the mirror's
 # operand is the kernel's.
 SCALARS = (0.5, -1.5, 2.0, 0.25, 3.0, -0.75, 1.0, 0.0)
+INT_SCALARS = (2, -1, 3, 0, 1)  # a float scalar would promote an int tensor
 REDUCE_OPS = ("sum", "avg", "max", "min")
 MAX_RANK = 4
 MAX_MAGNITUDE = 1e4  # ops whose result could grow past this are not drawn
@@ -84,17 +87,27 @@ class Program:
     every node (computed while drawing, so later draws see real shapes and
     magnitudes)."""
 
-    def __init__(self, mesh_shape, dtype_name="float32"):
+    def __init__(self, mesh_shape, dtype_name="float32", ranks=None):
         self.mesh_shape = tuple(mesh_shape)
+        size = int(np.prod(self.mesh_shape))
+        self.ranks = tuple(ranks) if ranks is not None else tuple(range(size))
         self.dtype_name = dtype_name
         self.mirror = Mirror(UNITS[dtype_name])
+        self.integer = dtype_name in ("int32", "int64")
+        self.scalars = INT_SCALARS if self.integer else SCALARS
+        self.reduce_ops = tuple(op for op in REDUCE_OPS if not (self.integer and op == "avg"))
         self.nodes, self.refs = [], []
         self.steps = 0
 
     def add(self, op, args, params):
         node = Node(op, args, params)
         if op == "input":
-            ref = Ref(input_array(params, self.dtype_name).astype(np.float64))
+            v = input_array(params, self.dtype_name).astype(np.float64)
+            # A value made Partial is reduced again when fetched; over a mesh
+            # dim of 3 ranks, sum or avg of the pieces may round.
+            uneven = any(p[0] == "P" and p[1] in ("sum", "avg") and n & (n - 1)
+                         for p, n in zip(params["placements"], self.mesh_shape))
+            ref = Ref(v, 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v) if uneven else 0.0)
         else:
             ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
                               node.params)
@@ -107,20 +120,22 @@ class Program:
         return values[a[1]] if a[0] == "v" else a[1]
 
     def __repr__(self):
-        lines = [f"Program(mesh={self.mesh_shape}, dtype={self.dtype_name})"]
+        ranks = "" if self.ranks == tuple(range(len(self.ranks))) else f", ranks={self.ranks}"
+        lines = [f"Program(mesh={self.mesh_shape}{ranks}, dtype={self.dtype_name})"]
         lines += ["  " + n.text(i) for i, n in enumerate(self.nodes)]
         return "\n".join(lines)
 
 
-UNITS = {"float32": F32_UNIT, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
-BASE_TOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+UNITS = {"float32": F32_UNIT, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
+         "int32": 0.0, "int64": 0.0}
+BASE_TOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2, "int32": 0.0, "int64": 0.0}
 
 
 def input_array(params, dtype_name):
     """The input's global value, already rounded to the dtype under test."""
     rng = np.random.default_rng(params["seed"])
     shape = params["shape"]
-    if params["integers"]:  # small integers: ties for max/argmax/eq, exact sums
+    if params["integers"] or dtype_name in ("int32", "int64"):  # small integers: ties for max/argmax/eq, exact sums
         a = rng.integers(-2, 3, shape).astype(np.float32)
     else:
         a = rng.uniform(-2.0, 2.0, shape).astype(np.float32)
@@ -211,6 +226,9 @@ class DTorchLib:
     def layer_norm(self, x, k):
         return dtorch.layer_norm(x, tuple(x.shape[x.ndim - k:]))
 
+    def redistribute(self, x, placements):
+        return x.redistribute(x.device_mesh, [_placement(p) for p in placements])
+
 
 class MirrorLib:
     """The ops on the mirror (float64 values with error bounds)."""
@@ -245,6 +263,13 @@ class MirrorLib:
 
     def matmul(self, a, b):
         return self.m.matmul(a, b)
+
+    def redistribute(self, x, placements):
+        # The same value; reducing partial pieces (into the fetched value or
+        # a collective) may round once per piece.
+        partial = any(p[0] == "P" for p in placements)
+        v = x.v.astype(np.float64)
+        return Ref(x.v, x.e + (8.0 * self.m.unit * np.abs(v) if partial else 0.0))
 
 
 # ---- the op table: how each op runs and when it may be drawn --------------------
@@ -310,17 +335,18 @@ OPS["logsumexp"] = OpSpec("decomposition", lambda L, a, p: L.logsumexp(
 OPS["var"] = OpSpec("decomposition", lambda L, a, p: L.var(
     a[0], p["dims"], p["keepdim"], p["correction"]))
 OPS["layer_norm"] = OpSpec("decomposition", lambda L, a, p: L.layer_norm(a[0], p["k"]))
+OPS["redistribute"] = OpSpec("layout", lambda L, a, p: L.redistribute(a[0], p["placements"]))
 
 
 # ---- strategies ---------------------------------------------------------------------
-def placements(ndim, mesh_shape, partial=True):
+def placements(ndim, mesh_shape, partial=REDUCE_OPS):
     """One placement per mesh dim: Replicate, Shard(d) for any d (negative
     too; uneven splits follow from the extents), or Partial(op)."""
     kinds = [st.just(("R",))]
     if ndim:
         kinds.append(st.integers(-ndim, ndim - 1).map(lambda d: ("S", d)))
     if partial:
-        kinds.append(st.sampled_from(REDUCE_OPS).map(lambda op: ("P", op)))
+        kinds.append(st.sampled_from(partial).map(lambda op: ("P", op)))
     return st.tuples(*[st.one_of(kinds) for _ in mesh_shape])
 
 
@@ -330,8 +356,8 @@ def shapes(min_rank=1, max_rank=3):
 
 def draw_input(draw, prog, shape):
     params = dict(shape=tuple(shape), seed=draw(st.integers(0, 2 ** 16)),
-                  integers=draw(st.booleans()),
-                  placements=draw(placements(len(shape), prog.mesh_shape)))
+                  integers=prog.integer or draw(st.booleans()),
+                  placements=draw(placements(len(shape), prog.mesh_shape, prog.reduce_ops)))
     return prog.add("input", [], params)
 
 
@@ -357,7 +383,7 @@ def draw_operand(draw, prog, src, allow_scalar=True):
     kinds = ["fresh"] + (["scalar"] if allow_scalar else []) + (["value"] if earlier else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "scalar":
-        return ("s", draw(st.sampled_from(SCALARS)))
+        return ("s", draw(st.sampled_from(prog.scalars)))
     if kind == "value":
         return ("v", draw(st.sampled_from(earlier)))
     return ("v", draw_input(draw, prog, _broadcast_partner_shape(draw, shape)))
@@ -387,19 +413,23 @@ def draw_step(draw, prog, names):
     ref = prog.refs[src]
     shape, ndim, hi = ref.shape, len(ref.shape), _hi(ref)
     ok = [n for n in names if _applicable(n, prog, ref, shape, ndim, hi)]
-    name = draw(st.sampled_from(ok))
+    # Family first, then the op: the families get equal shares, however
+    # many ops each has (there are ten unary ops and one matmul).
+    families = sorted({OPS[n].family for n in ok})
+    family = draw(st.sampled_from(families))
+    name = draw(st.sampled_from([n for n in ok if OPS[n].family == family]))
     fam = OPS[name].family
     args, params = [("v", src)], {}
     if name == "clamp":
-        lo = draw(st.sampled_from(SCALARS))
-        params = dict(lo=lo, hi=draw(st.sampled_from([s for s in SCALARS if s >= lo])))
+        lo = draw(st.sampled_from(prog.scalars))
+        params = dict(lo=lo, hi=draw(st.sampled_from([s for s in prog.scalars if s >= lo])))
     elif name == "pow_abs":
         params = dict(k=draw(st.sampled_from(_pow_exponents(hi))))
     elif fam == "binary":
         other = draw_operand(draw, prog, src)
         ohi = abs(other[1]) if other[0] == "s" else _hi(prog.refs[other[1]])
         if name == "mul" and hi * ohi > MAX_MAGNITUDE:
-            other = ("s", 0.5)
+            other = ("s", 1)
         if draw(st.booleans()):  # the reflected form: 2.0 - x, y * x
             args = [other, ("v", src)]
         else:
@@ -412,12 +442,12 @@ def draw_step(draw, prog, names):
             cond = conds[draw(st.integers(0, len(conds) - 1))]
         else:
             cmp = draw(st.sampled_from(sorted(_COMPARE)))
-            cond = prog.add(cmp, [("v", src), ("s", draw(st.sampled_from(SCALARS)))], {})
+            cond = prog.add(cmp, [("v", src), ("s", draw(st.sampled_from(prog.scalars)))], {})
             prog.steps += 1
         other = draw_operand(draw, prog, src)
         if other[0] == "v" and not _broadcasts(prog.refs[cond].shape,
                                                np.broadcast_shapes(shape, prog.refs[other[1]].shape)):
-            other = ("s", draw(st.sampled_from(SCALARS)))
+            other = ("s", draw(st.sampled_from(prog.scalars)))
         pair = [("v", src), other] if draw(st.booleans()) else [other, ("v", src)]
         args = [("v", cond)] + pair
     elif fam == "reduction":
@@ -461,6 +491,8 @@ def draw_step(draw, prog, names):
         params = dict(dims=dims, keepdim=draw(st.booleans()), correction=draw(st.sampled_from([0, 1])))
     elif name == "layer_norm":
         params = dict(k=draw(st.integers(1, ndim)))
+    elif name == "redistribute":
+        params = dict(placements=draw(placements(ndim, prog.mesh_shape, prog.reduce_ops)))
     index = prog.add(name, args, params)
     prog.steps += 1
     return index
@@ -549,8 +581,14 @@ def _matmul_partner(draw, prog, src):
 
 @st.composite
 def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6):
-    mesh_shape = draw(st.sampled_from(MESH_SHAPES))
-    prog = Program(mesh_shape, draw(st.sampled_from(dtype_names)))
+    mesh_shape = draw(st.sampled_from(MESH_SHAPES + EXTRA_MESH_SHAPES))
+    size = int(np.prod(mesh_shape))
+    ranks = None
+    if draw(st.booleans()):  # the mesh's ranks in another order, maybe a subset of the world
+        ranks = tuple(draw(st.permutations(range(WORLD))))[:size]
+    elif size < WORLD:
+        ranks = tuple(range(WORLD - size, WORLD))
+    prog = Program(mesh_shape, draw(st.sampled_from(dtype_names)), ranks)
     draw_input(draw, prog, draw(shapes()))
     target = draw(st.integers(1, max_steps))
     while prog.steps < target:
@@ -562,10 +600,12 @@ def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6):
 _MESHES = {}
 
 
-def mesh_for(shape):
-    mesh = _MESHES.get(shape)
+def mesh_for(shape, ranks):
+    key = (shape, ranks)
+    mesh = _MESHES.get(key)
     if mesh is None:
-        mesh = _MESHES[shape] = dtorch.init_device_mesh("cpu", shape)
+        grid = np.array(ranks, dtype=np.int64).reshape(shape)
+        mesh = _MESHES[key] = dtorch.DeviceMesh("cpu", grid)
     return mesh
 
 
@@ -575,7 +615,7 @@ def _placement(p):
 
 
 def make_input(prog, params, mesh):
-    arr = input_array(params, "float32")
+    arr = input_array(params, prog.dtype_name)
     full = [_placement(p) for p in params["placements"]]
     base = [Replicate() if isinstance(p, Partial) else p for p in full]
     t = dtorch.distribute_tensor(arr, mesh, base)
@@ -595,7 +635,7 @@ def _as_float64(values):
 
 def check_program(prog):
     """Runs the program on DTorch and compares every value with the mirror."""
-    mesh = mesh_for(prog.mesh_shape)
+    mesh = mesh_for(prog.mesh_shape, prog.ranks)
     lib = DTorchLib()
     tensors = []
     for node in prog.nodes:
@@ -609,6 +649,9 @@ def check_program(prog):
         assert tuple(t.shape) == ref.shape, f"{prog}\nv{i}: shape {tuple(t.shape)} != {ref.shape}"
     for i, (t, ref) in enumerate(zip(tensors, prog.refs)):
         got = t.numpy()
+        want_dtype = {"f": prog.dtype_name, "b": "bool", "i": "int64"}[ref.kind]
+        assert np.asarray(got).dtype.name == want_dtype, (
+            f"{prog}\nv{i}: fetched dtype {np.asarray(got).dtype.name}, want {want_dtype}")
         if ref.kind == "f":
             got = _as_float64(got)
         problem = mismatch(got, ref, BASE_TOL[prog.dtype_name])
@@ -652,7 +695,7 @@ def test_chain_matches_numpy(property_session, prog):
 
 ELEMENTWISE = tuple(n for n, spec in OPS.items() if spec.elementwise)
 LAYOUT = ("reshape", "permute", "unsqueeze", "squeeze", "expand", "getitem", "cat",
-          "tril", "triu")
+          "tril", "triu", "redistribute")
 
 
 @SETTINGS
@@ -671,4 +714,16 @@ SIXTEEN_BIT = ("float16", "bfloat16")
 def test_16bit_elementwise_chain(property_session, prog):
     """float16/bfloat16 chains of elementwise ops at 16-bit tolerance (the
     mirror's bound uses the dtype's unit roundoff)."""
+    check_program(prog)
+
+
+INTEGER_OPS = ("neg", "abs", "relu", "square", "clamp", "add", "sub", "mul", "maximum",
+               "minimum", "where", "reduce_sum", "reduce_max", "reduce_min", "argmax",
+               "argmin", "matmul") + tuple(_COMPARE) + LAYOUT
+
+
+@SETTINGS
+@given(prog=programs(names=INTEGER_OPS, dtype_names=("int64", "int32")))
+def test_integer_chain(property_session, prog):
+    """int64/int32 chains (no avg partials, integer scalars): exact results."""
     check_program(prog)
