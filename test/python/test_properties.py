@@ -41,6 +41,7 @@ EXTRA_MESH_SHAPES = {4: [(3,), (2,)], 8: [(3,), (2, 3)]}[WORLD]
 SCALARS = (0.5, -1.5, 2.0, 0.25, 3.0, -0.75, 1.0, 0.0)
 INT_SCALARS = (2, -1, 3, 0, 1)  # a float scalar would promote an int tensor
 REDUCE_OPS = ("sum", "avg", "max", "min")
+MESH_DIM_NAMES = ("m0", "m1", "m2")
 MAX_RANK = 4
 MAX_MAGNITUDE = 1e4  # ops whose result could grow past this are not drawn
 
@@ -71,8 +72,9 @@ class Node:
             p = self.params
             pl = ", ".join(_placement_text(x) for x in p["placements"])
             data = "ints" if p["integers"] else "floats"
+            view = f", on mesh{list(MESH_DIM_NAMES[a] for a in p['view'])}" if p["view"] else ""
             return (f"v{index} = input({'x'.join(map(str, p['shape'])) or 'scalar'}, "
-                    f"{data}, seed={p['seed']}, [{pl}])")
+                    f"{data}, seed={p['seed']}, [{pl}]{view})")
         params = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"v{index} = {self.op}({', '.join(arg(a) for a in self.args)}" + (
             f", {params})" if params else ")")
@@ -97,6 +99,7 @@ class Program:
         self.scalars = INT_SCALARS if self.integer else SCALARS
         self.reduce_ops = tuple(op for op in REDUCE_OPS if not (self.integer and op == "avg"))
         self.nodes, self.refs = [], []
+        self.cuts, self.dropped = set(), set()  # fetched at once / never held
         self.steps = 0
 
     def add(self, op, args, params):
@@ -105,8 +108,10 @@ class Program:
             v = input_array(params, self.dtype_name).astype(np.float64)
             # A value made Partial is reduced again when fetched; over a mesh
             # dim of 3 ranks, sum or avg of the pieces may round.
+            sizes = [self.mesh_shape[a] for a in params["view"]] if params["view"] \
+                else self.mesh_shape
             uneven = any(p[0] == "P" and p[1] in ("sum", "avg") and n & (n - 1)
-                         for p, n in zip(params["placements"], self.mesh_shape))
+                         for p, n in zip(params["placements"], sizes))
             ref = Ref(v, 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v) if uneven else 0.0)
         else:
             ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
@@ -122,7 +127,8 @@ class Program:
     def __repr__(self):
         ranks = "" if self.ranks == tuple(range(len(self.ranks))) else f", ranks={self.ranks}"
         lines = [f"Program(mesh={self.mesh_shape}{ranks}, dtype={self.dtype_name})"]
-        lines += ["  " + n.text(i) for i, n in enumerate(self.nodes)]
+        lines += ["  " + n.text(i) + ("  # fetched at once" if i in self.cuts else "")
+                  + ("  # dropped" if i in self.dropped else "") for i, n in enumerate(self.nodes)]
         return "\n".join(lines)
 
 
@@ -156,6 +162,9 @@ _COMPARE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": opera
 class DTorchLib:
     """The ops through DTorch's torch-style surface (operators, methods and
     functions, as users call them)."""
+
+    def __init__(self, mesh):
+        self.mesh = mesh  # the program's (root) mesh
 
     def unary(self, name, x):
         if name == "neg":
@@ -227,7 +236,7 @@ class DTorchLib:
         return dtorch.layer_norm(x, tuple(x.shape[x.ndim - k:]))
 
     def redistribute(self, x, placements):
-        return x.redistribute(x.device_mesh, [_placement(p) for p in placements])
+        return x.redistribute(self.mesh, [_placement(p) for p in placements])
 
 
 class MirrorLib:
@@ -355,9 +364,17 @@ def shapes(min_rank=1, max_rank=3):
 
 
 def draw_input(draw, prog, shape):
+    nd = len(prog.mesh_shape)
+    view = ()
+    if nd >= 2 and draw(st.integers(0, 3)) == 0:
+        # On a sub-mesh view (mesh["m1"], mesh["m1", "m0"], ...): Replicate
+        # on the dims the view leaves out.
+        view = tuple(draw(st.permutations(range(nd))))[:draw(st.integers(1, nd))]
+    view_shape = [prog.mesh_shape[a] for a in view] if view else prog.mesh_shape
     params = dict(shape=tuple(shape), seed=draw(st.integers(0, 2 ** 16)),
                   integers=prog.integer or draw(st.booleans()),
-                  placements=draw(placements(len(shape), prog.mesh_shape, prog.reduce_ops)))
+                  placements=draw(placements(len(shape), view_shape, prog.reduce_ops)),
+                  view=view)
     return prog.add("input", [], params)
 
 
@@ -593,6 +610,9 @@ def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6):
     target = draw(st.integers(1, max_steps))
     while prog.steps < target:
         draw_step(draw, prog, names)
+    last = len(prog.nodes) - 1
+    prog.cuts = draw(st.sets(st.integers(0, last), max_size=2))
+    prog.dropped = draw(st.sets(st.integers(0, last - 1), max_size=last)) if last else set()
     return prog
 
 
@@ -605,7 +625,8 @@ def mesh_for(shape, ranks):
     mesh = _MESHES.get(key)
     if mesh is None:
         grid = np.array(ranks, dtype=np.int64).reshape(shape)
-        mesh = _MESHES[key] = dtorch.DeviceMesh("cpu", grid)
+        mesh = _MESHES[key] = dtorch.DeviceMesh("cpu", grid,
+                                                mesh_dim_names=MESH_DIM_NAMES[:len(shape)])
     return mesh
 
 
@@ -615,6 +636,8 @@ def _placement(p):
 
 
 def make_input(prog, params, mesh):
+    if params["view"]:
+        mesh = mesh[tuple(MESH_DIM_NAMES[a] for a in params["view"])]
     arr = input_array(params, prog.dtype_name)
     full = [_placement(p) for p in params["placements"]]
     base = [Replicate() if isinstance(p, Partial) else p for p in full]
@@ -626,6 +649,18 @@ def make_input(prog, params, mesh):
     return t
 
 
+def _compare(prog, i, t):
+    ref = prog.refs[i]
+    got = t.numpy()
+    want_dtype = {"f": prog.dtype_name, "b": "bool", "i": "int64"}[ref.kind]
+    assert np.asarray(got).dtype.name == want_dtype, (
+        f"{prog}\nv{i}: fetched dtype {np.asarray(got).dtype.name}, want {want_dtype}")
+    if ref.kind == "f":
+        got = _as_float64(got)
+    problem = mismatch(got, ref, BASE_TOL[prog.dtype_name])
+    assert problem is None, f"{prog}\nv{i} (placements {tuple(t.placements)}): {problem}"
+
+
 def _as_float64(values):
     values = np.asarray(values)
     if values.dtype.kind not in "biuf":  # bfloat16 (ml_dtypes)
@@ -634,30 +669,33 @@ def _as_float64(values):
 
 
 def check_program(prog):
-    """Runs the program on DTorch and compares every value with the mirror."""
+    """Runs the program on DTorch and compares every value with the mirror:
+    values fetched at a cut point as soon as they exist (the ops after them
+    go to a new segment that reads them from the workers), the rest at the
+    end, except the dropped ones (never materialized)."""
     mesh = mesh_for(prog.mesh_shape, prog.ranks)
-    lib = DTorchLib()
+    lib = DTorchLib(mesh)
     tensors = []
-    for node in prog.nodes:
+    for i, node in enumerate(prog.nodes):
         if node.op == "input":
             t = make_input(prog, node.params, mesh)
         else:
             t = OPS[node.op].run(lib, [Program._arg(tensors, a) for a in node.args],
                                  node.params)
+        assert tuple(t.shape) == prog.refs[i].shape, (
+            f"{prog}\nv{i}: shape {tuple(t.shape)} != {prog.refs[i].shape}")
         tensors.append(t)
-    for i, (t, ref) in enumerate(zip(tensors, prog.refs)):
-        assert tuple(t.shape) == ref.shape, f"{prog}\nv{i}: shape {tuple(t.shape)} != {ref.shape}"
-    for i, (t, ref) in enumerate(zip(tensors, prog.refs)):
-        got = t.numpy()
-        want_dtype = {"f": prog.dtype_name, "b": "bool", "i": "int64"}[ref.kind]
-        assert np.asarray(got).dtype.name == want_dtype, (
-            f"{prog}\nv{i}: fetched dtype {np.asarray(got).dtype.name}, want {want_dtype}")
-        if ref.kind == "f":
-            got = _as_float64(got)
-        problem = mismatch(got, ref, BASE_TOL[prog.dtype_name])
-        assert problem is None, (f"{prog}\nv{i} (placements {tuple(t.placements)}): {problem}")
+        if i in prog.cuts:
+            _compare(prog, i, t)
+    for i in prog.dropped:
+        tensors[i] = None
+    checked = 0
+    for i, t in enumerate(tensors):
+        if t is not None:
+            _compare(prog, i, t)
+            checked += 1
+    STATS["values_checked"] += checked
     STATS["examples"] += 1
-    STATS["values_checked"] += len(tensors)
     key = "x".join(map(str, prog.mesh_shape))
     STATS["meshes"][key] = STATS["meshes"].get(key, 0) + 1
     for node in prog.nodes:
