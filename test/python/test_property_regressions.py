@@ -1,6 +1,7 @@
 """Bugs the property tests (test_properties.py) found, each pinned by a
 plain example."""
 import numpy as np
+import pytest
 
 from dtorch import Partial, Replicate, Shard
 
@@ -61,3 +62,37 @@ def test_program_cache_tells_meshes_of_one_shape_apart(dt):
             t = dt.distribute_tensor(a, mesh, [Shard(0)])
             assert_close((t * 2.0).tril(1).numpy(), np.tril(a * 2.0, 1))
             assert_close(t.sum(0).numpy(), a.sum(0))
+
+
+# ---- bugs found by the properties that are not fixed here -----------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "gather rule (lib/Layout/OpRules.cpp, rules::gather): where the index is "
+    "shorter than the input on a dim other than `dim`, the input gets no factor "
+    "(replicated) but the index and result stay sharded, and the kernel reads "
+    "the input at the local row, not the piece's global row"))
+def test_gather_with_a_shorter_sharded_index(dt, meshes):
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    index = np.zeros((2, 1), dtype=np.int64)
+    t = dt.distribute_tensor(x, meshes["4"], [Replicate()])
+    i = dt.distribute_tensor(index, meshes["4"], [Shard(0)])
+    assert_close(t.gather(1, i).numpy(), np.take_along_axis(x[:2], index, 1))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "scatter_add rule (lib/Layout/OpRules.cpp, rules::scatterAdd): where index "
+    "and src are shorter than the input on a dim other than `dim`, the input "
+    "and result stay sharded there while index and src are replicated, and "
+    "each rank adds the updates of the first rows into its own piece; a piece "
+    "smaller than the index fails validation instead"))
+def test_scatter_add_into_an_input_sharded_on_a_longer_dim(dt):
+    mesh = dt.DeviceMesh("cpu", [0, 1])
+    x = np.zeros((4, 2), dtype=np.float32)
+    index = np.array([[1], [0]], dtype=np.int64)
+    src = np.array([[10.0], [20.0]], dtype=np.float32)
+    want = x.copy()
+    want[0, 1] += 10.0
+    want[1, 0] += 20.0
+    t = dt.distribute_tensor(x, mesh, [Shard(0)])
+    out = dt.scatter_add(t, 1, dt.distribute_tensor(index, mesh, [Replicate()]),
+                         dt.distribute_tensor(src, mesh, [Replicate()]))
+    assert_close(out.numpy(), want)
