@@ -28,7 +28,7 @@ from dtorch import Partial, Replicate, Shard
 
 from property_mirror import F32_UNIT, Mirror, Ref, mismatch, round_bfloat16
 
-EXAMPLES = int(os.environ.get("DTORCH_PROPERTY_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("DTORCH_PROPERTY_EXAMPLES", "150"))
 WORLD = int(os.environ.get("DTORCH_PROPERTY_WORLD", "4"))
 RANDOM = os.environ.get("DTORCH_PROPERTY_RANDOM") == "1"
 MESH_SHAPES = {4: [(4,), (2, 2), (1, 4), (2, 1, 2)],
