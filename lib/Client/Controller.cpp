@@ -120,7 +120,13 @@ void Controller::runSegment(const Segment &seg) {
                         std::to_string(h) + ", which is not on the workers");
   std::vector<int64_t> seeds;
   std::string text = segmentText(seg, mesh, "segment", &seeds);
-  auto it = cache_.find(text);
+  // The text names the mesh's shape, not its ranks, while the programs are
+  // remapped to the ranks (remapRanks) and uploaded to them: a mesh of the
+  // same shape over other ranks, or in another order, needs its own entry.
+  std::string key = text + "\n// ranks:";
+  for (int64_t r : mesh.ranks)
+    key += " " + std::to_string(r);
+  auto it = cache_.find(key);
   if (it == cache_.end()) {
     ++compiles_;
     CompileOptions options;
@@ -138,7 +144,7 @@ void Controller::runSegment(const Segment &seg) {
     c.uploaded.assign(c.programs.size(), false);
     c.stages = std::move(result.stages);
     c.explanation = std::move(result.explanations);
-    it = cache_.emplace(text, std::move(c)).first;
+    it = cache_.emplace(key, std::move(c)).first;
   }
   Compiled &c = it->second;
   if (last_ != &c) {

@@ -335,7 +335,8 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
         arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu" and arr.dtype not in (np.int32, np.int64):
         arr = arr.astype(np.int64)
-    arr = np.ascontiguousarray(arr)
+    # np.ascontiguousarray would make a 0-d value 1-d; torch keeps shape ().
+    arr = np.require(arr, requirements="C")
     mesh, raw = _target(device_mesh, placements, arr.ndim)
     if arr.dtype.name == "bfloat16":
         t = _C.from_numpy(arr.view(np.uint16), mesh._mesh_id, raw, mesh._view,

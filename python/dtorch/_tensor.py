@@ -31,15 +31,9 @@ def _numel(self):
     return int(np.prod(self.shape)) if self.shape else 1
 
 
-def _bf16_view(arr):
-    """bfloat16 values arrive as their uint16 bits; ml_dtypes names them."""
-    import ml_dtypes
-    return arr.view(ml_dtypes.bfloat16)
-
-
 def _fetch(self):
-    arr = _C.fetch(self)
-    return _bf16_view(arr) if self.dtype == _C.dtype.bfloat16 else arr
+    """The full value as numpy (bfloat16: an ml_dtypes.bfloat16 array)."""
+    return _C.fetch(self)
 
 
 def _numpy(self):
@@ -64,10 +58,7 @@ def _to_torch(self):
 
 
 def _local_shards(self):
-    pieces = _C.fetch_local(self)
-    if self.dtype == _C.dtype.bfloat16:
-        pieces = {r: _bf16_view(a) for r, a in pieces.items()}
-    return pieces
+    return _C.fetch_local(self)
 
 
 def _redistribute(self, device_mesh=None, placements=None):

@@ -121,6 +121,22 @@ nb::object toNumpy(rt::Tensor t) {
   nb::capsule keep(
       owner, [](void *p) noexcept { delete static_cast<rt::Tensor *>(p); });
   std::vector<size_t> shape(owner->shape().begin(), owner->shape().end());
+  if (owner->dtype() == wire::BF16) {
+    // numpy has no bfloat16 of its own (nanobind would hand back an opaque
+    // object): give the bits as uint16 viewed as ml_dtypes.bfloat16, the
+    // type torch and jax give numpy.
+    Array bits(owner->data(), shape.size(), shape.data(), keep, nullptr,
+               nb::dtype<uint16_t>());
+    nb::object bf16;
+    try {
+      bf16 = nb::module_::import_("ml_dtypes").attr("bfloat16");
+    } catch (nb::python_error &) {
+      throw TypeError(
+          "fetching a bfloat16 tensor needs the ml_dtypes package "
+          "(pip install ml_dtypes), or convert it first: x.float()");
+    }
+    return nb::cast(bits).attr("view")(bf16);
+  }
   Array arr(owner->data(), shape.size(), shape.data(), keep, nullptr,
             dlpackOf(owner->dtype()));
   return nb::cast(arr);
