@@ -439,6 +439,10 @@ NB_MODULE(_C, m) {
       t->view = view;
     return t;
   });
+  m.def("assign", [](const Tensor &target, const Tensor &value) {
+    session().assign(target, value);
+  });
+  m.def("alias", [](const Tensor &x) { return TensorImpl::aliasOf(*x); });
   m.def("fetch", [](const Tensor &x) {
     rt::Tensor v;
     {
@@ -523,8 +527,16 @@ NB_MODULE(_C, m) {
           return session().graphText(in, out, name);
         });
 
-  nb::class_<TensorImpl> tensorClass(m, "Tensor");
+  // dynamic_attr: tensors carry Python attributes such as `grad`.
+  nb::class_<TensorImpl> tensorClass(m, "Tensor", nb::dynamic_attr());
   tensorClass
+      // Tensor(other): another name for other's value (Parameter uses it).
+      .def("__init__",
+           [](TensorImpl *self, const Tensor &other) {
+             new (self)
+                 TensorImpl(other->session(), other->storage(), other->meta());
+             self->view = other->view;
+           })
       .def_prop_ro("shape",
                    [](const TensorImpl &t) {
                      nb::list l;

@@ -1,0 +1,1 @@
+"""dtorch.optim: optimizers over DTensors."""
