@@ -106,3 +106,10 @@ def test_update_loop_frees_old_values_and_hits_the_program_cache(dt, meshes):
     assert_close(m.numpy(), ref_m, 1e-12)
     assert len(set(live[1:])) == 1, live          # bounded: no value leaks
     assert compiles[1:] == [compiles[0]] * (len(compiles) - 1), compiles  # step 2 on: hits
+
+
+def test_scalars_without_a_dot_in_their_shortest_form(dt, meshes):
+    # 1e-08 is printed "%.17g" as 1e-08, which MLIR reads only as 1.0e-08.
+    x = dt.ones(3, device_mesh=meshes["4"], dtype=dt.float64)
+    assert_close((x + 1e-08).numpy(), np.full(3, 1.0 + 1e-08), 1e-15)
+    assert_close((x * 1e20).numpy(), np.full(3, 1e20), 1e-15)
