@@ -302,3 +302,22 @@ def test_clip_grad_norm(dt, meshes):
         assert_close(p.grad.numpy(), b, 1e-12)
     nn.utils.clip_grad_value_(params, 0.01)
     assert max(np.abs(p.grad.numpy()).max() for p in params) <= 0.01
+
+
+def test_forward_hooks(dt):
+    lin = nn.Linear(2, 2, bias=False)
+    lin.weight.copy_(np.eye(2))
+    calls = []
+    h1 = lin.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    h2 = lin.register_forward_hook(lambda m, args, out: out + 1)
+    h3 = lin.register_forward_hook(lambda m, args, out: calls.append(type(m).__name__))
+    x = dtorch.ones(1, 2)
+    assert_close(lin(x).numpy(), [[3.0, 3.0]])
+    assert calls == ["Linear"]
+    h1.remove()
+    h2.remove()
+    assert_close(lin(x).numpy(), [[1.0, 1.0]])
+    h3.remove()
+    with lin.register_forward_pre_hook(lambda m, a, k: ((a[0] * 0,), k), with_kwargs=True):
+        assert_close(lin(x).numpy(), [[0.0, 0.0]])
+    assert not lin._forward_pre_hooks and not lin._hooks_with_kwargs

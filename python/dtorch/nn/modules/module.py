@@ -3,6 +3,7 @@
 state_dict/load_state_dict, zero_grad)."""
 import collections
 import collections.abc
+import itertools
 
 import numpy as np
 
@@ -16,6 +17,24 @@ _IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
                                            ["missing_keys", "unexpected_keys"])
 
 _USER_ERRORS = (ValueError, TypeError, IndexError)
+_hook_ids = itertools.count()
+
+
+class RemovableHandle:
+    """Unregisters a hook: ``handle.remove()`` (also as a context manager)."""
+
+    def __init__(self, table, key, kwargs_set):
+        self._table, self.id, self._kwargs_set = table, key, kwargs_set
+
+    def remove(self):
+        self._table.pop(self.id, None)
+        self._kwargs_set.discard(self.id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
 
 
 def _check_name(kind, name, module):
@@ -60,6 +79,9 @@ class Module:
         object.__setattr__(self, "_buffers", {})
         object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_forward_pre_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
+        object.__setattr__(self, "_hooks_with_kwargs", set())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required '
@@ -67,10 +89,54 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         try:
-            return self.forward(*args, **kwargs)
+            if not (self._forward_pre_hooks or self._forward_hooks):
+                return self.forward(*args, **kwargs)
+            return self._call_with_hooks(args, kwargs)
         except _USER_ERRORS as e:
             self._name_in_error(e)
             raise
+
+    def _call_with_hooks(self, args, kwargs):
+        for key, hook in list(self._forward_pre_hooks.items()):
+            if key in self._hooks_with_kwargs:
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    args, kwargs = result
+            else:
+                result = hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        output = self.forward(*args, **kwargs)
+        for key, hook in list(self._forward_hooks.items()):
+            if key in self._hooks_with_kwargs:
+                result = hook(self, args, kwargs, output)
+            else:
+                result = hook(self, args, output)
+            if result is not None:
+                output = result
+        return output
+
+    def _add_hook(self, table, hook, prepend, with_kwargs):
+        key = next(_hook_ids)
+        table[key] = hook
+        if prepend:
+            table.move_to_end(key, last=False)
+        if with_kwargs:
+            self._hooks_with_kwargs.add(key)
+        return RemovableHandle(table, key, self._hooks_with_kwargs)
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """``hook(module, args)`` (or ``hook(module, args, kwargs)`` with
+        ``with_kwargs``) runs before ``forward``; a non-None result replaces
+        the arguments. Returns a handle whose ``remove()`` unregisters it."""
+        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False,
+                              always_call=False):
+        """``hook(module, args, output)`` (or ``hook(module, args, kwargs,
+        output)``) runs after ``forward``; a non-None result replaces the
+        output. Returns a handle whose ``remove()`` unregisters it."""
+        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs)
 
     def _name_in_error(self, e):
         """Puts this module's path (relative to the outermost module the
