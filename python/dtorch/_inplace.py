@@ -112,7 +112,17 @@ mul_ = _update("mul_", lambda a, b: a * b)
 div_ = _update("div_", lambda a, b: a / b)
 
 
+def __deepcopy__(self, memo):
+    """A deep copy is another name for the same (immutable) value."""
+    if id(self) not in memo:
+        copy = _C.alias(self)
+        copy._requires_grad = self._requires_grad
+        memo[id(self)] = copy
+    return memo[id(self)]
+
+
 def _install():
+    Tensor.__deepcopy__ = __deepcopy__
     Tensor._assign = _assign
     Tensor.copy_ = copy_
     Tensor.zero_ = zero_

@@ -10,6 +10,7 @@ import pytest
 
 import dtorch
 from dtorch import Replicate, Shard, nn
+from dtorch.nn._grad import no_grad
 from conftest import assert_close
 
 
@@ -161,8 +162,9 @@ def test_module_forwards_against_numpy(dt, meshes):
     x = rng.standard_normal((3, 4, 6))
     xt = dt.tensor(x, device_mesh=mesh, placements=[Shard(0), Replicate()])
     ln = nn.LayerNorm(6, device_mesh=mesh, dtype=dt.float64, eps=1e-5)
-    ln.weight.copy_(np.arange(6.0))
-    ln.bias.copy_(np.ones(6))
+    with no_grad():
+        ln.weight.copy_(np.arange(6.0))
+        ln.bias.copy_(np.ones(6))
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
     assert_close(ln(xt).numpy(), (x - mu) / np.sqrt(var + 1e-5) * np.arange(6.0) + 1, 1e-10)
     rms = nn.RMSNorm(6, eps=1e-6, device_mesh=mesh, dtype=dt.float64)
@@ -306,7 +308,8 @@ def test_clip_grad_norm(dt, meshes):
 
 def test_forward_hooks(dt):
     lin = nn.Linear(2, 2, bias=False)
-    lin.weight.copy_(np.eye(2))
+    with no_grad():
+        lin.weight.copy_(np.eye(2))
     calls = []
     h1 = lin.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
     h2 = lin.register_forward_hook(lambda m, args, out: out + 1)
@@ -321,3 +324,18 @@ def test_forward_hooks(dt):
     with lin.register_forward_pre_hook(lambda m, a, k: ((a[0] * 0,), k), with_kwargs=True):
         assert_close(lin(x).numpy(), [[0.0, 0.0]])
     assert not lin._forward_pre_hooks and not lin._hooks_with_kwargs
+
+
+def test_deepcopy_makes_an_independent_module(dt):
+    import copy
+    net = Net()
+    twin = copy.deepcopy(net)
+    names = [n for n, _ in twin.named_parameters()]
+    assert names == NET_NAMES
+    assert all(a is not b for a, b in zip(net.parameters(), twin.parameters()))
+    assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in twin.parameters())
+    before = net.final.weight.numpy().copy()
+    with no_grad():
+        twin.final.weight.mul_(3.0)
+    assert_close(net.final.weight.numpy(), before, 0)
+    assert_close(twin.final.weight.numpy(), 3 * before, 0)

@@ -39,9 +39,11 @@ class Parameter(Tensor):
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
 
-    def __reduce_ex__(self, proto):
-        raise TypeError("a dtorch Parameter names a value on the workers; save "
-                        "module.state_dict() values with .numpy() instead of pickling")
+    def __deepcopy__(self, memo):
+        # Values are immutable: a copy is another name for the same value.
+        if id(self) not in memo:
+            memo[id(self)] = type(self)(self, requires_grad=self.requires_grad)
+        return memo[id(self)]
 
 
 class Buffer(Tensor):

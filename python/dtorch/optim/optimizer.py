@@ -126,11 +126,20 @@ class Optimizer:
         pairs = [(p, grad_of(p)) for p in group["params"]]
         pairs = [(p, g) for p, g in pairs if g is not None]
         pairs.sort(key=lambda pg: pg[0]._mesh_id)
+        out = []
         for p, g in pairs:
             if tuple(g.shape) != tuple(p.shape):
                 raise ValueError(f"the gradient's shape {tuple(g.shape)} differs from its "
                                  f"parameter's {tuple(p.shape)}")
-        return pairs
+            if g._mesh_id != p._mesh_id:
+                raise ValueError("a gradient lives on another device mesh than its parameter")
+            if g.dtype != p.dtype:
+                g = g.to(p.dtype)
+            if g._placements_raw != p._placements_raw:
+                # State follows the parameter's layout (a Partial gradient is reduced).
+                g = _C.redistribute(g, p._mesh_id, _state_placements_raw(p), p._view)
+            out.append((p, g))
+        return out
 
     def _scalar(self, like, value, dtype=None):
         """A 0-d tensor holding `value` on `like`'s mesh (replicated); one put
