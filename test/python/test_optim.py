@@ -363,3 +363,22 @@ def test_training_loop_with_hand_written_gradients(dt, meshes):
     assert opt.state[model.weight]["momentum_buffer"].placements == (Replicate(), Shard(1))
     assert compiles[2:] == [compiles[1]] * 6, compiles
     assert len(set(live[1:])) == 1, live
+
+
+def test_parameters_on_sub_meshes_keep_their_view(dt, meshes):
+    mesh = meshes["2x2"]
+    tp = mesh["tp"]
+    p0, grads = problem(10, steps=3)
+    p = make_param(dt, tp, [Shard(0)], p0)
+    q = make_param(dt, mesh["dp"], [Replicate()], p0)
+    opt = dt.optim.Adam([p, q], lr=0.05, weight_decay=0.1)
+    for g in grads:
+        set_grad(dt, p, g)
+        set_grad(dt, q, g)
+        opt.step()
+    want, *_ = ref_adam(p0, grads, [0.05] * 3, weight_decay=0.1)
+    for t, sub in ((p, tp), (q, mesh["dp"])):
+        assert t.device_mesh == sub
+        assert opt.state[t]["exp_avg"].device_mesh == sub
+        assert opt.state[t]["exp_avg"].placements == t.placements
+        assert_close(t.numpy(), want, TOL)
