@@ -127,10 +127,16 @@ Tensor Session::newTensor(TensorMeta meta) {
   return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
 }
 
+static const char *const kMetaMessage =
+    "a meta tensor has no value: give it one first (module.to_empty() then "
+    "reset_parameters(), load_state_dict(), or _assign())";
+
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
   const TensorStorage &s = *t->storage_;
+  if (s.meta)
+    throw ValueError(kMetaMessage);
   if (s.materialized && std::find(segment_.args.begin(), segment_.args.end(),
                                   s.id) == segment_.args.end()) {
     segment_.args.push_back(s.id);
@@ -246,6 +252,17 @@ Tensor Session::random(const Shape &shape, bool normal, wire::DType dtype,
   dist.s = normal ? "normal" : "uniform";
   return addNode("random", {}, {{"seed", seed}, {"distribution", dist}},
                  {shape, dtype, meshId, placements});
+}
+
+Tensor Session::meta(const Shape &shape, wire::DType dtype, int meshId,
+                     const Placements &placements) {
+  for (int64_t s : shape)
+    if (s < 0)
+      throw ValueError("negative dimension in shape " + shapeStr(shape));
+  checkPlacements(shape, mesh(meshId), placements);
+  Tensor t = newTensor({shape, dtype, meshId, placements});
+  t->storage_->meta = true;
+  return t;
 }
 
 void Session::manualSeed(uint64_t seed) {
@@ -627,6 +644,8 @@ Tensor Session::redistribute(const Tensor &x, int meshId,
   checkPlacements(m.shape, mesh(meshId), placements);
   if (placements == m.placements)
     return x;
+  if (x->storage_->meta) // a meta tensor moves by metadata alone
+    return meta(m.shape, m.dtype, meshId, placements);
   return addNode("redistribute", {x}, {},
                  {m.shape, m.dtype, meshId, placements});
 }
@@ -657,6 +676,8 @@ void Session::assign(const Tensor &target, const Tensor &value) {
 // -----------------------------------------------------------------------
 
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   std::vector<rt::Tensor> pieces =
       controller_->fetchPieces(x->meta().meshId, x->id());
@@ -668,6 +689,8 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
 }
 
 rt::Tensor Session::fetch(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   const TensorMeta &meta = x->meta();
   std::vector<rt::Tensor> pieces =

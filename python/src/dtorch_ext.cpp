@@ -392,6 +392,12 @@ NB_MODULE(_C, m) {
     t->view = view;
     return t;
   });
+  m.def("meta", [](std::vector<int64_t> shape, wire::DType dt, int mesh,
+                   PList p, int view) {
+    Tensor t = session().meta(shape, dt, mesh, toPlacements(p));
+    t->view = view;
+    return t;
+  });
   m.def("random", [](std::vector<int64_t> shape, bool normal, wire::DType dt,
                      int mesh, PList p, int view) {
     Tensor t = session().random(shape, normal, dt, mesh, toPlacements(p));
@@ -555,6 +561,8 @@ NB_MODULE(_C, m) {
                      return fromPlacements(t.meta().placements);
                    })
       .def_prop_ro("_handle", [](const TensorImpl &t) { return t.id(); })
+      .def_prop_ro("is_meta",
+                   [](const TensorImpl &t) { return t.storage()->meta; })
       .def_rw("_requires_grad", &TensorImpl::requiresGrad);
   // Python operators, from the op registry: each names its dialect op.
   for (const OpInfo &op : opRegistry())

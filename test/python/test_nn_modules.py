@@ -339,3 +339,42 @@ def test_deepcopy_makes_an_independent_module(dt):
         twin.final.weight.mul_(3.0)
     assert_close(net.final.weight.numpy(), before, 0)
     assert_close(twin.final.weight.numpy(), 3 * before, 0)
+
+
+def test_meta_init_then_to_empty_and_reset_parameters(dt, meshes):
+    mesh = meshes["2x2"]
+    with nn.meta_init():
+        net = Net(device_mesh=mesh)
+    lin = nn.Linear(4, 3, device="meta")
+    assert all(p.is_meta for p in net.parameters()) and lin.weight.is_meta
+    assert not net.pos.is_meta                      # made by dtorch.zeros, not a module
+    assert [n for n, _ in net.named_parameters()] == NET_NAMES
+    assert "device='meta'" in repr(lin.weight)
+    with pytest.raises(ValueError, match="meta tensor has no value"):
+        lin.weight.numpy()
+    with pytest.raises(ValueError, match=r"^Linear: a meta tensor has no value"):
+        lin(dtorch.ones(2, 4))
+    # A layout change of a meta parameter is metadata only (a parallel style).
+    w = net.heads["lm"].weight
+    moved = w.redistribute(mesh, [Replicate(), Shard(0)])
+    assert moved.is_meta and moved.placements == (Replicate(), Shard(0))
+    net.heads["lm"].weight = nn.Parameter(moved)
+    dt.synchronize()
+    live = dt._C.live_tensors()
+    with nn.meta_init():
+        big = nn.Sequential(nn.Linear(64, 64, device_mesh=mesh), nn.LayerNorm(64))
+    big[0].weight = nn.Parameter(big[0].weight.redistribute(mesh, [Shard(0), Shard(1)]))
+    dt.synchronize()
+    assert dt._C.live_tensors() == live             # nothing was created on the workers
+    big.to_empty()
+    dt.synchronize()
+    assert dt._C.live_tensors() == live + 4
+    net.to_empty()
+    assert not any(p.is_meta for p in net.parameters())
+    assert net.heads["lm"].weight.placements == (Replicate(), Shard(0))
+    dt.manual_seed(4)
+    net.reset_parameters_recursively()
+    dt.manual_seed(4)
+    ref = Net(device_mesh=mesh)
+    for (n, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
+        assert_close(p.numpy(), q.numpy(), 0)

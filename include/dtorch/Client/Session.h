@@ -73,6 +73,9 @@ struct TensorStorage {
   Handle id;
   int meshId;
   bool materialized = false; // exists on the workers
+  /// A meta tensor's storage: metadata only, no value anywhere; reading it
+  /// raises (Session::meta).
+  bool meta = false;
 };
 using Storage = std::shared_ptr<TensorStorage>;
 
@@ -168,6 +171,10 @@ public:
   Tensor fromData(const rt::Tensor &data, int meshId,
                   const Placements &placements);
   void manualSeed(uint64_t seed);
+  /// A tensor with metadata and no value (torch's "meta" device): ops and
+  /// fetches that read it raise ValueError until `assign` gives it a value.
+  Tensor meta(const Shape &shape, wire::DType dtype, int meshId,
+              const Placements &placements);
 
   // ---- ops -----------------------------------------------------------------
   Tensor unary(const std::string &op, const Tensor &x);

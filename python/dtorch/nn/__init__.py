@@ -8,7 +8,7 @@ say, else on the mesh of `default_device_mesh` (a context manager) or
 from . import functional  # noqa: F401
 from . import init  # noqa: F401
 from ._placement import (default_device_mesh, get_default_device_mesh,  # noqa: F401
-                         set_default_device_mesh)
+                         meta_init, set_default_device_mesh)
 from .modules import (GELU, Dropout, Embedding, Identity, LayerNorm, Linear,  # noqa: F401
                       Module, ModuleDict, ModuleList, ReLU, RMSNorm, Sequential, Sigmoid,
                       SiLU, Tanh)

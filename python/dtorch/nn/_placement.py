@@ -7,7 +7,7 @@ import contextlib
 
 from ..placement_types import Placement, Replicate, Shard
 
-_default = {"mesh": None}
+_default = {"mesh": None, "meta": False}
 
 
 def set_default_device_mesh(mesh):
@@ -38,6 +38,22 @@ def default_device_mesh(mesh):
         set_default_device_mesh(previous)
 
 
+@contextlib.contextmanager
+def meta_init():
+    """``with dtorch.nn.meta_init(): model = GPT()`` builds modules whose
+    parameters and buffers are meta tensors (torch's ``device="meta"``):
+    shapes, dtypes, meshes and placements only, no value on the workers and
+    nothing recorded. Parallelize the model, then ``model.to_empty()`` and
+    ``reset_parameters()`` (or ``load_state_dict``) give the values in their
+    final layout."""
+    previous = _default["meta"]
+    _default["meta"] = True
+    try:
+        yield
+    finally:
+        _default["meta"] = previous
+
+
 def param_placements(placements, name, ndim, mesh):
     """The placements of parameter `name` (with `ndim` dims) from a module's
     ``placements`` keyword: None (replicated), one list for every parameter
@@ -58,17 +74,25 @@ def param_placements(placements, name, ndim, mesh):
     return out
 
 
-def factory(device_mesh, placements, dtype):
+def factory(device_mesh, placements, dtype, device=None):
     """A function (name, shape, kind, value) -> Tensor making a module's
     parameter values on the right mesh; `kind` is "full", "uniform" or
-    "normal"."""
+    "normal". With ``device="meta"`` (or inside `meta_init`) it makes meta
+    tensors."""
     from .. import _C
     from .._creation import full, rand, randn
+    if device not in (None, "cpu", "meta") and not str(device).startswith("cuda"):
+        raise ValueError(f"device {device!r}: dtorch modules take device_mesh=, or "
+                         "device='meta'")
+    meta = device == "meta" or (device is None and _default["meta"])
     mesh = device_mesh if device_mesh is not None else get_default_device_mesh()
     dt = dtype if dtype is not None else _C.dtype.float32
 
     def make(name, shape, kind="full", value=0.0):
         pl = param_placements(placements, name, len(shape), mesh)
+        if meta:
+            raw = mesh._root_placements(pl, len(shape))
+            return _C.meta(list(shape), dt, mesh._mesh_id, raw, mesh._view)
         if kind == "full":
             return full(tuple(shape), value, device_mesh=mesh, placements=pl, dtype=dt)
         fn = rand if kind == "uniform" else randn

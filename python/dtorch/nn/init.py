@@ -45,17 +45,23 @@ def _calculate_fan_in_and_fan_out(tensor):
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
     """Fills `tensor` with values drawn from U(a, b)."""
+    if tensor.is_meta:
+        return tensor
     with no_grad():
         return tensor._assign(_random_like(tensor, False) * (b - a) + a)
 
 
 def normal_(tensor, mean=0.0, std=1.0, generator=None):
     """Fills `tensor` with values drawn from N(mean, std^2)."""
+    if tensor.is_meta:
+        return tensor
     with no_grad():
         return tensor._assign(_random_like(tensor, True) * std + mean)
 
 
 def constant_(tensor, val):
+    if tensor.is_meta:
+        return tensor
     with no_grad():
         return tensor.fill_(val)
 

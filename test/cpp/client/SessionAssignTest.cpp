@@ -1,7 +1,8 @@
 // Session::assign, the in-place update of a symbolic tensor: the target
 // names the value's storage (redistributed to the target's placements), a
 // pending op that read the old value still sees it, old values are freed,
-// and a loop of updates reuses one compiled program.
+// and a loop of updates reuses one compiled program; meta tensors have no
+// value until assigned.
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 
@@ -91,6 +92,20 @@ TEST_F(SessionAssign, MismatchesRaiseValueError) {
   EXPECT_THROW(session->assign(x, session->full({4}, 0.0, wire::F64, other,
                                                 {Placement::shard(0)})),
                ValueError);
+}
+
+TEST_F(SessionAssign, MetaTensorsHaveNoValueUntilAssigned) {
+  Tensor m = session->meta({8}, wire::F64, mesh, {Placement::replicate()});
+  EXPECT_TRUE(m->storage()->meta);
+  EXPECT_THROW(session->unary("neg", m), ValueError);
+  EXPECT_THROW(session->fetch(m), ValueError);
+  Tensor moved = session->redistribute(m, mesh, {Placement::shard(0)});
+  EXPECT_TRUE(moved->storage()->meta);
+  EXPECT_EQ(session->pendingNodes(), 0u);
+  session->assign(
+      moved, session->full({8}, 3.0, wire::F64, mesh, {Placement::shard(0)}));
+  EXPECT_FALSE(moved->storage()->meta);
+  EXPECT_EQ(values(session->fetch(moved)), std::vector<double>(8, 3.0));
 }
 
 } // namespace

@@ -40,7 +40,7 @@ class Linear(Module):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        make = factory(device_mesh, placements, dtype)
+        make = factory(device_mesh, placements, dtype, device)
         self.weight = Parameter(make("weight", (out_features, in_features)))
         if bias:
             self.bias = Parameter(make("bias", (out_features,)))

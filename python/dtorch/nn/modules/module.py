@@ -378,12 +378,13 @@ class Module:
         return self
 
     def to_empty(self, *, device=None, recurse=True):
-        """Gives every parameter and buffer fresh uninitialised storage with
-        the same shape, dtype, mesh and placements (torch's second step of
-        meta-device init; call ``reset_parameters`` afterwards). In dtorch a
-        module's values never live on the client, so this only drops the
-        old values on the workers."""
-        from .._placement import param_placements  # noqa: F401  (same layout)
+        """Gives every parameter and buffer a value (zeros) with its shape,
+        dtype, mesh and placements, computed on the workers in that layout:
+        the second step of meta-device init (`dtorch.nn.meta_init` or
+        ``device="meta"``), before ``reset_parameters`` or
+        ``load_state_dict``. Placements changed while the module was meta
+        (by a parallel style) are kept, so nothing is ever materialised in
+        another layout, nor on the client."""
         with no_grad():
             for t in list(self.parameters(recurse)) + list(self.buffers(recurse)):
                 raw = [("R", 0, "") if k == "P" else (k, d, o) for k, d, o in t._placements_raw]

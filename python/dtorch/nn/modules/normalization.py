@@ -23,7 +23,7 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        make = factory(device_mesh, placements, dtype)
+        make = factory(device_mesh, placements, dtype, device)
         if elementwise_affine:
             self.weight = Parameter(make("weight", self.normalized_shape, "full", 1.0))
             if bias:
@@ -63,7 +63,7 @@ class RMSNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        make = factory(device_mesh, placements, dtype)
+        make = factory(device_mesh, placements, dtype, device)
         if elementwise_affine:
             self.weight = Parameter(make("weight", self.normalized_shape, "full", 1.0))
         else:

@@ -34,7 +34,7 @@ class Embedding(Module):
                 raise AssertionError("Padding_idx must be within num_embeddings")
             padding_idx %= num_embeddings
         self.padding_idx = padding_idx
-        make = factory(device_mesh, placements, dtype)
+        make = factory(device_mesh, placements, dtype, device)
         if _weight is None:
             self.weight = Parameter(make("weight", (num_embeddings, embedding_dim)),
                                     requires_grad=not _freeze)
@@ -47,7 +47,7 @@ class Embedding(Module):
 
     def reset_parameters(self):
         init.normal_(self.weight)
-        if self.padding_idx is not None:
+        if self.padding_idx is not None and not self.weight.is_meta:
             w = self.weight
             rows = _C.iota([w.shape[0], 1], 0, 0.0, 1.0, _C.dtype.int64, w._mesh_id,
                            [("R", 0, "")] * len(w._placements_raw), w._view)
