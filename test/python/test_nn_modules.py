@@ -378,3 +378,19 @@ def test_meta_init_then_to_empty_and_reset_parameters(dt, meshes):
     ref = Net(device_mesh=mesh)
     for (n, p), (_, q) in zip(net.named_parameters(), ref.named_parameters()):
         assert_close(p.numpy(), q.numpy(), 0)
+
+
+def test_module_to_dtype(dt, meshes):
+    shared = nn.Linear(3, 3)
+    seq = nn.Sequential(shared, nn.ReLU(), shared, nn.LayerNorm(3))
+    before = shared.weight.numpy()
+    assert seq.double() is seq
+    assert all(p.dtype == dt.float64 and isinstance(p, nn.Parameter) and p.requires_grad
+               for p in seq.parameters())
+    assert seq[0] is seq[2] and seq[0].weight is seq[2].weight
+    assert_close(seq[0].weight.numpy(), before.astype(np.float64), 0)
+    x = dt.ones(2, 3, dtype=dt.float64)
+    assert seq(x).dtype == dt.float64
+    assert seq.float()[0].weight.dtype == dt.float32
+    with pytest.raises(TypeError, match="floating point"):
+        seq.to(dt.int64)

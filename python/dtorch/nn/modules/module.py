@@ -352,6 +352,57 @@ class Module:
     def eval(self):
         return self.train(False)
 
+    def to(self, *args, dtype=None, **kwargs):
+        """``module.to(dtype)``: converts floating-point parameters and
+        buffers (a new Parameter per converted one, shared ones stay
+        shared; build optimizers afterwards). Devices: dtorch places values
+        with ``device_mesh``/``placements`` instead, so only "cpu" is
+        accepted."""
+        for a in args:
+            if isinstance(a, _C.dtype):
+                dtype = a
+            elif isinstance(a, str) and a != "cpu":
+                raise ValueError(f"to({a!r}): dtorch modules stay on their meshes")
+        if dtype is None:
+            return self
+        floating = (_C.dtype.float32, _C.dtype.float64, _C.dtype.float16, _C.dtype.bfloat16)
+        if dtype not in floating:
+            raise TypeError(f"nn.Module.to only accepts floating point dtypes, got {dtype}")
+        converted = {}
+
+        def convert(t, param):
+            if t is None or t.dtype not in floating or t.dtype == dtype:
+                return t
+            if id(t) not in converted:
+                if t.is_meta:
+                    raw = [("R", 0, "") if k == "P" else (k, d, o)
+                           for k, d, o in t._placements_raw]
+                    value = _C.meta(list(t.shape), dtype, t._mesh_id, raw, t._view)
+                else:
+                    with no_grad():
+                        value = _C.cast(t, dtype)
+                converted[id(t)] = Parameter(value, t.requires_grad) if param else value
+            return converted[id(t)]
+
+        for m in self.modules():
+            for k, p in m._parameters.items():
+                m._parameters[k] = convert(p, True)
+            for k, b in m._buffers.items():
+                m._buffers[k] = convert(b, False)
+        return self
+
+    def float(self):
+        return self.to(_C.dtype.float32)
+
+    def double(self):
+        return self.to(_C.dtype.float64)
+
+    def half(self):
+        return self.to(_C.dtype.float16)
+
+    def bfloat16(self):
+        return self.to(_C.dtype.bfloat16)
+
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
             p.requires_grad_(requires_grad)
