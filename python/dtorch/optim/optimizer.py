@@ -149,9 +149,13 @@ class Optimizer:
         hit = self._scalar_cache.get(key)
         if hit is not None and hit[0] == value:
             return hit[1]
-        from .._creation import _np_dtype
-        t = _C.from_numpy(np.array(value, dtype=_np_dtype(dtype)), like._mesh_id,
-                          _replicated_raw(like), -1)
+        np_dtype = {_C.dtype.float64: np.float64, _C.dtype.float32: np.float32,
+                    _C.dtype.float16: np.float16}.get(dtype)
+        if np_dtype is None:  # bfloat16 (ml_dtypes is slow to import: only then)
+            t = _C.cast(self._scalar(like, value, _C.dtype.float32), dtype)
+        else:
+            t = _C.from_numpy(np.array(value, dtype=np_dtype), like._mesh_id,
+                              _replicated_raw(like), -1)
         self._scalar_cache[key] = (value, t)
         return t
 
