@@ -42,9 +42,16 @@ Shape broadcastShapes(const Shape &a, const Shape &b) {
   return out;
 }
 
-TensorImpl::~TensorImpl() {
-  if (session_)
-    session_->release(this);
+TensorStorage::~TensorStorage() {
+  if (session)
+    session->release(*this);
+}
+
+std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
+  auto t =
+      std::make_shared<TensorImpl>(other.session_, other.storage_, other.meta_);
+  t->view = other.view;
+  return t;
 }
 
 Session::Session(const SessionOptions &options) : options_(options) {
@@ -120,16 +127,23 @@ Tensor Session::newTensor(TensorMeta meta) {
   return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
 }
 
+static const char *const kMetaMessage =
+    "a meta tensor has no value: give it one first (module.to_empty() then "
+    "reset_parameters(), load_state_dict(), or _assign())";
+
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
-  if (t->materialized_ && std::find(segment_.args.begin(), segment_.args.end(),
-                                    t->id_) == segment_.args.end()) {
-    segment_.args.push_back(t->id_);
+  const TensorStorage &s = *t->storage_;
+  if (s.meta)
+    throw ValueError(kMetaMessage);
+  if (s.materialized && std::find(segment_.args.begin(), segment_.args.end(),
+                                  s.id) == segment_.args.end()) {
+    segment_.args.push_back(s.id);
     segment_.argMetas.push_back(t->meta_);
-    argRefs_.push_back(t);
+    argRefs_.push_back(t->storage_);
   }
-  return t->id_;
+  return s.id;
 }
 
 Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
@@ -158,8 +172,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
       if (t->view != result->view)
         result->view = -1;
   }
-  n.id = result->id_;
-  n.owner = result;
+  n.id = result->id();
+  n.owner = result->storage_;
   segment_.nodes.push_back(std::move(n));
   return result;
 }
@@ -171,9 +185,9 @@ void Session::flush() {
     return;
   }
   for (Node &n : segment_.nodes)
-    if (Tensor t = n.owner.lock()) {
+    if (Storage s = n.owner.lock()) {
       segment_.results.push_back(n.id);
-      t->materialized_ = true;
+      s->materialized = true;
     }
   Segment seg = std::move(segment_);
   segment_ = Segment();
@@ -182,11 +196,11 @@ void Session::flush() {
   argRefs_.clear(); // frees of dropped arguments now follow the run
 }
 
-void Session::release(TensorImpl *t) {
-  if (!t->materialized_ || shutDown_)
+void Session::release(const TensorStorage &s) {
+  if (!s.materialized || shutDown_)
     return;
   try {
-    controller_->free(t->meta_.meshId, t->id_);
+    controller_->free(s.meshId, s.id);
   } catch (...) {
     // Shutting down: the workers free everything anyway.
   }
@@ -240,6 +254,17 @@ Tensor Session::random(const Shape &shape, bool normal, wire::DType dtype,
                  {shape, dtype, meshId, placements});
 }
 
+Tensor Session::meta(const Shape &shape, wire::DType dtype, int meshId,
+                     const Placements &placements) {
+  for (int64_t s : shape)
+    if (s < 0)
+      throw ValueError("negative dimension in shape " + shapeStr(shape));
+  checkPlacements(shape, mesh(meshId), placements);
+  Tensor t = newTensor({shape, dtype, meshId, placements});
+  t->storage_->meta = true;
+  return t;
+}
+
 void Session::manualSeed(uint64_t seed) {
   seed_ = seed;
   seedCounter_ = 0;
@@ -251,8 +276,8 @@ Tensor Session::fromData(const rt::Tensor &data, int meshId,
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   Tensor t = newTensor({data.shape(), data.dtype(), meshId, placements});
-  t->materialized_ = true;
-  controller_->put(meshId, t->id_, data, placements);
+  t->storage_->materialized = true;
+  controller_->put(meshId, t->id(), data, placements);
   return t;
 }
 
@@ -619,14 +644,40 @@ Tensor Session::redistribute(const Tensor &x, int meshId,
   checkPlacements(m.shape, mesh(meshId), placements);
   if (placements == m.placements)
     return x;
+  if (x->storage_->meta) // a meta tensor moves by metadata alone
+    return meta(m.shape, m.dtype, meshId, placements);
   return addNode("redistribute", {x}, {},
                  {m.shape, m.dtype, meshId, placements});
+}
+
+void Session::assign(const Tensor &target, const Tensor &value) {
+  if (target->session_ != this || value->session_ != this)
+    throw ValueError("_assign: tensor belongs to another dtorch session");
+  const TensorMeta &t = target->meta_, &v = value->meta_;
+  if (t.meshId != v.meshId)
+    throw ValueError("_assign: the value is on another device mesh than the "
+                     "target");
+  if (t.shape != v.shape)
+    throw ValueError("_assign: the value's shape " + shapeStr(v.shape) +
+                     " differs from the target's " + shapeStr(t.shape));
+  if (t.dtype != v.dtype)
+    throw ValueError(std::string("_assign: the value's dtype ") +
+                     dtypeName(v.dtype) + " differs from the target's " +
+                     dtypeName(t.dtype));
+  if (target->storage_ == value->storage_)
+    return;
+  Tensor laid = redistribute(value, t.meshId, t.placements);
+  // The old storage stays alive while the pending segment reads it
+  // (argRefs_), so its free follows that run.
+  target->storage_ = laid->storage_;
 }
 
 // ---- values
 // -----------------------------------------------------------------------
 
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   std::vector<rt::Tensor> pieces =
       controller_->fetchPieces(x->meta().meshId, x->id());
@@ -638,6 +689,8 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
 }
 
 rt::Tensor Session::fetch(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   const TensorMeta &meta = x->meta();
   std::vector<rt::Tensor> pieces =

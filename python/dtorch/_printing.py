@@ -26,6 +26,9 @@ def values_text(values):
 
 
 def tensor_repr(tensor):
+    if getattr(tensor, "is_meta", False):  # metadata only, nothing to fetch
+        return (f"tensor(..., device='meta', size={tuple(tensor.shape)}, "
+                f"dtype=dtorch.{tensor.dtype.name}, placements={tuple(tensor.placements)!r})")
     values = np.asarray(tensor.numpy())  # waits; a fetch error propagates
     parts = [values_text(values)]
     if values.size == 0 and values.ndim != 1:

@@ -408,6 +408,12 @@ NB_MODULE(_C, m) {
     t->view = view;
     return t;
   });
+  m.def("meta", [](std::vector<int64_t> shape, wire::DType dt, int mesh,
+                   PList p, int view) {
+    Tensor t = session().meta(shape, dt, mesh, toPlacements(p));
+    t->view = view;
+    return t;
+  });
   m.def("random", [](std::vector<int64_t> shape, bool normal, wire::DType dt,
                      int mesh, PList p, int view) {
     Tensor t = session().random(shape, normal, dt, mesh, toPlacements(p));
@@ -455,6 +461,10 @@ NB_MODULE(_C, m) {
       t->view = view;
     return t;
   });
+  m.def("assign", [](const Tensor &target, const Tensor &value) {
+    session().assign(target, value);
+  });
+  m.def("alias", [](const Tensor &x) { return TensorImpl::aliasOf(*x); });
   m.def("fetch", [](const Tensor &x) {
     rt::Tensor v;
     {
@@ -539,8 +549,16 @@ NB_MODULE(_C, m) {
           return session().graphText(in, out, name);
         });
 
-  nb::class_<TensorImpl> tensorClass(m, "Tensor");
+  // dynamic_attr: tensors carry Python attributes such as `grad`.
+  nb::class_<TensorImpl> tensorClass(m, "Tensor", nb::dynamic_attr());
   tensorClass
+      // Tensor(other): another name for other's value (Parameter uses it).
+      .def("__init__",
+           [](TensorImpl *self, const Tensor &other) {
+             new (self)
+                 TensorImpl(other->session(), other->storage(), other->meta());
+             self->view = other->view;
+           })
       .def_prop_ro("shape",
                    [](const TensorImpl &t) {
                      nb::list l;
@@ -559,6 +577,8 @@ NB_MODULE(_C, m) {
                      return fromPlacements(t.meta().placements);
                    })
       .def_prop_ro("_handle", [](const TensorImpl &t) { return t.id(); })
+      .def_prop_ro("is_meta",
+                   [](const TensorImpl &t) { return t.storage()->meta; })
       .def_rw("_requires_grad", &TensorImpl::requiresGrad);
   // Python operators, from the op registry: each names its dialect op.
   for (const OpInfo &op : opRegistry())

@@ -59,15 +59,44 @@ using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Session;
 
-/// The client's view of one DTensor; owned by its Python object.
+/// One value on the workers (or one pending node's result): owns its handle.
+/// The handle is freed, after every run that reads it, when the last
+/// TensorImpl naming it and the pending segment let go of it. Several
+/// TensorImpls share one storage after Session::assign.
+struct TensorStorage {
+  TensorStorage(Session *session, Handle id, int meshId)
+      : session(session), id(id), meshId(meshId) {}
+  ~TensorStorage();
+  TensorStorage(const TensorStorage &) = delete;
+  TensorStorage &operator=(const TensorStorage &) = delete;
+  Session *session;
+  Handle id;
+  int meshId;
+  bool materialized = false; // exists on the workers
+  /// A meta tensor's storage: metadata only, no value anywhere; reading it
+  /// raises (Session::meta).
+  bool meta = false;
+};
+using Storage = std::shared_ptr<TensorStorage>;
+
+/// The client's view of one DTensor; owned by its Python object. It names a
+/// storage, which Session::assign may replace (an in-place update).
 class TensorImpl {
 public:
   TensorImpl(Session *session, Handle id, TensorMeta meta)
-      : session_(session), id_(id), meta_(std::move(meta)) {}
-  ~TensorImpl();
-  Handle id() const { return id_; }
+      : session_(session),
+        storage_(std::make_shared<TensorStorage>(session, id, meta.meshId)),
+        meta_(std::move(meta)) {}
+  TensorImpl(Session *session, Storage storage, TensorMeta meta)
+      : session_(session), storage_(std::move(storage)),
+        meta_(std::move(meta)) {}
+  /// Another name for the value `other` names (same storage, metadata and
+  /// mesh view); nothing else of `other` is copied.
+  static std::shared_ptr<TensorImpl> aliasOf(const TensorImpl &other);
+  Handle id() const { return storage_->id; }
   const TensorMeta &meta() const { return meta_; }
   Session *session() const { return session_; }
+  const Storage &storage() const { return storage_; }
   bool requiresGrad = false;
   /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
   /// C++, propagated to results when every input shares it (-1: whole mesh).
@@ -76,9 +105,8 @@ public:
 private:
   friend class Session;
   Session *session_;
-  Handle id_;
+  Storage storage_;
   TensorMeta meta_;
-  bool materialized_ = false; // exists on the workers
 };
 using Tensor = std::shared_ptr<TensorImpl>;
 
@@ -96,7 +124,7 @@ struct Node {
   Attrs attrs;
   TensorMeta meta;
   Handle id;
-  std::weak_ptr<TensorImpl> owner;
+  std::weak_ptr<TensorStorage> owner;
   ScalarOperand scalar;
 };
 
@@ -143,6 +171,10 @@ public:
   Tensor fromData(const rt::Tensor &data, int meshId,
                   const Placements &placements);
   void manualSeed(uint64_t seed);
+  /// A tensor with metadata and no value (torch's "meta" device): ops and
+  /// fetches that read it raise ValueError until `assign` gives it a value.
+  Tensor meta(const Shape &shape, wire::DType dtype, int meshId,
+              const Placements &placements);
 
   // ---- ops -----------------------------------------------------------------
   Tensor unary(const std::string &op, const Tensor &x);
@@ -160,6 +192,11 @@ public:
   Tensor broadcastTo(const Tensor &x, const Shape &shape);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
+  /// In-place update: `target` names `value` from now on (its storage, after
+  /// redistributing `value` to the target's placements), so every holder of
+  /// `target` sees the new value; the old value is freed when unused. Shape,
+  /// dtype and mesh must match (ValueError otherwise).
+  void assign(const Tensor &target, const Tensor &value);
 
   // ---- comparisons, selection, indexing (SessionOps.cpp) -------------------
   /// eq, ne, lt, le, gt, ge: a bool tensor (broadcasting, type promotion).
@@ -214,8 +251,8 @@ public:
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
 
-  // Called by ~TensorImpl.
-  void release(TensorImpl *t);
+  // Called by ~TensorStorage.
+  void release(const TensorStorage &s);
 
 private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
@@ -245,7 +282,7 @@ private:
   Segment segment_;
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
-  std::vector<Tensor> argRefs_;
+  std::vector<Storage> argRefs_;
   std::unordered_map<std::string, Placements> strategyCache_;
   std::string keyBuffer_;
   Handle nextHandle_ = 1;
