@@ -43,7 +43,8 @@ Shape broadcastShapes(const Shape &a, const Shape &b) {
 }
 
 TensorImpl::~TensorImpl() {
-  if (session_)
+  releaseGradGraph(std::move(gradFn));
+  if (session_ && !aliasOf) // an alias never frees the value it names
     session_->release(this);
 }
 
@@ -123,8 +124,9 @@ Tensor Session::newTensor(TensorMeta meta) {
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
-  if (t->materialized_ && std::find(segment_.args.begin(), segment_.args.end(),
-                                    t->id_) == segment_.args.end()) {
+  bool materialized = t->aliasOf ? t->aliasOf->materialized_ : t->materialized_;
+  if (materialized && std::find(segment_.args.begin(), segment_.args.end(),
+                                t->id_) == segment_.args.end()) {
     segment_.args.push_back(t->id_);
     segment_.argMetas.push_back(t->meta_);
     argRefs_.push_back(t);
@@ -160,6 +162,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   }
   n.id = result->id_;
   n.owner = result;
+  if (!inputs.empty() && gradEnabled())
+    recordGrad(result, n.op, inputs, n.attrs, n.scalar);
   segment_.nodes.push_back(std::move(n));
   return result;
 }

@@ -58,6 +58,29 @@ struct AttrValue {
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Session;
+class TensorImpl;
+using Tensor = std::shared_ptr<TensorImpl>;
+
+/// The autograd record of an op whose result requires grad (torch's
+/// grad_fn): the op, its tensor operands (strong references: what the
+/// gradient formulas of the op registry read), its attributes and its
+/// scalar operand. The result is the tensor that owns the record, so the
+/// record holds no reference to it (no cycle).
+struct GradRecord {
+  std::string op;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+  int scalarIndex = -1; // position of a Python number among the operands
+  double scalarValue = 0;
+  /// backward() without retain_graph dropped `inputs`.
+  bool released = false;
+};
+
+/// Whether ops record GradRecords (torch's grad mode; per thread).
+bool gradEnabled();
+void setGradEnabled(bool enabled);
+/// Drops a record without recursing through a long chain of records.
+void releaseGradGraph(std::shared_ptr<GradRecord> record);
 
 /// The client's view of one DTensor; owned by its Python object.
 class TensorImpl {
@@ -69,6 +92,14 @@ public:
   const TensorMeta &meta() const { return meta_; }
   Session *session() const { return session_; }
   bool requiresGrad = false;
+  /// The autograd record of the op that made it (null for a leaf).
+  std::shared_ptr<GradRecord> gradFn;
+  /// The accumulated gradient (leaves, and tensors that retain_grad()).
+  Tensor grad;
+  bool retainsGrad = false;
+  /// detach(): this symbol names `aliasOf`'s value (same handle) and keeps
+  /// it alive; it never frees the value itself.
+  Tensor aliasOf;
   /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
   /// C++, propagated to results when every input shares it (-1: whole mesh).
   int view = -1;
@@ -80,7 +111,6 @@ private:
   TensorMeta meta_;
   bool materialized_ = false; // exists on the workers
 };
-using Tensor = std::shared_ptr<TensorImpl>;
 
 /// A Python number used as an operand: `dtensor.full` of the node's shape
 /// with these placements, written into the segment text right before the node.
@@ -160,6 +190,9 @@ public:
   Tensor broadcastTo(const Tensor &x, const Shape &shape);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
+  /// A new symbol for x's value without autograd history (no op: an alias
+  /// of the same handle).
+  Tensor detach(const Tensor &x);
 
   // ---- comparisons, selection, indexing (SessionOps.cpp) -------------------
   /// eq, ne, lt, le, gt, ge: a bool tensor (broadcasting, type promotion).
@@ -221,6 +254,11 @@ private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
+  /// The autograd hook of addNode: records a GradRecord on `result` when
+  /// grad mode is on and a differentiable operand requires grad.
+  void recordGrad(const Tensor &result, const std::string &op,
+                  const std::vector<Tensor> &inputs, const Attrs &attrs,
+                  const ScalarOperand &scalar);
   void flush();
   void checkSameMesh(const Tensor &a, const Tensor &b, const char *op) const;
   Tensor newTensor(TensorMeta meta);
