@@ -113,8 +113,9 @@ def kept_shape(shape, dims):
 
 
 def reduced_count(shape, dims):
-    """How many elements a reduction over `dims` of `shape` combines."""
-    n = 1
+    """How many elements a reduction over `dims` of `shape` combines (a
+    Python float)."""
+    n = 1.0
     for d in dims:
         n *= shape[d]
     return n

@@ -388,7 +388,7 @@ def DTensor_SumOp : DTensor_ReductionOp<"sum", "Sum", ["sum"],
 def DTensor_MeanOp : DTensor_ReductionOp<"mean", "Arithmetic mean", ["mean"],
     "np.mean(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
   let gradient = [
-    "expand_to(g, input.shape, dims) / float(reduced_count(input.shape, dims))"];
+    "expand_to(g, input.shape, dims) / reduced_count(input.shape, dims)"];
   let dtypes = ["f32", "f64", "f16", "bf16"];
   let kernel = "sum"; // with scale = 1 / count
 }
