@@ -186,6 +186,17 @@ def write_docs(ops, path):
     out.append("")
     for op in ops:
         out.append(f"- **{op['name']}**: {op['summary']}")
+    out += ["", "Gradient formulas (the `gradient` field; `python/dtorch/autograd.py`",
+            "evaluates them at `backward()`, over `g`, `result`, the operand names and",
+            "the attributes; `-`: not differentiable in that operand; decompositions",
+            "differentiate through their ops; `test/python/test_autograd_registry.py`",
+            "checks each against finite differences):", ""]
+    for op in ops:
+        if not op["gradient"]:
+            continue
+        parts = [f"`{n}`: " + (f"`{f}`" if f else "-")
+                 for n, f in zip(op.get("operand_names", []), op["gradient"])]
+        out.append(f"- `{op['name']}`: " + "; ".join(parts))
     write_if_changed(path, "\n".join(out) + "\n")
 
 
