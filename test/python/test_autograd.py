@@ -202,6 +202,19 @@ def test_retain_grad_and_autograd_grad(dt, mesh):
     assert g is None
 
 
+def test_backward_of_several_tensors_and_inputs(dt, mesh):
+    a = rng.standard_normal((3, 2))
+    x, w = leaf(dt, mesh, a), leaf(dt, mesh, a)
+    y = x * w
+    dt.autograd.backward([y.sum(), (x * 2.0).sum()])
+    assert_close(x.grad.numpy(), a + 2, tol=1e-6)
+    assert_close(w.grad.numpy(), a, tol=1e-6)
+    x.grad = w.grad = None
+    (x * w).sum().backward(inputs=[w])
+    assert x.grad is None
+    assert_close(w.grad.numpy(), a, tol=1e-6)
+
+
 def test_create_graph_gives_second_derivatives(dt, mesh):
     a = rng.standard_normal((5,))
     x = leaf(dt, mesh, a)
@@ -253,7 +266,10 @@ def test_training_steps_after_the_first_compile_nothing(dt, meshes):
     for step in range(3):
         before = dt._C.compile_count()
         loss = F.mse_loss((x @ w1).relu() @ w2, y)
+        forward_ops = dt._C.pending_ops()
         loss.backward()
+        # the backward joined the forward's pending segment: nothing ran yet
+        assert dt._C.pending_ops() > forward_ops
         with dt.no_grad():
             w1 = (w1 - 0.1 * w1.grad).requires_grad_()
             w2 = (w2 - 0.1 * w2.grad).requires_grad_()
