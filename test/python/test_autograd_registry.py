@@ -14,7 +14,7 @@ import dtorch
 import dtorch.nn.functional as F
 from dtorch import Partial, Replicate, Shard
 
-from test_registry_ops import reference, samples
+from test_registry_ops import ref_scatter_add, reference, samples
 
 EPS = 1e-6
 TOL = 1e-6
@@ -112,6 +112,11 @@ def extra_samples(name):
     elif name == "slice":
         yield "2d-strided", dict(x=f(7, 8)), lambda a: a["x"][1:6:2, 2:8:3], \
             lambda t: t["x"][1:6:2, 2:8:3]
+    elif name == "scatter_add":
+        index = rng.integers(0, 4, (2, 3))
+        yield "src-larger-than-index", dict(x=f(4, 3), index=index, src=f(3, 3)), \
+            lambda a: ref_scatter_add(a["x"], 0, a["index"], a["src"]), \
+            lambda t: dtorch.scatter_add(t["x"], 0, t["index"], t["src"])
     elif name == "concat":
         yield "three-dim0", dict(a=f(2, 3), b=f(1, 3), c=f(3, 3)), \
             lambda a: np.concatenate([a["a"], a["b"], a["c"]], 0), \
