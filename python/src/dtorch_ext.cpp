@@ -325,8 +325,7 @@ std::string backwardName(const std::string &op) {
 void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
   nb::class_<GradRecord>(m, "GradNode")
       .def_ro("op", &GradRecord::op)
-      .def_prop_ro("name",
-                   [](const GradRecord &r) { return backwardName(r.op); })
+      .def("name", [](const GradRecord &r) { return backwardName(r.op); })
       .def_ro("inputs", &GradRecord::inputs)
       .def_prop_ro("attrs",
                    [](const GradRecord &r) {

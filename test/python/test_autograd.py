@@ -35,12 +35,12 @@ def test_tape_records_only_what_needs_grad(dt, mesh):
     assert x.is_leaf and x.grad_fn is None and x.requires_grad
     y = x * c
     assert y.requires_grad and not y.is_leaf
-    assert y.grad_fn.name == "MulBackward" and repr(y.grad_fn) == "<MulBackward>"
+    assert y.grad_fn.name() == "MulBackward" and repr(y.grad_fn) == "<MulBackward>"
     assert len(y.grad_fn.inputs) == 2 and y.grad_fn.scalar is None
     assert (c * 2.0).grad_fn is None and not (c * 2.0).requires_grad
     s = y.sum()
     assert s.grad_fn.attrs["dims"] == [0, 1]
-    assert s.grad_fn.next_functions[0][0].name == "MulBackward"
+    assert s.grad_fn.next_functions[0][0].name() == "MulBackward"
     # comparisons and integer results have no gradient
     assert not (x > 0).requires_grad and (x > 0).grad_fn is None
     assert not x.argmax(1).requires_grad
