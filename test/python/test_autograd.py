@@ -279,3 +279,20 @@ def test_training_steps_after_the_first_compile_nothing(dt, meshes):
     assert compiles[0] >= 1
     assert compiles[1:] == [0, 0], compiles
     assert losses[2] < losses[1] < losses[0]
+
+
+def test_data_parallel_gradient_reduction_follows_from_the_rules(dt, meshes):
+    """A replicated weight and a batch sharded on "dp": the backward's
+    product is Partial(sum) on "dp", and bringing it to the weight's
+    placements is the all-reduce of data parallelism."""
+    mesh = meshes["2x2"]
+    r = np.random.default_rng(1)
+    xa, wa = r.standard_normal((8, 6)), r.standard_normal((6, 4))
+    x = dt.distribute_tensor(xa, mesh, [Shard(0), Replicate()])
+    w = leaf(dt, mesh, wa, [Replicate(), Replicate()])
+    (x @ w).sum().backward()
+    g = w.grad
+    assert g.placements == (Replicate(), Replicate())
+    assert_close(g.numpy(), xa.T @ np.ones((8, 4)), tol=1e-6)
+    rows = [row for row in dt.explain() if row["op"] == "redistribute"]
+    assert any("all_reduce" in c and '"dp"' in c for row in rows for c in row["collectives"])

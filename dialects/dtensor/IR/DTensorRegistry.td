@@ -49,8 +49,10 @@ class DTorch_RegistryEntry {
   // `g`, `result`, the op's operand names (a Python number operand arrives
   // as a tensor like `g`), its attributes, every dtorch function, and the
   // helpers of autograd.py (expand_to, sum_to, kept_shape, scatter_slice,
-  // pad_to, like_placements). "" marks an operand that is not
-  // differentiable; an op with an empty list has no gradient.
+  // pad_to, concat_offset, reduced_count, like_placements); dtorch's names
+  // shadow Python's builtins (sum, max, min, abs, float, bool). "" marks an
+  // operand that is not differentiable; an op with an empty list has no
+  // gradient.
   list<string> gradient = [];
 }
 
