@@ -3,6 +3,8 @@ backward calls, no_grad / enable_grad / set_grad_enabled, detach,
 retain_graph and the freed graph, retain_grad, autograd.grad, the error
 cases of torch, the placements of .grad, ties of max/maximum, and a training
 loop whose steps after the first compile nothing."""
+import math
+
 import numpy as np
 import pytest
 
@@ -296,3 +298,19 @@ def test_data_parallel_gradient_reduction_follows_from_the_rules(dt, meshes):
     assert_close(g.numpy(), xa.T @ np.ones((8, 4)), tol=1e-6)
     rows = [row for row in dt.explain() if row["op"] == "redistribute"]
     assert any("all_reduce" in c and '"dp"' in c for row in rows for c in row["collectives"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gradients_keep_the_leaf_dtype(dt, meshes, dtype):
+    mesh = meshes["4"]
+    a = np.array([[0.5, -1.0, 2.0, 1.5]])
+    x = dt.tensor(a, device_mesh=mesh, placements=[Shard(1)],
+                  dtype=getattr(dt, dtype)).requires_grad_()
+    y = (x * x).double()  # a cast in the graph: its gradient casts back
+    dt.gelu(y).sum().backward()
+    assert x.grad.dtype == x.dtype
+    d = [0.5 * (1 + math.erf(v / math.sqrt(2))) + v * math.exp(-v * v / 2) / math.sqrt(2 * math.pi)
+         for v in (a * a).ravel()]
+    want = (np.array(d) * 2 * a.ravel()).reshape(a.shape)
+    tol = 1e-5 if dtype == "float32" else 3e-2
+    assert_close(x.grad.numpy().astype(np.float64), want, tol=tol)
