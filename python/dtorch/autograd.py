@@ -29,7 +29,16 @@ __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
 
 # ---- grad mode ---------------------------------------------------------------------
 def is_grad_enabled():
-    """Whether ops record the autograd tape (torch.is_grad_enabled)."""
+    """Whether ops record the autograd tape (torch.is_grad_enabled).
+
+    Example:
+        >>> import dtorch
+        >>> dtorch.is_grad_enabled()
+        True
+        >>> with dtorch.no_grad():
+        ...     dtorch.is_grad_enabled()
+        False
+    """
     return _C.is_grad_enabled()
 
 
@@ -65,19 +74,53 @@ class _GradMode(contextlib.ContextDecorator):
 
 
 class no_grad(_GradMode):  # noqa: N801 - torch's name
-    """Ops inside record no autograd history (context manager or decorator)."""
+    """Ops inside record no autograd history (context manager or decorator).
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.ones(3, requires_grad=True)
+        >>> with dtorch.no_grad():
+        ...     y = x * 2
+        >>> y.requires_grad
+        False
+        >>> @dtorch.no_grad()
+        ... def double(t):
+        ...     return t * 2
+        >>> double(x).requires_grad
+        False
+    """
 
     _mode = False
 
 
 class enable_grad(_GradMode):  # noqa: N801 - torch's name
-    """Ops inside record autograd history, even within `no_grad`."""
+    """Ops inside record autograd history, even within `no_grad`.
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.ones(3, requires_grad=True)
+        >>> with dtorch.no_grad():
+        ...     with dtorch.enable_grad():
+        ...         y = x * 2
+        >>> y.requires_grad
+        True
+    """
 
     _mode = True
 
 
 class set_grad_enabled(_GradMode):  # noqa: N801 - torch's name
-    """Sets grad mode now (as a function) or for a with-block."""
+    """Sets grad mode now (as a function) or for a with-block.
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.ones(3, requires_grad=True)
+        >>> with dtorch.set_grad_enabled(False):
+        ...     (x * 2).requires_grad
+        False
+        >>> (x * 2).requires_grad
+        True
+    """
 
     def __init__(self, mode):
         super().__init__()
@@ -107,14 +150,26 @@ def _rep_raw(x):
 
 
 def kept_shape(shape, dims):
-    """`shape` with the reduced `dims` kept as extent 1."""
+    """`shape` with the reduced `dims` kept as extent 1.
+
+    Example:
+        >>> from dtorch.autograd import kept_shape
+        >>> kept_shape((4, 3, 2), [1])
+        [4, 1, 2]
+    """
     dims = set(dims)
     return [1 if d in dims else s for d, s in enumerate(shape)]
 
 
 def reduced_count(shape, dims):
     """How many elements a reduction over `dims` of `shape` combines (a
-    Python float)."""
+    Python float).
+
+    Example:
+        >>> from dtorch.autograd import reduced_count
+        >>> reduced_count((4, 3, 2), [0, 2])
+        8.0
+    """
     n = 1.0
     for d in dims:
         n *= shape[d]
@@ -123,13 +178,28 @@ def reduced_count(shape, dims):
 
 def expand_to(t, shape, dims):
     """The result (or gradient) of a reduction over `dims`, repeated back to
-    the input's `shape`."""
+    the input's `shape`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import expand_to
+        >>> s = dtorch.arange(4.0).sum(0)
+        >>> expand_to(s, (4,), [0]).tolist()
+        [6.0, 6.0, 6.0, 6.0]
+    """
     t = _C.reshape(t, kept_shape(shape, dims))
     return t if tuple(t.shape) == tuple(shape) else _C.broadcast_to(t, list(shape))
 
 
 def sum_to(g, shape):
-    """Sums g over the dims a broadcast to g's shape created from `shape`."""
+    """Sums g over the dims a broadcast to g's shape created from `shape`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import sum_to
+        >>> sum_to(dtorch.ones(4, 3), (3,)).tolist()
+        [4.0, 4.0, 4.0]
+    """
     shape = list(shape)
     lead = g.ndim - len(shape)
     dims = list(range(lead)) + [lead + d for d, s in enumerate(shape)
@@ -160,7 +230,14 @@ def _pad(t, dim, before, after):
 
 def scatter_slice(g, shape, offsets, sizes, strides):
     """The gradient of a strided slice: g written into zeros of `shape` at
-    `offsets + i * strides` (concat of zeros, reshape and narrow)."""
+    `offsets + i * strides` (concat of zeros, reshape and narrow).
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import scatter_slice
+        >>> scatter_slice(dtorch.ones(2), (5,), [1], [2], [2]).tolist()
+        [0.0, 1.0, 0.0, 1.0, 0.0]
+    """
     shape = tuple(shape)
     if any(n == 0 for n in sizes):
         return _zeros(g, shape, -1)
@@ -184,7 +261,14 @@ def scatter_slice(g, shape, offsets, sizes, strides):
 
 
 def pad_to(t, shape):
-    """t padded with zeros at the end of each dim up to `shape`."""
+    """t padded with zeros at the end of each dim up to `shape`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import pad_to
+        >>> pad_to(dtorch.ones(2), (4,)).tolist()
+        [1.0, 1.0, 0.0, 0.0]
+    """
     for d, want in enumerate(shape):
         if t.shape[d] < want:
             t = _pad(t, d, 0, want - t.shape[d])
@@ -192,7 +276,15 @@ def pad_to(t, shape):
 
 
 def concat_offset(inputs, i, dim):
-    """Where operand i of a concat starts along `dim`."""
+    """Where operand i of a concat starts along `dim`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import concat_offset
+        >>> a, b = dtorch.ones(2, 3), dtorch.ones(4, 3)
+        >>> concat_offset([a, b, a], 2, 0)
+        6
+    """
     off = 0
     for x in inputs[:i]:
         off += x.shape[dim]
@@ -200,7 +292,17 @@ def concat_offset(inputs, i, dim):
 
 
 def like_placements(g, x):
-    """g laid out as x (Partial placements of x become Replicate)."""
+    """g laid out as x (Partial placements of x become Replicate).
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> from dtorch.autograd import like_placements
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> w = dtorch.zeros(4, 2, device_mesh=mesh, placements=[Shard(0)])
+        >>> like_placements(dtorch.ones(4, 2, device_mesh=mesh), w).placements
+        (Shard(dim=0),)
+    """
     if g._mesh_id != x._mesh_id:
         return g
     return _C.redistribute(g, x._mesh_id, _rep_raw(x), x._view)
@@ -387,7 +489,26 @@ def _as_list(x):
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulates the gradients of `tensors` into the ``.grad`` of the
-    leaves that require grad (torch.autograd.backward)."""
+    leaves that require grad (torch.autograd.backward).
+
+    Args:
+        tensors: a tensor or a list of them.
+        grad_tensors: their gradients (None: ones, for one-element tensors).
+        retain_graph (bool): keep the records for another backward.
+        create_graph (bool): record the backward too (higher derivatives).
+        inputs: accumulate only into these tensors.
+
+    Raises:
+        RuntimeError: as torch: a non-scalar without a gradient, a tensor
+            that does not require grad, a graph already freed.
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.ones(3, requires_grad=True)
+        >>> dtorch.autograd.backward([(x * x).sum()])
+        >>> x.grad.tolist()
+        [2.0, 2.0, 2.0]
+    """
     tensors = _as_list(tensors)
     grads = _as_list(grad_tensors) or [None] * len(tensors)
     if len(grads) != len(tensors):
@@ -401,7 +522,15 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=None, materialize_grads=False):
     """The gradients of `outputs` with respect to `inputs`, returned instead
-    of accumulated (torch.autograd.grad)."""
+    of accumulated (torch.autograd.grad).
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.ones(3, requires_grad=True)
+        >>> (g,) = dtorch.autograd.grad((x * 3.0).sum(), [x])
+        >>> g.tolist(), x.grad
+        ([3.0, 3.0, 3.0], None)
+    """
     outputs = _as_list(outputs)
     inputs = _as_list(inputs)
     grads = _as_list(grad_outputs) or [None] * len(outputs)
