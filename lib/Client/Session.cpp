@@ -407,7 +407,8 @@ Tensor Session::cast(const Tensor &x, wire::DType dtype) {
                  {m.shape, dtype, m.meshId, std::move(result)});
 }
 
-Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
+Tensor Session::broadcastTo(const Tensor &x, const Shape &shape,
+                            const Placements *placements) {
   const TensorMeta &m = x->meta();
   Shape b;
   try {
@@ -418,6 +419,11 @@ Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
   if (b != shape || m.shape.size() > shape.size())
     throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " +
                      shapeStr(shape));
+  if (placements) { // declared: the compiler brings the operand to it
+    checkPlacements(shape, mesh(m.meshId), *placements);
+    return addNode("broadcast_to", {x}, {},
+                   {shape, m.dtype, m.meshId, *placements});
+  }
   Placements result = inferPlacements("broadcast_to", {x}, shape, [&] {
     return rules::broadcastTo(m.shape, shape);
   });

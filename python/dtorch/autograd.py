@@ -176,19 +176,24 @@ def reduced_count(shape, dims):
     return n
 
 
-def expand_to(t, shape, dims):
-    """The result (or gradient) of a reduction over `dims`, repeated back to
-    the input's `shape`.
+def expand_to(t, like, dims):
+    """The result (or gradient) of a reduction over `dims` of `like`,
+    repeated back to `like`'s shape and laid out as `like` (Partial
+    placements become Replicate), so that the gradient meets the forward's
+    tensors without moving data.
 
     Example:
         >>> import dtorch
         >>> from dtorch.autograd import expand_to
-        >>> s = dtorch.arange(4.0).sum(0)
-        >>> expand_to(s, (4,), [0]).tolist()
+        >>> x = dtorch.arange(4.0)
+        >>> expand_to(x.sum(0), x, [0]).tolist()
         [6.0, 6.0, 6.0, 6.0]
     """
+    shape = list(like.shape)
     t = _C.reshape(t, kept_shape(shape, dims))
-    return t if tuple(t.shape) == tuple(shape) else _C.broadcast_to(t, list(shape))
+    if list(t.shape) == shape:
+        return t
+    return _C.broadcast_to(t, shape, _rep_raw(like))
 
 
 def sum_to(g, shape):

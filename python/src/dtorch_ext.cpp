@@ -523,9 +523,15 @@ NB_MODULE(_C, m) {
   m.def("permute", [](const Tensor &x, std::vector<int64_t> perm) {
     return session().transpose(x, std::move(perm));
   });
-  m.def("broadcast_to", [](const Tensor &x, std::vector<int64_t> shape) {
-    return session().broadcastTo(x, shape);
-  });
+  m.def(
+      "broadcast_to",
+      [](const Tensor &x, std::vector<int64_t> shape, std::optional<PList> p) {
+        if (!p)
+          return session().broadcastTo(x, shape);
+        Placements want = toPlacements(*p);
+        return session().broadcastTo(x, shape, &want);
+      },
+      nb::arg("x"), nb::arg("shape"), nb::arg("placements") = nb::none());
   m.def("redistribute", [](const Tensor &x, int mesh, PList p, int view) {
     Tensor t = session().redistribute(x, mesh, toPlacements(p));
     if (t != x)

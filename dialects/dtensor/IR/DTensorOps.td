@@ -383,24 +383,24 @@ class DTensor_ReductionOp<string mnemonic, string what, list<string> names,
 // results add up: its reduction is a sum, like sum's.
 def DTensor_SumOp : DTensor_ReductionOp<"sum", "Sum", ["sum"],
     "np.sum(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
-  let gradient = ["expand_to(g, input.shape, dims)"];
+  let gradient = ["expand_to(g, input, dims)"];
 }
 def DTensor_MeanOp : DTensor_ReductionOp<"mean", "Arithmetic mean", ["mean"],
     "np.mean(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
   let gradient = [
-    "expand_to(g, input.shape, dims) / reduced_count(input.shape, dims)"];
+    "expand_to(g, input, dims) / reduced_count(input.shape, dims)"];
   let dtypes = ["f32", "f64", "f16", "bf16"];
   let kernel = "sum"; // with scale = 1 / count
 }
 def DTensor_MaxOp : DTensor_ReductionOp<"max", "Maximum", ["amax"],
     "np.max(x, axis=dims, keepdims=keepdim)", ["max"]> {
   let gradient = [
-    "where(input == expand_to(result, input.shape, dims), expand_to(g, input.shape, dims) / expand_to(sum((input == expand_to(result, input.shape, dims)).to(g.dtype), dims, True), input.shape, dims), 0.0)"];
+    "where(input == expand_to(result, input, dims), expand_to(g, input, dims) / expand_to(sum((input == expand_to(result, input, dims)).to(g.dtype), dims, True), input, dims), 0.0)"];
 }
 def DTensor_MinOp : DTensor_ReductionOp<"min", "Minimum", ["amin"],
     "np.min(x, axis=dims, keepdims=keepdim)", ["min"]> {
   let gradient = [
-    "where(input == expand_to(result, input.shape, dims), expand_to(g, input.shape, dims) / expand_to(sum((input == expand_to(result, input.shape, dims)).to(g.dtype), dims, True), input.shape, dims), 0.0)"];
+    "where(input == expand_to(result, input, dims), expand_to(g, input, dims) / expand_to(sum((input == expand_to(result, input, dims)).to(g.dtype), dims, True), input, dims), 0.0)"];
 }
 
 class DTensor_ArgReductionOp<string mnemonic, string what, string ref>

@@ -187,7 +187,10 @@ public:
                 std::vector<int64_t> dims, bool keepdim);
   Tensor reshape(const Tensor &x, Shape shape);
   Tensor transpose(const Tensor &x, std::vector<int64_t> perm);
-  Tensor broadcastTo(const Tensor &x, const Shape &shape);
+  /// With `placements`, the result gets them (the compiler redistributes
+  /// the operand as needed) instead of the rule's choice.
+  Tensor broadcastTo(const Tensor &x, const Shape &shape,
+                     const Placements *placements = nullptr);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
   /// A new symbol for x's value without autograd history (no op: an alias
