@@ -54,6 +54,8 @@ std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
   return t;
 }
 
+TensorImpl::~TensorImpl() { releaseGradGraph(std::move(gradFn)); }
+
 Session::Session(const SessionOptions &options) : options_(options) {
   if (options.backend != "inprocess" && options.backend != "cluster")
     throw ValueError("unknown backend '" + options.backend +
@@ -174,6 +176,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   }
   n.id = result->id();
   n.owner = result->storage_;
+  if (!inputs.empty() && gradEnabled())
+    recordGrad(result, n.op, inputs, n.attrs, n.scalar);
   segment_.nodes.push_back(std::move(n));
   return result;
 }
@@ -428,7 +432,8 @@ Tensor Session::cast(const Tensor &x, wire::DType dtype) {
                  {m.shape, dtype, m.meshId, std::move(result)});
 }
 
-Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
+Tensor Session::broadcastTo(const Tensor &x, const Shape &shape,
+                            const Placements *placements) {
   const TensorMeta &m = x->meta();
   Shape b;
   try {
@@ -439,6 +444,11 @@ Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
   if (b != shape || m.shape.size() > shape.size())
     throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " +
                      shapeStr(shape));
+  if (placements) { // declared: the compiler brings the operand to it
+    checkPlacements(shape, mesh(m.meshId), *placements);
+    return addNode("broadcast_to", {x}, {},
+                   {shape, m.dtype, m.meshId, *placements});
+  }
   Placements result = inferPlacements("broadcast_to", {x}, shape, [&] {
     return rules::broadcastTo(m.shape, shape);
   });

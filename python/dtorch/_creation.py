@@ -322,7 +322,9 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
         >>> x.dtype == dtorch.int64, x.local_shards()[1].tolist()
         (True, [[5, 6]])
     """
-    if hasattr(data, "detach") and hasattr(data, "numpy"):
+    if isinstance(data, _C.Tensor):
+        data = data.numpy()
+    elif hasattr(data, "detach") and hasattr(data, "numpy"):
         data = data.detach().cpu().numpy()
     arr = np.asarray(data)
     if dtype is not None:

@@ -36,6 +36,9 @@ def tensor_repr(tensor):
     parts.append(f"dtype=dtorch.{tensor.dtype.name}")
     parts.append(f"device_mesh={tensor.device_mesh!r}")
     parts.append(f"placements={tuple(tensor.placements)!r}")
-    if tensor.requires_grad:
+    fn = tensor.grad_fn
+    if fn is not None:
+        parts.append(f"grad_fn={fn!r}")
+    elif tensor.requires_grad:
         parts.append("requires_grad=True")
     return _PREFIX + ", ".join(parts) + ")"

@@ -18,6 +18,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cctype>
 #include <cstring>
 #include <memory>
 
@@ -226,6 +227,8 @@ nb::list registryList() {
     d["reference"] = op.reference;
     d["test"] = op.test;
     d["is_dialect_op"] = op.isDialectOp;
+    d["gradient"] = strings(op.gradient);
+    d["operand_names"] = strings(op.operandNames);
     out.append(d);
   }
   return out;
@@ -303,6 +306,96 @@ nb::dict explanationRow(RedistributionExplanation e) {
   row["bytes_per_rank"] = intsToList(e.bytesSent);
   row["text"] = explanationText(e);
   return row;
+}
+
+nb::object attrToPython(const AttrValue &v) {
+  switch (v.kind) {
+  case AttrValue::Kind::Int:
+    return nb::int_(v.i);
+  case AttrValue::Kind::Float:
+    return nb::float_(v.f);
+  case AttrValue::Kind::String:
+    return nb::str(v.s.c_str());
+  case AttrValue::Kind::Ints:
+    return intsToList(v.ints);
+  }
+  return nb::none();
+}
+
+/// torch's name of a grad_fn: "MulBackward" for dtensor.mul.
+std::string backwardName(const std::string &op) {
+  std::string out;
+  bool upper = true;
+  for (char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(c)) : c;
+    upper = false;
+  }
+  return out + "Backward";
+}
+
+/// The autograd records (GradRecord) and the tensor's autograd fields.
+void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
+  nb::class_<GradRecord>(m, "GradNode")
+      .def_ro("op", &GradRecord::op)
+      .def("name", [](const GradRecord &r) { return backwardName(r.op); })
+      .def_ro("inputs", &GradRecord::inputs)
+      .def_prop_ro("attrs",
+                   [](const GradRecord &r) {
+                     nb::dict d;
+                     for (const auto &[k, v] : r.attrs)
+                       d[k.c_str()] = attrToPython(v);
+                     return d;
+                   })
+      .def_prop_ro("scalar",
+                   [](const GradRecord &r) -> nb::object {
+                     if (r.scalarIndex < 0)
+                       return nb::none();
+                     return nb::make_tuple(r.scalarIndex, r.scalarValue);
+                   })
+      .def_ro("released", &GradRecord::released)
+      .def_prop_ro("next_functions",
+                   [](const GradRecord &r) {
+                     nb::list l;
+                     for (const Tensor &t : r.inputs)
+                       l.append(nb::make_tuple(
+                           t->gradFn ? nb::cast(t->gradFn) : nb::none(), 0));
+                     return nb::tuple(l);
+                   })
+      .def("_release",
+           [](GradRecord &r) {
+             r.released = true;
+             std::vector<Tensor> dropped = std::move(r.inputs);
+             r.inputs.clear();
+           })
+      .def("__repr__",
+           [](const GradRecord &r) { return "<" + backwardName(r.op) + ">"; });
+  tensorClass
+      .def_prop_rw(
+          "grad", [](const TensorImpl &t) { return t.grad; },
+          [](TensorImpl &t, std::optional<Tensor> g) {
+            if (g && *g) {
+              if ((*g)->meta().shape != t.meta().shape)
+                throw ValueError("assigned grad has a different shape than "
+                                 "the tensor");
+              t.grad = *g;
+            } else {
+              t.grad.reset();
+            }
+          },
+          nb::arg("value").none())
+      .def_prop_ro("grad_fn", [](const TensorImpl &t) { return t.gradFn; })
+      .def_prop_ro("is_leaf", [](const TensorImpl &t) { return !t.gradFn; })
+      .def_rw("_retains_grad", &TensorImpl::retainsGrad)
+      .def_prop_ro(
+          "_key",
+          [](const TensorImpl &t) { return reinterpret_cast<uintptr_t>(&t); })
+      .def("detach", [](const Tensor &t) { return session().detach(t); });
+  m.def("set_grad_enabled", [](bool on) { setGradEnabled(on); });
+  m.def("is_grad_enabled", [] { return gradEnabled(); });
 }
 
 } // namespace
@@ -452,9 +545,15 @@ NB_MODULE(_C, m) {
   m.def("permute", [](const Tensor &x, std::vector<int64_t> perm) {
     return session().transpose(x, std::move(perm));
   });
-  m.def("broadcast_to", [](const Tensor &x, std::vector<int64_t> shape) {
-    return session().broadcastTo(x, shape);
-  });
+  m.def(
+      "broadcast_to",
+      [](const Tensor &x, std::vector<int64_t> shape, std::optional<PList> p) {
+        if (!p)
+          return session().broadcastTo(x, shape);
+        Placements want = toPlacements(*p);
+        return session().broadcastTo(x, shape, &want);
+      },
+      nb::arg("x"), nb::arg("shape"), nb::arg("placements") = nb::none());
   m.def("redistribute", [](const Tensor &x, int mesh, PList p, int view) {
     Tensor t = session().redistribute(x, mesh, toPlacements(p));
     if (t != x)
@@ -580,6 +679,7 @@ NB_MODULE(_C, m) {
       .def_prop_ro("is_meta",
                    [](const TensorImpl &t) { return t.storage()->meta; })
       .def_rw("_requires_grad", &TensorImpl::requiresGrad);
+  bindAutograd(m, tensorClass);
   // Python operators, from the op registry: each names its dialect op.
   for (const OpInfo &op : opRegistry())
     for (const char *py : op.operators) {

@@ -59,19 +59,21 @@ def entries(records):
         if "family" not in r:
             continue
         args = r["arguments"]["args"]
-        tensors, attrs, variadic = 0, [], False
+        tensors, attrs, variadic, names = 0, [], False, []
         for arg, argname in args:
             d = arg["def"]
             if d == "AnyDTensor":
                 tensors += 1
+                names.append(argname)
             elif d.startswith("anonymous_") and "Variadic" in records.get(d, {}).get(
                     "!superclasses", []):
                 variadic = True
+                names.append(argname)
             else:
                 attrs.append(argname)
         ops.append(dict(name=r["opName"], family=r["family"], kernel=r["kernel"],
                         summary=r["summary"], operands=-1 if variadic else tensors,
-                        attrs=attrs, is_op=True, **common(r)))
+                        attrs=attrs, is_op=True, operand_names=names, **common(r)))
     for name in sorted(records["!instanceof"].get("DTorch_Decomposition", []),
                        key=lambda n: records[n]["opName"]):
         r = records[name]
@@ -85,7 +87,8 @@ def common(r):
     return dict(functions=r["torchFunctions"], methods=r["tensorMethods"],
                 operators=r["pyOperators"], joint=r["jointPartial"],
                 linear=r["linearOperands"], float_only=bool(r["floatOnly"]),
-                dtypes=r["dtypes"], reference=r["reference"], test=r["test"])
+                dtypes=r["dtypes"], reference=r["reference"], test=r["test"],
+                gradient=r["gradient"])
 
 
 def check(ops):
@@ -103,6 +106,19 @@ def check(ops):
                 errors.append(f"op '{op['name']}': unknown dtype '{t}'")
         if op["family"] not in STRATEGIES:
             errors.append(f"op '{op['name']}': unknown family '{op['family']}'")
+        if op["gradient"]:
+            want = 1 if op["operands"] == -1 else op["operands"]
+            if not op["is_op"]:
+                errors.append(f"decomposition '{op['name']}' declares a gradient; its ops have theirs")
+            elif len(op["gradient"]) != want:
+                errors.append(f"op '{op['name']}': {len(op['gradient'])} gradient formulas for "
+                              f"{want} tensor operands")
+            for f in op["gradient"]:
+                try:
+                    compile(f or "0", op["name"], "eval")
+                except SyntaxError as e:
+                    errors.append(f"op '{op['name']}': gradient formula '{f}' is not a Python "
+                                  f"expression: {e}")
     for op in ops:
         for u in op.get("uses", []):
             if u not in seen or not seen[u]["is_op"]:
@@ -130,7 +146,8 @@ def write_cpp(ops, path):
             clist(op["joint"], lambda p: "ReduceOp::" + REDUCE_OPS[p]),
             clist(op["linear"], str), "true" if op["float_only"] else "false",
             clist(op["dtypes"]), clist(op.get("uses", [])), cstr(op["reference"]),
-            cstr(op["test"]), "true" if op["is_op"] else "false"]) + "},")
+            cstr(op["test"]), "true" if op["is_op"] else "false",
+            clist(op["gradient"]), clist(op.get("operand_names", []))]) + "},")
     text = "\n".join(lines) + "\n"
     write_if_changed(path, text)
 
@@ -169,6 +186,17 @@ def write_docs(ops, path):
     out.append("")
     for op in ops:
         out.append(f"- **{op['name']}**: {op['summary']}")
+    out += ["", "Gradient formulas (the `gradient` field; `python/dtorch/autograd.py`",
+            "evaluates them at `backward()`, over `g`, `result`, the operand names and",
+            "the attributes; `-`: not differentiable in that operand; decompositions",
+            "differentiate through their ops; `test/python/test_autograd_registry.py`",
+            "checks each against finite differences):", ""]
+    for op in ops:
+        if not op["gradient"]:
+            continue
+        parts = [f"`{n}`: " + (f"`{f}`" if f else "-")
+                 for n, f in zip(op.get("operand_names", []), op["gradient"])]
+        out.append(f"- `{op['name']}`: " + "; ".join(parts))
     write_if_changed(path, "\n".join(out) + "\n")
 
 

@@ -58,6 +58,29 @@ struct AttrValue {
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Session;
+class TensorImpl;
+using Tensor = std::shared_ptr<TensorImpl>;
+
+/// The autograd record of an op whose result requires grad (torch's
+/// grad_fn): the op, its tensor operands (strong references: what the
+/// gradient formulas of the op registry read), its attributes and its
+/// scalar operand. The result is the tensor that owns the record, so the
+/// record holds no reference to it (no cycle).
+struct GradRecord {
+  std::string op;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+  int scalarIndex = -1; // position of a Python number among the operands
+  double scalarValue = 0;
+  /// backward() without retain_graph dropped `inputs`.
+  bool released = false;
+};
+
+/// Whether ops record GradRecords (torch's grad mode; per thread).
+bool gradEnabled();
+void setGradEnabled(bool enabled);
+/// Drops a record without recursing through a long chain of records.
+void releaseGradGraph(std::shared_ptr<GradRecord> record);
 
 /// One value on the workers (or one pending node's result): owns its handle.
 /// The handle is freed, after every run that reads it, when the last
@@ -93,11 +116,18 @@ public:
   /// Another name for the value `other` names (same storage, metadata and
   /// mesh view); nothing else of `other` is copied.
   static std::shared_ptr<TensorImpl> aliasOf(const TensorImpl &other);
+  /// Releases the autograd record without recursing through long chains.
+  ~TensorImpl();
   Handle id() const { return storage_->id; }
   const TensorMeta &meta() const { return meta_; }
   Session *session() const { return session_; }
   const Storage &storage() const { return storage_; }
   bool requiresGrad = false;
+  /// The autograd record of the op that made it (null for a leaf).
+  std::shared_ptr<GradRecord> gradFn;
+  /// The accumulated gradient (leaves, and tensors that retain_grad()).
+  Tensor grad;
+  bool retainsGrad = false;
   /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
   /// C++, propagated to results when every input shares it (-1: whole mesh).
   int view = -1;
@@ -108,7 +138,6 @@ private:
   Storage storage_;
   TensorMeta meta_;
 };
-using Tensor = std::shared_ptr<TensorImpl>;
 
 /// A Python number used as an operand: `dtensor.full` of the node's shape
 /// with these placements, written into the segment text right before the node.
@@ -189,7 +218,10 @@ public:
                 std::vector<int64_t> dims, bool keepdim);
   Tensor reshape(const Tensor &x, Shape shape);
   Tensor transpose(const Tensor &x, std::vector<int64_t> perm);
-  Tensor broadcastTo(const Tensor &x, const Shape &shape);
+  /// With `placements`, the result gets them (the compiler redistributes
+  /// the operand as needed) instead of the rule's choice.
+  Tensor broadcastTo(const Tensor &x, const Shape &shape,
+                     const Placements *placements = nullptr);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
   /// In-place update: `target` names `value` from now on (its storage, after
@@ -197,6 +229,9 @@ public:
   /// `target` sees the new value; the old value is freed when unused. Shape,
   /// dtype and mesh must match (ValueError otherwise).
   void assign(const Tensor &target, const Tensor &value);
+  /// A new symbol for x's value without autograd history (no op: an alias
+  /// of the same handle).
+  Tensor detach(const Tensor &x);
 
   // ---- comparisons, selection, indexing (SessionOps.cpp) -------------------
   /// eq, ne, lt, le, gt, ge: a bool tensor (broadcasting, type promotion).
@@ -258,6 +293,11 @@ private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
+  /// The autograd hook of addNode: records a GradRecord on `result` when
+  /// grad mode is on and a differentiable operand requires grad.
+  void recordGrad(const Tensor &result, const std::string &op,
+                  const std::vector<Tensor> &inputs, const Attrs &attrs,
+                  const ScalarOperand &scalar);
   void flush();
   void checkSameMesh(const Tensor &a, const Tensor &b, const char *op) const;
   Tensor newTensor(TensorMeta meta);
