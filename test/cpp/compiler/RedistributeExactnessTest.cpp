@@ -204,6 +204,16 @@ struct MeshCase {
   size_t stride; // check every stride-th destination of each source
 };
 
+/// Names the case in test logs: "mesh (2, 2, 2), one destination in 41".
+void PrintTo(const MeshCase &c, std::ostream *os) {
+  *os << "mesh (";
+  for (size_t i = 0; i < c.mesh.size(); ++i)
+    *os << (i ? ", " : "") << c.mesh[i];
+  *os << ")";
+  if (c.stride > 1)
+    *os << ", one destination in " << c.stride;
+}
+
 class RedistributeExactness : public ::testing::TestWithParam<MeshCase> {};
 
 TEST_P(RedistributeExactness, AllPlacementPairs) {
