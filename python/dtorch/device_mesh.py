@@ -26,8 +26,10 @@ class DeviceMesh:
 
     The mesh may use any subset of the world's ranks, in any order. Creating
     the first mesh starts the embedded cluster if `dtorch.init` was not
-    called. ``mesh["name"]`` gives a sub-mesh (see `__getitem__`). Two mesh
-    objects are equal when they are the same view of the same mesh.
+    called. ``mesh["name"]`` gives a sub-mesh (see `__getitem__`) and
+    ``mesh["dp", "cp"]._flatten()`` a 1-D view of several dims (see
+    `_flatten`). Two mesh objects are equal when they are the same view of
+    the same mesh.
 
     Args:
         device_type (str): ``"cpu"``; ``"cuda"`` where the workers have GPUs.
