@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
 
 namespace dtorch::rules {
@@ -109,6 +110,15 @@ ShardingRule reduction(const Shape &input, const std::vector<int64_t> &dims,
   return rule;
 }
 
+// Dims are grouped into the shortest runs with equal products (size-1 dims
+// belong to none). A 1:1 run keeps its factor, uneven splits included. In a
+// split or merge ([B, H] -> [B*H], [B*H] -> [B, H], [6, 4] -> [2, 12]) only
+// the outer dims can share a factor: splitting the group's elements into k
+// contiguous blocks is Shard of the input's outer dim and Shard of the
+// result's outer dim exactly when k divides both outer extents. So they share
+// an even factor of size gcd(outer in, outer out): the strategy code shards
+// it only on mesh axes whose sizes multiply to a divisor of it; otherwise the
+// outer dim is gathered first, and explain() shows that redistribution.
 ShardingRule reshape(const Shape &in, const Shape &out) {
   ShardingRule rule;
   rule.operands = {Shape(in.size(), -1)};
@@ -140,9 +150,12 @@ ShardingRule reshape(const Shape &in, const Shape &out) {
         po *= out[j++];
     }
     if (i - i0 == 1 && j - j0 == 1) {
-      rule.operands[0][i0] = rule.factorSizes.size();
-      rule.results[0][j0] = rule.factorSizes.size();
-      rule.factorSizes.push_back(in[i0]);
+      int64_t f = addFactor(rule, in[i0]);
+      rule.operands[0][i0] = rule.results[0][j0] = f;
+    } else if (int64_t g = std::gcd(in[i0], out[j0]); g > 1) {
+      int64_t f = addFactor(rule, g);
+      rule.operands[0][i0] = rule.results[0][j0] = f;
+      rule.evenFactors.push_back(f);
     }
   }
   return rule;
