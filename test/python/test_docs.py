@@ -22,7 +22,9 @@ from conftest import backend_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation",
-              "dtorch.errors", "dtorch._runtime", "dtorch.autograd"]
+              "dtorch.errors", "dtorch._runtime", "dtorch.autograd", "dtorch.distributed",
+              "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
+              "dtorch.distributed.fsdp._fully_shard"]
 
 
 def fresh_python(code, timeout=180):
