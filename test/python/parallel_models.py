@@ -178,17 +178,26 @@ def place_batch(batch, layout):
     return tuple(dtorch.distribute_tensor(np.asarray(a), mesh, placements) for a in batch)
 
 
-def make_optimizer(name, model):
+def make_optimizer(name, model, zero1_mesh=None):
+    """SGD with momentum or AdamW; with `zero1_mesh`, wrapped in a
+    ZeroRedundancyOptimizer sharding its state there (ZeRO-1)."""
     if name == "sgd":
-        return dtorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return dtorch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
+        cls, kwargs = dtorch.optim.SGD, dict(lr=0.1, momentum=0.9)
+    else:
+        cls, kwargs = dtorch.optim.AdamW, dict(lr=0.01, weight_decay=0.01)
+    if zero1_mesh is not None:
+        from dtorch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(model.parameters(), cls, mesh=zero1_mesh, **kwargs)
+    return cls(model.parameters(), **kwargs)
 
 
-def train(model_cls, layout, opt_name, steps=5):
+def train(model_cls, layout, opt_name, steps=5, zero1=False):
     """Trains and returns (losses, final parameters by name as numpy,
-    compile counts after each step, the model, the optimizer)."""
+    compile counts after each step, the model, the optimizer); `zero1`
+    shards the optimizer state on the layout's data-parallel mesh dim."""
     model = build(model_cls, layout)
-    opt = make_optimizer(opt_name, model)
+    dp = LAYOUTS[layout][2]
+    opt = make_optimizer(opt_name, model, layout_mesh(layout)[dp] if zero1 else None)
     losses, compiles = [], []
     for batch in batches(model_cls, steps):
         loss = model.loss(place_batch(batch, layout))

@@ -54,6 +54,23 @@ def test_transformer_training_matches_single_rank(dt, layout):
     assert compiles[2] == compiles[-1], compiles
 
 
+@pytest.mark.parametrize("layout", ["dp4", "dp2xtp2"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_zero1_training_matches_single_rank_with_sharded_state(dt, layout, opt_name):
+    losses, params, compiles, model, opt = train(MLP, layout, opt_name, zero1=True)
+    assert_same_run((losses, params), reference(MLP, opt_name))
+    assert compiles[2] == compiles[-1], compiles
+    dp_size = layout_mesh(layout)[LAYOUTS[layout][2]].size()
+    for p in model.parameters():
+        for key, value in opt.state[p].items():
+            if key == "step":
+                continue
+            held = sum(a.size for a in value.local_shards().values())
+            assert held * dp_size == sum(a.size for a in p.local_shards().values()), key
+            root = value._placements_raw
+            assert root[0] == ("S", 0, ""), (key, root)
+
+
 def test_styles_lay_parameters_out_in_place(dt):
     mesh = layout_mesh("dp2xtp2")
     with nn.default_device_mesh(mesh):

@@ -15,9 +15,10 @@ from .._creation import distribute_tensor
 from . import _layout
 from . import tensor
 from . import fsdp
+from . import optim
 
 __all__ = ["distribute_module", "distribute_tensor", "DeviceMesh", "init_device_mesh",
-           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp"]
+           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp", "optim"]
 
 
 def _arity(fn):

@@ -109,7 +109,7 @@ def loss_parallel():
         >>> mesh = dtorch.init_device_mesh("cpu", (2,))
         >>> logits = dtorch.zeros(4, 6, device_mesh=mesh, placements=[Shard(1)])
         >>> with loss_parallel():
-        ...     loss = dtorch.nn.functional.cross_entropy(logits, dtorch.arange(4))
+        ...     loss = dtorch.nn.functional.cross_entropy(logits, dtorch.arange(4, device_mesh=mesh))
         >>> round(loss.item(), 4)
         1.7918
     """
