@@ -291,3 +291,26 @@ def test_distribute_module(dt):
         np.testing.assert_array_equal(p.numpy(), want[n])
     x = dtorch.randn(8, 8, device_mesh=mesh, dtype=dtorch.float64)
     assert model(x).placements == (Replicate(),)
+
+
+def test_data_parallel_gradient_reduction_follows_from_the_rules(dt):
+    """A batch sharded on "dp" and replicated parameters: the only
+    parameter-sized communication of a step is one all_reduce per gradient,
+    where it is accumulated into .grad (the redistribute to the
+    parameter's Replicate)."""
+    mesh = layout_mesh("dp4")
+    with nn.default_device_mesh(mesh):
+        model = MLP()
+    dtorch.synchronize()
+    rng = np.random.default_rng(0)
+    batch = place_batch((rng.standard_normal((64, 8)), rng.integers(0, 8, 64)), "dp4")
+    model.loss(batch).backward()
+    dtorch.synchronize()
+    shapes = {tuple(p.shape) for p in model.parameters()}
+    rows = [r for r in dtorch.explain() if tuple(r["shape"]) in shapes]
+    assert sorted(tuple(r["shape"]) for r in rows) == sorted(
+        tuple(p.shape) for p in model.parameters()), str(dtorch.explain())
+    for r in rows:
+        assert r["collectives"] == ['all_reduce(sum) on "dp"'], r
+    for p in model.parameters():
+        assert p.grad.placements == (Replicate(),)
