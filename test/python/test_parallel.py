@@ -47,10 +47,11 @@ def test_mlp_training_matches_single_rank(dt, layout, opt_name):
 
 
 @pytest.mark.parametrize("layout", [k for k in LAYOUTS if k != "1"])
-def test_transformer_training_matches_single_rank(dt, layout):
-    losses, params, compiles, model, _ = train(TinyTransformer, layout, "adamw")
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_transformer_training_matches_single_rank(dt, layout, opt_name):
+    losses, params, compiles, model, _ = train(TinyTransformer, layout, opt_name)
     assert losses[-1] < losses[0]
-    assert_same_run((losses, params), reference(TinyTransformer, "adamw"))
+    assert_same_run((losses, params), reference(TinyTransformer, opt_name))
     assert compiles[2] == compiles[-1], compiles
 
 
@@ -262,6 +263,33 @@ def test_parallelize_moves_a_model_from_another_mesh_and_meta(dt):
     meta.to_empty()
     assert not meta.weight.is_meta and meta.weight.placements == (Shard(1),)
     assert meta.weight.local_shards()[0].shape == (4, 4)
+    # fully_shard of a meta model: the values are then made sharded.
+    with nn.meta_init():
+        meta = nn.Linear(8, 4, device_mesh=mesh, dtype=dtorch.float64)
+    fully_shard(meta, mesh=mesh["dp"])
+    assert meta.weight.is_meta and meta.weight.placements == (Shard(0),)
+    meta.to_empty()
+    meta.reset_parameters()
+    assert {a.shape for a in meta.weight.local_shards().values()} == {(2, 8)}
+    assert abs(meta.weight.numpy()).max() > 0
+
+
+def test_colwise_and_rowwise_embedding(dt):
+    mesh = layout_mesh("tp4")
+    dtorch.manual_seed(5)
+    emb = nn.Embedding(12, 8, device_mesh=mesh, dtype=dtorch.float64)
+    table = emb.weight.numpy()
+    idx = dtorch.tensor(np.array([[1, 5, 11], [0, 0, 7]]), device_mesh=mesh)
+    parallelize_module(emb, mesh, ColwiseParallel())
+    assert emb.weight.placements == (Shard(1),)
+    out = emb(idx)
+    assert out.placements == (Shard(2),)
+    np.testing.assert_array_equal(out.numpy(), table[idx.numpy()])
+    parallelize_module(emb, mesh, RowwiseParallel(input_layouts=Replicate()))
+    assert emb.weight.placements == (Shard(0),)
+    out = emb(idx)
+    assert out.placements == (Replicate(),)
+    np.testing.assert_array_equal(out.numpy(), table[idx.numpy()])
 
 
 def test_distribute_module(dt):
