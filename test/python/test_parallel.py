@@ -223,6 +223,15 @@ def test_sequence_parallel_and_prepare_module_io(dt):
     xs = x.numpy()
     want = (xs - xs.mean(-1, keepdims=True)) / np.sqrt(xs.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    # A dropout region: the mask depends on each element's global position,
+    # so the sharded region drops what the replicated one drops.
+    drop = parallelize_module(nn.Dropout(0.5), mesh, SequenceParallel())
+    dtorch.manual_seed(7)
+    sharded = drop(x)
+    dtorch.manual_seed(7)
+    plain = nn.Dropout(0.5)(x)
+    assert sharded.placements == (Shard(1),)
+    np.testing.assert_array_equal(sharded.numpy(), plain.numpy())
     ident = parallelize_module(nn.Identity(), mesh, PrepareModuleInput(
         input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)))
     assert ident(out).placements == (Replicate(),)
