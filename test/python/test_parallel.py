@@ -94,6 +94,12 @@ def test_styles_lay_parameters_out_in_place(dt):
                      dtype=dtorch.float64)
     assert model.fc1(x).placements == (Shard(0), Shard(1))
     assert model(x).placements == (Shard(0), Replicate())
+    # A numpy input is the global value, placed with input_layouts first.
+    arr = np.random.default_rng(0).standard_normal((4, 8))
+    out = model(arr)
+    assert out.placements[1] == Replicate()
+    np.testing.assert_allclose(out.numpy(), model(dtorch.tensor(arr, device_mesh=mesh)).numpy(),
+                               rtol=1e-12)
 
 
 def test_fully_shard_shards_and_gathers(dt):

@@ -62,6 +62,18 @@ def to_layout(x, mesh, placements):
     return _C.redistribute(x, mesh._mesh_id, raw, x._view if x._view >= 0 else mesh._view)
 
 
+def from_global(value, mesh, placements):
+    """A numpy array or torch tensor (a global value) placed on `mesh` with
+    `placements` (other root mesh dims Replicate); anything else (dtorch
+    tensors included) is returned as it is."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, np.ndarray) or (hasattr(value, "detach") and hasattr(value, "numpy")):
+        from .._creation import tensor
+        return tensor(value, device_mesh=mesh, placements=_as_list(placements))
+    return value
+
+
 def _laid_out(t, mesh, placements, keep_others):
     """A tensor with t's value laid out with `placements` on `mesh` (no
     autograd history). A layout the mesh view cannot express (another mesh

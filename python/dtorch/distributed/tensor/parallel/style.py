@@ -11,10 +11,11 @@ a Partial result that the output layout reduces, and the gradients come
 back through the same redistributions.
 
 dtorch tensors are global: an input already knows its placements, so
-``input_layouts`` only matters for inputs that are not dtorch tensors (they
-pass unchanged), and ``use_local_output`` is accepted for torch's
-signatures but a module's output stays a (global) dtorch tensor with the
-style's output placements.
+``input_layouts`` only matters for a numpy array or torch tensor input,
+which is taken as the global value and placed with ``input_layouts`` on
+the mesh before it is redistributed to the layout the style needs; and
+``use_local_output`` is accepted for torch's signatures but a module's
+output stays a (global) dtorch tensor with the style's output placements.
 """
 from ... import _layout
 from ....placement_types import Placement, Replicate, Shard
@@ -99,12 +100,14 @@ class _LinearStyle(ParallelStyle):
                                       f"nn.Embedding, got {type(module).__name__}")
         self._partition(module, kind, device_mesh)
         desired = self._desired_input(kind)
+        given = self.input_layouts[0]
         output = self.output_layouts[0]
 
         def prepare_input(mod, args):
             if not args:
                 return None
-            return (_layout.to_layout(args[0], device_mesh, [desired]),) + tuple(args[1:])
+            x = _layout.from_global(args[0], device_mesh, [given])
+            return (_layout.to_layout(x, device_mesh, [desired]),) + tuple(args[1:])
 
         def prepare_output(mod, args, out):
             return _map_outputs(out, lambda o: _layout.to_layout(o, device_mesh, [output]))
@@ -126,8 +129,8 @@ class ColwiseParallel(_LinearStyle):
     On an ``nn.Embedding`` it shards the embedding dim (weight ``Shard(1)``).
 
     Args:
-        input_layouts (Placement, optional): what a non-dtorch input is
-            (default ``Replicate()``).
+        input_layouts (Placement, optional): how a numpy or torch input (a
+            global value) is placed first (default ``Replicate()``).
         output_layouts (Placement, optional): the output's placement on the
             mesh (default ``Shard(-1)``).
         use_local_output (bool): accepted for torch's signature; outputs
@@ -161,8 +164,8 @@ class RowwiseParallel(_LinearStyle):
     ``Shard(0)``, input ``Replicate()``).
 
     Args:
-        input_layouts (Placement, optional): what a non-dtorch input is
-            (default ``Shard(-1)``).
+        input_layouts (Placement, optional): how a numpy or torch input (a
+            global value) is placed first (default ``Shard(-1)``).
         output_layouts (Placement, optional): the output's placement on the
             mesh (default ``Replicate()``).
         use_local_output (bool): accepted for torch's signature.
@@ -220,7 +223,8 @@ class SequenceParallel(ParallelStyle):
         def prepare_input(mod, args):
             if not args:
                 return None
-            return (_layout.to_layout(args[0], device_mesh, [shard]),) + tuple(args[1:])
+            x = _layout.from_global(args[0], device_mesh, [shard])
+            return (_layout.to_layout(x, device_mesh, [shard]),) + tuple(args[1:])
 
         def prepare_output(mod, args, out):
             return _map_outputs(out, lambda o: _layout.to_layout(o, device_mesh, [shard]))
