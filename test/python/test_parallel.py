@@ -357,3 +357,30 @@ def test_data_parallel_gradient_reduction_follows_from_the_rules(dt):
         assert r["collectives"] == ['all_reduce(sum) on "dp"'], r
     for p in model.parameters():
         assert p.grad.placements == (Replicate(),)
+
+
+def test_hsdp_on_a_2d_mesh_matches_single_rank(dt):
+    """fully_shard on a 2-D (replicate, shard) mesh: parameters replicated on
+    the first dim, sharded on the second; the batch sharded on both."""
+    mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("rep", "shard"))
+    dtorch.manual_seed(0)
+    with nn.default_device_mesh(mesh):
+        model = MLP()
+    fully_shard(model.fc1, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    assert model.fc1.weight.placements == (Replicate(), Shard(0))
+    opt = dtorch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    from parallel_models import batches
+    losses = []
+    for x, y in batches(MLP, 5):
+        x = dtorch.distribute_tensor(x, mesh, [Shard(0), Shard(0)])
+        y = dtorch.distribute_tensor(y, mesh, [Shard(0), Shard(0)])
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    assert_same_run((losses, {n: p.numpy() for n, p in model.named_parameters()}),
+                    reference(MLP, "sgd"))
+    with pytest.raises(ValueError, match="1-D mesh"):
+        fully_shard(MLP(), mesh=dtorch.init_device_mesh("cpu", (1, 2, 2)))

@@ -34,7 +34,7 @@ class _FSDPState:
         self.unsharded = False
 
     def gathered(self, param):
-        raw = _layout.root_placements(param, self.mesh, [Replicate()])
+        raw = _layout.root_placements(param, self.mesh, [Replicate()] * self.mesh.ndim)
         if [tuple(r) for r in param._placements_raw] == raw:
             return param
         return _C.redistribute(param, self.mesh._mesh_id, raw, param._view)
@@ -144,8 +144,10 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
 
     Args:
         module (nn.Module): the module (changed in place and returned).
-        mesh (DeviceMesh): a 1-D mesh or sub-mesh (``mesh["dp"]``); by
-            default dtorch's default mesh.
+        mesh (DeviceMesh): a 1-D mesh or sub-mesh (``mesh["dp"]``), or a
+            2-D one for HSDP (parameters replicated on its first dim and
+            sharded on its second, as torch); by default dtorch's default
+            mesh.
         reshard_after_forward (bool): torch's switch between ZeRO-3 (True)
             and ZeRO-2 (False). In dtorch the forward, backward and update of
             a step are one program and the backward reads the gathered value
@@ -175,8 +177,9 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
     if mesh is None:
         from ...device_mesh import default_mesh
         mesh = default_mesh()
-    if mesh.ndim != 1:
-        raise ValueError(f"fully_shard needs a 1-D mesh (e.g. mesh['dp']), got {mesh.ndim} dims")
+    if mesh.ndim not in (1, 2):
+        raise ValueError(f"fully_shard needs a 1-D mesh (e.g. mesh['dp']) or a 2-D one "
+                         f"(replicate, shard) for HSDP, got {mesh.ndim} dims")
     if "_fsdp_state" in module.__dict__:
         raise ValueError(f"fully_shard was already applied to this {type(module).__name__}")
     ignored = {id(p) for p in (ignored_params or ())}
@@ -187,7 +190,8 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
             placement = Shard(0)
         if param.ndim == 0:
             placement = Replicate()
-        _layout.relayout_(param, mesh, [placement])
+        # HSDP: replicated on the first dim of a 2-D mesh, sharded on the second.
+        _layout.relayout_(param, mesh, [Replicate()] * (mesh.ndim - 1) + [placement])
     state = _FSDPState(module, mesh, reshard_after_forward, managed)
     object.__setattr__(module, "_fsdp_state", state)
 
