@@ -682,6 +682,22 @@ void Session::assign(const Tensor &target, const Tensor &value) {
   target->storage_ = laid->storage_;
 }
 
+void Session::rebind(const Tensor &target, const Tensor &value) {
+  if (target->session_ != this || value->session_ != this)
+    throw ValueError("rebind: tensor belongs to another dtorch session");
+  const TensorMeta &t = target->meta_, &v = value->meta_;
+  if (t.shape != v.shape)
+    throw ValueError("rebind: the value's shape " + shapeStr(v.shape) +
+                     " differs from the target's " + shapeStr(t.shape));
+  if (t.dtype != v.dtype)
+    throw ValueError(std::string("rebind: the value's dtype ") +
+                     dtypeName(v.dtype) + " differs from the target's " +
+                     dtypeName(t.dtype));
+  target->storage_ = value->storage_;
+  target->meta_ = value->meta_;
+  target->view = value->view;
+}
+
 // ---- values
 // -----------------------------------------------------------------------
 

@@ -73,6 +73,7 @@ from . import autograd  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import nn  # noqa: E402
 from . import optim  # noqa: E402
+from . import distributed  # noqa: E402
 
 
 def op_registry():

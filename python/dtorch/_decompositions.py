@@ -200,10 +200,14 @@ def cross_entropy(input, target, weight=None, ignore_index=-100,  # noqa: A002
         raise ValueError(f"cross_entropy: expected input [N, C] and target [N], got "
                          f"{tuple(input.shape)} and {tuple(target.shape)}")
     n, c = input.shape
-    logp = log_softmax(input, 1)
+    if any(k == "S" and d == 1 for k, d, _ in input._placements_raw):
+        logp, picked = _class_sharded_pick(input, target, ignore_index)
+    else:
+        logp = log_softmax(input, 1)
+        valid = _C.compare("ne", target, ignore_index, False)
+        safe = _C.where(valid, target, 0)
+        picked = _C.reshape(_C.gather(logp, 1, _C.reshape(safe, [n, 1])), [n])
     valid = _C.compare("ne", target, ignore_index, False)
-    safe = _C.where(valid, target, 0)
-    picked = _C.reshape(_C.gather(logp, 1, _C.reshape(safe, [n, 1])), [n])
     nll = _C.unary("neg", picked)
     if label_smoothing > 0.0:
         smooth = _C.unary("neg", _C.reduce("mean", logp, [1], False))
@@ -217,6 +221,34 @@ def cross_entropy(input, target, weight=None, ignore_index=-100,  # noqa: A002
         return total
     count = _C.reduce("sum", _C.cast(valid, nll.dtype), [], False)
     return _C.binary("div", total, count, False)
+
+
+def _class_sharded_pick(input, target, ignore_index):  # noqa: A002
+    """log_softmax over the class dim and the target's log-probability for
+    logits sharded on the class dim (loss parallel): the row statistics
+    (max, sum of exponentials) are laid out replicated on the class dim's
+    mesh dims, and the target is picked with a mask sharded like the
+    logits and a sum, so nothing of size [N, C] ever moves."""
+    x = _as_float(input)
+    n, c = x.shape
+    stats = [("R", 0, "") if k == "P" or (k == "S" and d == 1) else (k, d, o)
+             for k, d, o in x._placements_raw]
+
+    def rows(t):
+        return _C.redistribute(t, x._mesh_id, stats, x._view)
+    m = rows(_C.reduce("max", x, [1], True)).detach()
+    shifted = _C.binary("sub", x, m, False)
+    lse = _C.unary("log", rows(_C.reduce("sum", _C.unary("exp", shifted), [1], True)))
+    logp = _C.binary("sub", shifted, lse, False)
+    safe = _C.where(_C.compare("ne", target, ignore_index, False), target, 0)
+    # The mask is made in the logits' layout (a declared broadcast), so the
+    # compiler has no reason to move the logits to the targets' layout.
+    layout = [("R", 0, "") if k == "P" else (k, d, o) for k, d, o in x._placements_raw]
+    classes = _C.iota([n, c], 1, 0.0, 1.0, _C.dtype.int64, x._mesh_id, layout, x._view)
+    wanted = _C.broadcast_to(_C.reshape(safe, [n, 1]), [n, c], layout)
+    hit = _C.compare("eq", wanted, classes, False)
+    picked = _C.binary("mul", logp, _C.cast(hit, logp.dtype), False)
+    return logp, rows(_C.reduce("sum", picked, [1], False))
 
 
 def mse_loss(input, target, reduction="mean"):  # noqa: A002

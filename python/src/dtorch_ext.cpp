@@ -563,6 +563,10 @@ NB_MODULE(_C, m) {
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });
+  m.def("rebind", [](const Tensor &target, const Tensor &value, int view) {
+    session().rebind(target, value);
+    target->view = view;
+  });
   m.def("alias", [](const Tensor &x) { return TensorImpl::aliasOf(*x); });
   m.def("fetch", [](const Tensor &x) {
     rt::Tensor v;

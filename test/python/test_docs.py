@@ -22,7 +22,10 @@ from conftest import backend_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation",
-              "dtorch.errors", "dtorch._runtime", "dtorch.autograd"]
+              "dtorch.errors", "dtorch._runtime", "dtorch.autograd", "dtorch.distributed",
+              "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
+              "dtorch.distributed.fsdp._fully_shard",
+              "dtorch.distributed.optim.zero_redundancy_optimizer"]
 
 
 def fresh_python(code, timeout=180):

@@ -229,6 +229,11 @@ public:
   /// `target` sees the new value; the old value is freed when unused. Shape,
   /// dtype and mesh must match (ValueError otherwise).
   void assign(const Tensor &target, const Tensor &value);
+  /// `target` names `value` with `value`'s layout (mesh, placements, view):
+  /// how a parallel style lays a Parameter out anew while the Python object
+  /// (which modules and optimizers hold) stays the same. Shape and dtype
+  /// must match (ValueError otherwise); autograd fields are kept.
+  void rebind(const Tensor &target, const Tensor &value);
   /// A new symbol for x's value without autograd history (no op: an alias
   /// of the same handle).
   Tensor detach(const Tensor &x);

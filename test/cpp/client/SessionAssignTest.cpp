@@ -2,7 +2,7 @@
 // names the value's storage (redistributed to the target's placements), a
 // pending op that read the old value still sees it, old values are freed,
 // and a loop of updates reuses one compiled program; meta tensors have no
-// value until assigned.
+// value until assigned; Session::rebind takes a value with its layout.
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 
@@ -106,6 +106,38 @@ TEST_F(SessionAssign, MetaTensorsHaveNoValueUntilAssigned) {
       moved, session->full({8}, 3.0, wire::F64, mesh, {Placement::shard(0)}));
   EXPECT_FALSE(moved->storage()->meta);
   EXPECT_EQ(values(session->fetch(moved)), std::vector<double>(8, 3.0));
+}
+
+TEST_F(SessionAssign, RebindTakesTheValueWithItsLayout) {
+  // How a parallel style lays a Parameter out anew: the same TensorImpl
+  // names the value in the new placements (and mesh); later assigns keep
+  // the new layout; autograd fields stay.
+  Tensor p = session->fromData(doubles({0, 1, 2, 3, 4, 5, 6, 7}), mesh,
+                               {Placement::replicate()});
+  p->requiresGrad = true;
+  Tensor sharded = session->redistribute(p, mesh, {Placement::shard(0)});
+  session->rebind(p, sharded);
+  EXPECT_EQ(p->meta().placements, Placements{Placement::shard(0)});
+  EXPECT_TRUE(p->requiresGrad);
+  EXPECT_EQ(session->fetchLocal(p).at(2).numel(), 2);
+  EXPECT_EQ(values(session->fetch(p)),
+            (std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7}));
+  session->assign(
+      p, session->full({8}, 1.0, wire::F64, mesh, {Placement::replicate()}));
+  EXPECT_EQ(p->meta().placements, Placements{Placement::shard(0)});
+  EXPECT_EQ(session->fetchLocal(p).at(0).numel(), 2);
+  int other = session->addMesh({2}, {}, {0, 1}, "cpu");
+  Tensor elsewhere =
+      session->full({8}, 5.0, wire::F64, other, {Placement::shard(0)});
+  session->rebind(p, elsewhere);
+  EXPECT_EQ(p->meta().meshId, other);
+  EXPECT_EQ(session->fetchLocal(p).at(1).numel(), 4);
+  EXPECT_THROW(session->rebind(p, session->full({4}, 0.0, wire::F64, mesh,
+                                                {Placement::shard(0)})),
+               ValueError);
+  EXPECT_THROW(session->rebind(p, session->full({8}, 0.0, wire::F32, mesh,
+                                                {Placement::shard(0)})),
+               ValueError);
 }
 
 } // namespace
