@@ -75,7 +75,7 @@ def plot_losses(losses, path):
     plt.close(fig)
 
 
-def train(steps=200, batch_size=16, block_size=32, d_model=64, n_head=4, n_layer=2,
+def train(steps=200, batch_size=32, block_size=32, d_model=64, n_head=4, n_layer=2,
           lr=3e-3, warmup=20, seed=0, packages=("json", "textwrap", "email"),
           progress=True, log=print):
     """Trains on the 2x2 mesh; returns (model, cfg, tokenizer, losses)."""
@@ -121,7 +121,7 @@ def train(steps=200, batch_size=16, block_size=32, d_model=64, n_head=4, n_layer
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--n-head", type=int, default=4)
@@ -129,7 +129,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sample-tokens", type=int, default=200)
+    ap.add_argument("--sample-tokens", type=int, default=120)
     ap.add_argument("--out", default="gpt-out", help="folder for loss.png and model.npz")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
