@@ -77,8 +77,10 @@ def plot_losses(losses, path):
 
 def train(steps=200, batch_size=32, block_size=32, d_model=64, n_head=4, n_layer=2,
           lr=3e-3, warmup=20, seed=0, packages=("json", "textwrap", "email"),
-          progress=True, log=print):
-    """Trains on the 2x2 mesh; returns (model, cfg, tokenizer, losses)."""
+          progress=True, log=print, compiles=None):
+    """Trains on the 2x2 mesh; returns (model, cfg, tokenizer, losses). If
+    `compiles` is a list, the number of programs compiled during each step
+    is appended to it."""
     from tqdm import tqdm
     text = load_corpus(packages)
     tok = CharTokenizer.from_text(text)
@@ -100,6 +102,7 @@ def train(steps=200, batch_size=32, block_size=32, d_model=64, n_head=4, n_layer
     bar = tqdm(range(steps), disable=not progress, unit="step", dynamic_ncols=True)
     t0 = time.perf_counter()
     for step in bar:
+        before = dtorch._C.compile_count()
         starts = rng.integers(0, len(data) - block_size - 1, size=batch_size)
         xb = np.stack([data[s:s + block_size] for s in starts])
         yb = np.stack([data[s + 1:s + block_size + 1] for s in starts])
@@ -111,6 +114,8 @@ def train(steps=200, batch_size=32, block_size=32, d_model=64, n_head=4, n_layer
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        if compiles is not None:
+            compiles.append(dtorch._C.compile_count() - before)
         elapsed = time.perf_counter() - t0
         bar.set_postfix(loss=f"{losses[-1]:.3f}",
                         tok_s=f"{(step + 1) * batch_size * block_size / elapsed:,.0f}")

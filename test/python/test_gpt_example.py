@@ -20,9 +20,12 @@ TINY = dict(steps=40, batch_size=32, block_size=16, d_model=32, n_head=2, n_laye
             lr=2e-2, warmup=2, seed=0, packages=("json",))
 
 
+COMPILES = []
+
+
 @pytest.fixture(scope="module")
 def trained(dt):
-    return train.train(progress=False, log=lambda *a: None, **TINY)
+    return train.train(progress=False, log=lambda *a: None, compiles=COMPILES, **TINY)
 
 
 # ---- a numpy forward of the same model, without a cache -------------------
@@ -74,6 +77,12 @@ def test_training_lowers_the_loss(trained):
     assert last < 0.7 * first, losses
     # An untrained model predicts about uniformly: the first loss is ~log(V).
     assert abs(first - math.log(trained[1].vocab_size)) < 0.5
+
+
+def test_training_steps_after_the_second_compile_nothing(trained):
+    # Step 1 creates the optimizer state, step 2 runs the steady program.
+    assert len(COMPILES) == TINY["steps"] and COMPILES[0] > 0
+    assert all(c == 0 for c in COMPILES[2:]), COMPILES
 
 
 def test_parameters_are_laid_out_dp_x_tp(trained):
