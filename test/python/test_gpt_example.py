@@ -112,6 +112,23 @@ def test_greedy_decoding_matches_numpy_and_compiles_once(trained):
     assert first == numpy_greedy(sd, cfg, prompt, 8)
 
 
+def test_cached_decode_steps_give_the_logits_of_a_numpy_forward(trained):
+    import dtorch
+    model, cfg, tok, _ = trained
+    ids = tok.encode("def f(x):\n    return")[:cfg.block_size]
+    sd = {k: v.numpy().astype(np.float64) for k, v in model.state_dict().items()}
+    want = numpy_logits(sd, cfg, ids)
+    mesh = model.tok_emb.weight.device_mesh
+    cache = generate.KVCache(cfg, 1, mesh)
+    pos = dtorch.zeros(1, dtype=dtorch.int64, device_mesh=mesh)
+    with dtorch.no_grad():
+        for t, i in enumerate(ids):
+            x = dtorch.tensor(np.array([[i]]), device_mesh=mesh)
+            got = generate.decode_step(model, cache, x, pos).numpy()[0]
+            pos._assign(pos + 1)
+            np.testing.assert_allclose(got, want[t], rtol=1e-4, atol=1e-4, err_msg=f"step {t}")
+
+
 def test_decoding_past_the_context_reuses_the_program(trained):
     model, cfg, tok, _ = trained
     compiles = []
