@@ -9,7 +9,7 @@ APT_PACKAGES=(
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libgloo-dev libopenblas-dev libgtest-dev libgmock-dev
 )
-PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes)
+PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
