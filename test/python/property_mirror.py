@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 F32_UNIT = 2.0 ** -24
+F64_UNIT = 2.0 ** -53
 
 # Rounding factor per op kind: correctly rounded arithmetic rounds once;
 # library transcendentals are allowed a few ulps.
@@ -81,6 +82,8 @@ def representable_in(v, unit):
     """Whether each float64 value is exactly a value of the dtype whose unit
     roundoff is `unit` (float32, float16 or bfloat16)."""
     v = np.asarray(v, dtype=np.float64)
+    if unit <= F64_UNIT:  # float64 itself, or an integer dtype (unit 0)
+        return np.ones(v.shape, dtype=bool)
     if unit == F32_UNIT:
         return v.astype(np.float32).astype(np.float64) == v
     if unit == 2.0 ** -11:

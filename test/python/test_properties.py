@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import dtorch
 from dtorch import Partial, Replicate, Shard
 
-from property_mirror import F32_UNIT, Mirror, Ref, mismatch, round_bfloat16
+from property_mirror import F32_UNIT, F64_UNIT, Mirror, Ref, mismatch, round_bfloat16
 
 EXAMPLES = int(os.environ.get("DTORCH_PROPERTY_EXAMPLES", "150"))
 WORLD = int(os.environ.get("DTORCH_PROPERTY_WORLD", "4"))
@@ -139,9 +139,10 @@ class Program:
         return "\n".join(lines)
 
 
-UNITS = {"float32": F32_UNIT, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
-         "int32": 0.0, "int64": 0.0}
-BASE_TOL = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2, "int32": 0.0, "int64": 0.0}
+UNITS = {"float32": F32_UNIT, "float64": F64_UNIT, "float16": 2.0 ** -11,
+         "bfloat16": 2.0 ** -8, "int32": 0.0, "int64": 0.0}
+BASE_TOL = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 1e-2,
+            "int32": 0.0, "int64": 0.0}
 
 
 def index_array(params):
@@ -829,10 +830,11 @@ LAYOUT = ("reshape", "permute", "unsqueeze", "squeeze", "expand", "getitem", "ca
 
 
 @SETTINGS
-@given(prog=programs(names=ELEMENTWISE + LAYOUT))
+@given(prog=programs(names=ELEMENTWISE + LAYOUT, dtype_names=("float32", "float64")))
 def test_elementwise_and_layout_chain(property_session, prog):
     """Elementwise ops mixed with reshapes, slices and concatenations: most
-    of them keep shards where they are, so odd layouts reach the kernels."""
+    of them keep shards where they are, so odd layouts reach the kernels
+    (float32 and float64)."""
     check_program(prog)
 
 
