@@ -252,6 +252,18 @@ class DTorchLib:
     def redistribute(self, x, placements):
         return x.redistribute(self.mesh, [_placement(p) for p in placements])
 
+    def rms_norm(self, x, k):
+        return dtorch.rms_norm(x, tuple(x.shape[x.ndim - k:]))
+
+    def stack(self, xs, dim):
+        return dtorch.stack(xs, dim)
+
+    def linear(self, x, weight, bias):
+        return dtorch.linear(x, weight, bias)
+
+    def masked_fill(self, x, mask, value):
+        return x.masked_fill(mask, value)
+
     def index_select(self, x, dim, index):
         if dim % x.ndim == x.ndim - 1:  # x[..., index]: indexing with a tensor
             return x[(Ellipsis, index)]
@@ -297,6 +309,21 @@ class MirrorLib:
 
     def matmul(self, a, b):
         return self.m.matmul(a, b)
+
+    def rms_norm(self, x, k):
+        dims = list(range(x.v.ndim - k, x.v.ndim))
+        ms = self.m.reduce("mean", self.m.binary("mul", x, x), dims, True)
+        eps = 1.1920928955078125e-07  # float32's machine epsilon, as torch
+        return self.m.binary("mul", x, self.m.unary("rsqrt", self.m.binary("add", ms, eps)))
+
+    def stack(self, xs, dim):
+        return self.m.concat([self.unsqueeze(x, dim) for x in xs], dim)
+
+    def linear(self, x, weight, bias):
+        return self.m.binary("add", self.m.matmul(x, self.permute(weight, (1, 0))), bias)
+
+    def masked_fill(self, x, mask, value):
+        return self.m.where(mask, value, x)
 
     def index_select(self, x, dim, index):
         return self.m.layout(x, lambda a: np.take(a, index.v, axis=dim))
@@ -397,6 +424,11 @@ OPS["logsumexp"] = OpSpec("decomposition", lambda L, a, p: L.logsumexp(
 OPS["var"] = OpSpec("decomposition", lambda L, a, p: L.var(
     a[0], p["dims"], p["keepdim"], p["correction"]))
 OPS["layer_norm"] = OpSpec("decomposition", lambda L, a, p: L.layer_norm(a[0], p["k"]))
+OPS["rms_norm"] = OpSpec("decomposition", lambda L, a, p: L.rms_norm(a[0], p["k"]))
+OPS["stack"] = OpSpec("concat", lambda L, a, p: L.stack(list(a), p["dim"]))
+OPS["linear"] = OpSpec("matmul", lambda L, a, p: L.linear(a[0], a[1], a[2]))
+OPS["masked_fill"] = OpSpec("where", lambda L, a, p: L.masked_fill(a[1], a[0], p["value"]),
+                            elementwise=True)
 OPS["index_select"] = OpSpec("index", lambda L, a, p: L.index_select(a[0], p["dim"], a[1]))
 OPS["gather"] = OpSpec("index", lambda L, a, p: L.gather(a[0], p["dim"], a[1]))
 OPS["scatter_add"] = OpSpec("index", lambda L, a, p: L.scatter_add(a[0], p["dim"], a[1], a[2]))
@@ -517,19 +549,25 @@ def draw_step(draw, prog, names):
     elif fam == "compare":
         args.append(draw_operand(draw, prog, src))
     elif fam == "where":
-        conds = [i for i, r in enumerate(prog.refs) if r.kind == "b" and _broadcasts(shape, r.shape)]
+        fits = (lambda c: _broadcasts(shape, c) and np.broadcast_shapes(shape, c) == shape) \
+            if name == "masked_fill" else (lambda c: _broadcasts(shape, c))
+        conds = [i for i, r in enumerate(prog.refs) if r.kind == "b" and fits(r.shape)]
         if conds and draw(st.booleans()):
             cond = conds[draw(st.integers(0, len(conds) - 1))]
         else:
             cmp = draw(st.sampled_from(sorted(_COMPARE)))
             cond = prog.add(cmp, [("v", src), ("s", draw(st.sampled_from(prog.scalars)))], {})
             prog.steps += 1
-        other = draw_operand(draw, prog, src)
-        if other[0] == "v" and not _broadcasts(prog.refs[cond].shape,
-                                               np.broadcast_shapes(shape, prog.refs[other[1]].shape)):
-            other = ("s", draw(st.sampled_from(prog.scalars)))
-        pair = [("v", src), other] if draw(st.booleans()) else [other, ("v", src)]
-        args = [("v", cond)] + pair
+        if name == "masked_fill":
+            args = [("v", cond), ("v", src)]
+            params = dict(value=draw(st.sampled_from(prog.scalars)))
+        else:
+            other = draw_operand(draw, prog, src)
+            if other[0] == "v" and not _broadcasts(
+                    prog.refs[cond].shape, np.broadcast_shapes(shape, prog.refs[other[1]].shape)):
+                other = ("s", draw(st.sampled_from(prog.scalars)))
+            pair = [("v", src), other] if draw(st.booleans()) else [other, ("v", src)]
+            args = [("v", cond)] + pair
     elif fam == "reduction":
         params = dict(dims=_dims_subset(draw, ndim), keepdim=draw(st.booleans()))
     elif fam == "argreduce":
@@ -550,6 +588,15 @@ def draw_step(draw, prog, names):
         params = dict(shape=tuple([draw(st.integers(1, 4)) for _ in range(lead)] + target))
     elif name == "getitem":
         params = dict(key=_draw_index(draw, shape))
+    elif name == "stack":
+        dim = draw(st.integers(-ndim - 1, ndim))
+        other = src if draw(st.booleans()) else draw_input(draw, prog, shape)
+        args, params = [("v", src), ("v", other)], dict(dim=dim)
+    elif name == "linear":
+        n = draw(st.integers(1, 7))
+        weight = draw_input(draw, prog, (n, shape[-1]))
+        bias = draw_input(draw, prog, (n,))
+        args = [("v", src), ("v", weight), ("v", bias)]
     elif name == "cat":
         dim = draw(st.integers(-ndim, ndim - 1))
         if draw(st.booleans()):
@@ -569,7 +616,7 @@ def draw_step(draw, prog, names):
         big = [d for d in range(ndim) if shape[d] > 1]
         dims = tuple(draw(st.lists(st.sampled_from(big), unique=True, min_size=1)))
         params = dict(dims=dims, keepdim=draw(st.booleans()), correction=draw(st.sampled_from([0, 1])))
-    elif name == "layer_norm":
+    elif name in ("layer_norm", "rms_norm"):
         params = dict(k=draw(st.integers(1, ndim)))
     elif fam == "index":
         dim = draw(st.integers(-ndim, ndim - 1))
@@ -615,6 +662,12 @@ def _applicable(name, prog, ref, shape, ndim, hi):
         return hi * n <= MAX_MAGNITUDE
     if name == "matmul":
         return ndim in (2, 3) and hi <= 50.0
+    if name == "linear":
+        return ndim == 2 and hi <= 50.0
+    if name == "stack":
+        return ndim < MAX_RANK
+    if name == "rms_norm":
+        return hi <= 100.0
     if name == "permute":
         return ndim >= 2
     if name == "unsqueeze":
