@@ -194,7 +194,9 @@ class Mirror:
 
     # ---- reductions --------------------------------------------------------------
     def reduce(self, name, x, dims, keepdim):
-        dims = tuple(d % max(x.v.ndim, 1) for d in dims) if dims else tuple(range(x.v.ndim))
+        # A 0-d tensor reduces over dim 0 (or -1) as over nothing, as in torch.
+        dims = () if x.v.ndim == 0 else (
+            tuple(d % x.v.ndim for d in dims) if dims else tuple(range(x.v.ndim)))
         v = x.v.astype(np.float64)
         n = int(np.prod([x.v.shape[d] for d in dims])) if dims else 1
         if name in ("max", "min"):
@@ -216,6 +218,8 @@ class Mirror:
 
     def argreduce(self, name, x, dim, keepdim):
         v = x.v.astype(np.float64)
+        if v.ndim == 0:
+            return Ref(np.int64(0))
         dim %= v.ndim
         pick = np.argmax if name == "argmax" else np.argmin
         idx = pick(v, axis=dim)
@@ -263,7 +267,7 @@ class Mirror:
         m = self.reduce("max", x, dims, True)
         s = self.reduce("sum", self.unary("exp", self.binary("sub", x, m)), dims, True)
         out = self.binary("add", self.unary("log", s), m)
-        if not keepdim:
+        if not keepdim and x.v.ndim:
             out = self.layout(out, lambda a: np.squeeze(a, axis=tuple(
                 d % x.v.ndim for d in (dims or range(x.v.ndim)))))
         return out

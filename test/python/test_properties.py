@@ -105,6 +105,7 @@ class Program:
         self.reduce_ops = tuple(op for op in REDUCE_OPS if not (self.integer and op == "avg"))
         self.nodes, self.refs = [], []
         self.cuts, self.dropped = set(), set()  # fetched at once / never held
+        self.mistakes = {}  # node -> a user mistake tried on it (must raise at the call)
         self.steps = 0
 
     def add(self, op, args, params):
@@ -135,6 +136,7 @@ class Program:
         ranks = "" if self.ranks == tuple(range(len(self.ranks))) else f", ranks={self.ranks}"
         lines = [f"Program(mesh={self.mesh_shape}{ranks}, dtype={self.dtype_name})"]
         lines += ["  " + n.text(i) + ("  # fetched at once" if i in self.cuts else "")
+                  + (f"  # then the mistake {self.mistakes[i]!r}" if i in self.mistakes else "")
                   + ("  # dropped" if i in self.dropped else "") for i, n in enumerate(self.nodes)]
         return "\n".join(lines)
 
@@ -508,7 +510,15 @@ def _broadcasts(a, b):
         return False
 
 
+def _one_dim(draw, ndim):
+    """A dim of a tensor of rank `ndim`; 0 or -1 for a 0-d tensor (torch
+    accepts them)."""
+    return draw(st.integers(-ndim, ndim - 1) if ndim else st.sampled_from([0, -1]))
+
+
 def _dims_subset(draw, ndim):
+    if ndim == 0:
+        return draw(st.sampled_from([(), (0,), (-1,)]))
     dims = draw(st.lists(st.integers(0, ndim - 1), unique=True, max_size=ndim))
     return tuple(d - ndim if draw(st.booleans()) else d for d in dims)
 
@@ -571,7 +581,7 @@ def draw_step(draw, prog, names):
     elif fam == "reduction":
         params = dict(dims=_dims_subset(draw, ndim), keepdim=draw(st.booleans()))
     elif fam == "argreduce":
-        params = dict(dim=draw(st.integers(-ndim, ndim - 1)), keepdim=draw(st.booleans()))
+        params = dict(dim=_one_dim(draw, ndim), keepdim=draw(st.booleans()))
     elif name == "matmul":
         args = [("v", src), ("v", _matmul_partner(draw, prog, src))]
     elif name == "reshape":
@@ -609,9 +619,10 @@ def draw_step(draw, prog, names):
     elif fam == "triangle":
         params = dict(diagonal=draw(st.integers(-2, 2)))
     elif name in ("softmax", "log_softmax"):
-        params = dict(dim=draw(st.integers(-ndim, ndim - 1)))
+        params = dict(dim=_one_dim(draw, ndim))
     elif name == "logsumexp":
-        params = dict(dims=_dims_subset(draw, ndim) or (ndim - 1,), keepdim=draw(st.booleans()))
+        params = dict(dims=_dims_subset(draw, ndim) or (_one_dim(draw, ndim),),
+                      keepdim=draw(st.booleans()))
     elif name == "var":
         big = [d for d in range(ndim) if shape[d] > 1]
         dims = tuple(draw(st.lists(st.sampled_from(big), unique=True, min_size=1)))
@@ -656,8 +667,10 @@ def _applicable(name, prog, ref, shape, ndim, hi):
         return hi <= 8.0
     if name == "square":
         return hi * hi <= MAX_MAGNITUDE
-    if fam in ("reduction", "argreduce", "slice", "concat", "decomposition", "index") and ndim == 0:
+    if fam in ("slice", "concat", "index") and ndim == 0:
         return False
+    if fam == "decomposition" and ndim == 0:  # dim 0 of a 0-d tensor, as in torch
+        return name in ("softmax", "log_softmax", "logsumexp")
     if name == "reduce_sum":
         return hi * n <= MAX_MAGNITUDE
     if name == "matmul":
@@ -732,7 +745,7 @@ def _matmul_partner(draw, prog, src):
 
 
 @st.composite
-def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6):
+def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6, mistakes=False):
     mesh_shape = draw(st.sampled_from(MESH_SHAPES + EXTRA_MESH_SHAPES))
     size = int(np.prod(mesh_shape))
     ranks = None
@@ -748,6 +761,10 @@ def programs(draw, names=tuple(OPS), dtype_names=("float32",), max_steps=6):
     last = len(prog.nodes) - 1
     prog.cuts = draw(st.sets(st.integers(0, last), max_size=2))
     prog.dropped = draw(st.sets(st.integers(0, last - 1), max_size=last)) if last else set()
+    if mistakes:
+        floats = [i for i, r in enumerate(prog.refs) if r.kind == "f"]
+        at = draw(st.lists(st.sampled_from(floats), min_size=1, max_size=3, unique=True))
+        prog.mistakes = {i: draw(st.sampled_from(MISTAKES)) for i in at}
     return prog
 
 
@@ -833,6 +850,8 @@ def check_program(prog):
         tensors.append(t)
         if i in prog.cuts:
             _compare(prog, i, t)
+        if i in prog.mistakes:
+            _make_mistake(prog, i, t, prog.mistakes[i], mesh)
     for i in prog.dropped:
         tensors[i] = None
     checked = 0
@@ -846,6 +865,62 @@ def check_program(prog):
     STATS["meshes"][key] = STATS["meshes"].get(key, 0) + 1
     for node in prog.nodes:
         STATS["ops"][node.op] = STATS["ops"].get(node.op, 0) + 1
+
+
+# ---- user mistakes: raised in the client at the call, the session stays usable ----
+def _ones(shape, mesh):
+    return dtorch.ones(*shape, device_mesh=mesh)
+
+
+def _mistake_call(kind, t, mesh):
+    """The mistaken call on `t`, or None where it would not be a mistake."""
+    s, nd = tuple(t.shape), t.ndim
+    if kind == "broadcast":
+        wide = [d for d in range(nd) if s[d] >= 2]
+        if not wide:
+            return None
+        bad = list(s)
+        bad[wide[0]] += 1
+        return lambda: t + _ones(bad, mesh)
+    if kind == "reshape":
+        return lambda: t.reshape(int(np.prod(s)) + 1)
+    if kind == "matmul":
+        return (lambda: t @ _ones((s[-1] + 1, 2), mesh)) if nd == 2 else None
+    if kind == "shard_dim":
+        return lambda: t.redistribute(mesh, [Shard(nd)] + [Replicate()] * (mesh.ndim - 1))
+    if kind == "placement_count":
+        return lambda: t.redistribute(mesh, [Replicate()] * (mesh.ndim + 1))
+    if kind == "reduce_dim":  # (a 0-d tensor takes dim 0, as in torch)
+        return (lambda: t.sum(nd)) if nd >= 1 else None
+    if kind == "cat":
+        if nd < 2:
+            return (lambda: dtorch.cat([t, _ones((1,) + s, mesh)], 0)) if nd == 1 else None
+        bad = list(s)
+        bad[1] += 1
+        return lambda: dtorch.cat([t, _ones(bad, mesh)], 0)
+    if kind == "permute":
+        return (lambda: t.permute(*([0] * nd))) if nd >= 2 else None
+    if kind == "index":
+        return (lambda: t[s[0]]) if nd >= 1 else None
+    if kind == "other_mesh":
+        other = mesh_for((WORLD,), tuple(range(WORLD - 1, -1, -1)))
+        return lambda: t + _ones(s, other)
+    raise KeyError(kind)
+
+
+MISTAKES = ("broadcast", "reshape", "matmul", "shard_dim", "placement_count", "reduce_dim",
+            "cat", "permute", "index", "other_mesh")
+
+
+def _make_mistake(prog, i, t, kind, mesh):
+    call = _mistake_call(kind, t, mesh) or _mistake_call("reshape", t, mesh)
+    try:
+        out = call()
+    except (ValueError, TypeError, IndexError, KeyError):
+        return
+    raise AssertionError(f"{prog}\nthe mistake {kind!r} on v{i} (shape {tuple(t.shape)}, "
+                         f"placements {tuple(t.placements)}) did not raise; it gave "
+                         f"shape {tuple(out.shape)}")
 
 
 # ---- the session ------------------------------------------------------------------------
@@ -911,4 +986,14 @@ INTEGER_OPS = ("neg", "abs", "relu", "square", "clamp", "add", "sub", "mul", "ma
 @given(prog=programs(names=INTEGER_OPS, dtype_names=("int64", "int32")))
 def test_integer_chain(property_session, prog):
     """int64/int32 chains (no avg partials, integer scalars): exact results."""
+    check_program(prog)
+
+
+@SETTINGS
+@given(prog=programs(mistakes=True))
+def test_user_mistakes_raise_and_leave_the_session_usable(property_session, prog):
+    """A mistaken call in the middle of a chain (shapes that do not
+    broadcast, a bad reshape, a dim out of range, tensors on other meshes,
+    ...) raises ValueError/TypeError/IndexError at the call, and every value
+    of the chain still comes out right."""
     check_program(prog)
