@@ -9,10 +9,26 @@ results where the shapes allow. The program runs on DTorch and on a numpy
 mirror (property_mirror.py: float64 values with a forward error bound), and
 every value of the chain, inputs and intermediates included, must agree.
 
-Examples per test: DTORCH_PROPERTY_EXAMPLES (default small, derandomized so
-CI is repeatable); DTORCH_PROPERTY_RANDOM=1 draws fresh examples;
-DTORCH_PROPERTY_WORLD=8 runs on 8 in-process ranks with meshes (8,), (2, 4),
-(2, 2, 2). tools/property-run runs both with many examples.
+Beyond the required meshes, a program may use a mesh with its ranks in
+another order or on part of the world ((3,) splits unevenly), put inputs on
+sub-mesh views, fetch values mid-chain (a new segment reads them), drop
+values (never materialized), and try user mistakes that must raise at the
+call. Properties: any chain (float32), elementwise and layout ops (float32
+and float64), float16/bfloat16 elementwise chains, int64/int32 chains, and
+chains with mistakes.
+
+Tolerance: float32 at rtol = atol = 1e-5 plus the mirror's error bound for
+that element (property_mirror.py explains it: it stays within a few times
+1e-5 for these magnitudes, is zero for exact results, and covers what a
+flat tolerance cannot: summation order across shards, comparisons at a tie,
+exp of a rounded value). 16-bit dtypes use 1e-3 (float16) and 1e-2
+(bfloat16) with their own unit roundoff; integer chains must be exact.
+
+Examples per test: DTORCH_PROPERTY_EXAMPLES (default 150, derandomized so
+CI is repeatable: about 20 s for the file); DTORCH_PROPERTY_RANDOM=1 draws
+fresh examples; DTORCH_PROPERTY_WORLD=8 runs on 8 in-process ranks with
+meshes (8,), (2, 4), (2, 2, 2). tools/property-run runs both with many
+examples.
 """
 import json
 import operator
@@ -120,7 +136,8 @@ class Program:
                 else self.mesh_shape
             uneven = any(p[0] == "P" and p[1] in ("sum", "avg") and n & (n - 1)
                          for p, n in zip(params["placements"], sizes))
-            ref = Ref(v, 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v) if uneven else 0.0)
+            bound = 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v)
+            ref = Ref(v, bound if uneven else 0.0)
         else:
             ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
                               node.params)
@@ -157,7 +174,8 @@ def input_array(params, dtype_name):
     """The input's global value, already rounded to the dtype under test."""
     rng = np.random.default_rng(params["seed"])
     shape = params["shape"]
-    if params["integers"] or dtype_name in ("int32", "int64"):  # small integers: ties for max/argmax/eq, exact sums
+    # Small integers give ties (max, argmax, eq) and exact sums.
+    if params["integers"] or dtype_name in ("int32", "int64"):
         a = rng.integers(-2, 3, shape).astype(np.float32)
     else:
         a = rng.uniform(-2.0, 2.0, shape).astype(np.float32)
@@ -626,7 +644,8 @@ def draw_step(draw, prog, names):
     elif name == "var":
         big = [d for d in range(ndim) if shape[d] > 1]
         dims = tuple(draw(st.lists(st.sampled_from(big), unique=True, min_size=1)))
-        params = dict(dims=dims, keepdim=draw(st.booleans()), correction=draw(st.sampled_from([0, 1])))
+        params = dict(dims=dims, keepdim=draw(st.booleans()),
+                      correction=draw(st.sampled_from([0, 1])))
     elif name in ("layer_norm", "rms_norm"):
         params = dict(k=draw(st.integers(1, ndim)))
     elif fam == "index":
