@@ -248,6 +248,19 @@ class DTorchLib:
     def getitem(self, x, key):
         return x[key]
 
+    def narrow(self, x, dim, start, length):
+        return x.narrow(dim, start, length)
+
+    def chunk(self, x, chunks, dim, k):
+        return x.chunk(chunks, dim)[k]
+
+    def flatten(self, x, start, end):
+        return x.flatten(start, end)
+
+    def cross_entropy(self, x, target, reduction, label_smoothing):
+        return dtorch.cross_entropy(x, target, reduction=reduction,
+                                    label_smoothing=label_smoothing)
+
     def concat(self, xs, dim):
         return dtorch.cat(xs, dim)
 
@@ -322,6 +335,34 @@ class MirrorLib:
 
     def getitem(self, x, key):
         return self.m.layout(x, lambda a: a[key])
+
+    def narrow(self, x, dim, start, length):
+        start %= x.shape[dim]
+        return self.m.layout(x, lambda a: np.take(a, range(start, start + length), axis=dim))
+
+    def chunk(self, x, chunks, dim, k):
+        size = -(-x.shape[dim] // chunks)
+        return self.m.layout(x, lambda a: np.take(
+            a, range(k * size, min((k + 1) * size, a.shape[dim])), axis=dim))
+
+    def flatten(self, x, start, end):
+        shape = x.shape
+        s, e = start % len(shape), end % len(shape)
+        new = shape[:s] + (int(np.prod(shape[s:e + 1])),) + shape[e + 1:]
+        return self.m.layout(x, lambda a: a.reshape(new))
+
+    def cross_entropy(self, x, target, reduction, label_smoothing):
+        m = self.m
+        logp = m.log_softmax(x, 1)
+        picked = self.layout(logp, lambda a: np.take_along_axis(a, target.v[:, None], 1)[:, 0])
+        nll = m.unary("neg", picked)
+        if label_smoothing:
+            smooth = m.unary("neg", m.reduce("mean", logp, [1], False))
+            nll = m.binary("add", m.binary("mul", nll, 1.0 - label_smoothing),
+                           m.binary("mul", smooth, label_smoothing))
+        if reduction == "none":
+            return nll
+        return m.reduce("sum" if reduction == "sum" else "mean", nll, [], False)
 
     def triangle(self, name, x, diagonal):
         fn = np.tril if name == "tril" else np.triu
@@ -434,6 +475,11 @@ OPS["unsqueeze"] = OpSpec("shape", lambda L, a, p: L.unsqueeze(a[0], p["dim"]))
 OPS["squeeze"] = OpSpec("shape", lambda L, a, p: L.squeeze(a[0], p["dim"]))
 OPS["expand"] = OpSpec("shape", lambda L, a, p: L.expand(a[0], p["shape"]))
 OPS["getitem"] = OpSpec("slice", lambda L, a, p: L.getitem(a[0], p["key"]))
+OPS["narrow"] = OpSpec("slice", lambda L, a, p: L.narrow(a[0], p["dim"], p["start"], p["length"]))
+OPS["chunk"] = OpSpec("slice", lambda L, a, p: L.chunk(a[0], p["chunks"], p["dim"], p["k"]))
+OPS["flatten"] = OpSpec("shape", lambda L, a, p: L.flatten(a[0], p["start"], p["end"]))
+OPS["cross_entropy"] = OpSpec("decomposition", lambda L, a, p: L.cross_entropy(
+    a[0], a[1], p["reduction"], p["label_smoothing"]))
 OPS["cat"] = OpSpec("concat", lambda L, a, p: L.concat(list(a), p["dim"]))
 OPS["tril"] = OpSpec("triangle", lambda L, a, p: L.triangle("tril", a[0], p["diagonal"]))
 OPS["triu"] = OpSpec("triangle", lambda L, a, p: L.triangle("triu", a[0], p["diagonal"]))
@@ -616,6 +662,26 @@ def draw_step(draw, prog, names):
         params = dict(shape=tuple([draw(st.integers(1, 4)) for _ in range(lead)] + target))
     elif name == "getitem":
         params = dict(key=_draw_index(draw, shape))
+    elif name == "narrow":
+        dim = _one_dim(draw, ndim)
+        extent = shape[dim]
+        start = draw(st.integers(-extent, extent - 1))
+        params = dict(dim=dim, start=start,
+                      length=draw(st.integers(1, extent - start % extent)))
+    elif name == "chunk":
+        dim = _one_dim(draw, ndim)
+        chunks = draw(st.integers(1, shape[dim]))
+        count = -(-shape[dim] // -(-shape[dim] // chunks))  # torch may give fewer chunks
+        params = dict(chunks=chunks, dim=dim, k=draw(st.integers(0, count - 1)))
+    elif name == "flatten":
+        start = _one_dim(draw, ndim)
+        end = draw(st.integers(start % ndim, ndim - 1))
+        params = dict(start=start, end=end - ndim if draw(st.booleans()) else end)
+    elif name == "cross_entropy":
+        target = draw_index_input(draw, prog, (shape[0],), shape[1])
+        args = [("v", src), ("v", target)]
+        params = dict(reduction=draw(st.sampled_from(["mean", "sum", "none"])),
+                      label_smoothing=draw(st.sampled_from([0.0, 0.25])))
     elif name == "stack":
         dim = draw(st.integers(-ndim - 1, ndim))
         other = src if draw(st.booleans()) else draw_input(draw, prog, shape)
@@ -706,6 +772,10 @@ def _applicable(name, prog, ref, shape, ndim, hi):
         return ndim < MAX_RANK
     if name == "squeeze":
         return 1 in shape
+    if name == "flatten":
+        return ndim >= 1
+    if name == "cross_entropy":
+        return ndim == 2 and hi <= 30.0
     if name == "expand":
         return ndim < MAX_RANK or 1 in shape
     if fam == "triangle":
@@ -972,8 +1042,8 @@ def test_chain_matches_numpy(property_session, prog):
 
 
 ELEMENTWISE = tuple(n for n, spec in OPS.items() if spec.elementwise)
-LAYOUT = ("reshape", "permute", "unsqueeze", "squeeze", "expand", "getitem", "cat",
-          "tril", "triu", "redistribute")
+LAYOUT = ("reshape", "permute", "unsqueeze", "squeeze", "expand", "flatten", "getitem",
+          "narrow", "chunk", "cat", "stack", "tril", "triu", "redistribute")
 
 
 @SETTINGS
