@@ -130,14 +130,13 @@ class Program:
             ref = Ref(index_array(params))
         elif op == "input":
             v = input_array(params, self.dtype_name).astype(np.float64)
-            # A value made Partial is reduced again when fetched; over a mesh
-            # dim of 3 ranks, sum or avg of the pieces may round.
-            sizes = [self.mesh_shape[a] for a in params["view"]] if params["view"] \
-                else self.mesh_shape
-            uneven = any(p[0] == "P" and p[1] in ("sum", "avg") and n & (n - 1)
-                         for p, n in zip(params["placements"], sizes))
+            # A value made Partial(sum|avg) is reduced again when fetched or
+            # redistributed: x + x + x over 3 ranks (or 8 in the collectives'
+            # order) may round, except for small integers.
+            rounds = not params["integers"] and any(
+                p[0] == "P" and p[1] in ("sum", "avg") for p in params["placements"])
             bound = 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v)
-            ref = Ref(v, bound if uneven else 0.0)
+            ref = Ref(v, bound if rounds else 0.0)
         else:
             ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
                               node.params)
@@ -1128,8 +1127,14 @@ def test_local_pieces_follow_the_placements(property_session, case):
     full = prog.refs[0].v.astype(np.float32)
     grid = np.array(prog.ranks).reshape(prog.mesh_shape)
     t = dtorch.distribute_tensor(full, mesh, [Replicate()] * len(prog.mesh_shape))
+    exact = True
     for layout in walk:
         t = t.redistribute(mesh, [_placement(p) for p in layout])
+        # Reducing sum/avg pieces may round (x + x + x over 3 ranks, or in
+        # the collectives' order): from then on the pieces of float data
+        # are compared to within that rounding. Small integers stay exact.
+        exact = exact and (prog.nodes[0].params["integers"] or not any(
+            p[0] == "P" and p[1] in ("sum", "avg") for p in layout))
         pieces = t.local_shards()
         assert sorted(pieces) == sorted(prog.ranks), f"{prog}\n{layout}: ranks {sorted(pieces)}"
         partial = any(p[0] == "P" for p in layout)
@@ -1139,7 +1144,9 @@ def test_local_pieces_follow_the_placements(property_session, case):
             where = f"{prog}\nlayout {layout}: rank {rank} at {coord}"
             assert piece.shape == want.shape, f"{where}: piece {piece.shape}, want {want.shape}"
             if not partial:
-                assert np.array_equal(piece, want), f"{where}: wrong values"
+                same = np.array_equal(piece, want) if exact else \
+                    np.allclose(piece, want, rtol=8 * F32_UNIT, atol=0.0)
+                assert same, f"{where}: wrong values {piece} != {want}"
         # Reducing partial pieces (3 ranks: x/3 + x/3 + x/3) may round once per piece.
         value = Ref(prog.refs[0].v, 8 * F32_UNIT * np.abs(prog.refs[0].v))
         problem = mismatch(t.numpy().astype(np.float64), value, 1e-5)
