@@ -35,7 +35,15 @@ struct OpInfo {
   std::vector<const char *> dtypes; // "f32", ..., "i1"
   std::vector<const char *> uses;   // decompositions: the dialect ops used
   const char *reference;            // numpy expression for the e2e test
+  const char *test;                 // a test covering it besides generated ones
   bool isDialectOp;
+  /// Gradient formulas, one Python expression per tensor operand (one for a
+  /// variadic operand); "" for an operand that is not differentiable; empty
+  /// for an op without a gradient (python/dtorch/autograd.py evaluates them).
+  std::vector<const char *> gradient;
+  /// The ODS names of the tensor operands (lhs, rhs, input, cond, ...), the
+  /// names the gradient formulas use.
+  std::vector<const char *> operandNames;
 };
 
 /// Every entry, sorted: dialect ops by mnemonic, then decompositions.

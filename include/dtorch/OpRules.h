@@ -45,6 +45,8 @@ ShardingRule broadcastTo(const Shape &input, const Shape &result);
 
 /// argmax/argmin over one dim: the dim is whole on every rank.
 ShardingRule argReduction(const Shape &input, int64_t dim, bool keepdim);
+/// topk_indices along `dim`: the dim is whole on every rank.
+ShardingRule topk(const Shape &input, int64_t dim, int64_t k);
 /// A strided box: whole dims keep their factor.
 ShardingRule slice(const Shape &input, const Shape &offsets, const Shape &sizes,
                    const Shape &strides);

@@ -3,16 +3,21 @@
 //
 // A redistribution from placements `src` to `dst` becomes a short sequence of
 // steps, each changing the placement on one mesh axis with one collective or
-// one local operation. The plan is exact for uneven shards and for a tensor
-// dim sharded over several mesh axes (nested splits in mesh-dim order):
-//  1. Partial axes are reduced first (reduce_scatter straight into the
-//     destination shard when no other axis shards that dim, else all_reduce);
-//  2. Shard(a) -> Shard(b) on one axis is an all_to_all when no other axis
-//     shards a or b;
-//  3. shards that cannot stay are all-gathered, innermost mesh axis first;
-//  4. Replicate axes are sliced into their destination shard (outermost
-//     first) or turned into Partial.
-// The same plan drives the IR lowering and the cost model.
+// one local operation. A step is exact for uneven shards (torch.chunk) and for
+// a tensor dim sharded over several mesh axes (nested splits in mesh-dim
+// order) when the axis it changes is the innermost axis that shards the
+// tensor dims it touches (see isValidStep): its group's pieces are then
+// consecutive chunks of one parent piece.
+//
+// planRedistribute searches (Dijkstra) the states reachable by valid steps
+// for the plan whose ranks send the fewest bytes in total (exact piece sizes,
+// RedistributeTraffic.h), then the fewest collectives. So it uses
+// reduce_scatter for Partial -> Shard, all_to_all for Shard(i) -> Shard(j),
+// slices a replicated axis before gathering another one when that shrinks
+// what is gathered, and never sends more than planViaReplicate, the naive
+// "reduce and gather everything, then slice" plan, which is one of the paths
+// it searches. The same plan drives the IR lowering, the cost model and
+// dtorch.explain().
 //
 //===----------------------------------------------------------------------===//
 #ifndef DTORCH_REDISTRIBUTE_H
@@ -40,7 +45,22 @@ struct RedistributeStep {
 };
 const char *stepKindName(RedistributeStep::Kind kind);
 
-std::vector<RedistributeStep> planRedistribute(const Placements &src,
+/// True when `step` (one axis changed, `before` -> `after`) is a step the
+/// lowering carries out exactly: the changed axis is the innermost axis that
+/// shards each tensor dim the step splits or joins, and the kinds match.
+bool isValidStep(const RedistributeStep &step);
+
+/// The cheapest plan from `src` to `dst` for a tensor of `globalShape` on a
+/// mesh of `meshShape` (memoized per thread).
+std::vector<RedistributeStep>
+planRedistribute(const std::vector<int64_t> &globalShape,
+                 const std::vector<int64_t> &meshShape, const Placements &src,
+                 const Placements &dst);
+
+/// The naive plan: all_reduce every partial axis, all_gather every shard
+/// (innermost axis first), then slice and make partial what `dst` needs. The
+/// baseline that planRedistribute never exceeds.
+std::vector<RedistributeStep> planViaReplicate(const Placements &src,
                                                const Placements &dst);
 
 /// Estimated bytes that one rank sends or receives to carry out the plan.

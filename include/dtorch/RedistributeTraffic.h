@@ -33,6 +33,18 @@ redistributeTraffic(const std::vector<int64_t> &globalShape,
                     int64_t elementBytes, const std::vector<int64_t> &meshShape,
                     const Placements &src, const Placements &dst);
 
+/// The bytes each rank sends for a given list of steps (e.g. planViaReplicate).
+std::vector<StepTraffic>
+stepsTraffic(const std::vector<int64_t> &globalShape, int64_t elementBytes,
+             const std::vector<int64_t> &meshShape,
+             const std::vector<RedistributeStep> &steps);
+
+/// Elements that the rank at mesh coordinates `coords` sends for `step`.
+int64_t stepElementsSent(const RedistributeStep &step,
+                         const std::vector<int64_t> &globalShape,
+                         const std::vector<int64_t> &meshShape,
+                         const std::vector<int64_t> &coords);
+
 /// Bytes each mesh position sends over all steps.
 std::vector<int64_t> totalBytesSent(const std::vector<StepTraffic> &steps,
                                     int64_t meshPositions);

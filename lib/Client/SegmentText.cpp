@@ -38,8 +38,11 @@ std::string floatText(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   std::string s = buf;
-  if (s.find_first_of(".eE") == std::string::npos)
-    s += ".0";
+  // MLIR's float literals need a dot: 1e-08 is written 1.0e-08.
+  if (s.find('.') == std::string::npos) {
+    size_t e = s.find_first_of("eE");
+    s.insert(e == std::string::npos ? s.size() : e, ".0");
+  }
   return s;
 }
 

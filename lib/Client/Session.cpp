@@ -42,10 +42,19 @@ Shape broadcastShapes(const Shape &a, const Shape &b) {
   return out;
 }
 
-TensorImpl::~TensorImpl() {
-  if (session_)
-    session_->release(this);
+TensorStorage::~TensorStorage() {
+  if (session)
+    session->release(*this);
 }
+
+std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
+  auto t =
+      std::make_shared<TensorImpl>(other.session_, other.storage_, other.meta_);
+  t->view = other.view;
+  return t;
+}
+
+TensorImpl::~TensorImpl() { releaseGradGraph(std::move(gradFn)); }
 
 Session::Session(const SessionOptions &options) : options_(options) {
   if (options.backend != "inprocess" && options.backend != "cluster")
@@ -120,16 +129,23 @@ Tensor Session::newTensor(TensorMeta meta) {
   return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
 }
 
+static const char *const kMetaMessage =
+    "a meta tensor has no value: give it one first (module.to_empty() then "
+    "reset_parameters(), load_state_dict(), or _assign())";
+
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
-  if (t->materialized_ && std::find(segment_.args.begin(), segment_.args.end(),
-                                    t->id_) == segment_.args.end()) {
-    segment_.args.push_back(t->id_);
+  const TensorStorage &s = *t->storage_;
+  if (s.meta)
+    throw ValueError(kMetaMessage);
+  if (s.materialized && std::find(segment_.args.begin(), segment_.args.end(),
+                                  s.id) == segment_.args.end()) {
+    segment_.args.push_back(s.id);
     segment_.argMetas.push_back(t->meta_);
-    argRefs_.push_back(t);
+    argRefs_.push_back(t->storage_);
   }
-  return t->id_;
+  return s.id;
 }
 
 Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
@@ -158,8 +174,10 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
       if (t->view != result->view)
         result->view = -1;
   }
-  n.id = result->id_;
-  n.owner = result;
+  n.id = result->id();
+  n.owner = result->storage_;
+  if (!inputs.empty() && gradEnabled())
+    recordGrad(result, n.op, inputs, n.attrs, n.scalar);
   segment_.nodes.push_back(std::move(n));
   return result;
 }
@@ -171,9 +189,9 @@ void Session::flush() {
     return;
   }
   for (Node &n : segment_.nodes)
-    if (Tensor t = n.owner.lock()) {
+    if (Storage s = n.owner.lock()) {
       segment_.results.push_back(n.id);
-      t->materialized_ = true;
+      s->materialized = true;
     }
   Segment seg = std::move(segment_);
   segment_ = Segment();
@@ -182,11 +200,11 @@ void Session::flush() {
   argRefs_.clear(); // frees of dropped arguments now follow the run
 }
 
-void Session::release(TensorImpl *t) {
-  if (!t->materialized_ || shutDown_)
+void Session::release(const TensorStorage &s) {
+  if (!s.materialized || shutDown_)
     return;
   try {
-    controller_->free(t->meta_.meshId, t->id_);
+    controller_->free(s.meshId, s.id);
   } catch (...) {
     // Shutting down: the workers free everything anyway.
   }
@@ -240,6 +258,17 @@ Tensor Session::random(const Shape &shape, bool normal, wire::DType dtype,
                  {shape, dtype, meshId, placements});
 }
 
+Tensor Session::meta(const Shape &shape, wire::DType dtype, int meshId,
+                     const Placements &placements) {
+  for (int64_t s : shape)
+    if (s < 0)
+      throw ValueError("negative dimension in shape " + shapeStr(shape));
+  checkPlacements(shape, mesh(meshId), placements);
+  Tensor t = newTensor({shape, dtype, meshId, placements});
+  t->storage_->meta = true;
+  return t;
+}
+
 void Session::manualSeed(uint64_t seed) {
   seed_ = seed;
   seedCounter_ = 0;
@@ -251,8 +280,8 @@ Tensor Session::fromData(const rt::Tensor &data, int meshId,
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   Tensor t = newTensor({data.shape(), data.dtype(), meshId, placements});
-  t->materialized_ = true;
-  controller_->put(meshId, t->id_, data, placements);
+  t->storage_->materialized = true;
+  controller_->put(meshId, t->id(), data, placements);
   return t;
 }
 
@@ -403,7 +432,8 @@ Tensor Session::cast(const Tensor &x, wire::DType dtype) {
                  {m.shape, dtype, m.meshId, std::move(result)});
 }
 
-Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
+Tensor Session::broadcastTo(const Tensor &x, const Shape &shape,
+                            const Placements *placements) {
   const TensorMeta &m = x->meta();
   Shape b;
   try {
@@ -414,6 +444,11 @@ Tensor Session::broadcastTo(const Tensor &x, const Shape &shape) {
   if (b != shape || m.shape.size() > shape.size())
     throw ValueError("cannot broadcast " + shapeStr(m.shape) + " to " +
                      shapeStr(shape));
+  if (placements) { // declared: the compiler brings the operand to it
+    checkPlacements(shape, mesh(m.meshId), *placements);
+    return addNode("broadcast_to", {x}, {},
+                   {shape, m.dtype, m.meshId, *placements});
+  }
   Placements result = inferPlacements("broadcast_to", {x}, shape, [&] {
     return rules::broadcastTo(m.shape, shape);
   });
@@ -442,8 +477,8 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
-  if (ra == 3 && rb == 3) {
-    if (ma.shape[0] != mb.shape[0] || ma.shape[2] != mb.shape[1])
+  if (ra == 3 && rb == 3 && ma.shape[0] == mb.shape[0]) {
+    if (ma.shape[2] != mb.shape[1])
       throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " +
                        shapeStr(mb.shape) + " cannot be multiplied");
     Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
@@ -462,8 +497,51 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     lead.push_back(mb.shape[1]);
     return reshape(y, lead);
   }
-  throw ValueError("matmul: unsupported ranks " + std::to_string(ra) + " and " +
-                   std::to_string(rb) + " (supported: 2x2, 3x3, Nx2)");
+  // torch.matmul's other cases: vectors become matrices and lose the dim
+  // again; batch dims broadcast and are merged into one for bmm.
+  if (ra == 0 || rb == 0)
+    throw ValueError("matmul: both arguments need at least 1 dim, got " +
+                     std::to_string(ra) + " and " + std::to_string(rb));
+  if (ra == 1 || rb == 1) {
+    Shape sa = ma.shape, sb = mb.shape;
+    if (ra == 1)
+      sa.insert(sa.begin(), 1);
+    if (rb == 1)
+      sb.push_back(1);
+    Tensor y = matmul(reshape(a, sa), reshape(b, sb));
+    Shape out = y->meta().shape;
+    if (rb == 1)
+      out.pop_back();
+    if (ra == 1)
+      out.erase(out.end() - (rb == 1 ? 1 : 2));
+    return reshape(y, out);
+  }
+  if (ma.shape[ra - 1] != mb.shape[rb - 2])
+    throw ValueError("matmul: shapes " + shapeStr(ma.shape) + " and " +
+                     shapeStr(mb.shape) + " cannot be multiplied (" +
+                     std::to_string(ma.shape[ra - 1]) +
+                     " != " + std::to_string(mb.shape[rb - 2]) + ")");
+  Shape batchA(ma.shape.begin(), ma.shape.end() - 2);
+  Shape batchB(mb.shape.begin(), mb.shape.end() - 2);
+  Shape batch;
+  try {
+    batch = broadcastShapes(batchA, batchB);
+  } catch (const ValueError &e) {
+    throw ValueError(std::string("matmul: batch dims ") + e.what());
+  }
+  int64_t m = ma.shape[ra - 2], k = ma.shape[ra - 1], n = mb.shape[rb - 1];
+  Shape fullA = batch, fullB = batch;
+  fullA.insert(fullA.end(), {m, k});
+  fullB.insert(fullB.end(), {k, n});
+  Tensor ba = ma.shape == fullA ? a : broadcastTo(a, fullA);
+  Tensor bb = mb.shape == fullB ? b : broadcastTo(b, fullB);
+  int64_t count = 1;
+  for (int64_t d : batch)
+    count *= d;
+  Tensor y = matmul(reshape(ba, {count, m, k}), reshape(bb, {count, k, n}));
+  Shape out = batch;
+  out.insert(out.end(), {m, n});
+  return reshape(y, out);
 }
 
 Tensor Session::reduce(const std::string &op, const Tensor &x,
@@ -576,14 +654,40 @@ Tensor Session::redistribute(const Tensor &x, int meshId,
   checkPlacements(m.shape, mesh(meshId), placements);
   if (placements == m.placements)
     return x;
+  if (x->storage_->meta) // a meta tensor moves by metadata alone
+    return meta(m.shape, m.dtype, meshId, placements);
   return addNode("redistribute", {x}, {},
                  {m.shape, m.dtype, meshId, placements});
+}
+
+void Session::assign(const Tensor &target, const Tensor &value) {
+  if (target->session_ != this || value->session_ != this)
+    throw ValueError("_assign: tensor belongs to another dtorch session");
+  const TensorMeta &t = target->meta_, &v = value->meta_;
+  if (t.meshId != v.meshId)
+    throw ValueError("_assign: the value is on another device mesh than the "
+                     "target");
+  if (t.shape != v.shape)
+    throw ValueError("_assign: the value's shape " + shapeStr(v.shape) +
+                     " differs from the target's " + shapeStr(t.shape));
+  if (t.dtype != v.dtype)
+    throw ValueError(std::string("_assign: the value's dtype ") +
+                     dtypeName(v.dtype) + " differs from the target's " +
+                     dtypeName(t.dtype));
+  if (target->storage_ == value->storage_)
+    return;
+  Tensor laid = redistribute(value, t.meshId, t.placements);
+  // The old storage stays alive while the pending segment reads it
+  // (argRefs_), so its free follows that run.
+  target->storage_ = laid->storage_;
 }
 
 // ---- values
 // -----------------------------------------------------------------------
 
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   std::vector<rt::Tensor> pieces =
       controller_->fetchPieces(x->meta().meshId, x->id());
@@ -595,6 +699,8 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
 }
 
 rt::Tensor Session::fetch(const Tensor &x) {
+  if (x->storage_->meta)
+    throw ValueError(kMetaMessage);
   flush();
   const TensorMeta &meta = x->meta();
   std::vector<rt::Tensor> pieces =

@@ -132,6 +132,28 @@ Tensor Session::argReduce(const std::string &op, const Tensor &x, int64_t dim,
                  {out, wire::I64, m.meshId, p});
 }
 
+Tensor Session::topkIndices(const Tensor &x, int64_t k, int64_t dim,
+                            bool largest) {
+  const TensorMeta &m = x->meta();
+  if (m.dtype == wire::BOOL)
+    throw TypeError("topk: not defined for bool tensors");
+  if (m.shape.empty())
+    throw ValueError("topk: needs a tensor with at least one dim");
+  dim = normalizeDim(dim, m.shape.size(), "topk");
+  if (k < 0 || k > m.shape[dim])
+    throw IndexError("topk: k = " + std::to_string(k) +
+                     " is out of range for dim " + std::to_string(dim) +
+                     " of extent " + std::to_string(m.shape[dim]));
+  Shape out = m.shape;
+  out[dim] = k;
+  Placements p = inferPlacements(dimTag("topk_indices", {dim, k}), {x}, out,
+                                 [&] { return rules::topk(m.shape, dim, k); });
+  return addNode(
+      "topk_indices", {x},
+      {{"dim", intAttr(dim)}, {"k", intAttr(k)}, {"largest", intAttr(largest)}},
+      {out, wire::I64, m.meshId, p});
+}
+
 Tensor Session::slice(const Tensor &x, Shape offsets, Shape sizes,
                       Shape strides) {
   const TensorMeta &m = x->meta();

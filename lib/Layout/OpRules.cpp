@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
 
 namespace dtorch::rules {
@@ -109,6 +110,15 @@ ShardingRule reduction(const Shape &input, const std::vector<int64_t> &dims,
   return rule;
 }
 
+// Dims are grouped into the shortest runs with equal products (size-1 dims
+// belong to none). A 1:1 run keeps its factor, uneven splits included. In a
+// split or merge ([B, H] -> [B*H], [B*H] -> [B, H], [6, 4] -> [2, 12]) only
+// the outer dims can share a factor: splitting the group's elements into k
+// contiguous blocks is Shard of the input's outer dim and Shard of the
+// result's outer dim exactly when k divides both outer extents. So they share
+// an even factor of size gcd(outer in, outer out): the strategy code shards
+// it only on mesh axes whose sizes multiply to a divisor of it; otherwise the
+// outer dim is gathered first, and explain() shows that redistribution.
 ShardingRule reshape(const Shape &in, const Shape &out) {
   ShardingRule rule;
   rule.operands = {Shape(in.size(), -1)};
@@ -140,9 +150,12 @@ ShardingRule reshape(const Shape &in, const Shape &out) {
         po *= out[j++];
     }
     if (i - i0 == 1 && j - j0 == 1) {
-      rule.operands[0][i0] = rule.factorSizes.size();
-      rule.results[0][j0] = rule.factorSizes.size();
-      rule.factorSizes.push_back(in[i0]);
+      int64_t f = addFactor(rule, in[i0]);
+      rule.operands[0][i0] = rule.results[0][j0] = f;
+    } else if (int64_t g = std::gcd(in[i0], out[j0]); g > 1) {
+      int64_t f = addFactor(rule, g);
+      rule.operands[0][i0] = rule.results[0][j0] = f;
+      rule.evenFactors.push_back(f);
     }
   }
   return rule;
@@ -190,6 +203,18 @@ ShardingRule argReduction(const Shape &input, int64_t dim, bool keepdim) {
   return rule;
 }
 
+// The searched dim is whole on every rank (and becomes k indices); the other
+// dims keep their factors.
+ShardingRule topk(const Shape &input, int64_t dim, int64_t k) {
+  ShardingRule rule;
+  rule.factorSizes = input;
+  rule.operands = {iota(input.size())};
+  rule.results = {iota(input.size())};
+  rule.operands[0][dim] = rule.results[0][dim] = -1;
+  (void)k;
+  return rule;
+}
+
 // A dim read whole (offset 0, stride 1, full size) keeps its factor; a cut
 // dim is whole on every rank.
 ShardingRule slice(const Shape &input, const Shape &offsets, const Shape &sizes,
@@ -220,16 +245,22 @@ ShardingRule concat(const std::vector<Shape> &inputs, int64_t dim) {
 }
 
 // result[p] = input[p with p[dim] = index[p]]: the index and the result share
-// every dim; the input shares a dim only where its extent is the index's,
-// and never `dim`. Gathering is linear in the input.
+// `dim` and every dim where the input's extent is the index's (the input
+// shares those too); a dim where the index is shorter is whole everywhere.
+// Gathering is linear in the input.
 ShardingRule gather(const Shape &input, const Shape &index, int64_t dim) {
   ShardingRule rule;
   rule.operands = {Shape(input.size(), -1), Shape(index.size(), -1)};
   rule.results = {Shape(index.size(), -1)};
   for (size_t d = 0; d < index.size(); ++d) {
+    // The kernel reads the input at the index's local position on every dim
+    // but `dim`: those dims may be split only where both extents agree (the
+    // pieces then line up); a shorter index stays whole there.
+    if ((int64_t)d != dim && input[d] != index[d])
+      continue;
     int64_t f = addFactor(rule, index[d]);
     rule.operands[1][d] = rule.results[0][d] = f;
-    if ((int64_t)d != dim && input[d] == index[d])
+    if ((int64_t)d != dim)
       rule.operands[0][d] = f;
   }
   rule.linearOperands = {0};
@@ -258,7 +289,8 @@ ShardingRule indexSelect(const Shape &input, const Shape &index, int64_t dim) {
 }
 
 // out = input; out[p with p[dim] = index[p]] += src[p]. Dims other than
-// `dim` where all three extents agree keep a shared factor.
+// `dim` where all three extents agree keep a shared factor; the others are
+// whole everywhere.
 ShardingRule scatterAdd(const Shape &input, const Shape &index,
                         const Shape &src, int64_t dim) {
   ShardingRule rule;
@@ -266,12 +298,13 @@ ShardingRule scatterAdd(const Shape &input, const Shape &index,
                    Shape(src.size(), -1)};
   rule.results = {Shape(input.size(), -1)};
   for (size_t d = 0; d < input.size(); ++d) {
-    if ((int64_t)d == dim)
+    // The kernel adds src at the index's local position into the input's:
+    // a dim may be split only where all three extents agree.
+    if ((int64_t)d == dim || index[d] != input[d] || src[d] != input[d])
       continue;
     int64_t f = addFactor(rule, input[d]);
     rule.operands[0][d] = rule.results[0][d] = f;
-    if (index[d] == input[d] && src[d] == input[d])
-      rule.operands[1][d] = rule.operands[2][d] = f;
+    rule.operands[1][d] = rule.operands[2][d] = f;
   }
   return rule;
 }

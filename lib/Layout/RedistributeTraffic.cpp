@@ -24,11 +24,12 @@ int64_t overlap(const LocalBox &a, const LocalBox &b) {
   return n;
 }
 
-/// Elements that the rank at `coords` sends for `step`.
-int64_t elementsSent(const RedistributeStep &step,
-                     const std::vector<int64_t> &globalShape,
-                     const std::vector<int64_t> &meshShape,
-                     const std::vector<int64_t> &coords) {
+} // namespace
+
+int64_t stepElementsSent(const RedistributeStep &step,
+                         const std::vector<int64_t> &globalShape,
+                         const std::vector<int64_t> &meshShape,
+                         const std::vector<int64_t> &coords) {
   using K = RedistributeStep::Kind;
   LocalBox before = localBox(globalShape, meshShape, step.before, coords);
   int64_t local = numel(before.shape);
@@ -54,8 +55,6 @@ int64_t elementsSent(const RedistributeStep &step,
   return 0;
 }
 
-} // namespace
-
 bool communicates(RedistributeStep::Kind kind) {
   using K = RedistributeStep::Kind;
   return kind != K::LocalSlice && kind != K::ToPartial;
@@ -65,13 +64,22 @@ std::vector<StepTraffic>
 redistributeTraffic(const std::vector<int64_t> &globalShape,
                     int64_t elementBytes, const std::vector<int64_t> &meshShape,
                     const Placements &src, const Placements &dst) {
+  return stepsTraffic(globalShape, elementBytes, meshShape,
+                      planRedistribute(globalShape, meshShape, src, dst));
+}
+
+std::vector<StepTraffic>
+stepsTraffic(const std::vector<int64_t> &globalShape, int64_t elementBytes,
+             const std::vector<int64_t> &meshShape,
+             const std::vector<RedistributeStep> &steps) {
   std::vector<StepTraffic> out;
   int64_t positions = meshSize(meshShape);
-  for (const RedistributeStep &step : planRedistribute(src, dst)) {
+  for (const RedistributeStep &step : steps) {
     StepTraffic t{step, std::vector<int64_t>(positions, 0)};
     for (int64_t p = 0; p < positions; ++p)
-      t.bytesSent[p] = elementBytes * elementsSent(step, globalShape, meshShape,
-                                                   meshCoords(meshShape, p));
+      t.bytesSent[p] =
+          elementBytes * stepElementsSent(step, globalShape, meshShape,
+                                          meshCoords(meshShape, p));
     out.push_back(std::move(t));
   }
   return out;

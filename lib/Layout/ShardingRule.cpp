@@ -53,7 +53,14 @@ std::string ShardingRule::str() const {
   s += "} linear={";
   for (size_t i = 0; i < linearOperands.size(); ++i)
     s += (i ? ", " : "") + std::to_string(linearOperands[i]);
-  return s + "}";
+  s += "}";
+  if (!evenFactors.empty()) {
+    s += " even={";
+    for (size_t i = 0; i < evenFactors.size(); ++i)
+      s += (i ? ", " : "") + factorName(evenFactors[i]);
+    s += "}";
+  }
+  return s;
 }
 
 namespace {
@@ -114,6 +121,72 @@ void applyChoice(const ShardingRule &rule, const AxisChoice &c, size_t a,
   s.result[a] = r;
 }
 
+/// True when every even factor of the rule is split evenly by the mesh axes
+/// whose choice shards it.
+bool evenFactorsDivide(const ShardingRule &rule,
+                       const std::vector<const AxisChoice *> &perAxis,
+                       const std::vector<int64_t> &meshShape) {
+  for (int64_t f : rule.evenFactors) {
+    int64_t parts = 1;
+    for (size_t a = 0; a < perAxis.size(); ++a)
+      if (perAxis[a]->kind == AxisChoice::Kind::Factor &&
+          perAxis[a]->factor == f)
+        parts *= meshShape[a];
+    if (rule.factorSizes[f] % parts != 0)
+      return false;
+  }
+  return true;
+}
+
+/// Bytes one rank would send to reduce the Partial axes of the candidate's
+/// result with reduce_scatters (the cheapest way to resolve a partial). The
+/// piece is the result's, counting only the shards an operand already had on
+/// that axis: a shard made by slicing a replicated operand is free either
+/// way, so it must not make the pending reduction look cheaper.
+double partialResultCost(const ShardingStrategy &cand,
+                         const std::vector<Placements> &operandPlacements,
+                         const std::vector<int64_t> &shape,
+                         int64_t elementBytes,
+                         const std::vector<int64_t> &meshShape) {
+  double local = (double)elementBytes;
+  for (int64_t s : shape)
+    local *= (double)s;
+  bool anyPartial = false;
+  for (size_t a = 0; a < cand.result.size(); ++a) {
+    anyPartial |= cand.result[a].isPartial();
+    if (!cand.result[a].isShard())
+      continue;
+    bool kept = false;
+    for (size_t k = 0; k < operandPlacements.size(); ++k)
+      kept |= operandPlacements[k][a].isShard() &&
+              cand.operands[k][a] == operandPlacements[k][a];
+    if (kept)
+      local /= (double)meshShape[a];
+  }
+  if (!anyPartial)
+    return 0;
+  double cost = 0;
+  for (size_t a = 0; a < cand.result.size(); ++a)
+    if (cand.result[a].isPartial()) {
+      double n = (double)meshShape[a];
+      cost += (n - 1) / n * local;
+      local /= n;
+    }
+  return cost;
+}
+
+/// Mesh axes that shard a tensor dim some earlier axis already shards.
+int nestedSplits(const Placements &ps) {
+  int n = 0;
+  for (size_t a = 0; a < ps.size(); ++a)
+    for (size_t b = 0; b < a; ++b)
+      if (ps[a].isShard() && ps[b].isShard(ps[a].dim)) {
+        ++n;
+        break;
+      }
+  return n;
+}
+
 } // namespace
 
 ShardingStrategy
@@ -137,10 +210,26 @@ chooseStrategy(const ShardingRule &rule,
   double bestCost = std::numeric_limits<double>::infinity();
   double bestWork = std::numeric_limits<double>::infinity();
   int bestChanges = std::numeric_limits<int>::max();
+  int bestNested = std::numeric_limits<int>::max();
   ShardingStrategy cand;
   cand.operands.assign(nOps, Placements(nAxes));
   cand.result.assign(nAxes, Placement::replicate());
+  std::vector<const AxisChoice *> perAxis(nAxes);
+  auto advance = [&] {
+    size_t a = 0;
+    while (a < nAxes && ++pick[a] == choices.size())
+      pick[a++] = 0;
+    return a < nAxes;
+  };
   while (true) {
+    for (size_t a = 0; a < nAxes; ++a)
+      perAxis[a] = &choices[pick[a]];
+    if (!rule.evenFactors.empty() &&
+        !evenFactorsDivide(rule, perAxis, meshShape)) {
+      if (!advance())
+        break;
+      continue;
+    }
     double work = baseWork;
     for (size_t a = 0; a < nAxes; ++a) {
       applyChoice(rule, choices[pick[a]], a, cand);
@@ -159,22 +248,32 @@ chooseStrategy(const ShardingRule &rule,
       cost += redistributeCost(resultShape, elementBytes, meshShape,
                                cand.result, *requiredResult);
     cand.cost = cost;
+    // With no required result (the client's inference), a Partial result
+    // only defers communication: a fetch or any non-linear use reduces it.
+    // Rank strategies with that reduction added, so that a strategy does not
+    // win by leaving its communication to the next op.
+    double score = cost;
+    if (!requiredResult)
+      score += partialResultCost(cand, operandPlacements, resultShape,
+                                 elementBytes, meshShape);
+    int nested = nestedSplits(cand.result);
     // Communication first; then leaving operands as they are (even a free
-    // local slice copies data); then less local work.
-    bool better = cost < bestCost - 1e-9 ||
-                  (cost <= bestCost + 1e-9 &&
-                   (changes < bestChanges ||
-                    (changes == bestChanges && work < bestWork)));
+    // local slice copies data); then less local work; then fewer tensor dims
+    // split by several mesh axes (a nest constrains later redistributions).
+    bool better =
+        score < bestCost - 1e-9 ||
+        (score <= bestCost + 1e-9 &&
+         (changes < bestChanges ||
+          (changes == bestChanges &&
+           (work < bestWork || (work == bestWork && nested < bestNested)))));
     if (better) {
-      bestCost = cost;
+      bestCost = score;
+      bestNested = nested;
       bestChanges = changes;
       bestWork = work;
       best = cand;
     }
-    size_t a = 0;
-    while (a < nAxes && ++pick[a] == choices.size())
-      pick[a++] = 0;
-    if (a == nAxes)
+    if (!advance())
       break;
   }
   return best;
@@ -182,28 +281,31 @@ chooseStrategy(const ShardingRule &rule,
 
 bool isLocalStrategy(const ShardingRule &rule,
                      const std::vector<Placements> &operandPlacements,
-                     const Placements &result) {
+                     const Placements &result,
+                     const std::vector<int64_t> &meshShape) {
   const size_t nAxes = result.size();
   ShardingStrategy cand;
   cand.operands.assign(rule.operands.size(), Placements(nAxes));
   cand.result.assign(nAxes, Placement::replicate());
   std::vector<AxisChoice> choices = axisChoices(rule);
+  std::vector<const AxisChoice *> perAxis(nAxes, nullptr);
   for (size_t a = 0; a < nAxes; ++a) {
-    bool found = false;
     for (const AxisChoice &c : choices) {
       applyChoice(rule, c, a, cand);
       bool same = cand.result[a] == result[a];
       for (size_t k = 0; same && k < rule.operands.size(); ++k)
         same = cand.operands[k][a] == operandPlacements[k][a];
       if (same) {
-        found = true;
+        perAxis[a] = &c;
         break;
       }
     }
-    if (!found)
+    if (!perAxis[a])
       return false;
   }
-  return true;
+  return rule.evenFactors.empty() ||
+         (meshShape.size() == nAxes &&
+          evenFactorsDivide(rule, perAxis, meshShape));
 }
 
 } // namespace dtorch

@@ -68,7 +68,11 @@ from . import _indexing  # noqa: E402  (Tensor.__getitem__, narrow, split, chunk
 from . import _ops  # noqa: E402
 
 _ops.install(globals())
+from . import _inplace  # noqa: E402,F401  (Tensor._assign, copy_, add_, ...)
+from . import autograd  # noqa: E402
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import nn  # noqa: E402
+from . import optim  # noqa: E402
 
 
 def op_registry():

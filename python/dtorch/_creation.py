@@ -5,6 +5,8 @@ Each takes the global shape (or the global data) and the keyword arguments
 ``device_mesh``, ``placements``, ``dtype`` and ``requires_grad``. None of them
 waits for the workers: the tensor is a symbol whose metadata is known at once.
 """
+import math
+
 import numpy as np
 
 from . import _C
@@ -19,6 +21,11 @@ def _np_dtype(dt):
         _NP_OF.update({_C.dtype.float32: np.float32, _C.dtype.float64: np.float64,
                        _C.dtype.float16: np.float16, _C.dtype.int32: np.int32,
                        _C.dtype.int64: np.int64, _C.dtype.bool: np.bool_})
+        try:
+            import ml_dtypes
+            _NP_OF[_C.dtype.bfloat16] = ml_dtypes.bfloat16
+        except ImportError:  # bfloat16 data then needs ml_dtypes
+            pass
     if dt not in _NP_OF:
         raise TypeError(f"dtype {dt} has no numpy equivalent here")
     return _NP_OF[dt]
@@ -315,13 +322,17 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
         >>> x.dtype == dtorch.int64, x.local_shards()[1].tolist()
         (True, [[5, 6]])
     """
-    if hasattr(data, "detach") and hasattr(data, "numpy"):
+    if isinstance(data, _C.Tensor):
+        data = data.numpy()
+    elif hasattr(data, "detach") and hasattr(data, "numpy"):
         data = data.detach().cpu().numpy()
     arr = np.asarray(data)
     if dtype is not None:
         arr = arr.astype(_np_dtype(dtype))
     elif arr.dtype == np.float64 and not isinstance(data, np.ndarray):
         arr = arr.astype(np.float32)  # Python floats become float32, as in torch
+    elif arr.dtype.name == "bfloat16":
+        pass  # ml_dtypes.bfloat16: sent as its 16-bit pattern
     elif arr.dtype.kind == "f" and arr.dtype not in (np.float32, np.float64, np.float16):
         arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu" and arr.dtype not in (np.int32, np.int64):
@@ -329,7 +340,11 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
     # np.ascontiguousarray would make a 0-d value 1-d; torch keeps shape ().
     arr = np.require(arr, requirements="C")
     mesh, raw = _target(device_mesh, placements, arr.ndim)
-    t = _C.from_numpy(arr, mesh._mesh_id, raw, mesh._view)
+    if arr.dtype.name == "bfloat16":
+        t = _C.from_numpy(arr.view(np.uint16), mesh._mesh_id, raw, mesh._view,
+                          _C.dtype.bfloat16)
+    else:
+        t = _C.from_numpy(arr, mesh._mesh_id, raw, mesh._view)
     t._requires_grad = bool(requires_grad)
     return t
 
@@ -392,11 +407,17 @@ def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=
     """
     if end is None:
         start, end = 0, start
-    values = np.arange(start, end, step)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    count = max(0, math.ceil((end - start) / step))
     if dtype is None:
-        dtype = _C.dtype.int64 if values.dtype.kind in "iu" else _C.dtype.float32
-    return tensor(values, device_mesh=device_mesh, placements=placements, dtype=dtype,
-                  requires_grad=requires_grad)
+        integral = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+        dtype = _C.dtype.int64 if integral else _C.dtype.float32
+    # dtensor.iota: each rank makes its own piece, nothing is sent.
+    mesh, raw = _target(device_mesh, placements, 1)
+    t = _C.iota([count], 0, float(start), float(step), dtype, mesh._mesh_id, raw, mesh._view)
+    t._requires_grad = bool(requires_grad)
+    return t
 
 
 def eye(n, m=None, *, device_mesh=None, placements=None, dtype=None, requires_grad=False):

@@ -15,6 +15,13 @@ from . import _C
 Tensor = _C.Tensor
 
 MaxMin = collections.namedtuple("MaxMin", ["values", "indices"])
+TopK = collections.namedtuple("TopK", ["values", "indices"])
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
+    """The k largest (or smallest) values along `dim` and their indices."""
+    indices = _C.topk_indices(x, int(k), dim, bool(largest))
+    return TopK(_C.gather(x, dim, indices), indices)
 
 
 def _dims(dim):

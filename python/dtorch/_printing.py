@@ -26,6 +26,9 @@ def values_text(values):
 
 
 def tensor_repr(tensor):
+    if getattr(tensor, "is_meta", False):  # metadata only, nothing to fetch
+        return (f"tensor(..., device='meta', size={tuple(tensor.shape)}, "
+                f"dtype=dtorch.{tensor.dtype.name}, placements={tuple(tensor.placements)!r})")
     values = np.asarray(tensor.numpy())  # waits; a fetch error propagates
     parts = [values_text(values)]
     if values.size == 0 and values.ndim != 1:
@@ -33,6 +36,9 @@ def tensor_repr(tensor):
     parts.append(f"dtype=dtorch.{tensor.dtype.name}")
     parts.append(f"device_mesh={tensor.device_mesh!r}")
     parts.append(f"placements={tuple(tensor.placements)!r}")
-    if tensor.requires_grad:
+    fn = tensor.grad_fn
+    if fn is not None:
+        parts.append(f"grad_fn={fn!r}")
+    elif tensor.requires_grad:
         parts.append("requires_grad=True")
     return _PREFIX + ", ".join(parts) + ")"

@@ -31,23 +31,30 @@ def _numel(self):
     return int(np.prod(self.shape)) if self.shape else 1
 
 
-def _numpy(self):
+def _fetch(self):
+    """The full value as numpy (bfloat16: an ml_dtypes.bfloat16 array)."""
     return _C.fetch(self)
+
+
+def _numpy(self):
+    return _fetch(self)
 
 
 def _item(self):
     if _numel(self) != 1:
         raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
-    return _C.fetch(self).reshape(()).item()
+    return _fetch(self).reshape(()).item()
 
 
 def _tolist(self):
-    return _C.fetch(self).tolist()
+    return _fetch(self).tolist()
 
 
 def _to_torch(self):
     import torch
-    return torch.from_numpy(_C.fetch(self).copy())
+    if self.dtype == _C.dtype.bfloat16:
+        return torch.from_numpy(_fetch(self).astype("float32")).to(torch.bfloat16)
+    return torch.from_numpy(_fetch(self).copy())
 
 
 def _local_shards(self):

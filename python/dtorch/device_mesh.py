@@ -26,8 +26,10 @@ class DeviceMesh:
 
     The mesh may use any subset of the world's ranks, in any order. Creating
     the first mesh starts the embedded cluster if `dtorch.init` was not
-    called. ``mesh["name"]`` gives a sub-mesh (see `__getitem__`). Two mesh
-    objects are equal when they are the same view of the same mesh.
+    called. ``mesh["name"]`` gives a sub-mesh (see `__getitem__`) and
+    ``mesh["dp", "cp"]._flatten()`` a 1-D view of several dims (see
+    `_flatten`). Two mesh objects are equal when they are the same view of
+    the same mesh.
 
     Args:
         device_type (str): ``"cpu"``; ``"cuda"`` where the workers have GPUs.
@@ -48,15 +50,17 @@ class DeviceMesh:
         [3, 1]
     """
 
-    def __init__(self, device_type, mesh, *, mesh_dim_names=None, _parent=None, _axes=None):
+    def __init__(self, device_type, mesh, *, mesh_dim_names=None, _parent=None, _groups=None):
         self.device_type = device_type
         if _parent is not None:
+            # A view: each of its dims is a group of root mesh dims (one, or
+            # several flattened in row-major order), named in `mesh_dim_names`.
             root = _parent._root
             self._root = root
-            self._axes = tuple(_parent._axes[a] for a in _axes)
+            self._groups = tuple(tuple(g) for g in _groups)
             self._ranks = root._ranks
             self._mesh_id = root._mesh_id
-            self.mesh_dim_names = (tuple(root.mesh_dim_names[a] for a in self._axes)
+            self.mesh_dim_names = (tuple(root._group_name(g) for g in self._groups)
                                    if root.mesh_dim_names else None)
         else:
             _runtime.ensure_initialized()
@@ -79,7 +83,8 @@ class DeviceMesh:
             self.mesh_dim_names = mesh_dim_names
             self._ranks = ranks
             self._root = self
-            self._axes = tuple(range(ranks.ndim))
+            self._groups = tuple((a,) for a in range(ranks.ndim))
+            self._flattened = {}  # name -> root dims, made by _flatten
             self._mesh_id = _C.add_mesh(list(ranks.shape), list(mesh_dim_names or ()),
                                         ranks.flatten().tolist(), device_type)
             _roots[self._mesh_id] = self
@@ -96,7 +101,8 @@ class DeviceMesh:
             >>> dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))["tp"].shape
             (2,)
         """
-        return tuple(self._root._ranks.shape[a] for a in self._axes)
+        dims = self._root._ranks.shape
+        return tuple(int(np.prod([dims[a] for a in g])) for g in self._groups)
 
     @property
     def ndim(self):
@@ -108,7 +114,7 @@ class DeviceMesh:
             >>> dtorch.init_device_mesh("cpu", (2, 2)).ndim
             2
         """
-        return len(self._axes)
+        return len(self._groups)
 
     def size(self, mesh_dim=None):
         """The number of ranks of the mesh, or along one mesh dim.
@@ -132,7 +138,8 @@ class DeviceMesh:
 
         For a sub-mesh, the array starts with the sub-mesh's dims and goes on
         with the parent's other dims, so ``mesh["tp"].mesh[i]`` lists the
-        ranks at position ``i`` along ``tp``.
+        ranks at position ``i`` along ``tp``; a flattened dim (`_flatten`)
+        numbers its positions row-major over the dims it joins.
 
         Example:
             >>> import dtorch
@@ -142,8 +149,10 @@ class DeviceMesh:
         """
         if self._root is self:
             return self._ranks.copy()
-        return self._ranks.transpose(
-            self._axes + tuple(a for a in range(self._ranks.ndim) if a not in self._axes))
+        axes = self._axes
+        rest = tuple(a for a in range(self._ranks.ndim) if a not in axes)
+        moved = self._ranks.transpose(axes + rest)
+        return moved.reshape(self.shape + tuple(self._ranks.shape[a] for a in rest))
 
     def __getitem__(self, names):
         """The sub-mesh of the named dims: ``mesh["tp"]``, ``mesh["dp", "tp"]``.
@@ -151,7 +160,8 @@ class DeviceMesh:
         A sub-mesh is a view of this mesh, not a new group of ranks: a tensor
         placed on it is this mesh's tensor with `Replicate` on every dim the
         view leaves out, so tensors on a sub-mesh and on its parent mix in
-        one op.
+        one op. Names made by `_flatten` (``"dp_cp"``) can be looked up on the
+        mesh they were flattened from, as in torch.
 
         Args:
             names (str or tuple[str, ...]): mesh dim names.
@@ -171,39 +181,120 @@ class DeviceMesh:
         """
         if isinstance(names, str):
             names = (names,)
-        if not self.mesh_dim_names:
+        if not self.mesh_dim_names and not self._root._flattened:
             raise KeyError("this mesh has no dim names")
-        axes = []
+        groups = []
         for n in names:
-            if n not in self.mesh_dim_names:
+            if self.mesh_dim_names and n in self.mesh_dim_names:
+                groups.append(self._groups[self.mesh_dim_names.index(n)])
+            elif n in self._root._flattened:
+                groups.append(self._root._flattened[n])
+            else:
                 raise KeyError(f"mesh has no dim named {n!r} (it has {self.mesh_dim_names})")
-            axes.append(self.mesh_dim_names.index(n))
-        return DeviceMesh(self.device_type, None, _parent=self, _axes=tuple(axes))
+        return DeviceMesh(self.device_type, None, _parent=self, _groups=groups)
+
+    def _flatten(self, mesh_dim_name=None):
+        """This mesh as a 1-D mesh of all its ranks, as torch's
+        ``DeviceMesh._flatten``: ``mesh["dp", "cp"]._flatten()``.
+
+        Position ``i * n_cp + j`` of the flattened dim is position ``(i, j)``
+        of ``("dp", "cp")``. A tensor placed on it is the parent-mesh tensor
+        with the placement repeated on every joined dim: ``Shard(d)`` splits
+        tensor dim ``d`` by ``dp``, then each piece by ``cp`` (the nested split
+        of ``[Shard(d), Shard(d)]``, which for an even split is the same as
+        ``dp * cp`` equal pieces); ``Replicate()`` and ``Partial(op)`` hold on
+        both. The parent's other dims are ``Replicate()``. The name is then
+        also known to the parent: ``mesh["dp_cp"]``.
+
+        Args:
+            mesh_dim_name (str, optional): the new dim's name; by default the
+                joined names with ``_``.
+
+        Raises:
+            ValueError: the dims are not in the parent's order, or the name is
+                taken by another dim.
+
+        Example:
+            >>> import dtorch
+            >>> mesh = dtorch.init_device_mesh("cpu", (2, 1, 2), mesh_dim_names=("dp", "cp", "tp"))
+            >>> flat = mesh["dp", "tp"]._flatten()
+            >>> flat.shape, flat.mesh_dim_names, flat.mesh.tolist()
+            ((4,), ('dp_tp',), [[0], [1], [2], [3]])
+            >>> mesh["dp_tp"] == flat
+            True
+        """
+        axes = self._axes
+        if list(axes) != sorted(axes) or len(set(axes)) != len(axes):
+            raise ValueError(
+                f"_flatten needs the dims in the order of the parent mesh, got {self.mesh_dim_names}")
+        root = self._root
+        if mesh_dim_name is None:
+            mesh_dim_name = "_".join(root.mesh_dim_names[a] for a in axes) if root.mesh_dim_names \
+                else "_".join(str(a) for a in axes)
+        if not isinstance(mesh_dim_name, str):
+            raise TypeError(f"mesh_dim_name must be a string, got {mesh_dim_name!r}")
+        taken = root._flattened.get(mesh_dim_name)
+        if (root.mesh_dim_names and mesh_dim_name in root.mesh_dim_names
+                and (root.mesh_dim_names.index(mesh_dim_name),) != axes) or \
+                (taken is not None and taken != axes):
+            raise ValueError(f"mesh dim name {mesh_dim_name!r} is already used for other dims")
+        root._flattened[mesh_dim_name] = axes
+        flat = DeviceMesh(self.device_type, None, _parent=self, _groups=(axes,))
+        flat.mesh_dim_names = (mesh_dim_name,)
+        return flat
 
     def __eq__(self, other):
         return (isinstance(other, DeviceMesh) and other._mesh_id == self._mesh_id
-                and other._axes == self._axes)
+                and other._groups == self._groups)
 
     def __hash__(self):
-        return hash((self._mesh_id, self._axes))
+        return hash((self._mesh_id, self._groups))
 
     def __repr__(self):
         names = f", mesh_dim_names={self.mesh_dim_names}" if self.mesh_dim_names else ""
         return f"DeviceMesh('{self.device_type}', {self.mesh.tolist()}{names})"
 
     # ---- placements between this view and its root -----------------------------
+    @property
+    def _axes(self):
+        """The root mesh dims this view covers, in the order of its dims."""
+        return tuple(a for g in self._groups for a in g)
+
+    def _group_name(self, group):
+        if len(group) == 1:
+            return self.mesh_dim_names[group[0]]
+        for name, g in self._flattened.items():
+            if g == group:
+                return name
+        return "_".join(self.mesh_dim_names[a] for a in group)
+
     def _root_placements(self, placements, tensor_ndim):
         raw = to_raw(placements, self.ndim)
         full = [Replicate()._raw()] * self._root.ndim
-        for axis, r in zip(self._axes, raw):
+        for group, r in zip(self._groups, raw):
             if r[0] == "S":
                 dim = r[1] + tensor_ndim if r[1] < 0 else r[1]
                 r = ("S", dim, "")
-            full[axis] = r
+            for axis in group:
+                full[axis] = r
         return full
 
     def _view_placements(self, raw_root):
-        return tuple(from_raw(raw_root[a]) for a in self._axes)
+        """This view's placements of a tensor whose root placements are
+        `raw_root`, or None when the view cannot express them (a flattened
+        dim whose root dims differ, or a dim outside the view that is not
+        Replicate)."""
+        raw_root = [tuple(r) for r in raw_root]
+        out = []
+        for group in self._groups:
+            first = raw_root[group[0]]
+            if any(raw_root[a] != first for a in group):
+                return None
+            out.append(from_raw(first))
+        covered = set(self._axes)
+        if any(r[0] != "R" for a, r in enumerate(raw_root) if a not in covered):
+            return None
+        return tuple(out)
 
 
 def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):
@@ -261,5 +352,11 @@ def mesh_of(tensor):
         True
     """
     if tensor._view >= 0:
-        return _views[tensor._view]
+        view = _views[tensor._view]
+        # An op can leave a tensor of a view in a layout the view cannot
+        # express (e.g. a flattened dim's root dims sharded differently);
+        # it then reads as a tensor of the whole mesh.
+        if view._root is view or view._view_placements(tensor._placements_raw) is not None:
+            return view
+        return view._root
     return _roots[tensor._mesh_id]

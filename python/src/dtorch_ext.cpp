@@ -12,11 +12,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cctype>
 #include <cstring>
 #include <memory>
 
@@ -107,8 +109,8 @@ nb::dlpack::dtype dlpackOf(wire::DType dt) {
     return nb::dtype<bool>();
   case wire::F16:
     return {(uint8_t)nb::dlpack::dtype_code::Float, 16, 1};
-  case wire::BF16:
-    return {(uint8_t)nb::dlpack::dtype_code::Bfloat, 16, 1};
+  case wire::BF16: // numpy has no bfloat16: its bits, viewed by ml_dtypes
+    return nb::dtype<uint16_t>();
   default:
     throw TypeError("unsupported dtype");
   }
@@ -141,11 +143,21 @@ nb::object toNumpy(rt::Tensor t) {
   return nb::cast(arr);
 }
 
-rt::Tensor fromNumpy(nb::ndarray<nb::c_contig, nb::device::cpu> a) {
+/// `bits`: the dtype whose bit patterns `a` holds (bfloat16 as uint16).
+rt::Tensor fromNumpy(nb::ndarray<nb::c_contig, nb::device::cpu> a,
+                     std::optional<wire::DType> bits = std::nullopt) {
   std::vector<int64_t> shape;
   for (size_t i = 0; i < a.ndim(); ++i)
     shape.push_back(static_cast<int64_t>(a.shape(i)));
-  rt::Tensor t = rt::Tensor::empty(dtypeOf(a.dtype()), shape);
+  wire::DType dtype;
+  if (bits) {
+    if (a.dtype().bits != rt::dtypeSize(*bits) * 8)
+      throw TypeError("bit patterns of the wrong width for the dtype");
+    dtype = *bits;
+  } else {
+    dtype = dtypeOf(a.dtype());
+  }
+  rt::Tensor t = rt::Tensor::empty(dtype, shape);
   if (t.nbytes())
     std::memcpy(t.data(), a.data(), t.nbytes());
   return t;
@@ -213,7 +225,10 @@ nb::list registryList() {
     d["dtypes"] = strings(op.dtypes);
     d["uses"] = strings(op.uses);
     d["reference"] = op.reference;
+    d["test"] = op.test;
     d["is_dialect_op"] = op.isDialectOp;
+    d["gradient"] = strings(op.gradient);
+    d["operand_names"] = strings(op.operandNames);
     out.append(d);
   }
   return out;
@@ -291,6 +306,96 @@ nb::dict explanationRow(RedistributionExplanation e) {
   row["bytes_per_rank"] = intsToList(e.bytesSent);
   row["text"] = explanationText(e);
   return row;
+}
+
+nb::object attrToPython(const AttrValue &v) {
+  switch (v.kind) {
+  case AttrValue::Kind::Int:
+    return nb::int_(v.i);
+  case AttrValue::Kind::Float:
+    return nb::float_(v.f);
+  case AttrValue::Kind::String:
+    return nb::str(v.s.c_str());
+  case AttrValue::Kind::Ints:
+    return intsToList(v.ints);
+  }
+  return nb::none();
+}
+
+/// torch's name of a grad_fn: "MulBackward" for dtensor.mul.
+std::string backwardName(const std::string &op) {
+  std::string out;
+  bool upper = true;
+  for (char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(c)) : c;
+    upper = false;
+  }
+  return out + "Backward";
+}
+
+/// The autograd records (GradRecord) and the tensor's autograd fields.
+void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
+  nb::class_<GradRecord>(m, "GradNode")
+      .def_ro("op", &GradRecord::op)
+      .def("name", [](const GradRecord &r) { return backwardName(r.op); })
+      .def_ro("inputs", &GradRecord::inputs)
+      .def_prop_ro("attrs",
+                   [](const GradRecord &r) {
+                     nb::dict d;
+                     for (const auto &[k, v] : r.attrs)
+                       d[k.c_str()] = attrToPython(v);
+                     return d;
+                   })
+      .def_prop_ro("scalar",
+                   [](const GradRecord &r) -> nb::object {
+                     if (r.scalarIndex < 0)
+                       return nb::none();
+                     return nb::make_tuple(r.scalarIndex, r.scalarValue);
+                   })
+      .def_ro("released", &GradRecord::released)
+      .def_prop_ro("next_functions",
+                   [](const GradRecord &r) {
+                     nb::list l;
+                     for (const Tensor &t : r.inputs)
+                       l.append(nb::make_tuple(
+                           t->gradFn ? nb::cast(t->gradFn) : nb::none(), 0));
+                     return nb::tuple(l);
+                   })
+      .def("_release",
+           [](GradRecord &r) {
+             r.released = true;
+             std::vector<Tensor> dropped = std::move(r.inputs);
+             r.inputs.clear();
+           })
+      .def("__repr__",
+           [](const GradRecord &r) { return "<" + backwardName(r.op) + ">"; });
+  tensorClass
+      .def_prop_rw(
+          "grad", [](const TensorImpl &t) { return t.grad; },
+          [](TensorImpl &t, std::optional<Tensor> g) {
+            if (g && *g) {
+              if ((*g)->meta().shape != t.meta().shape)
+                throw ValueError("assigned grad has a different shape than "
+                                 "the tensor");
+              t.grad = *g;
+            } else {
+              t.grad.reset();
+            }
+          },
+          nb::arg("value").none())
+      .def_prop_ro("grad_fn", [](const TensorImpl &t) { return t.gradFn; })
+      .def_prop_ro("is_leaf", [](const TensorImpl &t) { return !t.gradFn; })
+      .def_rw("_retains_grad", &TensorImpl::retainsGrad)
+      .def_prop_ro(
+          "_key",
+          [](const TensorImpl &t) { return reinterpret_cast<uintptr_t>(&t); })
+      .def("detach", [](const Tensor &t) { return session().detach(t); });
+  m.def("set_grad_enabled", [](bool on) { setGradEnabled(on); });
+  m.def("is_grad_enabled", [] { return gradEnabled(); });
 }
 
 } // namespace
@@ -396,18 +501,29 @@ NB_MODULE(_C, m) {
     t->view = view;
     return t;
   });
+  m.def("meta", [](std::vector<int64_t> shape, wire::DType dt, int mesh,
+                   PList p, int view) {
+    Tensor t = session().meta(shape, dt, mesh, toPlacements(p));
+    t->view = view;
+    return t;
+  });
   m.def("random", [](std::vector<int64_t> shape, bool normal, wire::DType dt,
                      int mesh, PList p, int view) {
     Tensor t = session().random(shape, normal, dt, mesh, toPlacements(p));
     t->view = view;
     return t;
   });
-  m.def("from_numpy", [](nb::ndarray<nb::c_contig, nb::device::cpu> a, int mesh,
-                         PList p, int view) {
-    Tensor t = session().fromData(fromNumpy(a), mesh, toPlacements(p));
-    t->view = view;
-    return t;
-  });
+  m.def(
+      "from_numpy",
+      [](nb::ndarray<nb::c_contig, nb::device::cpu> a, int mesh, PList p,
+         int view, std::optional<wire::DType> bits) {
+        Tensor t =
+            session().fromData(fromNumpy(a, bits), mesh, toPlacements(p));
+        t->view = view;
+        return t;
+      },
+      nb::arg("a"), nb::arg("mesh"), nb::arg("p"), nb::arg("view"),
+      nb::arg("bits") = nb::none());
   m.def("unary", [](const std::string &op, const Tensor &x) {
     return session().unary(op, x);
   });
@@ -429,15 +545,25 @@ NB_MODULE(_C, m) {
   m.def("permute", [](const Tensor &x, std::vector<int64_t> perm) {
     return session().transpose(x, std::move(perm));
   });
-  m.def("broadcast_to", [](const Tensor &x, std::vector<int64_t> shape) {
-    return session().broadcastTo(x, shape);
-  });
+  m.def(
+      "broadcast_to",
+      [](const Tensor &x, std::vector<int64_t> shape, std::optional<PList> p) {
+        if (!p)
+          return session().broadcastTo(x, shape);
+        Placements want = toPlacements(*p);
+        return session().broadcastTo(x, shape, &want);
+      },
+      nb::arg("x"), nb::arg("shape"), nb::arg("placements") = nb::none());
   m.def("redistribute", [](const Tensor &x, int mesh, PList p, int view) {
     Tensor t = session().redistribute(x, mesh, toPlacements(p));
     if (t != x)
       t->view = view;
     return t;
   });
+  m.def("assign", [](const Tensor &target, const Tensor &value) {
+    session().assign(target, value);
+  });
+  m.def("alias", [](const Tensor &x) { return TensorImpl::aliasOf(*x); });
   m.def("fetch", [](const Tensor &x) {
     rt::Tensor v;
     {
@@ -483,6 +609,10 @@ NB_MODULE(_C, m) {
         [](const std::string &op, const Tensor &x, int64_t dim, bool keepdim) {
           return session().argReduce(op, x, dim, keepdim);
         });
+  m.def("topk_indices",
+        [](const Tensor &x, int64_t k, int64_t dim, bool largest) {
+          return session().topkIndices(x, k, dim, largest);
+        });
   m.def("slice", [](const Tensor &x, std::vector<int64_t> offsets,
                     std::vector<int64_t> sizes, std::vector<int64_t> strides) {
     return session().slice(x, std::move(offsets), std::move(sizes),
@@ -518,8 +648,16 @@ NB_MODULE(_C, m) {
           return session().graphText(in, out, name);
         });
 
-  nb::class_<TensorImpl> tensorClass(m, "Tensor");
+  // dynamic_attr: tensors carry Python attributes such as `grad`.
+  nb::class_<TensorImpl> tensorClass(m, "Tensor", nb::dynamic_attr());
   tensorClass
+      // Tensor(other): another name for other's value (Parameter uses it).
+      .def("__init__",
+           [](TensorImpl *self, const Tensor &other) {
+             new (self)
+                 TensorImpl(other->session(), other->storage(), other->meta());
+             self->view = other->view;
+           })
       .def_prop_ro("shape",
                    [](const TensorImpl &t) {
                      nb::list l;
@@ -538,7 +676,10 @@ NB_MODULE(_C, m) {
                      return fromPlacements(t.meta().placements);
                    })
       .def_prop_ro("_handle", [](const TensorImpl &t) { return t.id(); })
+      .def_prop_ro("is_meta",
+                   [](const TensorImpl &t) { return t.storage()->meta; })
       .def_rw("_requires_grad", &TensorImpl::requiresGrad);
+  bindAutograd(m, tensorClass);
   // Python operators, from the op registry: each names its dialect op.
   for (const OpInfo &op : opRegistry())
     for (const char *py : op.operators) {

@@ -15,6 +15,7 @@ KernelRegistry &KernelRegistry::global() {
     registerLinalgKernels(*created);
     registerLayoutKernels(*created);
     registerCastKernels(*created);
+    registerTopkKernels(*created);
     registerComparisonKernels(*created);
     registerArgReductionKernels(*created);
     registerIndexingKernels(*created);

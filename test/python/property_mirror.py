@@ -40,6 +40,17 @@ LIPSCHITZ = {"neg": 1.0, "abs": 1.0, "relu": 1.0, "tanh": 1.0, "sigmoid": 0.25,
              "sin": 1.0, "cos": 1.0, "gelu": 1.13, "silu": 1.1}
 
 
+class DomainError(ValueError):
+    """An op's input is too close to a singular point (log, sqrt, rsqrt,
+    div, pow near 0) for a useful error bound: the drawing code rejects
+    the example."""
+
+
+def _require(ok, message):
+    if not ok:
+        raise DomainError(message)
+
+
 class Ref:
     """A mirror value: float64/bool/int64 exact value and its error bound."""
 
@@ -123,7 +134,7 @@ class Mirror:
                                                           TRANSCENDENTAL_ULPS, False))
         if name in ("log", "sqrt", "rsqrt"):
             lo = v - e
-            assert np.all(lo > 0), f"mirror: {name} needs inputs bounded away from 0"
+            _require(np.all(lo > 0), f"mirror: {name} needs inputs bounded away from 0")
             if name == "log":
                 out, deriv = np.log(v), 1.0 / lo
             elif name == "sqrt":
@@ -155,7 +166,7 @@ class Mirror:
             prop = np.abs(bv) * ae + np.abs(av) * be + ae * be
         elif name == "div":
             lo = np.abs(bv) - be
-            assert np.all(lo > 0), "mirror: div needs a divisor bounded away from 0"
+            _require(np.all(lo > 0), "mirror: div needs a divisor bounded away from 0")
             out = av / bv
             prop = (ae + np.abs(out) * be) / lo
         elif name in ("maximum", "minimum"):
@@ -165,7 +176,7 @@ class Mirror:
             assert b.v.ndim == 0 and float(be) == 0, "mirror: pow takes a scalar exponent"
             k = float(bv)
             lo = av - ae
-            assert np.all(lo > 0), "mirror: pow needs a base bounded away from 0"
+            _require(np.all(lo > 0), "mirror: pow needs a base bounded away from 0")
             out = av ** k
             worst = np.maximum(lo ** (k - 1), (av + ae) ** (k - 1))
             prop = abs(k) * worst * ae

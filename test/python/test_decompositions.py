@@ -205,10 +205,13 @@ def test_linear_embedding_stack_and_indexing(dt, mesh):
         tt = dt.distribute_tensor(table, mesh, p)
         ti = dt.distribute_tensor(ids, mesh, [Replicate()] * mesh.ndim)
         assert_close(F.embedding(ti, tt).numpy(), table[ids])
-    # A vocab-sharded table gives a Partial(sum) lookup, no table movement.
-    tt = dt.distribute_tensor(table, mesh, [Shard(0)] * mesh.ndim)
+    # A vocab-sharded table gives a Partial(sum) lookup, no table movement
+    # (when the table is larger than the rows looked up, as in a model).
+    vocab = rng.standard_normal((64, 4)).astype(np.float32)
+    tt = dt.distribute_tensor(vocab, mesh, [Shard(0)] * mesh.ndim)
     rows = dt.index_select(tt, 0, dt.distribute_tensor(ids[0], mesh, [Replicate()] * mesh.ndim))
     assert any(q.is_partial() for q in rows.placements)
+    assert_close(rows.numpy(), vocab[ids[0]])
 
 
 def test_bad_calls_raise_at_the_call_and_the_session_stays_usable(dt, mesh):
@@ -228,3 +231,56 @@ def test_bad_calls_raise_at_the_call_and_the_session_stays_usable(dt, mesh):
     with pytest.raises(ValueError, match="at least 2 dimensions"):
         dt.tril(t[0])
     assert_close((t + 1).numpy(), np.ones((4, 3), np.float32))
+
+
+def test_topk(dt, mesh):
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    for t in each_layout(dt, mesh, x):
+        v, i = dt.topk(t, 3)
+        want = -np.sort(-x, 1)[:, :3]
+        assert_close(v.numpy(), want)
+        assert (i.numpy() == np.argsort(-x, 1, kind="stable")[:, :3]).all()
+        v, i = t.topk(2, dim=0, largest=False)
+        assert_close(v.numpy(), np.sort(x, 0)[:2])
+    with pytest.raises(IndexError, match="out of range"):
+        dt.topk(t, 9, 1)
+
+
+def test_matmul_broadcasts_batch_dims_and_vectors(dt, mesh):
+    a = rng.standard_normal((2, 1, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((5, 4, 2)).astype(np.float32)
+    v = rng.standard_normal(4).astype(np.float32)
+    for t in each_layout(dt, mesh, a):
+        tb = dt.distribute_tensor(b, mesh, [Replicate()] * mesh.ndim)
+        tv = dt.distribute_tensor(v, mesh, [Replicate()] * mesh.ndim)
+        assert_close((t @ tb).numpy(), a @ b, tol=1e-5)
+        assert_close((t @ tv).numpy(), a @ v, tol=1e-5)
+        assert_close((tv @ tb).numpy(), v @ b, tol=1e-5)
+        assert_close(dt.matmul(tv, tv).numpy(), v @ v, tol=1e-5)
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        t @ t
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 4e-3), ("bfloat16", 3e-2), ("float64", 1e-12)])
+def test_decompositions_in_other_float_dtypes(dt, mesh, dtype, tol):
+    """16-bit floats are stored in 16 bits and computed in float32 per op."""
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    x64 = x.astype(getattr(np, "float16") if dtype == "float16" else np.float64)
+    if dtype == "bfloat16":
+        import ml_dtypes
+        x64 = x.astype(ml_dtypes.bfloat16)
+    x64 = x64.astype(np.float64)
+    p = [Shard(0)] + [Shard(1)] * (mesh.ndim - 1)
+    t = dt.tensor(x, device_mesh=mesh, placements=p, dtype=getattr(dt, dtype))
+    m = x64.max(1, keepdims=True)
+    cases = [
+        (F.softmax(t, -1), np_softmax(x64, 1)),
+        (F.layer_norm(t, (8,)), (x64 - x64.mean(1, keepdims=True))
+         / np.sqrt(x64.var(1, keepdims=True) + 1e-5)),
+        (t.logsumexp(1), (np.log(np.exp(x64 - m).sum(1, keepdims=True)) + m)[:, 0]),
+        (t.var(1), x64.var(1, ddof=1)),
+    ]
+    for got, want in cases:
+        assert got.dtype == getattr(dt, dtype)
+        np.testing.assert_allclose(np.asarray(got.numpy()).astype(np.float64), want,
+                                   rtol=tol, atol=4 * tol)

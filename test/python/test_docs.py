@@ -22,7 +22,7 @@ from conftest import backend_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation",
-              "dtorch.errors", "dtorch._runtime"]
+              "dtorch.errors", "dtorch._runtime", "dtorch.autograd"]
 
 
 def fresh_python(code, timeout=180):

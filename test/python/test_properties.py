@@ -24,8 +24,9 @@ flat tolerance cannot: summation order across shards, comparisons at a tie,
 exp of a rounded value). 16-bit dtypes use 1e-3 (float16) and 1e-2
 (bfloat16) with their own unit roundoff; integer chains must be exact.
 
-Examples per test: DTORCH_PROPERTY_EXAMPLES (default 150, derandomized so
-CI is repeatable: about 20 s for the file); DTORCH_PROPERTY_RANDOM=1 draws
+Examples per test: DTORCH_PROPERTY_EXAMPLES (default 100, derandomized so
+CI is repeatable: 15 s for the file on an idle 2-core machine, about 45 s
+under heavy load); DTORCH_PROPERTY_RANDOM=1 draws
 fresh examples; DTORCH_PROPERTY_WORLD=8 runs on 8 in-process ranks with
 meshes (8,), (2, 4), (2, 2, 2). tools/property-run runs both with many
 examples.
@@ -36,15 +37,15 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import dtorch
 from dtorch import Partial, Replicate, Shard
 
-from property_mirror import F32_UNIT, F64_UNIT, Mirror, Ref, mismatch, round_bfloat16
+from property_mirror import F32_UNIT, F64_UNIT, DomainError, Mirror, Ref, mismatch, round_bfloat16
 
-EXAMPLES = int(os.environ.get("DTORCH_PROPERTY_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("DTORCH_PROPERTY_EXAMPLES", "100"))
 WORLD = int(os.environ.get("DTORCH_PROPERTY_WORLD", "4"))
 RANDOM = os.environ.get("DTORCH_PROPERTY_RANDOM") == "1"
 MESH_SHAPES = {4: [(4,), (2, 2), (1, 4), (2, 1, 2)],
@@ -138,8 +139,11 @@ class Program:
             bound = 4.0 * max(self.mesh_shape) * self.mirror.unit * np.abs(v)
             ref = Ref(v, bound if rounds else 0.0)
         else:
-            ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
-                              node.params)
+            try:
+                ref = OPS[op].run(MirrorLib(self.mirror), [self._arg(self.refs, a) for a in args],
+                                  node.params)
+            except DomainError:
+                reject()  # too close to a singular point for a useful bound
         self.nodes.append(node)
         self.refs.append(ref)
         return len(self.nodes) - 1
@@ -719,13 +723,10 @@ def draw_step(draw, prog, names):
         if name == "index_select":
             ishape = (draw(st.integers(1, 7)),)
         else:
-            # Index (and src) as long as the input on the other dims: a
-            # shorter one meets two known bugs, pinned by the xfail tests
-            # test_gather_with_a_shorter_sharded_index and
-            # test_scatter_add_into_an_input_sharded_on_a_longer_dim
-            # (test_property_regressions.py). Once fixed, draw
-            # st.integers(1, shape[d]) here.
-            ishape = tuple(draw(st.integers(1, 7)) if d == d0 else shape[d]
+            # Index (and src) at most as long as the input on the other dims
+            # (shorter ones once met the gather/scatter_add rule bugs of
+            # test_property_regressions.py).
+            ishape = tuple(draw(st.integers(1, 7)) if d == d0 else draw(st.integers(1, shape[d]))
                            for d in range(ndim))
         index = draw_index_input(draw, prog, ishape, shape[d0])
         args = [("v", src), ("v", index)]

@@ -84,12 +84,8 @@ def test_reductions_of_a_zero_dim_tensor(dt, meshes):
         assert float(loss.sum().numpy()) == 1.0
 
 
-# ---- bugs found by the properties that are not fixed here -----------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "gather rule (lib/Layout/OpRules.cpp, rules::gather): where the index is "
-    "shorter than the input on a dim other than `dim`, the input gets no factor "
-    "(replicated) but the index and result stay sharded, and the kernel reads "
-    "the input at the local row, not the piece's global row"))
+# ---- bugs found by the properties, fixed in lib/Layout/OpRules.cpp --------------
+# Was:  gather rule (lib/Layout/OpRules.cpp, rules::gather): where the index is  shorter than the input on a dim other than `dim`, the input gets no factor  (replicated) but the index and result stay sharded, and the kernel reads  the input at the local row, not the piece's global row
 def test_gather_with_a_shorter_sharded_index(dt, meshes):
     x = np.arange(3, dtype=np.float32).reshape(3, 1)
     index = np.zeros((2, 1), dtype=np.int64)
@@ -98,12 +94,7 @@ def test_gather_with_a_shorter_sharded_index(dt, meshes):
     assert_close(t.gather(1, i).numpy(), np.take_along_axis(x[:2], index, 1))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scatter_add rule (lib/Layout/OpRules.cpp, rules::scatterAdd): where index "
-    "and src are shorter than the input on a dim other than `dim`, the input "
-    "and result stay sharded there while index and src are replicated, and "
-    "each rank adds the updates of the first rows into its own piece; a piece "
-    "smaller than the index fails validation instead"))
+# Was:  scatter_add rule (lib/Layout/OpRules.cpp, rules::scatterAdd): where index  and src are shorter than the input on a dim other than `dim`, the input  and result stay sharded there while index and src are replicated, and  each rank adds the updates of the first rows into its own piece; a piece  smaller than the index fails validation instead
 def test_scatter_add_into_an_input_sharded_on_a_longer_dim(dt):
     mesh = dt.DeviceMesh("cpu", [0, 1])
     x = np.zeros((4, 2), dtype=np.float32)

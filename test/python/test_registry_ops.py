@@ -38,12 +38,18 @@ def ref_scatter_add(x, dim, index, src):
     return out
 
 
+def ref_topk_indices(x, k, dim, largest):
+    order = np.argsort(-x if largest else x, axis=dim, kind="stable")
+    return np.take(order, np.arange(k), axis=dim)
+
+
 def ref_iota(shape, dim, start, step):
     idx = np.indices(shape)[dim] if shape else np.zeros(())
     return start + step * idx
 
 
 REFS = dict(np=np, ref_gelu=ref_gelu, ref_argreduce=ref_argreduce,
+            ref_topk_indices=ref_topk_indices,
             ref_scatter_add=ref_scatter_add, ref_iota=ref_iota)
 
 
@@ -86,6 +92,10 @@ def samples(entry):
         for dim, keepdim in ((1, False), (0, True)):
             yield f"dim{dim}", dict(x=f(5, 3)), dict(dim=dim, keepdim=keepdim), \
                 lambda t, p: getattr(dtorch, name)(t["x"], p["dim"], p["keepdim"])
+    elif fam == "topk":
+        for dim, k, largest in ((1, 2, 1), (0, 3, 0)):
+            yield f"dim{dim}k{k}", dict(x=f(5, 4)), dict(dim=dim, k=k, largest=largest), \
+                lambda t, p: dtorch.topk(t["x"], p["k"], p["dim"], bool(p["largest"])).indices
     elif fam == "matmul":
         if name == "bmm":
             yield "2x5x3", dict(a=f(2, 5, 3), b=f(2, 3, 4)), {}, \
@@ -120,6 +130,12 @@ def samples(entry):
         else:
             yield "dim0", dict(x=f(4, 3), index=rng.integers(0, 4, (3, 3)), src=f(3, 3)), \
                 dict(dim=0), lambda t, p: dtorch.scatter_add(t["x"], 0, t["index"], t["src"])
+    elif name == "iota":
+        for start, end, step in ((0, 9, 1), (2, 13, 3)):
+            yield f"arange{start}_{end}_{step}", {}, \
+                dict(shape=(len(range(start, end, step)),), dim=0, start=start, step=step), \
+                lambda t, p, r=(start, end, step): dtorch.arange(*r, device_mesh=t["mesh"],
+                                                                  placements=t["placements"])
     elif fam == "triangle":
         for diagonal in (0, -1, 2):
             yield f"diag{diagonal}", dict(x=f(5, 6)), dict(diagonal=diagonal), \
@@ -137,7 +153,7 @@ def reference(entry, arrays, params):
 
 def entries_under_test():
     return [e for e in dtorch.op_registry()
-            if e["is_dialect_op"] and e["reference"] and e["family"] != "creation"]
+            if e["is_dialect_op"] and e["reference"] and e["name"] not in ("full",)]
 
 
 def placements_for(arr, mesh, k):
@@ -160,6 +176,8 @@ def test_op_from_python(dt, meshes, name, label, mesh_key):
     for k in range(3):
         ts = {n: dt.distribute_tensor(a, mesh, placements_for(a, mesh, k + i))
               for i, (n, a) in enumerate(arrays.items())}
+        ts["mesh"] = mesh
+        ts["placements"] = placements_for(want, mesh, k)
         got = build(ts, params)
         assert tuple(got.shape) == want.shape
         assert_close(got.numpy(), want, tol=1e-5)
@@ -174,7 +192,8 @@ def test_op_through_dtorch_run(dt, meshes, tmp_path, name):
     ts = [dt.distribute_tensor(a, mesh, placements_for(a, mesh, i))
           for i, a in enumerate(arrays.values())]
     path = str(tmp_path / f"{name}.mlir")
-    dt.save_graph(lambda *xs: build(dict(zip(arrays, xs)), params), ts, path)
+    extra = dict(mesh=mesh, placements=placements_for(want, mesh, 1))
+    dt.save_graph(lambda *xs: build(dict(zip(arrays, xs), **extra), params), ts, path)
     assert f"dtensor.{name}" in open(path).read()
     args = [RUN, path, "--world-size", "4", "--procs", "2", "--output-dir", str(tmp_path)]
     for n, a in arrays.items():

@@ -33,6 +33,7 @@ STRATEGIES = {
     "cast": "any Shard/Replicate, dim by dim",
     "reduction": "kept dims stay sharded; a sharded reduced dim gives Partial",
     "argreduce": "kept dims stay sharded; the reduced dim is gathered",
+    "topk": "kept dims stay sharded; the searched dim is gathered",
     "matmul": "data parallel (rows), column (N), row (K: Partial(sum)), batch",
     "shape": "dims that map one-to-one keep their shard",
     "slice": "whole dims keep their shard; cut dims are gathered",
@@ -58,19 +59,21 @@ def entries(records):
         if "family" not in r:
             continue
         args = r["arguments"]["args"]
-        tensors, attrs, variadic = 0, [], False
+        tensors, attrs, variadic, names = 0, [], False, []
         for arg, argname in args:
             d = arg["def"]
             if d == "AnyDTensor":
                 tensors += 1
+                names.append(argname)
             elif d.startswith("anonymous_") and "Variadic" in records.get(d, {}).get(
                     "!superclasses", []):
                 variadic = True
+                names.append(argname)
             else:
                 attrs.append(argname)
         ops.append(dict(name=r["opName"], family=r["family"], kernel=r["kernel"],
                         summary=r["summary"], operands=-1 if variadic else tensors,
-                        attrs=attrs, is_op=True, **common(r)))
+                        attrs=attrs, is_op=True, operand_names=names, **common(r)))
     for name in sorted(records["!instanceof"].get("DTorch_Decomposition", []),
                        key=lambda n: records[n]["opName"]):
         r = records[name]
@@ -84,7 +87,8 @@ def common(r):
     return dict(functions=r["torchFunctions"], methods=r["tensorMethods"],
                 operators=r["pyOperators"], joint=r["jointPartial"],
                 linear=r["linearOperands"], float_only=bool(r["floatOnly"]),
-                dtypes=r["dtypes"], reference=r["reference"])
+                dtypes=r["dtypes"], reference=r["reference"], test=r["test"],
+                gradient=r["gradient"])
 
 
 def check(ops):
@@ -102,6 +106,19 @@ def check(ops):
                 errors.append(f"op '{op['name']}': unknown dtype '{t}'")
         if op["family"] not in STRATEGIES:
             errors.append(f"op '{op['name']}': unknown family '{op['family']}'")
+        if op["gradient"]:
+            want = 1 if op["operands"] == -1 else op["operands"]
+            if not op["is_op"]:
+                errors.append(f"decomposition '{op['name']}' declares a gradient; its ops have theirs")
+            elif len(op["gradient"]) != want:
+                errors.append(f"op '{op['name']}': {len(op['gradient'])} gradient formulas for "
+                              f"{want} tensor operands")
+            for f in op["gradient"]:
+                try:
+                    compile(f or "0", op["name"], "eval")
+                except SyntaxError as e:
+                    errors.append(f"op '{op['name']}': gradient formula '{f}' is not a Python "
+                                  f"expression: {e}")
     for op in ops:
         for u in op.get("uses", []):
             if u not in seen or not seen[u]["is_op"]:
@@ -129,7 +146,8 @@ def write_cpp(ops, path):
             clist(op["joint"], lambda p: "ReduceOp::" + REDUCE_OPS[p]),
             clist(op["linear"], str), "true" if op["float_only"] else "false",
             clist(op["dtypes"]), clist(op.get("uses", [])), cstr(op["reference"]),
-            "true" if op["is_op"] else "false"]) + "},")
+            cstr(op["test"]), "true" if op["is_op"] else "false",
+            clist(op["gradient"]), clist(op.get("operand_names", []))]) + "},")
     text = "\n".join(lines) + "\n"
     write_if_changed(path, text)
 
@@ -143,8 +161,8 @@ def write_docs(ops, path):
            "through Python and through `dtorch-run`) or `test/python/test_decompositions.py`.",
            "`test/python/test_op_coverage.py` fails when an operator of the API lacks",
            "a registry entry, a kernel or a test.", "",
-           "| torch names | dialect op | dtypes | sharding | partial inputs | kernel |",
-           "|---|---|---|---|---|---|"]
+           "| torch names | dialect op | dtypes | sharding | partial inputs | kernel | tests |",
+           "|---|---|---|---|---|---|---|"]
     for op in ops:
         names = sorted(set(op["functions"]) | set("Tensor." + m for m in op["methods"]) |
                        set(op["operators"]))
@@ -162,13 +180,35 @@ def write_docs(ops, path):
         out.append("| " + " | ".join([
             ", ".join(f"`{n}`" for n in names) or "(internal)", dop, dt,
             STRATEGIES[op["family"]], "; ".join(partial) or "reduced first",
-            f"`{op['kernel']}`" if op["kernel"] else "-"]) + " |")
+            f"`{op['kernel']}`" if op["kernel"] else "-", tests_of(op)]) + " |")
     out.append("")
     out.append("Summaries:")
     out.append("")
     for op in ops:
         out.append(f"- **{op['name']}**: {op['summary']}")
+    out += ["", "Gradient formulas (the `gradient` field; `python/dtorch/autograd.py`",
+            "evaluates them at `backward()`, over `g`, `result`, the operand names and",
+            "the attributes; `-`: not differentiable in that operand; decompositions",
+            "differentiate through their ops; `test/python/test_autograd_registry.py`",
+            "checks each against finite differences):", ""]
+    for op in ops:
+        if not op["gradient"]:
+            continue
+        parts = [f"`{n}`: " + (f"`{f}`" if f else "-")
+                 for n, f in zip(op.get("operand_names", []), op["gradient"])]
+        out.append(f"- `{op['name']}`: " + "; ".join(parts))
     write_if_changed(path, "\n".join(out) + "\n")
+
+
+def tests_of(op):
+    tests = []
+    if op["is_op"] and op["reference"] and op["family"] != "creation":
+        tests += ["test_registry_ops", "test_dtypes"]
+    if not op["is_op"]:
+        tests.append("test_decompositions")
+    if op["test"]:
+        tests.append(op["test"].split("/")[-1])
+    return ", ".join(f"`{t}`" for t in tests) or "-"
 
 
 def write_if_changed(path, text):

@@ -55,5 +55,7 @@ def : Decomp<"stack", "unsqueeze then cat", ["reshape", "concat"], ["stack"], []
 def : Decomp<"max_dim", "max(dim) and min(dim): values and indices",
              ["max", "argmax", "min", "argmin"], ["max", "min"], ["max", "min"]>;
 def : Decomp<"square", "x * x", ["mul"]>;
+def : Decomp<"topk", "the k largest (or smallest) values and their indices",
+             ["topk_indices", "gather"]>;
 
 #endif // DTENSOR_DECOMPOSITIONS

@@ -323,6 +323,32 @@ template <typename OpT> static LogicalResult verifyArgReduction(OpT op) {
   return success();
 }
 
+LogicalResult TopkIndicesOp::verify() {
+  if (failed(verifySameMesh(*this)))
+    return failure();
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  int64_t dim = getDim(), k = getK(), largest = getLargest();
+  if (in.getRank() == 0 || dim < 0 || dim >= in.getRank())
+    return emitOpError("dim ")
+           << dim << " is out of range for rank " << in.getRank();
+  if (k < 0 || k > in.getShape()[dim])
+    return emitOpError("k = ")
+           << k << " is out of range for extent " << in.getShape()[dim];
+  if (largest != 0 && largest != 1)
+    return emitOpError("largest must be 0 or 1");
+  if (!res.getElementType().isInteger(64))
+    return emitOpError("result element type must be i64");
+  SmallVector<int64_t> expected(in.getShape());
+  expected[dim] = k;
+  if (ArrayRef<int64_t>(expected) != res.getShape())
+    return emitOpError("result shape must be [") << expected << "]";
+  return success();
+}
+
+ShardingRule TopkIndicesOp::getShardingRule() {
+  return rules::topk(toVec(getInput().getType().getShape()), getDim(), getK());
+}
+
 LogicalResult ArgmaxOp::verify() { return verifyArgReduction(*this); }
 LogicalResult ArgminOp::verify() { return verifyArgReduction(*this); }
 ShardingRule ArgmaxOp::getShardingRule() {

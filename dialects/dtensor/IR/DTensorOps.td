@@ -31,6 +31,7 @@ class DTensor_ComputeOp<string mnemonic, list<Trait> traits = []>
 def DTensor_FullOp : DTensor_ComputeOp<"full"> {
   let family = "creation";
   let torchFunctions = ["full", "zeros", "ones", "empty", "zeros_like", "ones_like", "full_like"];
+  let test = "test/python/test_ops.py::test_creation";
   let reference = "np.full(shape, value)";
   let summary = "A tensor filled with one value";
   let description = [{
@@ -45,6 +46,7 @@ def DTensor_FullOp : DTensor_ComputeOp<"full"> {
 def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
   let family = "creation";
   let torchFunctions = ["rand", "randn", "rand_like", "randn_like"];
+  let test = "test/python/test_ops.py::test_random_is_reproducible_and_placement_independent";
   let dtypes = ["f32", "f64", "f16", "bf16"];
   let summary = "Seeded random values, the same for every placement";
   let description = [{
@@ -64,6 +66,7 @@ def DTensor_RandomOp : DTensor_ComputeOp<"random"> {
 def DTensor_ConstantOp : DTensor_ComputeOp<"constant"> {
   let family = "creation";
   let torchFunctions = ["tensor", "distribute_tensor"];
+  let test = "test/python/test_ops.py::test_creation";
   let summary = "A tensor with given global contents";
   let description = [{
     ```mlir
@@ -106,19 +109,47 @@ class DTensor_BinaryOp<string mnemonic, string what, string ref,
 // a+b and a-b are additive in both operands at once; a*b is linear in each
 // operand; a/b in its numerator; max/min commute with themselves.
 def DTensor_AddOp : DTensor_BinaryOp<"add", "addition", "a + b",
-    ["__add__", "__radd__"], ["sum", "avg"]>;
+    ["__add__", "__radd__"], ["sum", "avg"]> {
+  let gradient = [
+    "g",
+    "g"];
+}
 def DTensor_SubOp : DTensor_BinaryOp<"sub", "subtraction", "a - b",
-    ["__sub__", "__rsub__"], ["sum", "avg"]>;
+    ["__sub__", "__rsub__"], ["sum", "avg"]> {
+  let gradient = [
+    "g",
+    "-g"];
+}
 def DTensor_MulOp : DTensor_BinaryOp<"mul", "multiplication", "a * b",
-    ["__mul__", "__rmul__"], [], [0, 1]>;
+    ["__mul__", "__rmul__"], [], [0, 1]> {
+  let gradient = [
+    "g * rhs",
+    "g * lhs"];
+}
 def DTensor_DivOp : DTensor_BinaryOp<"div", "division", "a / b",
-    ["__truediv__", "__rtruediv__"], [], [0]>;
+    ["__truediv__", "__rtruediv__"], [], [0]> {
+  let gradient = [
+    "g / rhs",
+    "-g * lhs / (rhs * rhs)"];
+}
 def DTensor_MaximumOp : DTensor_BinaryOp<"maximum", "maximum",
-    "np.maximum(a, b)", [], ["max"]>;
+    "np.maximum(a, b)", [], ["max"]> {
+  let gradient = [
+    "where(lhs > rhs, g, where(lhs == rhs, g * 0.5, 0.0))",
+    "where(rhs > lhs, g, where(lhs == rhs, g * 0.5, 0.0))"];
+}
 def DTensor_MinimumOp : DTensor_BinaryOp<"minimum", "minimum",
-    "np.minimum(a, b)", [], ["min"]>;
+    "np.minimum(a, b)", [], ["min"]> {
+  let gradient = [
+    "where(lhs < rhs, g, where(lhs == rhs, g * 0.5, 0.0))",
+    "where(rhs < lhs, g, where(lhs == rhs, g * 0.5, 0.0))"];
+}
 def DTensor_PowOp : DTensor_BinaryOp<"pow", "power", "np.power(a, b)",
-    ["__pow__", "__rpow__"]>;
+    ["__pow__", "__rpow__"]> {
+  let gradient = [
+    "where(rhs == 0, 0.0, g * rhs * pow(lhs, rhs - 1.0))",
+    "where(lhs == 0, where(rhs >= 0, 0.0, g * result * log(lhs)), g * result * log(lhs))"];
+}
 
 class DTensor_CompareOp<string mnemonic, string what, string op, string ref>
     : DTensor_ComputeOp<mnemonic> {
@@ -150,6 +181,10 @@ def DTensor_GtOp : DTensor_CompareOp<"gt", "greater-than", "__gt__", "a > b">;
 def DTensor_GeOp : DTensor_CompareOp<"ge", "greater-or-equal", "__ge__", "a >= b">;
 
 def DTensor_WhereOp : DTensor_ComputeOp<"where"> {
+  let gradient = [
+    "",
+    "where(cond, g, 0.0)",
+    "where(cond, 0.0, g)"];
   let summary = "Elementwise choice: `cond ? lhs : rhs`";
   let description = [{
     `cond` is `i1`; all three operands and the result share one global
@@ -190,34 +225,63 @@ class DTensor_UnaryOp<string mnemonic, string what, string ref,
 }
 
 def DTensor_NegOp : DTensor_UnaryOp<"neg", "negation",
-    "-x", 0, [0], ["__neg__"]>;
+    "-x", 0, [0], ["__neg__"]> {
+  let gradient = ["-g"];
+}
 def DTensor_AbsOp : DTensor_UnaryOp<"abs", "absolute value",
-    "np.abs(x)", 0, [], ["__abs__"]>;
+    "np.abs(x)", 0, [], ["__abs__"]> {
+  let gradient = ["where(input > 0, g, where(input < 0, -g, 0.0))"];
+}
 def DTensor_ExpOp : DTensor_UnaryOp<"exp", "exponential",
-    "np.exp(x)">;
+    "np.exp(x)"> {
+  let gradient = ["g * result"];
+}
 def DTensor_LogOp : DTensor_UnaryOp<"log", "natural logarithm",
-    "np.log(x)">;
+    "np.log(x)"> {
+  let gradient = ["g / input"];
+}
 def DTensor_SqrtOp : DTensor_UnaryOp<"sqrt", "square root",
-    "np.sqrt(x)">;
+    "np.sqrt(x)"> {
+  let gradient = ["g / (result * 2.0)"];
+}
 def DTensor_RsqrtOp : DTensor_UnaryOp<"rsqrt", "reciprocal square root",
-    "1 / np.sqrt(x)">;
+    "1 / np.sqrt(x)"> {
+  let gradient = ["g * result * result * result * -0.5"];
+}
 def DTensor_ReluOp : DTensor_UnaryOp<"relu", "rectified linear unit",
-    "np.maximum(x, 0)", 0>;
+    "np.maximum(x, 0)", 0> {
+  let gradient = ["where(result > 0, g, 0.0)"];
+}
 def DTensor_TanhOp : DTensor_UnaryOp<"tanh", "hyperbolic tangent",
-    "np.tanh(x)">;
+    "np.tanh(x)"> {
+  let gradient = ["g * (1.0 - result * result)"];
+}
 def DTensor_SigmoidOp : DTensor_UnaryOp<"sigmoid", "logistic sigmoid",
-    "1 / (1 + np.exp(-x))">;
+    "1 / (1 + np.exp(-x))"> {
+  let gradient = ["g * result * (1.0 - result)"];
+}
 def DTensor_GeluOp : DTensor_UnaryOp<"gelu", "GELU (erf form)",
-    "ref_gelu(x)">;
+    "ref_gelu(x)"> {
+  let gradient = [
+    "g * (where(input == 0, 0.5, result / input) + input * exp(input * input * -0.5) * 0.3989422804014327)"];
+}
 def DTensor_SiluOp : DTensor_UnaryOp<"silu", "SiLU (x * sigmoid(x))",
-    "x / (1 + np.exp(-x))">;
+    "x / (1 + np.exp(-x))"> {
+  let gradient = ["g * sigmoid(input) * (1.0 + input * (1.0 - sigmoid(input)))"];
+}
 def DTensor_SinOp : DTensor_UnaryOp<"sin", "sine",
-    "np.sin(x)">;
+    "np.sin(x)"> {
+  let gradient = ["g * cos(input)"];
+}
 def DTensor_CosOp : DTensor_UnaryOp<"cos", "cosine",
-    "np.cos(x)">;
+    "np.cos(x)"> {
+  let gradient = ["-g * sin(input)"];
+}
 
 def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
+  let gradient = ["g.to(input.dtype)"];
   let family = "cast";
+  let test = "test/python/test_ops.py::test_casts_and_type_promotion";
   let tensorMethods = ["to", "float", "double", "long", "int", "bool", "half", "bfloat16"];
   // Element type conversion is monotone: max/min commute with it.
   let jointPartial = ["max", "min"];
@@ -241,6 +305,9 @@ def DTensor_CastOp : DTensor_ComputeOp<"cast"> {
 //===----------------------------------------------------------------------===//
 
 def DTensor_MatmulOp : DTensor_ComputeOp<"matmul"> {
+  let gradient = [
+    "g @ rhs.t()",
+    "lhs.t() @ g"];
   let family = "matmul";
   let torchFunctions = ["matmul", "mm"];
   let tensorMethods = ["matmul", "mm"];
@@ -263,6 +330,9 @@ def DTensor_MatmulOp : DTensor_ComputeOp<"matmul"> {
 }
 
 def DTensor_BmmOp : DTensor_ComputeOp<"bmm"> {
+  let gradient = [
+    "bmm(g, rhs.transpose(1, 2))",
+    "bmm(lhs.transpose(1, 2), g)"];
   let family = "matmul";
   let torchFunctions = ["bmm"];
   let tensorMethods = ["bmm"];
@@ -312,16 +382,26 @@ class DTensor_ReductionOp<string mnemonic, string what, list<string> names,
 // A sharded mean divides by the global count on every rank, so the partial
 // results add up: its reduction is a sum, like sum's.
 def DTensor_SumOp : DTensor_ReductionOp<"sum", "Sum", ["sum"],
-    "np.sum(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]>;
+    "np.sum(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
+  let gradient = ["expand_to(g, input, dims)"];
+}
 def DTensor_MeanOp : DTensor_ReductionOp<"mean", "Arithmetic mean", ["mean"],
     "np.mean(x, axis=dims, keepdims=keepdim)", ["sum", "avg"]> {
+  let gradient = [
+    "expand_to(g, input, dims) / reduced_count(input.shape, dims)"];
   let dtypes = ["f32", "f64", "f16", "bf16"];
   let kernel = "sum"; // with scale = 1 / count
 }
 def DTensor_MaxOp : DTensor_ReductionOp<"max", "Maximum", ["amax"],
-    "np.max(x, axis=dims, keepdims=keepdim)", ["max"]>;
+    "np.max(x, axis=dims, keepdims=keepdim)", ["max"]> {
+  let gradient = [
+    "where(input == expand_to(result, input, dims), expand_to(g, input, dims) / expand_to(sum((input == expand_to(result, input, dims)).to(g.dtype), dims, True), input, dims), 0.0)"];
+}
 def DTensor_MinOp : DTensor_ReductionOp<"min", "Minimum", ["amin"],
-    "np.min(x, axis=dims, keepdims=keepdim)", ["min"]>;
+    "np.min(x, axis=dims, keepdims=keepdim)", ["min"]> {
+  let gradient = [
+    "where(input == expand_to(result, input, dims), expand_to(g, input, dims) / expand_to(sum((input == expand_to(result, input, dims)).to(g.dtype), dims, True), input, dims), 0.0)"];
+}
 
 class DTensor_ArgReductionOp<string mnemonic, string what, string ref>
     : DTensor_ComputeOp<mnemonic> {
@@ -343,6 +423,26 @@ class DTensor_ArgReductionOp<string mnemonic, string what, string ref>
   let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
   let reference = ref;
 }
+def DTensor_TopkIndicesOp : DTensor_ComputeOp<"topk_indices"> {
+  let summary = "Indices of the k largest (or smallest) values along one dim";
+  let description = [{
+    The result is `i64` with the input's shape and extent `k` along `dim`,
+    in order (largest first when `largest` is 1). NaN counts as the largest
+    value; equal values keep their index order. `dim` must not be sharded;
+    the other dims keep their placement. `topk` is this op and a gather.
+
+    ```mlir
+    %1 = dtensor.topk_indices %0 {dim = 1 : i64, k = 2 : i64, largest = 1 : i64} : (!dtensor.tensor<4x6xf32, #mesh, [S(0)]>) -> !dtensor.tensor<4x2xi64, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, I64Attr:$dim, I64Attr:$k,
+                       I64Attr:$largest);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let family = "topk";
+  let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
+  let reference = "ref_topk_indices(x, k, dim, largest)";
+}
+
 def DTensor_ArgmaxOp : DTensor_ArgReductionOp<"argmax", "maximum",
     "ref_argreduce(np.argmax, x, dim, keepdim)">;
 def DTensor_ArgminOp : DTensor_ArgReductionOp<"argmin", "minimum",
@@ -353,6 +453,7 @@ def DTensor_ArgminOp : DTensor_ArgReductionOp<"argmin", "minimum",
 //===----------------------------------------------------------------------===//
 
 def DTensor_ReshapeOp : DTensor_ComputeOp<"reshape"> {
+  let gradient = ["g.reshape(input.shape)"];
   let family = "shape";
   let torchFunctions = ["reshape"];
   let tensorMethods = ["reshape", "view", "flatten", "unsqueeze", "squeeze"];
@@ -371,6 +472,7 @@ def DTensor_ReshapeOp : DTensor_ComputeOp<"reshape"> {
 }
 
 def DTensor_TransposeOp : DTensor_ComputeOp<"transpose"> {
+  let gradient = ["g.permute([list(perm).index(d) for d in range(len(perm))])"];
   let family = "shape";
   let torchFunctions = ["transpose", "permute", "t"];
   let tensorMethods = ["transpose", "permute", "t"];
@@ -387,6 +489,7 @@ def DTensor_TransposeOp : DTensor_ComputeOp<"transpose"> {
 }
 
 def DTensor_BroadcastToOp : DTensor_ComputeOp<"broadcast_to"> {
+  let gradient = ["sum_to(g, input.shape)"];
   let family = "shape";
   let torchFunctions = ["broadcast_to"];
   let tensorMethods = ["expand", "broadcast_to"];
@@ -406,6 +509,7 @@ def DTensor_BroadcastToOp : DTensor_ComputeOp<"broadcast_to"> {
 }
 
 def DTensor_SliceOp : DTensor_ComputeOp<"slice"> {
+  let gradient = ["scatter_slice(g, input.shape, offsets, sizes, strides)"];
   let summary = "A strided box of the input (basic indexing)";
   let description = [{
     Result dim `d` reads input elements `offsets[d] + i * strides[d]` for
@@ -428,6 +532,8 @@ def DTensor_SliceOp : DTensor_ComputeOp<"slice"> {
 }
 
 def DTensor_ConcatOp : DTensor_ComputeOp<"concat"> {
+  let gradient = [
+    "g.narrow(dim, concat_offset(inputs, i, dim), inputs[i].shape[dim])"];
   let summary = "Joins tensors along one dim";
   let description = [{
     Operands share the element type and every extent but `dim`'s. The
@@ -446,6 +552,9 @@ def DTensor_ConcatOp : DTensor_ComputeOp<"concat"> {
 }
 
 def DTensor_GatherOp : DTensor_ComputeOp<"gather"> {
+  let gradient = [
+    "scatter_add(zeros_like(input), dim, index, g)",
+    ""];
   let summary = "torch.gather: values at indices along one dim";
   let description = [{
     `result[p] = input[p with p[dim] = index[p]]`; the result has the
@@ -467,6 +576,9 @@ def DTensor_GatherOp : DTensor_ComputeOp<"gather"> {
 }
 
 def DTensor_IndexSelectOp : DTensor_ComputeOp<"index_select"> {
+  let gradient = [
+    "scatter_add(zeros_like(input), dim, index.reshape([-1 if d == dim else 1 for d in range(g.ndim)]).broadcast_to(g.shape), g)",
+    ""];
   let summary = "Rows (along one dim) picked by a 1-D index";
   let description = [{
     The result is the input with extent `len(index)` along `dim`. A sharded
@@ -488,6 +600,10 @@ def DTensor_IndexSelectOp : DTensor_ComputeOp<"index_select"> {
 }
 
 def DTensor_ScatterAddOp : DTensor_ComputeOp<"scatter_add"> {
+  let gradient = [
+    "g",
+    "",
+    "pad_to(gather(g, dim, index), src.shape)"];
   let summary = "torch.scatter_add: adds src into input at indices along one dim";
   let description = [{
     `result = input`, then `result[p with p[dim] = index[p]] += src[p]` for
@@ -526,8 +642,12 @@ class DTensor_TriangleOp<string mnemonic, string which, string ref>
   let jointPartial = ["sum", "avg", "max", "min"];
   let reference = ref;
 }
-def DTensor_TrilOp : DTensor_TriangleOp<"tril", "lower", "np.tril(x, diagonal)">;
-def DTensor_TriuOp : DTensor_TriangleOp<"triu", "upper", "np.triu(x, diagonal)">;
+def DTensor_TrilOp : DTensor_TriangleOp<"tril", "lower", "np.tril(x, diagonal)"> {
+  let gradient = ["tril(g, diagonal)"];
+}
+def DTensor_TriuOp : DTensor_TriangleOp<"triu", "upper", "np.triu(x, diagonal)"> {
+  let gradient = ["triu(g, diagonal)"];
+}
 
 def DTensor_IotaOp : DTensor_ComputeOp<"iota"> {
   let summary = "Values that count along one dim: `start + step * i`";
@@ -549,7 +669,9 @@ def DTensor_IotaOp : DTensor_ComputeOp<"iota"> {
 //===----------------------------------------------------------------------===//
 
 def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
+  let gradient = ["like_placements(g, input)"];
   let family = "layout";
+  let test = "test/python/test_ops.py::test_redistribute_all_pairs";
   let tensorMethods = ["redistribute"];
   let kernel = "";
   let summary = "The same tensor with other placements";
@@ -574,6 +696,7 @@ class DTensor_LayoutStepOp<string mnemonic, string what>
     : DTensor_Op<mnemonic, [Pure]> {
   let summary = what;
   let family = "layout_step";
+  let test = "test/cpp/compiler/RedistributeExactnessTest.cpp";
   let kernel = "";
   let arguments = (ins AnyDTensor:$input, I64Attr:$axis);
   let results = (outs AnyDTensor:$result);

@@ -39,6 +39,21 @@ class DTorch_RegistryEntry {
   // numpy reference for the generated end-to-end test: a Python expression
   // over the sample's names (x; a, b; c; index, src; dims, dim, keepdim, ...).
   string reference = "";
+  // A test that covers the entry beyond the generated ones (path, optionally
+  // ::function); test_op_coverage.py checks that it exists.
+  string test = "";
+  // Gradient formulas (python/dtorch/autograd.py evaluates them): one Python
+  // expression per tensor operand, in operand order (a variadic operand has
+  // one formula, evaluated for each of its tensors with `i` its position),
+  // giving that operand's gradient from `g` (the result's gradient). Names:
+  // `g`, `result`, the op's operand names (a Python number operand arrives
+  // as a tensor like `g`), its attributes, every dtorch function, and the
+  // helpers of autograd.py (expand_to, sum_to, kept_shape, scatter_slice,
+  // pad_to, concat_offset, reduced_count, like_placements); dtorch's names
+  // shadow Python's builtins (sum, max, min, abs, float, bool). "" marks an
+  // operand that is not differentiable; an op with an empty list has no
+  // gradient.
+  list<string> gradient = [];
 }
 
 class DTorch_Decomposition<string name> : DTorch_RegistryEntry {

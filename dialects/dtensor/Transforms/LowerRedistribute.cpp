@@ -50,8 +50,12 @@ struct LowerRedistributePass
       DTensorType src = op.getInput().getType();
       OpBuilder b(op);
       Value v = op.getInput();
-      for (const RedistributeStep &step : planRedistribute(
-               src.getLayout(), op.getResult().getType().getLayout()))
+      std::vector<int64_t> shape(src.getShape().begin(), src.getShape().end());
+      ArrayRef<int64_t> meshDims = src.getMesh().getShape();
+      std::vector<int64_t> mesh(meshDims.begin(), meshDims.end());
+      for (const RedistributeStep &step :
+           planRedistribute(shape, mesh, src.getLayout(),
+                            op.getResult().getType().getLayout()))
         v = buildStep(b, op.getLoc(), step, src.withPlacements(step.after), v);
       op.getResult().replaceAllUsesWith(v);
       op->erase();

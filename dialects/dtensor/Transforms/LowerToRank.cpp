@@ -100,7 +100,7 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
     operandLayouts.push_back(cast<DTensorType>(v.getType()).getLayout());
   auto resultType = cast<DTensorType>(op->getResult(0).getType());
   if (!isLocalStrategy(ruleOp.getShardingRule(), operandLayouts,
-                       resultType.getLayout()))
+                       resultType.getLayout(), meshShape))
     return op->emitOpError("placements are not a local strategy of its "
                            "sharding rule (run --dtensor-propagate-sharding)");
 

@@ -58,17 +58,76 @@ struct AttrValue {
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Session;
+class TensorImpl;
+using Tensor = std::shared_ptr<TensorImpl>;
 
-/// The client's view of one DTensor; owned by its Python object.
+/// The autograd record of an op whose result requires grad (torch's
+/// grad_fn): the op, its tensor operands (strong references: what the
+/// gradient formulas of the op registry read), its attributes and its
+/// scalar operand. The result is the tensor that owns the record, so the
+/// record holds no reference to it (no cycle).
+struct GradRecord {
+  std::string op;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+  int scalarIndex = -1; // position of a Python number among the operands
+  double scalarValue = 0;
+  /// backward() without retain_graph dropped `inputs`.
+  bool released = false;
+};
+
+/// Whether ops record GradRecords (torch's grad mode; per thread).
+bool gradEnabled();
+void setGradEnabled(bool enabled);
+/// Drops a record without recursing through a long chain of records.
+void releaseGradGraph(std::shared_ptr<GradRecord> record);
+
+/// One value on the workers (or one pending node's result): owns its handle.
+/// The handle is freed, after every run that reads it, when the last
+/// TensorImpl naming it and the pending segment let go of it. Several
+/// TensorImpls share one storage after Session::assign.
+struct TensorStorage {
+  TensorStorage(Session *session, Handle id, int meshId)
+      : session(session), id(id), meshId(meshId) {}
+  ~TensorStorage();
+  TensorStorage(const TensorStorage &) = delete;
+  TensorStorage &operator=(const TensorStorage &) = delete;
+  Session *session;
+  Handle id;
+  int meshId;
+  bool materialized = false; // exists on the workers
+  /// A meta tensor's storage: metadata only, no value anywhere; reading it
+  /// raises (Session::meta).
+  bool meta = false;
+};
+using Storage = std::shared_ptr<TensorStorage>;
+
+/// The client's view of one DTensor; owned by its Python object. It names a
+/// storage, which Session::assign may replace (an in-place update).
 class TensorImpl {
 public:
   TensorImpl(Session *session, Handle id, TensorMeta meta)
-      : session_(session), id_(id), meta_(std::move(meta)) {}
+      : session_(session),
+        storage_(std::make_shared<TensorStorage>(session, id, meta.meshId)),
+        meta_(std::move(meta)) {}
+  TensorImpl(Session *session, Storage storage, TensorMeta meta)
+      : session_(session), storage_(std::move(storage)),
+        meta_(std::move(meta)) {}
+  /// Another name for the value `other` names (same storage, metadata and
+  /// mesh view); nothing else of `other` is copied.
+  static std::shared_ptr<TensorImpl> aliasOf(const TensorImpl &other);
+  /// Releases the autograd record without recursing through long chains.
   ~TensorImpl();
-  Handle id() const { return id_; }
+  Handle id() const { return storage_->id; }
   const TensorMeta &meta() const { return meta_; }
   Session *session() const { return session_; }
+  const Storage &storage() const { return storage_; }
   bool requiresGrad = false;
+  /// The autograd record of the op that made it (null for a leaf).
+  std::shared_ptr<GradRecord> gradFn;
+  /// The accumulated gradient (leaves, and tensors that retain_grad()).
+  Tensor grad;
+  bool retainsGrad = false;
   /// Which view of the mesh (a sub-mesh) the user placed it on; opaque to
   /// C++, propagated to results when every input shares it (-1: whole mesh).
   int view = -1;
@@ -76,11 +135,9 @@ public:
 private:
   friend class Session;
   Session *session_;
-  Handle id_;
+  Storage storage_;
   TensorMeta meta_;
-  bool materialized_ = false; // exists on the workers
 };
-using Tensor = std::shared_ptr<TensorImpl>;
 
 /// A Python number used as an operand: `dtensor.full` of the node's shape
 /// with these placements, written into the segment text right before the node.
@@ -96,7 +153,7 @@ struct Node {
   Attrs attrs;
   TensorMeta meta;
   Handle id;
-  std::weak_ptr<TensorImpl> owner;
+  std::weak_ptr<TensorStorage> owner;
   ScalarOperand scalar;
 };
 
@@ -143,6 +200,10 @@ public:
   Tensor fromData(const rt::Tensor &data, int meshId,
                   const Placements &placements);
   void manualSeed(uint64_t seed);
+  /// A tensor with metadata and no value (torch's "meta" device): ops and
+  /// fetches that read it raise ValueError until `assign` gives it a value.
+  Tensor meta(const Shape &shape, wire::DType dtype, int meshId,
+              const Placements &placements);
 
   // ---- ops -----------------------------------------------------------------
   Tensor unary(const std::string &op, const Tensor &x);
@@ -157,9 +218,20 @@ public:
                 std::vector<int64_t> dims, bool keepdim);
   Tensor reshape(const Tensor &x, Shape shape);
   Tensor transpose(const Tensor &x, std::vector<int64_t> perm);
-  Tensor broadcastTo(const Tensor &x, const Shape &shape);
+  /// With `placements`, the result gets them (the compiler redistributes
+  /// the operand as needed) instead of the rule's choice.
+  Tensor broadcastTo(const Tensor &x, const Shape &shape,
+                     const Placements *placements = nullptr);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
+  /// In-place update: `target` names `value` from now on (its storage, after
+  /// redistributing `value` to the target's placements), so every holder of
+  /// `target` sees the new value; the old value is freed when unused. Shape,
+  /// dtype and mesh must match (ValueError otherwise).
+  void assign(const Tensor &target, const Tensor &value);
+  /// A new symbol for x's value without autograd history (no op: an alias
+  /// of the same handle).
+  Tensor detach(const Tensor &x);
 
   // ---- comparisons, selection, indexing (SessionOps.cpp) -------------------
   /// eq, ne, lt, le, gt, ge: a bool tensor (broadcasting, type promotion).
@@ -171,6 +243,8 @@ public:
   /// argmax / argmin along one dim (int64 result).
   Tensor argReduce(const std::string &op, const Tensor &x, int64_t dim,
                    bool keepdim);
+  /// Indices of the k largest (or smallest) values along `dim`, in order.
+  Tensor topkIndices(const Tensor &x, int64_t k, int64_t dim, bool largest);
   /// A strided box: per dim the first element, the count and the step.
   Tensor slice(const Tensor &x, Shape offsets, Shape sizes, Shape strides);
   Tensor concat(const std::vector<Tensor> &xs, int64_t dim);
@@ -212,13 +286,18 @@ public:
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
 
-  // Called by ~TensorImpl.
-  void release(TensorImpl *t);
+  // Called by ~TensorStorage.
+  void release(const TensorStorage &s);
 
 private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
+  /// The autograd hook of addNode: records a GradRecord on `result` when
+  /// grad mode is on and a differentiable operand requires grad.
+  void recordGrad(const Tensor &result, const std::string &op,
+                  const std::vector<Tensor> &inputs, const Attrs &attrs,
+                  const ScalarOperand &scalar);
   void flush();
   void checkSameMesh(const Tensor &a, const Tensor &b, const char *op) const;
   Tensor newTensor(TensorMeta meta);
@@ -243,7 +322,7 @@ private:
   Segment segment_;
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
-  std::vector<Tensor> argRefs_;
+  std::vector<Storage> argRefs_;
   std::unordered_map<std::string, Placements> strategyCache_;
   std::string keyBuffer_;
   Handle nextHandle_ = 1;

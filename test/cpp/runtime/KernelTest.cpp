@@ -1,6 +1,6 @@
 // Every CPU kernel against a straightforward reference, run through the
 // executor as a one-instruction program.
-#include "TestSupport.h"
+#include "KernelTestSupport.h"
 
 #include "dtorch/runtime/Kernels.h"
 
@@ -12,91 +12,13 @@
 namespace dtorch::rt::test {
 namespace {
 
-using ::dtorch::wire::BOOL;
-using ::dtorch::wire::F32;
-using ::dtorch::wire::F64;
-using ::dtorch::wire::I64;
-using Shape = std::vector<int64_t>;
-
-Tensor runKernel(const std::string &op, const std::vector<Tensor> &inputs,
-                 DType outDtype, const Shape &outShape,
-                 const std::function<void(Instruction &)> &setAttrs = {}) {
-  ProgramBuilder builder;
-  std::vector<int> ids;
-  for (const Tensor &t : inputs)
-    ids.push_back(builder.input(t.dtype(), t.shape()));
-  int out = builder.buffer(outDtype, outShape);
-  Instruction &inst = builder.add(op, ids, {out});
-  if (setAttrs)
-    setAttrs(inst);
-  builder.output(out);
-  Executor executor(nullptr);
-  return executor.run(builder.program(), inputs).at(0);
-}
-
-template <class T>
-std::vector<T> randomValues(size_t count, double low, double high,
-                            unsigned seed = 7) {
-  std::mt19937 rng(seed);
-  std::vector<T> values(count);
-  if constexpr (std::is_integral_v<T>) {
-    std::uniform_int_distribution<int64_t> dist(static_cast<int64_t>(low),
-                                                static_cast<int64_t>(high));
-    for (auto &v : values)
-      v = static_cast<T>(dist(rng));
-  } else {
-    std::uniform_real_distribution<double> dist(low, high);
-    for (auto &v : values)
-      v = static_cast<T>(dist(rng));
-  }
-  return values;
-}
-
-template <class T>
-void expectClose(const std::vector<T> &got, const std::vector<double> &want,
-                 double tol, const std::string &what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double g = static_cast<double>(got[i]);
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(g)) << what << " at " << i;
-      continue;
-    }
-    EXPECT_LE(std::abs(g - want[i]), tol * std::max(1.0, std::abs(want[i])))
-        << what << " at " << i << ": got " << g << ", want " << want[i];
-  }
-}
-
-struct F32Case {
-  using T = float;
-  static constexpr DType dtype = F32;
-  static constexpr double tol = 2e-5;
-};
-struct F64Case {
-  using T = double;
-  static constexpr DType dtype = F64;
-  static constexpr double tol = 1e-12;
-};
-struct I64Case {
-  using T = int64_t;
-  static constexpr DType dtype = I64;
-  static constexpr double tol = 0;
-};
-struct BoolCase {
-  using T = bool;
-  static constexpr DType dtype = BOOL;
-};
-
 template <class C> class FloatKernels : public ::testing::Test {};
-using FloatCases = ::testing::Types<F32Case, F64Case>;
 TYPED_TEST_SUITE(FloatKernels, FloatCases);
 
 template <class C> class NumericKernels : public ::testing::Test {};
-using NumericCases = ::testing::Types<F32Case, F64Case, I64Case>;
 TYPED_TEST_SUITE(NumericKernels, NumericCases);
 
 template <class C> class AllKernels : public ::testing::Test {};
-using AllCases = ::testing::Types<F32Case, F64Case, I64Case, BoolCase>;
 TYPED_TEST_SUITE(AllKernels, AllCases);
 
 double sigmoidRef(double x) { return 1.0 / (1.0 + std::exp(-x)); }
@@ -164,7 +86,7 @@ TYPED_TEST(FloatKernels, Binary) {
     expectClose(valuesOf<T>(out), want, TypeParam::tol, c.op);
   }
   // maximum / minimum propagate NaN like torch.
-  T nan = std::numeric_limits<T>::quiet_NaN();
+  T nan = nanOf<T>();
   Tensor out = runKernel("maximum",
                          {makeTensor<T>(TypeParam::dtype, {2}, {nan, 1}),
                           makeTensor<T>(TypeParam::dtype, {2}, {0, nan})},
@@ -173,67 +95,75 @@ TYPED_TEST(FloatKernels, Binary) {
   EXPECT_TRUE(std::isnan(valuesOf<T>(out)[1]));
 }
 
-TEST(Int64Kernels, Unary) {
-  std::vector<int64_t> xs = {-5, -1, 0,
-                             3,  9,  std::numeric_limits<int64_t>::min()};
+template <class C> class IntegerKernels : public ::testing::Test {};
+TYPED_TEST_SUITE(IntegerKernels, IntegerCases);
+
+TYPED_TEST(IntegerKernels, Unary) {
+  using T = typename TypeParam::T;
+  std::vector<T> xs = {-5, -1, 0, 3, 9, std::numeric_limits<T>::min()};
   auto run = [&](const char *op) {
-    return valuesOf<int64_t>(
-        runKernel(op, {makeTensor<int64_t>(I64, {6}, xs)}, I64, {6}));
+    return valuesOf<T>(runKernel(op, {makeTensor<T>(TypeParam::dtype, {6}, xs)},
+                                 TypeParam::dtype, {6}));
   };
-  int64_t lowest = std::numeric_limits<int64_t>::min();
-  EXPECT_EQ(run("neg"),
-            (std::vector<int64_t>{5, 1, 0, -3, -9, lowest})); // wraps
-  EXPECT_EQ(run("abs"), (std::vector<int64_t>{5, 1, 0, 3, 9, lowest}));
-  EXPECT_EQ(run("relu"), (std::vector<int64_t>{0, 0, 0, 3, 9, 0}));
+  T lowest = std::numeric_limits<T>::min();
+  EXPECT_EQ(run("neg"), (std::vector<T>{5, 1, 0, -3, -9, lowest})); // wraps
+  EXPECT_EQ(run("abs"), (std::vector<T>{5, 1, 0, 3, 9, lowest}));
+  EXPECT_EQ(run("relu"), (std::vector<T>{0, 0, 0, 3, 9, 0}));
 }
 
-TEST(Int64Kernels, Binary) {
-  std::vector<int64_t> as = {7, -7, 7, -7, 0, 3};
-  std::vector<int64_t> bs = {2, 2, -2, -2, 5, 4};
+TYPED_TEST(IntegerKernels, Binary) {
+  using T = typename TypeParam::T;
+  std::vector<T> as = {7, -7, 7, -7, 0, 3};
+  std::vector<T> bs = {2, 2, -2, -2, 5, 4};
   auto run = [&](const char *op) {
-    return valuesOf<int64_t>(runKernel(op,
-                                       {makeTensor<int64_t>(I64, {2, 3}, as),
-                                        makeTensor<int64_t>(I64, {2, 3}, bs)},
-                                       I64, {2, 3}));
+    return valuesOf<T>(runKernel(op,
+                                 {makeTensor<T>(TypeParam::dtype, {2, 3}, as),
+                                  makeTensor<T>(TypeParam::dtype, {2, 3}, bs)},
+                                 TypeParam::dtype, {2, 3}));
   };
-  EXPECT_EQ(run("add"), (std::vector<int64_t>{9, -5, 5, -9, 5, 7}));
-  EXPECT_EQ(run("sub"), (std::vector<int64_t>{5, -9, 9, -5, -5, -1}));
-  EXPECT_EQ(run("mul"), (std::vector<int64_t>{14, -14, -14, 14, 0, 12}));
-  EXPECT_EQ(run("div"),
-            (std::vector<int64_t>{3, -4, -4, 3, 0, 0})); // floor division
-  EXPECT_EQ(run("maximum"), (std::vector<int64_t>{7, 2, 7, -2, 5, 4}));
-  EXPECT_EQ(run("minimum"), (std::vector<int64_t>{2, -7, -2, -7, 0, 3}));
-  auto pow = valuesOf<int64_t>(
+  EXPECT_EQ(run("add"), (std::vector<T>{9, -5, 5, -9, 5, 7}));
+  EXPECT_EQ(run("sub"), (std::vector<T>{5, -9, 9, -5, -5, -1}));
+  EXPECT_EQ(run("mul"), (std::vector<T>{14, -14, -14, 14, 0, 12}));
+  EXPECT_EQ(run("div"), (std::vector<T>{3, -4, -4, 3, 0, 0})); // floor division
+  EXPECT_EQ(run("maximum"), (std::vector<T>{7, 2, 7, -2, 5, 4}));
+  EXPECT_EQ(run("minimum"), (std::vector<T>{2, -7, -2, -7, 0, 3}));
+  auto pow = valuesOf<T>(
       runKernel("pow",
-                {makeTensor<int64_t>(I64, {4}, {2, -3, 1, -1}),
-                 makeTensor<int64_t>(I64, {4}, {10, 3, -5, -3})},
-                I64, {4}));
-  EXPECT_EQ(pow, (std::vector<int64_t>{1024, -27, 1, -1}));
+                {makeTensor<T>(TypeParam::dtype, {4}, {2, -3, 1, -1}),
+                 makeTensor<T>(TypeParam::dtype, {4}, {10, 3, -5, -3})},
+                TypeParam::dtype, {4}));
+  EXPECT_EQ(pow, (std::vector<T>{1024, -27, 1, -1}));
   expectRuntimeError(
-      [] {
+      [&] {
         runKernel("pow",
-                  {makeTensor<int64_t>(I64, {1}, {2}),
-                   makeTensor<int64_t>(I64, {1}, {-1})},
-                  I64, {1});
+                  {makeTensor<T>(TypeParam::dtype, {1}, {2}),
+                   makeTensor<T>(TypeParam::dtype, {1}, {-1})},
+                  TypeParam::dtype, {1});
       },
       {"negative exponent"});
 }
 
-TEST(Int64Kernels, DivisionByZeroIsAnError) {
+TYPED_TEST(IntegerKernels, DivisionByZeroIsAnError) {
+  using T = typename TypeParam::T;
   expectRuntimeError(
-      [] {
+      [&] {
         runKernel("div",
-                  {makeTensor<int64_t>(I64, {2}, {1, 2}),
-                   makeTensor<int64_t>(I64, {2}, {1, 0})},
-                  I64, {2});
+                  {makeTensor<T>(TypeParam::dtype, {2}, {1, 2}),
+                   makeTensor<T>(TypeParam::dtype, {2}, {1, 0})},
+                  TypeParam::dtype, {2});
       },
       {"instruction 0", "'div'", "test.py:1", "division by zero"});
 }
 
-TEST(Int64Kernels, FloatOnlyOpsAreNotRegistered) {
+TYPED_TEST(IntegerKernels, FloatOnlyOpsAreNotRegistered) {
+  using T = typename TypeParam::T;
   expectRuntimeError(
-      [] { runKernel("exp", {makeTensor<int64_t>(I64, {1}, {1})}, I64, {1}); },
-      {"'exp'", "no cpu kernel for int64"});
+      [&] {
+        runKernel("exp", {makeTensor<T>(TypeParam::dtype, {1}, {1})},
+                  TypeParam::dtype, {1});
+      },
+      {"'exp'",
+       std::string("no cpu kernel for ") + dtypeName(TypeParam::dtype)});
 }
 
 TEST(BoolKernels, MaximumMinimum) {
@@ -364,12 +294,13 @@ TYPED_TEST(NumericKernels, Sum) {
   }
 }
 
-TEST(Int64Kernels, SumWithScaleTruncates) {
+TYPED_TEST(IntegerKernels, SumWithScaleTruncates) {
+  using T = typename TypeParam::T;
   Tensor out =
-      runKernel("sum", {makeTensor<int64_t>(I64, {3}, {3, 2, 2})}, I64, {},
+      runKernel("sum", {makeTensor<T>(TypeParam::dtype, {3}, {3, 2, 2})},
+                TypeParam::dtype, {},
                 [](Instruction &inst) { setFloat(inst, "scale", 0.5); });
-  EXPECT_EQ(valuesOf<int64_t>(out),
-            (std::vector<int64_t>{3})); // trunc(7 * 0.5)
+  EXPECT_EQ(valuesOf<T>(out), (std::vector<T>{3})); // trunc(7 * 0.5)
 }
 
 TYPED_TEST(NumericKernels, Max) {
@@ -389,8 +320,11 @@ TYPED_TEST(NumericKernels, Max) {
   Tensor empty = runKernel(
       "max", {Tensor::empty(TypeParam::dtype, {2, 0})}, TypeParam::dtype, {2},
       [](Instruction &inst) { setInts(inst, "dims", {1}); });
-  T lowest = std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
-                                         : std::numeric_limits<T>::lowest();
+  T lowest;
+  if constexpr (std::is_integral_v<T>)
+    lowest = std::numeric_limits<T>::lowest();
+  else
+    lowest = -infinityOf<T>();
   EXPECT_EQ(valuesOf<T>(empty), (std::vector<T>{lowest, lowest}));
 }
 
@@ -409,17 +343,6 @@ TEST(ReductionKernels, RejectsWrongOutputShape) {
                   [](Instruction &inst) { setInts(inst, "dims", {1}); });
       },
       {"reduction of [2, 3] gives [2]"});
-}
-
-template <class T> std::vector<T> iota(size_t count) {
-  std::vector<T> values(count);
-  for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_same_v<T, bool>)
-      values[i] = (i * 7) % 3 == 0;
-    else
-      values[i] = static_cast<T>(i);
-  }
-  return values;
 }
 
 TYPED_TEST(AllKernels, CopyAndReshape) {
@@ -644,26 +567,37 @@ TEST(CastKernel, FollowsTorchConversions) {
 }
 
 TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
-  const std::vector<DType> numeric = {F32, F64, I64};
-  const std::vector<DType> floats = {F32, F64};
-  const std::vector<DType> all = {F32, F64, I64, BOOL};
+  const std::vector<DType> all = {F32, F64, F16, BF16, I32, I64, BOOL};
+  const std::vector<DType> numeric = {F32, F64, F16, BF16, I32, I64};
+  const std::vector<DType> floats = {F32, F64, F16, BF16};
   const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>>
       table = {
           {{"full", "constant", "copy", "reshape", "transpose", "slice",
-            "broadcast_to", "cast", "maximum", "minimum", "max"},
+            "broadcast_to", "cast", "maximum", "minimum", "max", "min", "where",
+            "extract_slice", "concat", "gather", "index_select", "tril",
+            "triu"},
            all},
           {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg",
-            "abs", "relu"},
+            "abs", "relu", "scatter_add", "iota"},
            numeric},
           {{"random", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
             "silu", "sin", "cos"},
            floats},
+          {{"eq", "ne", "lt", "le", "gt", "ge"}, {BOOL}},
+          {{"argmax", "argmin"}, {I64}},
       };
   for (const auto &[ops, dtypes] : table)
-    for (const auto &op : ops)
+    for (const auto &op : ops) {
       for (DType dtype : dtypes)
         EXPECT_NE(lookupKernel(op, dtype), nullptr)
             << op << " " << dtypeName(dtype);
+      // And nothing beyond the documented dtypes.
+      EXPECT_EQ(KernelRegistry::global().dtypesFor(op, kCpuDevice).size(),
+                dtypes.size())
+          << op;
+    }
+  EXPECT_EQ(lookupKernel("sum", BOOL), nullptr);
+  EXPECT_EQ(lookupKernel("exp", I32), nullptr);
   EXPECT_EQ(lookupKernel("add", F32, "cuda"), nullptr);
   EXPECT_EQ(lookupKernel("no_such_op", F32), nullptr);
 }

@@ -91,6 +91,7 @@ void registerComparisonKernels(KernelRegistry &registry);
 void registerArgReductionKernels(KernelRegistry &registry);
 void registerIndexingKernels(KernelRegistry &registry);
 void registerTriangularKernels(KernelRegistry &registry);
+void registerTopkKernels(KernelRegistry &registry);
 
 // Check helpers for kernel implementations (throw RuntimeError).
 void requireSameDescs(const TensorDesc &a, const TensorDesc &b,

@@ -62,3 +62,10 @@ func.func @triangles_and_iota(%a: !dtensor.tensor<4x4xf32, #m, [S(0), S(1)]>) ->
   %2 = dtensor.iota {dim = 0 : i64, start = 2.0 : f64, step = 3.0 : f64} : () -> !dtensor.tensor<8xi64, #m, [S(0), R]>
   return %0, %1, %2 : !dtensor.tensor<4x4xf32, #m, [S(0), S(1)]>, !dtensor.tensor<4x4xf32, #m, [S(0), S(1)]>, !dtensor.tensor<8xi64, #m, [S(0), R]>
 }
+
+// CHECK-LABEL: func @topk
+func.func @topk(%a: !dtensor.tensor<4x6xf32, #m, [S(0), R]>) -> !dtensor.tensor<4x2xi64, #m, [S(0), R]> {
+  // CHECK: dtensor.topk_indices %{{.*}} {dim = 1 : i64, k = 2 : i64, largest = 1 : i64} :
+  %0 = dtensor.topk_indices %a {dim = 1 : i64, k = 2 : i64, largest = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [S(0), R]>) -> !dtensor.tensor<4x2xi64, #m, [S(0), R]>
+  return %0 : !dtensor.tensor<4x2xi64, #m, [S(0), R]>
+}

@@ -378,3 +378,12 @@ func.func @iota_bool() {
   %0 = dtensor.iota {dim = 0 : i64, start = 0.0 : f64, step = 1.0 : f64} : () -> !dtensor.tensor<4xi1, #m, [R]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @topk_k_too_large(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-error @+1 {{k = 7 is out of range for extent 6}}
+  %0 = dtensor.topk_indices %a {dim = 1 : i64, k = 7 : i64, largest = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x7xi64, #m, [R]>
+  return
+}

@@ -39,12 +39,11 @@ func.func @two_axes(%a: !dtensor.tensor<7x5xf32, #m, [P(sum), S(0)]>) -> !dtenso
 
 #m = #dtensor.mesh<[2, 2]>
 
-// When another axis splits the destination dim, the partial is all-reduced
-// and the shard is sliced afterwards.
+// When an outer axis splits the destination dim, the partial is
+// reduce-scattered into the nested (inner) shard directly.
 // CHECK-LABEL: func @partial_then_slice
-// CHECK: %[[A:.+]] = dtensor.all_reduce %arg0 on axis 1 : {{.*}}[S(0), P(avg)]> -> {{.*}}[S(0), R]>
-// CHECK: %[[B:.+]] = dtensor.local_slice %[[A]] on axis 1 : {{.*}}[S(0), R]> -> {{.*}}[S(0), S(0)]>
-// CHECK: return %[[B]]
+// CHECK: %[[A:.+]] = dtensor.reduce_scatter %arg0 on axis 1 : {{.*}}[S(0), P(avg)]> -> {{.*}}[S(0), S(0)]>
+// CHECK: return %[[A]]
 func.func @partial_then_slice(%a: !dtensor.tensor<7x5xf32, #m, [S(0), P(avg)]>) -> !dtensor.tensor<7x5xf32, #m, [S(0), S(0)]> {
   %0 = dtensor.redistribute %a : !dtensor.tensor<7x5xf32, #m, [S(0), P(avg)]> -> !dtensor.tensor<7x5xf32, #m, [S(0), S(0)]>
   return %0 : !dtensor.tensor<7x5xf32, #m, [S(0), S(0)]>
@@ -54,12 +53,14 @@ func.func @partial_then_slice(%a: !dtensor.tensor<7x5xf32, #m, [S(0), P(avg)]>) 
 
 #m = #dtensor.mesh<[2, 2]>
 
-// Nested splits of one tensor dim: [S(0), S(0)] -> [R, S(0)] must undo the
-// inner split before the outer one and re-split.
+// Nested splits of one tensor dim: [S(0), S(0)] -> [R, S(0)] cannot gather
+// the outer axis under the inner split. Moving the inner split to dim 1
+// first (all_to_all) lets the outer axis gather a quarter of the tensor, and
+// a second all_to_all moves it back: cheaper than gathering everything.
 // CHECK-LABEL: func @nested
-// CHECK: %[[A:.+]] = dtensor.all_gather %arg0 on axis 1 : {{.*}}[S(0), S(0)]> -> {{.*}}[S(0), R]>
-// CHECK: %[[B:.+]] = dtensor.all_gather %[[A]] on axis 0 : {{.*}}[S(0), R]> -> {{.*}}[R, R]>
-// CHECK: %[[C:.+]] = dtensor.local_slice %[[B]] on axis 1 : {{.*}}[R, R]> -> {{.*}}[R, S(0)]>
+// CHECK: %[[A:.+]] = dtensor.all_to_all %arg0 on axis 1 : {{.*}}[S(0), S(0)]> -> {{.*}}[S(0), S(1)]>
+// CHECK: %[[B:.+]] = dtensor.all_gather %[[A]] on axis 0 : {{.*}}[S(0), S(1)]> -> {{.*}}[R, S(1)]>
+// CHECK: %[[C:.+]] = dtensor.all_to_all %[[B]] on axis 1 : {{.*}}[R, S(1)]> -> {{.*}}[R, S(0)]>
 // CHECK: return %[[C]]
 func.func @nested(%a: !dtensor.tensor<7x5xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<7x5xf32, #m, [R, S(0)]> {
   %0 = dtensor.redistribute %a : !dtensor.tensor<7x5xf32, #m, [S(0), S(0)]> -> !dtensor.tensor<7x5xf32, #m, [R, S(0)]>

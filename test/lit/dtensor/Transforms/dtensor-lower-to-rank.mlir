@@ -109,3 +109,43 @@ func.func @lower_indexing(%t: !dtensor.tensor<6x4xf32, #m, [S(0)]>, %v: !dtensor
   %2 = dtensor.slice %a {offsets = array<i64: 1, 0>, sizes = array<i64: 2, 6>, strides = array<i64: 2, 1>} : (!dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.tensor<2x6xf32, #m, [S(1)]>
   return %0, %1, %2 : !dtensor.tensor<3x4xf32, #m, [P(sum)]>, !dtensor.tensor<4x6xf32, #m, [S(1)]>, !dtensor.tensor<2x6xf32, #m, [S(1)]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+
+// A merge that keeps S(0): each rank reshapes its 2 rows into 12 elements.
+// CHECK-LABEL: func @reshape_keeps_shard_rank0
+// CHECK-SAME: (%[[X:.+]]: tensor<2x6xf32>) -> tensor<12xf32>
+// CHECK: rank.kernel "reshape"(%[[X]]) {{.*}}: (tensor<2x6xf32>) -> tensor<12xf32>
+// CHECK-LABEL: func @reshape_keeps_shard_rank3
+// CHECK: rank.kernel "reshape"(%{{.+}}) {{.*}}: (tensor<2x6xf32>) -> tensor<12xf32>
+func.func @reshape_keeps_shard(%x: !dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]> {
+  %0 = dtensor.reshape %x : (!dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<48xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+
+// The split keeps the nested S(0) of [B*H] on the new dim 0.
+// CHECK-LABEL: func @reshape_split_nested_rank2
+// CHECK-SAME: (%[[X:.+]]: tensor<12xf32>) -> tensor<2x6xf32>
+// CHECK: rank.kernel "reshape"(%[[X]]) {{.*}}: (tensor<12xf32>) -> tensor<2x6xf32>
+func.func @reshape_split_nested(%x: !dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]> {
+  %0 = dtensor.reshape %x : (!dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
+  return %0 : !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+
+// 6 rows over 4 ranks (2, 2, 2, 0) are not the merged 24 elements' pieces
+// (6, 6, 6, 6): the shard cannot be kept.
+func.func @reshape_uneven_not_local(%x: !dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<24xf32, #m, [S(0)]> {
+  // expected-error @+1 {{placements are not a local strategy of its sharding rule}}
+  %0 = dtensor.reshape %x : (!dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<24xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<24xf32, #m, [S(0)]>
+}

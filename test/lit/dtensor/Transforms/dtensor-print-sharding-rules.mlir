@@ -39,7 +39,7 @@ func.func @rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %b: !dtensor.tensor<6x8x
   %15 = dtensor.mean %a dims = [0] keepdim : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<1x6xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: ([i, j]) -> ([]) reduction={i, j}:max joint={max} linear={}}}
   %16 = dtensor.max %a dims = [0, 1] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<f32, #m, [R]>
-  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i, _, _]) reduction={} joint={sum, avg, max, min} linear={}}}
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j, _]) reduction={} joint={sum, avg, max, min} linear={} even={j}}}
   %17 = dtensor.reshape %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2x3xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: ([i, j]) -> ([j, i]) reduction={} joint={sum, avg, max, min} linear={}}}
   %18 = dtensor.transpose %a perm = [1, 0] : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<6x4xf32, #m, [R]>
@@ -74,5 +74,66 @@ func.func @new_rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>, %i: !dtensor.tensor<
   %9 = dtensor.tril %a {diagonal = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
   // expected-remark @+1 {{sharding rule: () -> ([i]) reduction={} joint={} linear={}}}
   %10 = dtensor.iota {dim = 0 : i64, start = 0.0 : f64, step = 1.0 : f64} : () -> !dtensor.tensor<8xi64, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i, _]) reduction={} joint={} linear={}}}
+  %11 = dtensor.topk_indices %a {dim = 1 : i64, k = 2 : i64, largest = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x2xi64, #m, [R]>
+  return
+}
+
+// Every unary op and comparison has the dim-by-dim rule; none passes partials
+// through except as its ODS entry declares.
+func.func @more_rules(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %abs = dtensor.abs %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %cos = dtensor.cos %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %exp = dtensor.exp %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %log = dtensor.log %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %relu = dtensor.relu %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %rsqrt = dtensor.rsqrt %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sigmoid = dtensor.sigmoid %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %silu = dtensor.silu %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sin = dtensor.sin %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %sqrt = dtensor.sqrt %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %tanh = dtensor.tanh %a : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %eq = dtensor.eq %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %ne = dtensor.ne %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %le = dtensor.le %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %gt = dtensor.gt %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, j]) -> ([i, j]) reduction={} joint={} linear={}}}
+  %ge = dtensor.ge %a, %a : (!dtensor.tensor<4x6xf32, #m, [R]>, !dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xi1, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i]) reduction={} joint={} linear={}}}
+  %argmin = dtensor.argmin %a {dim = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4xi64, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %triu = dtensor.triu %a {diagonal = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x6xf32, #m, [R]>
+  return
+}
+
+// Reshape: the outer dims of a merge or split share an even factor (their
+// gcd); inner dims and coprime outer dims share nothing.
+func.func @reshape_rules(%a: !dtensor.tensor<8x6xf32, #m, [R]>, %b: !dtensor.tensor<48xf32, #m, [R]>,
+                         %c: !dtensor.tensor<6x4xf32, #m, [R]>, %d: !dtensor.tensor<3x4xf32, #m, [R]>) {
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i]) reduction={} joint={sum, avg, max, min} linear={} even={i}}}
+  %0 = dtensor.reshape %a : (!dtensor.tensor<8x6xf32, #m, [R]>) -> !dtensor.tensor<48xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i]) -> ([i, _]) reduction={} joint={sum, avg, max, min} linear={} even={i}}}
+  %1 = dtensor.reshape %b : (!dtensor.tensor<48xf32, #m, [R]>) -> !dtensor.tensor<8x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, _, j]) reduction={} joint={sum, avg, max, min} linear={} even={i}}}
+  %2 = dtensor.reshape %a : (!dtensor.tensor<8x6xf32, #m, [R]>) -> !dtensor.tensor<2x4x6xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([i, _]) -> ([i, _]) reduction={} joint={sum, avg, max, min} linear={} even={i}}}
+  %3 = dtensor.reshape %c : (!dtensor.tensor<6x4xf32, #m, [R]>) -> !dtensor.tensor<2x12xf32, #m, [R]>
+  // expected-remark @+1 {{sharding rule: ([_, _]) -> ([_, _]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %4 = dtensor.reshape %d : (!dtensor.tensor<3x4xf32, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
   return
 }

@@ -96,3 +96,44 @@ func.func @reshape_merge(%a: !dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.t
   %0 = dtensor.reshape %a : (!dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.tensor<24xf32, #m, [R]>
   return %0 : !dtensor.tensor<24xf32, #m, [R]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+
+// A merge [B, H] -> [B*H] keeps S(0) when B splits evenly over the axis.
+// CHECK-LABEL: func @reshape_merge_even
+// CHECK-NOT: dtensor.redistribute
+// CHECK: dtensor.reshape %arg0 : (!dtensor.tensor<8x6xf32, #{{.*}}, [S(0)]>) -> !dtensor.tensor<48xf32, #{{.*}}, [S(0)]>
+func.func @reshape_merge_even(%a: !dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]> {
+  %0 = dtensor.reshape %a : (!dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<48xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+
+// 6 rows over 4 ranks are uneven: the merged rows are gathered first, then
+// sliced into the declared result.
+// CHECK-LABEL: func @reshape_merge_uneven
+// CHECK: %[[G:.+]] = dtensor.redistribute %arg0 : !dtensor.tensor<6x4xf32, #{{.*}}, [S(0)]> -> !dtensor.tensor<6x4xf32, #{{.*}}, [R]>
+// CHECK: %[[M:.+]] = dtensor.reshape %[[G]] : (!dtensor.tensor<6x4xf32, #{{.*}}, [R]>) -> !dtensor.tensor<24xf32, #{{.*}}, [R]>
+// CHECK: dtensor.redistribute %[[M]] : !dtensor.tensor<24xf32, #{{.*}}, [R]> -> !dtensor.tensor<24xf32, #{{.*}}, [S(0)]>
+func.func @reshape_merge_uneven(%a: !dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<24xf32, #m, [S(0)]> {
+  %0 = dtensor.reshape %a : (!dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<24xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<24xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+
+// A split [B*H] -> [B, H] keeps the nested S(0) when B splits over 2 x 2.
+// CHECK-LABEL: func @reshape_split_nested
+// CHECK-NOT: dtensor.redistribute
+// CHECK: dtensor.reshape %arg0 : (!dtensor.tensor<48xf32, #{{.*}}, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #{{.*}}, [S(0), S(0)]>
+func.func @reshape_split_nested(%a: !dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]> {
+  %0 = dtensor.reshape %a : (!dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
+  return %0 : !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
+}

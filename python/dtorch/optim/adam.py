@@ -1,0 +1,126 @@
+"""Adam and AdamW (torch's update rules, with torch's bias corrections)."""
+from .. import _C
+from ..nn._grad import no_grad
+from .optimizer import Optimizer
+
+_F64 = _C.dtype.float64
+
+
+def _check(lr, betas, eps, weight_decay):
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
+def _lerp(start, end, weight):
+    """torch.lerp's formula (the form it picks for the weight)."""
+    if abs(weight) < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1.0 - weight)
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam's update, on the workers:
+
+        step += 1
+        g = grad (+ weight_decay * p for Adam)      (-grad when maximize)
+        p = p * (1 - lr * weight_decay)             (AdamW only)
+        m = m + (1 - beta1) * (g - m)               (torch's lerp)
+        v = beta2 * v + (1 - beta2) * g * g
+        v_max = max(v_max, v)                       (amsgrad)
+        denom = sqrt(v or v_max) / sqrt(1 - beta2^step) + eps
+        p = p - lr / (1 - beta1^step) * m / denom
+
+    State per parameter: ``step`` (a 0-d float64 tensor), ``exp_avg``,
+    ``exp_avg_sq`` (and ``max_exp_avg_sq``), on the parameter's mesh with its
+    placements. The bias corrections are computed on the workers in float64
+    from ``step``, and the learning rate is a 0-d tensor, so steps stay one
+    cached program under a schedule.
+    """
+
+    _decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
+                 amsgrad=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None):
+        _check(lr, betas, eps, weight_decay)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize, foreach=foreach,
+                                      capturable=capturable, differentiable=differentiable,
+                                      fused=fused))
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            import dtorch
+            enable = getattr(dtorch, "enable_grad", None)
+            if enable is not None:
+                with enable():
+                    loss = closure()
+            else:
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self._step_group(group)
+        return loss
+
+    def _init_state(self, p, amsgrad):
+        state = self.state[p]
+        if not state:
+            state["step"] = self._step_tensor(p)
+            state["exp_avg"] = self._zeros_like(p)
+            state["exp_avg_sq"] = self._zeros_like(p)
+        if amsgrad and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = self._zeros_like(p)
+        return state
+
+    def _step_group(self, group):
+        beta1, beta2 = group["betas"]
+        eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
+        for p, g in self._params_with_grads(group):
+            state = self._init_state(p, amsgrad)
+            if group["maximize"]:
+                g = -g
+            step = state["step"]
+            step._assign(step + 1.0)
+            lr = self._scalar(p, group["lr"], _F64)
+            if wd != 0:
+                if self._decoupled:
+                    p._assign(p * (1.0 - lr * wd).to(p.dtype))
+                else:
+                    g = g + p * wd
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            m._assign(_lerp(m, g, 1.0 - beta1))
+            v._assign(v * beta2 + g * g * (1.0 - beta2))
+            bias_correction1 = 1.0 - beta1 ** step
+            bias_correction2_sqrt = (1.0 - beta2 ** step).sqrt()
+            step_size = (lr / bias_correction1).to(p.dtype)
+            if amsgrad:
+                vmax = state["max_exp_avg_sq"]
+                vmax._assign(vmax.maximum(v))
+                v = vmax
+            denom = v.sqrt() / bias_correction2_sqrt.to(p.dtype) + eps
+            p._assign(p - step_size * (m / denom))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (torch.optim.AdamW; default
+    weight_decay 0.01): ``p = p * (1 - lr * weight_decay)`` before the Adam
+    update."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach,
+                         maximize=maximize, capturable=capturable,
+                         differentiable=differentiable, fused=fused)
