@@ -68,10 +68,13 @@ LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
     a.set_f(f.getValueAsDouble());
   else if (auto s = dyn_cast<StringAttr>(value))
     a.set_s(s.getValue().str());
-  else if (auto arr = dyn_cast<DenseI64ArrayAttr>(value))
+  else if (auto arr = dyn_cast<DenseI64ArrayAttr>(value)) {
+    // Set the list even when it is empty (a reduction of a 0-d tensor has
+    // no dims): an unset attribute reads as "empty" and fails validation.
+    wire::IntList *ints = a.mutable_ints();
     for (int64_t v : arr.asArrayRef())
-      a.mutable_ints()->add_values(v);
-  else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
+      ints->add_values(v);
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(value)) {
     FailureOr<std::string> bytes = denseBytes(dense);
     if (failed(bytes))
       return op->emitOpError("cannot emit dense attribute '") << name << "'";

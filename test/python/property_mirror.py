@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 F32_UNIT = 2.0 ** -24
+F64_UNIT = 2.0 ** -53
 
 # Rounding factor per op kind: correctly rounded arithmetic rounds once;
 # library transcendentals are allowed a few ulps.
@@ -37,6 +38,17 @@ TRANSCENDENTAL_ULPS = 8.0
 # Lipschitz constants of the bounded-derivative unary ops.
 LIPSCHITZ = {"neg": 1.0, "abs": 1.0, "relu": 1.0, "tanh": 1.0, "sigmoid": 0.25,
              "sin": 1.0, "cos": 1.0, "gelu": 1.13, "silu": 1.1}
+
+
+class DomainError(ValueError):
+    """An op's input is too close to a singular point (log, sqrt, rsqrt,
+    div, pow near 0) for a useful error bound: the drawing code rejects
+    the example."""
+
+
+def _require(ok, message):
+    if not ok:
+        raise DomainError(message)
 
 
 class Ref:
@@ -81,6 +93,8 @@ def representable_in(v, unit):
     """Whether each float64 value is exactly a value of the dtype whose unit
     roundoff is `unit` (float32, float16 or bfloat16)."""
     v = np.asarray(v, dtype=np.float64)
+    if unit <= F64_UNIT:  # float64 itself, or an integer dtype (unit 0)
+        return np.ones(v.shape, dtype=bool)
     if unit == F32_UNIT:
         return v.astype(np.float32).astype(np.float64) == v
     if unit == 2.0 ** -11:
@@ -120,7 +134,7 @@ class Mirror:
                                                           TRANSCENDENTAL_ULPS, False))
         if name in ("log", "sqrt", "rsqrt"):
             lo = v - e
-            assert np.all(lo > 0), f"mirror: {name} needs inputs bounded away from 0"
+            _require(np.all(lo > 0), f"mirror: {name} needs inputs bounded away from 0")
             if name == "log":
                 out, deriv = np.log(v), 1.0 / lo
             elif name == "sqrt":
@@ -152,7 +166,7 @@ class Mirror:
             prop = np.abs(bv) * ae + np.abs(av) * be + ae * be
         elif name == "div":
             lo = np.abs(bv) - be
-            assert np.all(lo > 0), "mirror: div needs a divisor bounded away from 0"
+            _require(np.all(lo > 0), "mirror: div needs a divisor bounded away from 0")
             out = av / bv
             prop = (ae + np.abs(out) * be) / lo
         elif name in ("maximum", "minimum"):
@@ -162,7 +176,7 @@ class Mirror:
             assert b.v.ndim == 0 and float(be) == 0, "mirror: pow takes a scalar exponent"
             k = float(bv)
             lo = av - ae
-            assert np.all(lo > 0), "mirror: pow needs a base bounded away from 0"
+            _require(np.all(lo > 0), "mirror: pow needs a base bounded away from 0")
             out = av ** k
             worst = np.maximum(lo ** (k - 1), (av + ae) ** (k - 1))
             prop = abs(k) * worst * ae
@@ -191,7 +205,9 @@ class Mirror:
 
     # ---- reductions --------------------------------------------------------------
     def reduce(self, name, x, dims, keepdim):
-        dims = tuple(d % max(x.v.ndim, 1) for d in dims) if dims else tuple(range(x.v.ndim))
+        # A 0-d tensor reduces over dim 0 (or -1) as over nothing, as in torch.
+        dims = () if x.v.ndim == 0 else (
+            tuple(d % x.v.ndim for d in dims) if dims else tuple(range(x.v.ndim)))
         v = x.v.astype(np.float64)
         n = int(np.prod([x.v.shape[d] for d in dims])) if dims else 1
         if name in ("max", "min"):
@@ -213,6 +229,8 @@ class Mirror:
 
     def argreduce(self, name, x, dim, keepdim):
         v = x.v.astype(np.float64)
+        if v.ndim == 0:
+            return Ref(np.int64(0))
         dim %= v.ndim
         pick = np.argmax if name == "argmax" else np.argmin
         idx = pick(v, axis=dim)
@@ -260,7 +278,7 @@ class Mirror:
         m = self.reduce("max", x, dims, True)
         s = self.reduce("sum", self.unary("exp", self.binary("sub", x, m)), dims, True)
         out = self.binary("add", self.unary("log", s), m)
-        if not keepdim:
+        if not keepdim and x.v.ndim:
             out = self.layout(out, lambda a: np.squeeze(a, axis=tuple(
                 d % x.v.ndim for d in (dims or range(x.v.ndim)))))
         return out

@@ -64,6 +64,26 @@ def test_program_cache_tells_meshes_of_one_shape_apart(dt):
             assert_close(t.sum(0).numpy(), a.sum(0))
 
 
+def test_reductions_of_a_zero_dim_tensor(dt, meshes):
+    """sum()/amax(0)/softmax(0)/... of a 0-d tensor (torch returns the value)
+    were accepted by the client but the emitter wrote no 'dims' list for an
+    empty one (lib/Compiler/ProgramEmitter.cpp), so workers rejected the
+    program."""
+    for placement in (Replicate(), Partial("sum"), Partial("max")):
+        t = dt.distribute_tensor(np.array(1.5, np.float32), meshes["4"], [Replicate()])
+        t = t.redistribute(meshes["4"], [placement])
+        assert float(t.sum().numpy()) == 1.5
+        assert float(t.sum(0).numpy()) == 1.5
+        assert float(t.mean(-1, keepdim=True).numpy()) == 1.5
+        assert float(t.amax(0).numpy()) == 1.5
+        assert float(t.amin().numpy()) == 1.5
+        assert float(t.softmax(0).numpy()) == 1.0
+        assert float(t.logsumexp(0).numpy()) == 1.5
+        assert int(t.argmax(0).numpy()) == 0
+        loss = ((t - 0.5) * (t - 0.5)).mean()
+        assert float(loss.sum().numpy()) == 1.0
+
+
 # ---- bugs found by the properties, fixed in lib/Layout/OpRules.cpp --------------
 # Was:  gather rule (lib/Layout/OpRules.cpp, rules::gather): where the index is  shorter than the input on a dim other than `dim`, the input gets no factor  (replicated) but the index and result stay sharded, and the kernel reads  the input at the local row, not the piece's global row
 def test_gather_with_a_shorter_sharded_index(dt, meshes):
