@@ -16,13 +16,7 @@ from . import _decompositions as _dec
 
 Tensor = _C.Tensor
 
-
-def _dims(dim):
-    if dim is None:
-        return []
-    if isinstance(dim, int):
-        return [dim]
-    return list(dim)
+_dims = _dec._dims  # None, an int or a sequence -> a list of dims
 
 
 # ---- implementations per family ---------------------------------------------
