@@ -20,8 +20,9 @@ torch's.
 torch runs in its own virtual environment (bench/setup_torch.sh makes it,
 build/torch-venv) as a subprocess (bench/torch_peer.py); without it the
 dtorch side still runs and the table says why the torch column is missing.
-Writes bench/results/train_bench.json and train_bench.png. Not run by the
-tests.
+Each dtorch measurement runs in a fresh interpreter of its own (one dtorch
+session per process). Writes bench/results/train_bench.json and
+train_bench.png. Not run by the tests.
 """
 import argparse
 import json
@@ -50,8 +51,6 @@ def set_threads(threads):
 
 def start_session(ranks):
     import dtorch
-    if dtorch.is_initialized():
-        dtorch.shutdown()
     dtorch.init(world_size=ranks, num_processes=ranks if ranks <= 2 else 2)
 
 
@@ -128,6 +127,37 @@ def dtorch_generate(model_path, tp, prompt_ids, tokens, warmup_tokens):
     return ids, len(ids) / seconds
 
 
+def run_job(job):
+    """One dtorch measurement in this (fresh) process; returns its JSON."""
+    set_threads(job["threads"])
+    from train import CharTokenizer, load_corpus, save_model
+    if job["what"] == "train":
+        data = np.load(job["data"]) if job["kind"] == "gpt" else None
+        seconds, model = dtorch_train(job["kind"], job["cfg"], job["ranks"], job["batch"],
+                                      job["warmup"], job["steps"], data, lr=3e-3)
+        if job.get("save"):
+            from model import GPTConfig
+            save_model(job["save"], model, GPTConfig(**job["cfg"]),
+                       CharTokenizer(job["chars"]))
+        return {"seconds": seconds}
+    ids, tps = dtorch_generate(job["model"], job["tp"], job["prompt_ids"], job["tokens"],
+                               job["warmup_tokens"])
+    return {"tokens": ids, "tokens_per_s": tps}
+
+
+def run_dtorch(job, workdir):
+    """Runs `job` in a fresh interpreter (one dtorch session per process)."""
+    path = os.path.join(workdir, "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise RuntimeError(f"dtorch job {job['what']} failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_torch(python, spec):
     """The torch peer's JSON, or (None, why it is missing)."""
     if not os.path.exists(python):
@@ -199,11 +229,15 @@ def main(argv=None):
     ap.add_argument("--prompt", default="def ")
     ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
     args = ap.parse_args(argv)
+    if args.job:
+        with open(args.job) as f:
+            print(json.dumps(run_job(json.load(f))))
+        return None
     set_threads(args.threads)
 
-    import dtorch
-    from train import CharTokenizer, load_corpus, save_model
+    from train import CharTokenizer, load_corpus
     text = load_corpus(("json", "textwrap"))
     tok = CharTokenizer.from_text(text)
     data = tok.encode(text)
@@ -213,26 +247,31 @@ def main(argv=None):
     batch = {"gpt": args.gpt_batch, "mlp": args.mlp_batch}
     workdir = tempfile.mkdtemp(prefix="train_bench_")
     model_path = os.path.join(workdir, "model.npz")
+    data_path = os.path.join(workdir, "data.npy")
+    np.save(data_path, data)
 
     dt = {}
     for kind in ("gpt", "mlp"):
         for ranks in (1, 2):
             print(f"dtorch: {kind} on {ranks} rank(s) ...", flush=True)
-            seconds, model = dtorch_train(kind, cfgs[kind], ranks, batch[kind], args.warmup,
-                                          args.steps, data, lr=3e-3)
-            dt[(kind, ranks)] = seconds
-            if kind == "gpt" and ranks == 1:
-                from model import GPTConfig
-                save_model(model_path, model, GPTConfig(**cfgs["gpt"]), tok)
+            job = {"what": "train", "kind": kind, "cfg": cfgs[kind], "ranks": ranks,
+                   "batch": batch[kind], "warmup": args.warmup, "steps": args.steps,
+                   "threads": args.threads}
+            if kind == "gpt":
+                job["data"] = data_path
+                if ranks == 1:
+                    job.update(save=model_path, chars=tok.chars)
+            dt[(kind, ranks)] = run_dtorch(job, workdir)["seconds"]
     prompt_ids = [int(i) for i in tok.encode(args.prompt)]
     warmup_tokens = 4
     gen = []
     for tp in (1, 2, 4):
         print(f"dtorch: generation on TP={tp} ...", flush=True)
-        ids, tps = dtorch_generate(model_path, tp, prompt_ids, args.tokens, warmup_tokens)
+        r = run_dtorch({"what": "generate", "model": model_path, "tp": tp,
+                        "prompt_ids": prompt_ids, "tokens": args.tokens,
+                        "warmup_tokens": warmup_tokens, "threads": args.threads}, workdir)
         gen.append({"setting": "1 rank" if tp == 1 else f"TP={tp}", "tp": tp,
-                    "tokens_per_s": tps, "tokens": ids})
-    dtorch.shutdown()
+                    "tokens_per_s": r["tokens_per_s"], "tokens": r["tokens"]})
 
     print("torch: eager, DDP (Gloo) and generation ...", flush=True)
     spec = {"models": ["gpt", "mlp"], "gpt": cfgs["gpt"], "mlp": cfgs["mlp"], "batch": batch,
