@@ -161,14 +161,23 @@ def _ddp_worker(rank, world, init_file, spec, kind, out_path):
     dist.destroy_process_group()
 
 
-def ddp_train(spec, kind, world=2):
-    """Median step time of the slowest of `world` DDP processes (Gloo)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        init_file, out_path = os.path.join(tmp, "init"), os.path.join(tmp, "out.json")
-        mp.spawn(_ddp_worker, args=(world, init_file, spec, kind, out_path), nprocs=world,
-                 join=True)
-        with open(out_path) as f:
-            return json.load(f)
+def ddp_train(spec, kind, world=2, attempts=3):
+    """Median step time of the slowest of `world` DDP processes (Gloo). A
+    run whose process dies (this machine's glibc now and then aborts a
+    process in __pthread_tpp_change_priority) is retried, up to `attempts`."""
+    for attempt in range(attempts):
+        with tempfile.TemporaryDirectory() as tmp:
+            init_file, out_path = os.path.join(tmp, "init"), os.path.join(tmp, "out.json")
+            try:
+                mp.spawn(_ddp_worker, args=(world, init_file, spec, kind, out_path),
+                         nprocs=world, join=True)
+            except mp.ProcessExitedException as e:
+                print(f"DDP attempt {attempt + 1} failed: {e}", file=sys.stderr)
+                if attempt == attempts - 1:
+                    raise
+                continue
+            with open(out_path) as f:
+                return json.load(f)
 
 
 class KVCache:

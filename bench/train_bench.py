@@ -12,8 +12,8 @@ OPENBLAS_NUM_THREADS, MKL_NUM_THREADS and torch.set_num_threads).
 Inference: tokens/s of greedy generation with the KV cache of
 examples/gpt/generate.py on 1 rank, TP=2 and TP=4, next to torch eager with
 the same cache logic and the same weights (the 1-rank GPT after its timed
-training steps, saved as a model.npz); the generated tokens must equal
-torch's.
+training steps and --gen-train-steps more, saved as a model.npz); the
+generated tokens must equal torch's.
 
     python3 bench/train_bench.py [--steps 10] [--threads 1]
 
@@ -76,9 +76,10 @@ def random_batch(kind, cfg, batch, rng, data=None):
     return x, rng.integers(0, cfg["classes"], size=batch)
 
 
-def dtorch_train(kind, cfg, ranks, batch, warmup, steps, data=None, lr=1e-3):
+def dtorch_train(kind, cfg, ranks, batch, warmup, steps, data=None, lr=1e-3, extra_steps=0):
     """Median seconds of a training step on a (ranks,) "dp" mesh (batch
-    Shard(0), parameters replicated), and the model."""
+    Shard(0), parameters replicated), and the model, trained `extra_steps`
+    more (untimed) steps after the timed ones."""
     import dtorch
     import dtorch.nn.functional as F
     from dtorch import Shard
@@ -94,7 +95,7 @@ def dtorch_train(kind, cfg, ranks, batch, warmup, steps, data=None, lr=1e-3):
     opt = dtorch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     rng = np.random.default_rng(0)
     times = []
-    for i in range(warmup + steps):
+    for i in range(warmup + steps + extra_steps):
         xb, yb = random_batch(kind, cfg, batch, rng, data)
         t = time.perf_counter()
         x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
@@ -107,7 +108,7 @@ def dtorch_train(kind, cfg, ranks, batch, warmup, steps, data=None, lr=1e-3):
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss.item()
-        if i >= warmup:
+        if warmup <= i < warmup + steps:
             times.append(time.perf_counter() - t)
     return statistics.median(times), model
 
@@ -134,7 +135,8 @@ def run_job(job):
     if job["what"] == "train":
         data = np.load(job["data"]) if job["kind"] == "gpt" else None
         seconds, model = dtorch_train(job["kind"], job["cfg"], job["ranks"], job["batch"],
-                                      job["warmup"], job["steps"], data, lr=3e-3)
+                                      job["warmup"], job["steps"], data, lr=3e-3,
+                                      extra_steps=job.get("extra_steps", 0))
         if job.get("save"):
             from model import GPTConfig
             save_model(job["save"], model, GPTConfig(**job["cfg"]),
@@ -145,17 +147,24 @@ def run_job(job):
     return {"tokens": ids, "tokens_per_s": tps}
 
 
-def run_dtorch(job, workdir):
-    """Runs `job` in a fresh interpreter (one dtorch session per process)."""
+def run_dtorch(job, workdir, attempts=3):
+    """Runs `job` in a fresh interpreter (one dtorch session per process).
+    A process that dies is retried, up to `attempts` (this machine's glibc
+    now and then aborts a process in __pthread_tpp_change_priority, torch's
+    as well as dtorch's); the retries are counted in the result."""
     path = os.path.join(workdir, "job.json")
     with open(path, "w") as f:
         json.dump(job, f)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise RuntimeError(f"dtorch job {job['what']} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    for attempt in range(attempts):
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            result["retries"] = attempt
+            return result
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  dtorch job failed (exit {proc.returncode}): {last}", flush=True)
+    raise RuntimeError(f"dtorch job {job['what']} failed {attempts} times")
 
 
 def run_torch(python, spec):
@@ -227,6 +236,9 @@ def main(argv=None):
     ap.add_argument("--mlp-batch", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=40, help="generated tokens (timed)")
     ap.add_argument("--prompt", default="def ")
+    ap.add_argument("--gen-train-steps", type=int, default=200,
+                    help="untimed training steps of the 1-rank GPT after its timed ones, "
+                    "so that greedy generation is not one repeated character")
     ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
@@ -251,6 +263,7 @@ def main(argv=None):
     np.save(data_path, data)
 
     dt = {}
+    retries = 0
     for kind in ("gpt", "mlp"):
         for ranks in (1, 2):
             print(f"dtorch: {kind} on {ranks} rank(s) ...", flush=True)
@@ -260,8 +273,11 @@ def main(argv=None):
             if kind == "gpt":
                 job["data"] = data_path
                 if ranks == 1:
-                    job.update(save=model_path, chars=tok.chars)
-            dt[(kind, ranks)] = run_dtorch(job, workdir)["seconds"]
+                    job.update(save=model_path, chars=tok.chars,
+                               extra_steps=args.gen_train_steps)
+            r = run_dtorch(job, workdir)
+            dt[(kind, ranks)] = r["seconds"]
+            retries += r["retries"]
     prompt_ids = [int(i) for i in tok.encode(args.prompt)]
     warmup_tokens = 4
     gen = []
@@ -270,6 +286,7 @@ def main(argv=None):
         r = run_dtorch({"what": "generate", "model": model_path, "tp": tp,
                         "prompt_ids": prompt_ids, "tokens": args.tokens,
                         "warmup_tokens": warmup_tokens, "threads": args.threads}, workdir)
+        retries += r["retries"]
         gen.append({"setting": "1 rank" if tp == 1 else f"TP={tp}", "tp": tp,
                     "tokens_per_s": r["tokens_per_s"], "tokens": r["tokens"]})
 
@@ -297,8 +314,11 @@ def main(argv=None):
     result = {
         "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
         "configs": cfgs, "torch_version": peer["torch_version"] if peer else None,
-        "torch_missing": missing, "train": train_rows,
-        "inference": {"prompt": args.prompt, "tokens": args.tokens, "dtorch": gen,
+        "torch_missing": missing, "dtorch_job_retries": retries, "train": train_rows,
+        "inference": {"prompt": args.prompt, "tokens": args.tokens,
+                      "weights": f"the 1-rank GPT after {args.warmup + args.steps} + "
+                                 f"{args.gen_train_steps} AdamW steps on the corpus",
+                      "dtorch_text": args.prompt + tok.decode(gen[0]["tokens"]), "dtorch": gen,
                       "torch_tokens_per_s": torch_tps, "torch_tokens": torch_tokens},
     }
 
@@ -316,6 +336,9 @@ def main(argv=None):
         eq = "-" if r["tokens_equal_torch"] is None else ("yes" if r["tokens_equal_torch"]
                                                           else "NO")
         print(f"{r['setting']:8} {r['tokens_per_s']:9.1f} {fmt(r['ratio']):>7}  {eq}")
+    print(f"dtorch 1 rank: {args.prompt + tok.decode(gen[0]['tokens'])!r}")
+    if torch_tokens is not None:
+        print(f"torch eager:   {args.prompt + tok.decode(torch_tokens)!r}")
     if missing:
         print(f"\nTORCH COLUMN MISSING: {missing}")
 
