@@ -163,8 +163,8 @@ def _ddp_worker(rank, world, init_file, spec, kind, out_path):
 
 def ddp_train(spec, kind, world=2, attempts=3):
     """Median step time of the slowest of `world` DDP processes (Gloo). A
-    run whose process dies (this machine's glibc now and then aborts a
-    process in __pthread_tpp_change_priority) is retried, up to `attempts`."""
+    run whose process dies is retried, up to `attempts` (one of our runs
+    lost a DDP process to SIGABRT once; the cause was not found)."""
     for attempt in range(attempts):
         with tempfile.TemporaryDirectory() as tmp:
             init_file, out_path = os.path.join(tmp, "init"), os.path.join(tmp, "out.json")

@@ -148,16 +148,21 @@ def run_job(job):
 
 
 def run_dtorch(job, workdir, attempts=3):
-    """Runs `job` in a fresh interpreter (one dtorch session per process).
-    A process that dies is retried, up to `attempts` (this machine's glibc
-    now and then aborts a process in __pthread_tpp_change_priority, torch's
-    as well as dtorch's); the retries are counted in the result."""
+    """Runs `job` in a fresh interpreter: one dtorch session per process,
+    because shutting a session down and starting another in one process
+    while tensors of the first are alive aborts (a glibc mutex assertion) or
+    hangs now and then. A process that dies or runs past 300 s is retried,
+    up to `attempts`; the retries are counted in the result."""
     path = os.path.join(workdir, "job.json")
     with open(path, "w") as f:
         json.dump(job, f)
     for attempt in range(attempts):
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
-                              capture_output=True, text=True)
+        try:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
+                                  capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            print("  dtorch job ran past 300 s", flush=True)
+            continue
         if proc.returncode == 0:
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             result["retries"] = attempt
