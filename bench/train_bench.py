@@ -1,0 +1,359 @@
+"""Training step time and KV-cached generation speed of dtorch next to torch,
+in one run.
+
+Training: the GPT of examples/gpt (a small config) and an MLP; the median
+time of a step (forward + backward + AdamW step, the loss fetched) after
+warm-up, on 1 rank (dtorch mesh (1,)) next to torch eager in one process,
+and data parallel on 2 ranks (dtorch mesh (2,), batch Shard(0)) next to
+torch DDP with the Gloo backend over 2 processes. Every side uses the same
+BLAS/OpenMP thread count (--threads: DTORCH_BLAS_THREADS, OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS, MKL_NUM_THREADS and torch.set_num_threads).
+
+Inference: tokens/s of greedy generation with the KV cache of
+examples/gpt/generate.py on 1 rank, TP=2 and TP=4, next to torch eager with
+the same cache logic and the same weights (the 1-rank GPT after its timed
+training steps and --gen-train-steps more, saved as a model.npz); the
+generated tokens must equal torch's.
+
+    python3 bench/train_bench.py [--steps 10] [--threads 1]
+
+torch runs in its own virtual environment (bench/setup_torch.sh makes it,
+build/torch-venv) as a subprocess (bench/torch_peer.py); without it the
+dtorch side still runs and the table says why the torch column is missing.
+Each dtorch measurement runs in a fresh interpreter of its own (one dtorch
+session per process). Writes bench/results/train_bench.json and
+train_bench.png. Not run by the tests.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+DEFAULT_TORCH_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+
+
+def set_threads(threads):
+    """The same thread count for dtorch's workers (inherited environment),
+    and for torch's processes."""
+    for name in ("DTORCH_BLAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                 "MKL_NUM_THREADS"):
+        os.environ[name] = str(threads)
+
+
+def start_session(ranks):
+    import dtorch
+    dtorch.init(world_size=ranks, num_processes=ranks if ranks <= 2 else 2)
+
+
+def make_dtorch_mlp(cfg, mesh):
+    """Linear + ReLU layers, replicated; the torch peer builds the same."""
+    import dtorch.nn as nn
+    dims = [cfg["d_in"]] + [cfg["hidden"]] * cfg["layers"] + [cfg["classes"]]
+    layers = []
+    for i in range(len(dims) - 1):
+        layers.append(nn.Linear(dims[i], dims[i + 1], device_mesh=mesh))
+        if i < len(dims) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def random_batch(kind, cfg, batch, rng, data=None):
+    if kind == "gpt":
+        T = cfg["block_size"]
+        starts = rng.integers(0, len(data) - T - 1, size=batch)
+        return (np.stack([data[s:s + T] for s in starts]),
+                np.stack([data[s + 1:s + T + 1] for s in starts]))
+    x = rng.standard_normal((batch, cfg["d_in"])).astype(np.float32)
+    return x, rng.integers(0, cfg["classes"], size=batch)
+
+
+def dtorch_train(kind, cfg, ranks, batch, warmup, steps, data=None, lr=1e-3, extra_steps=0):
+    """Median seconds of a training step on a (ranks,) "dp" mesh (batch
+    Shard(0), parameters replicated), and the model, trained `extra_steps`
+    more (untimed) steps after the timed ones."""
+    import dtorch
+    import dtorch.nn.functional as F
+    from dtorch import Shard
+    from model import GPT, GPTConfig, parallelize
+    start_session(ranks)
+    mesh = dtorch.init_device_mesh("cpu", (ranks,), mesh_dim_names=("dp",))
+    dtorch.manual_seed(0)
+    if kind == "gpt":
+        with dtorch.nn.default_device_mesh(mesh):
+            model = parallelize(GPT(GPTConfig(**cfg)), mesh)
+    else:
+        model = make_dtorch_mlp(cfg, mesh)
+    opt = dtorch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    rng = np.random.default_rng(0)
+    times = []
+    for i in range(warmup + steps + extra_steps):
+        xb, yb = random_batch(kind, cfg, batch, rng, data)
+        t = time.perf_counter()
+        x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
+        y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
+        if kind == "gpt":
+            _, loss = model(x, y)
+        else:
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+        if warmup <= i < warmup + steps:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times), model
+
+
+def dtorch_generate(model_path, tp, prompt_ids, tokens, warmup_tokens):
+    """(token ids, tokens/s) of greedy KV-cached generation on a (tp,) "tp"
+    mesh, timed after a warm-up generation that compiles the programs."""
+    import dtorch
+    from generate import generate, load_model
+    start_session(tp)
+    mesh = dtorch.init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    model, _, _ = load_model(model_path, mesh)
+    generate(model, prompt_ids, warmup_tokens)
+    t = time.perf_counter()
+    ids = generate(model, prompt_ids, tokens)
+    seconds = time.perf_counter() - t
+    return ids, len(ids) / seconds
+
+
+def run_job(job):
+    """One dtorch measurement in this (fresh) process; returns its JSON."""
+    set_threads(job["threads"])
+    from train import CharTokenizer, load_corpus, save_model
+    if job["what"] == "train":
+        data = np.load(job["data"]) if job["kind"] == "gpt" else None
+        seconds, model = dtorch_train(job["kind"], job["cfg"], job["ranks"], job["batch"],
+                                      job["warmup"], job["steps"], data, lr=3e-3,
+                                      extra_steps=job.get("extra_steps", 0))
+        if job.get("save"):
+            from model import GPTConfig
+            save_model(job["save"], model, GPTConfig(**job["cfg"]),
+                       CharTokenizer(job["chars"]))
+        return {"seconds": seconds}
+    ids, tps = dtorch_generate(job["model"], job["tp"], job["prompt_ids"], job["tokens"],
+                               job["warmup_tokens"])
+    return {"tokens": ids, "tokens_per_s": tps}
+
+
+def run_dtorch(job, workdir, attempts=3):
+    """Runs `job` in a fresh interpreter: one dtorch session per process,
+    because shutting a session down and starting another in one process
+    while tensors of the first are alive aborts (a glibc mutex assertion) or
+    hangs now and then. A process that dies or runs past 300 s is retried,
+    up to `attempts`; the retries are counted in the result."""
+    path = os.path.join(workdir, "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    for attempt in range(attempts):
+        try:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--job", path],
+                                  capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            print("  dtorch job ran past 300 s", flush=True)
+            continue
+        if proc.returncode == 0:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            result["retries"] = attempt
+            return result
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  dtorch job failed (exit {proc.returncode}): {last}", flush=True)
+    raise RuntimeError(f"dtorch job {job['what']} failed {attempts} times")
+
+
+def run_torch(python, spec):
+    """The torch peer's JSON, or (None, why it is missing)."""
+    if not os.path.exists(python):
+        return None, (f"no torch environment at {python}; run bench/setup_torch.sh "
+                      "(a one-time download of about 3 GB)")
+    check = subprocess.run([python, "-c", "import torch"], capture_output=True, text=True)
+    if check.returncode != 0:
+        last = (check.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"torch does not import in {python}: {last}"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    try:
+        proc = subprocess.run([python, os.path.join(HERE, "torch_peer.py"), f.name],
+                              capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"the torch peer failed (exit {proc.returncode}): {last}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
+
+
+def ratio(a, b):
+    return None if a is None or b is None else a / b
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    rows = result["train"]
+    labels = [f"{r['model']}\n" + ("1 rank" if r["ranks"] == 1 else f"DP={r['ranks']}")
+              for r in rows]
+    xs = np.arange(len(rows))
+    ax1.bar(xs - 0.2, [r["dtorch_ms"] for r in rows], 0.4, label="dtorch")
+    ax1.bar(xs + 0.2, [r["torch_ms"] or 0 for r in rows], 0.4,
+            label="torch (eager / DDP gloo)")
+    ax1.set_xticks(xs, labels)
+    ax1.set_ylabel("training step (ms, median)")
+    ax1.set_title("training step time (lower is better)")
+    ax1.legend()
+    inf = result["inference"]
+    names = [r["setting"] for r in inf["dtorch"]] + ["torch eager"]
+    values = [r["tokens_per_s"] for r in inf["dtorch"]] + [inf["torch_tokens_per_s"] or 0]
+    ax2.bar(np.arange(len(names)), values, color=["C0"] * len(inf["dtorch"]) + ["C1"])
+    ax2.set_xticks(np.arange(len(names)), names)
+    ax2.set_ylabel("tokens/s")
+    ax2.set_title("greedy generation with KV cache (higher is better)")
+    if result["torch_missing"]:
+        fig.suptitle("torch missing: " + result["torch_missing"][:100], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (median)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads per process")
+    ap.add_argument("--gpt-batch", type=int, default=16)
+    ap.add_argument("--mlp-batch", type=int, default=256)
+    ap.add_argument("--tokens", type=int, default=40, help="generated tokens (timed)")
+    ap.add_argument("--prompt", default="def ")
+    ap.add_argument("--gen-train-steps", type=int, default=200,
+                    help="untimed training steps of the 1-rank GPT after its timed ones, "
+                    "so that greedy generation is not one repeated character")
+    ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
+    args = ap.parse_args(argv)
+    if args.job:
+        with open(args.job) as f:
+            print(json.dumps(run_job(json.load(f))))
+        return None
+    set_threads(args.threads)
+
+    from train import CharTokenizer, load_corpus
+    text = load_corpus(("json", "textwrap"))
+    tok = CharTokenizer.from_text(text)
+    data = tok.encode(text)
+    cfgs = {"gpt": dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4,
+                        d_model=64),
+            "mlp": dict(d_in=64, hidden=256, layers=2, classes=10)}
+    batch = {"gpt": args.gpt_batch, "mlp": args.mlp_batch}
+    workdir = tempfile.mkdtemp(prefix="train_bench_")
+    model_path = os.path.join(workdir, "model.npz")
+    data_path = os.path.join(workdir, "data.npy")
+    np.save(data_path, data)
+
+    dt = {}
+    retries = 0
+    for kind in ("gpt", "mlp"):
+        for ranks in (1, 2):
+            print(f"dtorch: {kind} on {ranks} rank(s) ...", flush=True)
+            job = {"what": "train", "kind": kind, "cfg": cfgs[kind], "ranks": ranks,
+                   "batch": batch[kind], "warmup": args.warmup, "steps": args.steps,
+                   "threads": args.threads}
+            if kind == "gpt":
+                job["data"] = data_path
+                if ranks == 1:
+                    job.update(save=model_path, chars=tok.chars,
+                               extra_steps=args.gen_train_steps)
+            r = run_dtorch(job, workdir)
+            dt[(kind, ranks)] = r["seconds"]
+            retries += r["retries"]
+    prompt_ids = [int(i) for i in tok.encode(args.prompt)]
+    warmup_tokens = 4
+    gen = []
+    for tp in (1, 2, 4):
+        print(f"dtorch: generation on TP={tp} ...", flush=True)
+        r = run_dtorch({"what": "generate", "model": model_path, "tp": tp,
+                        "prompt_ids": prompt_ids, "tokens": args.tokens,
+                        "warmup_tokens": warmup_tokens, "threads": args.threads}, workdir)
+        retries += r["retries"]
+        gen.append({"setting": "1 rank" if tp == 1 else f"TP={tp}", "tp": tp,
+                    "tokens_per_s": r["tokens_per_s"], "tokens": r["tokens"]})
+
+    print("torch: eager, DDP (Gloo) and generation ...", flush=True)
+    spec = {"models": ["gpt", "mlp"], "gpt": cfgs["gpt"], "mlp": cfgs["mlp"], "batch": batch,
+            "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
+            "inference": {"model": model_path, "prompt_ids": prompt_ids,
+                          "tokens": args.tokens, "warmup_tokens": warmup_tokens}}
+    peer, missing = run_torch(args.torch_python, spec)
+
+    train_rows = []
+    for kind in ("gpt", "mlp"):
+        for ranks, setting, key in ((1, "1 rank vs eager", "eager_1proc_s"),
+                                    (2, "DP=2 vs DDP gloo", "ddp_gloo_2proc_s")):
+            t_torch = peer["train"][kind][key] if peer else None
+            train_rows.append({"model": kind, "setting": setting, "ranks": ranks,
+                               "batch": batch[kind], "dtorch_ms": dt[(kind, ranks)] * 1e3,
+                               "torch_ms": None if t_torch is None else t_torch * 1e3,
+                               "ratio": ratio(dt[(kind, ranks)], t_torch)})
+    torch_tokens = peer["inference"]["tokens"] if peer else None
+    torch_tps = peer["inference"]["tokens_per_s"] if peer else None
+    for row in gen:
+        row["ratio"] = ratio(torch_tps, row["tokens_per_s"])   # dtorch time / torch time
+        row["tokens_equal_torch"] = None if torch_tokens is None else row["tokens"] == torch_tokens
+    result = {
+        "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
+        "configs": cfgs, "torch_version": peer["torch_version"] if peer else None,
+        "torch_missing": missing, "dtorch_job_retries": retries, "train": train_rows,
+        "inference": {"prompt": args.prompt, "tokens": args.tokens,
+                      "weights": f"the 1-rank GPT after {args.warmup + args.steps} + "
+                                 f"{args.gen_train_steps} AdamW steps on the corpus",
+                      "dtorch_text": args.prompt + tok.decode(gen[0]["tokens"]), "dtorch": gen,
+                      "torch_tokens_per_s": torch_tps, "torch_tokens": torch_tokens},
+    }
+
+    print(f"\ntraining step, median of {args.steps} after {args.warmup} warm-up, "
+          f"{args.threads} BLAS thread(s) per process; ratio = dtorch time / torch time")
+    print(f"{'model':5} {'setting':18} {'batch':>5} {'dtorch ms':>10} {'torch ms':>10} "
+          f"{'ratio':>7}")
+    for r in train_rows:
+        print(f"{r['model']:5} {r['setting']:18} {r['batch']:5d} {r['dtorch_ms']:10.2f} "
+              f"{fmt(r['torch_ms']):>10} {fmt(r['ratio']):>7}")
+    print(f"\ngreedy generation, {args.tokens} tokens after the prompt {args.prompt!r}, "
+          f"KV cache; torch eager: {fmt(torch_tps, '{:.1f}')} tokens/s")
+    print(f"{'dtorch':8} {'tokens/s':>9} {'ratio':>7}  tokens equal torch's")
+    for r in gen:
+        eq = "-" if r["tokens_equal_torch"] is None else ("yes" if r["tokens_equal_torch"]
+                                                          else "NO")
+        print(f"{r['setting']:8} {r['tokens_per_s']:9.1f} {fmt(r['ratio']):>7}  {eq}")
+    print(f"dtorch 1 rank: {args.prompt + tok.decode(gen[0]['tokens'])!r}")
+    if torch_tokens is not None:
+        print(f"torch eager:   {args.prompt + tok.decode(torch_tokens)!r}")
+    if missing:
+        print(f"\nTORCH COLUMN MISSING: {missing}")
+
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "train_bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.join(args.out, "train_bench.png"))
+    print(f"wrote {os.path.join(args.out, 'train_bench.json')} and train_bench.png")
+    return result
+
+
+if __name__ == "__main__":
+    main()
