@@ -459,7 +459,13 @@ NB_MODULE(_C, m) {
   m.def("shutdown", [] {
     if (g_session) {
       g_session->shutdown();
-      g_session.reset();
+      // Tensors of this session may outlive it (their Python objects, a
+      // model kept across dtorch.init calls): they keep naming this Session,
+      // whose release() is a no-op once shut down, and using one in a later
+      // session raises. So a shut-down session is never freed (a few KB)
+      // and its address is never reused by the next one.
+      static auto *retired = new std::vector<std::unique_ptr<Session>>();
+      retired->push_back(std::move(g_session));
     }
   });
   m.def("world_size", [] { return session().worldSize(); });
