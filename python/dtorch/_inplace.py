@@ -15,11 +15,9 @@ Tensor = _C.Tensor
 
 def _check_inplace(self, name):
     """torch refuses in-place updates of a leaf that requires grad while
-    grad mode is on (when autograd is present)."""
-    import dtorch
-    enabled = getattr(dtorch, "is_grad_enabled", None)
-    if enabled is not None and enabled() and self.requires_grad and \
-            getattr(self, "is_leaf", True):
+    grad mode is on."""
+    from .autograd import is_grad_enabled
+    if is_grad_enabled() and self.requires_grad and self.is_leaf:
         raise RuntimeError(f"{name}: a leaf tensor that requires grad is being used in an "
                            "in-place operation (wrap it in dtorch.no_grad())")
 

@@ -1,6 +1,5 @@
 """Adam and AdamW (torch's update rules, with torch's bias corrections)."""
 from .. import _C
-from ..nn._grad import no_grad
 from .optimizer import Optimizer
 
 _F64 = _C.dtype.float64
@@ -56,21 +55,6 @@ class Adam(Optimizer):
                                       maximize=maximize, foreach=foreach,
                                       capturable=capturable, differentiable=differentiable,
                                       fused=fused))
-
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            import dtorch
-            enable = getattr(dtorch, "enable_grad", None)
-            if enable is not None:
-                with enable():
-                    loss = closure()
-            else:
-                loss = closure()
-        with no_grad():
-            for group in self.param_groups:
-                self._step_group(group)
-        return loss
 
     def _init_state(self, p, amsgrad):
         state = self.state[p]

@@ -117,6 +117,19 @@ class Optimizer:
                         g.zero_()
 
     def step(self, closure=None):
+        """One update of every param group (`closure` re-evaluates the loss
+        with grad enabled, as in torch). Subclasses define _step_group."""
+        loss = None
+        if closure is not None:
+            from ..autograd import enable_grad
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self._step_group(group)
+        return loss
+
+    def _step_group(self, group):
         raise NotImplementedError
 
     # ---- helpers for the subclasses -----------------------------------------------

@@ -1,6 +1,5 @@
 """SGD with momentum, dampening, Nesterov and weight decay (torch's rule)."""
 from .. import _C
-from ..nn._grad import no_grad
 from .optimizer import Optimizer, required
 
 
@@ -31,21 +30,6 @@ class SGD(Optimizer):
                                       weight_decay=weight_decay, nesterov=nesterov,
                                       maximize=maximize, foreach=foreach,
                                       differentiable=differentiable, fused=fused))
-
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            import dtorch
-            enable = getattr(dtorch, "enable_grad", None)
-            if enable is not None:
-                with enable():
-                    loss = closure()
-            else:
-                loss = closure()
-        with no_grad():
-            for group in self.param_groups:
-                self._step_group(group)
-        return loss
 
     def _step_group(self, group):
         momentum, dampening = group["momentum"], group["dampening"]
