@@ -123,9 +123,13 @@ void Controller::runSegment(const Segment &seg) {
   // The text names the mesh's shape, not its ranks, while the programs are
   // remapped to the ranks (remapRanks) and uploaded to them: a mesh of the
   // same shape over other ranks, or in another order, needs its own entry.
-  std::string key = text + "\n// ranks:";
+  // The ranks go into the text as a trailing comment, so the text stays the
+  // one cache key (no copy of it on the cached path) and still compiles.
+  text += "// ranks:";
   for (int64_t r : mesh.ranks)
-    key += " " + std::to_string(r);
+    text.append(" ").append(std::to_string(r));
+  text += "\n";
+  const std::string &key = text;
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     ++compiles_;
