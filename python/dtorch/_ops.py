@@ -9,8 +9,6 @@ op's ODS summary as docstring. The implementations below are per op family
 signature is the op's own. A registry name without an implementation fails
 the import, naming the op.
 """
-import builtins
-
 from . import _C
 from . import _decompositions as _dec
 
@@ -117,19 +115,16 @@ def _cat(tensors, dim=0):
 
 def _like_random(normal):
     def op(x, *, dtype=None, requires_grad=False):
-        from . import _creation
-        fn = _creation.randn if normal else _creation.rand
-        raw = [("R", 0, "") if k == "P" else (k, d, o) for k, d, o in x._placements_raw]
-        t = _C.random(list(x.shape), normal, dtype or x.dtype, x._mesh_id, raw, x._view)
+        t = _C.random(list(x.shape), normal, dtype or x.dtype, x._mesh_id, _dec._rep(x),
+                      x._view)
         t._requires_grad = bool(requires_grad)
-        _ = fn
         return t
     return op
 
 
 def _full_like(x, fill_value, *, dtype=None, requires_grad=False):
-    raw = [("R", 0, "") if k == "P" else (k, d, o) for k, d, o in x._placements_raw]
-    t = _C.full(list(x.shape), float(fill_value), dtype or x.dtype, x._mesh_id, raw, x._view)
+    t = _C.full(list(x.shape), float(fill_value), dtype or x.dtype, x._mesh_id, _dec._rep(x),
+                x._view)
     t._requires_grad = bool(requires_grad)
     return t
 
@@ -211,4 +206,3 @@ def install(namespace):
 _ALREADY_METHODS = {"to", "float", "double", "long", "int", "bool", "half", "bfloat16",
                     "reshape", "view", "flatten", "unsqueeze", "squeeze", "transpose",
                     "permute", "t", "expand", "broadcast_to", "redistribute"}
-_ = builtins
