@@ -31,9 +31,12 @@ public:
   void uploadProgram(int rank, uint64_t id, const wire::Program &p) override {
     translated([&] { cluster_->uploadProgram(rank, id, p); });
   }
-  void run(int rank, uint64_t id, const std::vector<Handle> &in,
-           const std::vector<Handle> &out) override {
-    translated([&] { cluster_->run(rank, id, in, out); });
+  using Backend::free;
+  using Backend::run;
+  void run(const std::vector<int64_t> &ranks, uint64_t id,
+           const std::vector<Handle> &in, const std::vector<Handle> &out,
+           const std::vector<int64_t> &seeds) override {
+    translated([&] { cluster_->run(ranks, id, in, out, seeds); });
   }
   void put(int rank, Handle h, const rt::Tensor &v) override {
     translated([&] { cluster_->put(rank, h, v); });
@@ -47,8 +50,9 @@ public:
                         return translated([&] { return reply.get(); });
                       });
   }
-  void free(int rank, const std::vector<Handle> &hs) override {
-    translated([&] { cluster_->free(rank, hs); });
+  void free(const std::vector<int64_t> &ranks,
+            const std::vector<Handle> &hs) override {
+    translated([&] { cluster_->free(ranks, hs); });
   }
   void synchronize() override {
     translated([&] { cluster_->synchronize(); });

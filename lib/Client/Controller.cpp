@@ -1,10 +1,12 @@
 //===- Controller.cpp - compiles segments and drives the workers ---------===//
 #include "Controller.h"
 
+#include "SegmentKey.h"
 #include "SegmentText.h"
 #include "TensorData.h"
 #include "dtorch/Compiler.h"
 
+#include <chrono>
 #include <future>
 
 namespace dtorch::client {
@@ -24,24 +26,42 @@ void remapRanks(wire::Program &program, const Mesh &mesh) {
   }
 }
 
-/// The program with this run's seeds: random kernels were compiled with their
-/// slot number as seed.
-wire::Program withSeeds(const wire::Program &compiled,
-                        const std::vector<int64_t> &seeds) {
-  wire::Program program = compiled;
+/// Random kernels were compiled with their seed slot as `seed` (the segment
+/// text numbers them): they read their seed from the run instead.
+void markSeedSlots(wire::Program &program) {
   for (wire::Instruction &inst : *program.mutable_instructions()) {
     if (inst.op() != "random")
       continue;
-    wire::Attr &seed = (*inst.mutable_attrs())["seed"];
-    seed.set_i(seeds.at(static_cast<size_t>(seed.i())));
+    auto &attrs = *inst.mutable_attrs();
+    auto it = attrs.find("seed");
+    if (it == attrs.end())
+      continue;
+    attrs["seed_slot"].set_i(it->second.i());
+    attrs.erase("seed");
   }
-  return program;
+}
+
+std::atomic<uint64_t> hashMask{~0ULL};
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                       start)
+      .count();
 }
 
 } // namespace
 
-Controller::Controller(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), thread_([this] { loop(); }) {}
+Controller::Controller(std::unique_ptr<Backend> backend,
+                       std::string programCacheDir)
+    : backend_(std::move(backend)), disk_(std::move(programCacheDir)),
+      thread_([this] { loop(); }) {}
+
+void Controller::setHashMaskForTesting(uint64_t mask) { hashMask = mask; }
+
+ControllerStats Controller::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  return stats_;
+}
 
 Controller::~Controller() { shutdown(); }
 
@@ -104,7 +124,10 @@ void Controller::rethrowIfFailed() {
 }
 
 void Controller::addMesh(const Mesh &mesh) {
-  enqueue([this, mesh] { meshes_[mesh.id] = mesh; });
+  enqueue([this, mesh] {
+    meshes_[mesh.id] = mesh;
+    meshKeys_[mesh.id] = meshHash(mesh);
+  });
 }
 
 void Controller::submit(Segment segment) {
@@ -113,69 +136,128 @@ void Controller::submit(Segment segment) {
 }
 
 void Controller::runSegment(const Segment &seg) {
+  auto start = std::chrono::steady_clock::now();
   const Mesh &mesh = meshes_.at(seg.meshId);
   for (Handle h : seg.args)
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
                         std::to_string(h) + ", which is not on the workers");
-  std::vector<int64_t> seeds;
-  std::string text = segmentText(seg, mesh, "segment", &seeds);
-  // The text names the mesh's shape, not its ranks, while the programs are
-  // remapped to the ranks (remapRanks) and uploaded to them: a mesh of the
-  // same shape over other ranks, or in another order, needs its own entry.
-  // The ranks go into the text as a trailing comment, so the text stays the
-  // one cache key (no copy of it on the cached path) and still compiles.
-  text += "// ranks:";
-  for (int64_t r : mesh.ranks)
-    text.append(" ").append(std::to_string(r));
-  text += "\n";
-  const std::string &key = text;
-  auto it = cache_.find(key);
-  if (it == cache_.end()) {
-    ++compiles_;
-    CompileOptions options;
-    options.recordStages = true;
-    options.explain = true;
-    CompileResult result = compileModule(text, "segment.mlir", options);
-    if (!result.ok || result.functions.size() != 1)
-      throw DTorchError("internal error: compiling a segment failed:\n" +
-                        result.error + "\nsegment:\n" + text);
-    Compiled c;
-    c.programId = nextProgramId_++;
-    c.programs = std::move(result.functions[0].programs);
-    for (wire::Program &p : c.programs)
-      remapRanks(p, mesh);
-    c.uploaded.assign(c.programs.size(), false);
-    c.stages = std::move(result.stages);
-    c.explanation = std::move(result.explanations);
-    it = cache_.emplace(key, std::move(c)).first;
-  }
-  Compiled &c = it->second;
-  if (last_ != &c) {
-    last_ = &c;
-    std::lock_guard<std::mutex> lock(stagesMutex_);
-    lastStages_ = c.stages;
-  }
-  if (seeds != c.seeds) {
-    // Fresh random numbers: same compiled program, new seeds, uploaded again
-    // under the same id (a worker runs its queue in order, so earlier runs
-    // keep the seeds they were sent with).
-    c.seeds = seeds;
-    c.uploaded.assign(c.programs.size(), false);
-  }
-  for (size_t p = 0; p < c.programs.size(); ++p) {
-    int rank = static_cast<int>(mesh.ranks[p]);
-    if (!c.uploaded[p]) {
-      backend_->uploadProgram(rank, c.programId,
-                              seeds.empty() ? c.programs[p]
-                                            : withSeeds(c.programs[p], seeds));
-      c.uploaded[p] = true;
+  uint64_t key = mixHash(seg.structureHash & hashMask, meshKeys_.at(mesh.id));
+  std::vector<std::unique_ptr<Compiled>> &bucket = cache_[key];
+  Compiled *c = nullptr;
+  for (const auto &entry : bucket)
+    if ((entry->mesh.id == mesh.id || sameMesh(entry->mesh, mesh)) &&
+        sameStructure(entry->structure, seg)) {
+      c = entry.get();
+      break;
     }
-    backend_->run(rank, c.programId, seg.args, seg.results);
+  bool hit = c != nullptr;
+  if (!hit) {
+    bucket.push_back(obtain(seg, mesh));
+    c = bucket.back().get();
   }
+  last_ = c;
+  if (!c->uploaded) {
+    for (size_t p = 0; p < c->programs.size(); ++p)
+      backend_->uploadProgram(static_cast<int>(mesh.ranks[p]), c->programId,
+                              c->programs[p]);
+    c->uploaded = true;
+  }
+  backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
   for (Handle h : seg.results)
     live_[h] = seg.meshId;
   liveCount_ = live_.size();
+  double seconds = secondsSince(start);
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  ++stats_.segments;
+  if (hit) {
+    ++stats_.memoryHits;
+    stats_.hitSeconds += seconds;
+    stats_.lastHitSeconds = seconds;
+  }
+}
+
+std::unique_ptr<Controller::Compiled>
+Controller::obtain(const Segment &seg, const Mesh &mesh) {
+  auto c = std::make_unique<Compiled>();
+  c->programId = nextProgramId_++;
+  c->structure.meshId = seg.meshId;
+  c->structure.nodes = seg.nodes;
+  for (Node &n : c->structure.nodes)
+    n.owner.reset();
+  c->structure.args = seg.args;
+  c->structure.argMetas = seg.argMetas;
+  c->structure.results = seg.results;
+  c->structure.resultNodes = seg.resultNodes;
+  c->structure.structureHash = seg.structureHash;
+  c->mesh = mesh;
+  uint64_t diskKey = 0;
+  std::string structure;
+  if (disk_.enabled()) {
+    auto start = std::chrono::steady_clock::now();
+    diskKey = mixHash(mixHash(compilerVersionKey(), seg.structureHash),
+                      meshHash(mesh));
+    structure = structureBytes(seg, mesh);
+    std::optional<std::vector<wire::Program>> programs =
+        disk_.load(diskKey, structure);
+    bool found = programs && programs->size() == mesh.ranks.size();
+    if (found)
+      c->programs = std::move(*programs);
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    stats_.diskSeconds += secondsSince(start);
+    if (found) {
+      ++stats_.diskHits;
+      return c;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  ++compiles_;
+  compileInto(*c, seg, mesh);
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.compiles;
+    stats_.compileSeconds += secondsSince(start);
+  }
+  if (disk_.enabled()) {
+    auto start = std::chrono::steady_clock::now();
+    disk_.store(diskKey, structure, c->programs);
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    stats_.diskSeconds += secondsSince(start);
+  }
+  return c;
+}
+
+void Controller::compileInto(Compiled &c, const Segment &seg,
+                             const Mesh &mesh) {
+  std::vector<int64_t> slots; // random ops get their slot number as seed
+  std::string text = segmentText(seg, mesh, "segment", &slots);
+  CompileOptions options;
+  options.recordStages = true;
+  options.explain = true;
+  CompileResult result = compileModule(text, "segment.mlir", options);
+  if (!result.ok || result.functions.size() != 1)
+    throw DTorchError("internal error: compiling a segment failed:\n" +
+                      result.error + "\nsegment:\n" + text);
+  c.programs = std::move(result.functions[0].programs);
+  for (wire::Program &p : c.programs) {
+    remapRanks(p, mesh);
+    markSeedSlots(p);
+  }
+  c.stages = std::move(result.stages);
+  c.explanation = std::move(result.explanations);
+  c.hasIr = true;
+}
+
+void Controller::ensureIr(Compiled &c) {
+  if (c.hasIr)
+    return;
+  // Programs loaded from the disk: compile again for the IR only; the
+  // uploaded programs stay.
+  Compiled fresh;
+  compileInto(fresh, c.structure, c.mesh);
+  c.stages = std::move(fresh.stages);
+  c.explanation = std::move(fresh.explanation);
+  c.hasIr = true;
 }
 
 void Controller::put(int meshId, Handle handle, rt::Tensor full,
@@ -196,9 +278,7 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
 void Controller::free(int meshId, Handle handle) {
   enqueue([this, meshId, handle] {
     guarded([&] {
-      const Mesh &mesh = meshes_.at(meshId);
-      for (int64_t r : mesh.ranks)
-        backend_->free(static_cast<int>(r), {handle});
+      backend_->free(meshes_.at(meshId).ranks, {handle});
       live_.erase(handle);
       liveCount_ = live_.size();
     });
@@ -257,20 +337,44 @@ Controller::lastExplanation() {
   auto promise = std::make_shared<std::promise<Result>>();
   auto result = promise->get_future();
   enqueue([this, promise] {
-    promise->set_value(last_ ? Result(last_->explanation) : std::nullopt);
+    try {
+      if (!last_) {
+        promise->set_value(std::nullopt);
+        return;
+      }
+      ensureIr(*last_);
+      promise->set_value(last_->explanation);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
   });
   return result.get();
 }
 
 std::string Controller::lastIr(const std::string &stage) {
-  std::lock_guard<std::mutex> lock(stagesMutex_);
-  for (const auto &[name, ir] : lastStages_)
+  using Stages = std::vector<std::pair<std::string, std::string>>;
+  auto promise = std::make_shared<std::promise<Stages>>();
+  auto result = promise->get_future();
+  enqueue([this, promise] {
+    try {
+      if (!last_) {
+        promise->set_value({});
+        return;
+      }
+      ensureIr(*last_);
+      promise->set_value(last_->stages);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  Stages stages = result.get();
+  for (const auto &[name, ir] : stages)
     if (name == stage)
       return ir;
   std::string known;
-  for (const auto &[name, ir] : lastStages_)
+  for (const auto &[name, ir] : stages)
     known += (known.empty() ? "" : ", ") + name;
-  if (lastStages_.empty())
+  if (stages.empty())
     throw ValueError("no segment has been compiled yet");
   throw ValueError("unknown stage '" + stage + "' (expected one of " + known +
                    ")");

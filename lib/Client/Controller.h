@@ -3,13 +3,16 @@
 //
 // Runs on its own thread: every request of the client is queued and handled
 // in order, so the client never waits except for a fetch or synchronize.
-// Compiled programs are cached by the segment's text (its structure: ops,
-// shapes, dtypes, placements, mesh); a cache hit costs a lookup and one "run"
-// message per rank.
+// Compiled programs are cached by the segment's structural hash (built by
+// the Session while recording, SegmentKey.h) and the mesh; a hit compares
+// the structure (no text), and costs one "run" per worker process carrying
+// the step's random seeds: nothing is patched or uploaded again. Misses look
+// in the on-disk cache (ProgramDiskCache.h) before compiling.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ProgramDiskCache.h"
 #include "dtorch/Client/Session.h"
 
 #include <atomic>
@@ -26,7 +29,9 @@ namespace dtorch::client {
 
 class Controller {
 public:
-  explicit Controller(std::unique_ptr<Backend> backend);
+  /// `programCacheDir`: the on-disk program cache; empty: none.
+  explicit Controller(std::unique_ptr<Backend> backend,
+                      std::string programCacheDir = "");
   ~Controller();
 
   void addMesh(const Mesh &mesh);
@@ -48,14 +53,23 @@ public:
   size_t liveTensors() const { return liveCount_; }
   /// Segments compiled so far (program cache misses).
   size_t compiles() const { return compiles_; }
+  ControllerStats stats() const;
+  /// For tests: ANDed into every segment's structural hash before the cache
+  /// lookup (0 makes every segment collide, so only the structural
+  /// comparison tells them apart). ~0 (the default): no effect.
+  static void setHashMaskForTesting(uint64_t mask);
   void shutdown();
 
 private:
   struct Compiled {
     uint64_t programId;
+    Segment structure; // what the hit compares (and recompiles IR from)
+    Mesh mesh;
     std::vector<wire::Program> programs; // by mesh position, global ranks
-    std::vector<bool> uploaded;
-    std::vector<int64_t> seeds; // the random seeds the uploaded programs carry
+    bool uploaded = false;
+    /// The IR stages and explanation are known (false when the programs
+    /// came from the disk: compiled again from `structure` when asked).
+    bool hasIr = false;
     std::vector<std::pair<std::string, std::string>> stages;
     std::vector<RedistributionExplanation> explanation;
   };
@@ -63,27 +77,37 @@ private:
   void enqueue(std::function<void()> task);
   void loop();
   void runSegment(const Segment &segment);
+  /// A cache entry for `segment` from the disk or the compiler.
+  std::unique_ptr<Compiled> obtain(const Segment &segment, const Mesh &mesh);
+  /// Compiles `segment`'s text; fills programs, stages and explanation.
+  void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh);
+  /// Makes sure c's stages and explanation are known (controller thread).
+  void ensureIr(Compiled &c);
   void rethrowIfFailed();
   /// Runs `fn` and, on failure, remembers the first error for later fetches.
   void guarded(const std::function<void()> &fn);
 
   std::unique_ptr<Backend> backend_;
   std::unordered_map<int, Mesh> meshes_;            // controller thread only
-  std::unordered_map<std::string, Compiled> cache_; // controller thread only
+  // Controller thread only: the program cache, by the segment's structural
+  // hash mixed with its mesh's; a bucket holds the entries that collide.
+  std::unordered_map<uint64_t, std::vector<std::unique_ptr<Compiled>>> cache_;
+  std::unordered_map<int, uint64_t> meshKeys_;
   std::unordered_map<Handle, int>
       live_; // handle -> mesh; controller thread only
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
-  const Compiled *last_ = nullptr;
+  Compiled *last_ = nullptr;
+  ProgramDiskCache disk_;
+  mutable std::mutex statsMutex_;
+  ControllerStats stats_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   std::exception_ptr error_;
-  std::mutex stagesMutex_;
-  std::vector<std::pair<std::string, std::string>> lastStages_;
   std::thread thread_;
 };
 

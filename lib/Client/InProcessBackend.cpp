@@ -107,11 +107,19 @@ public:
     });
   }
 
-  void run(int rank, uint64_t id, const std::vector<Handle> &inputs,
-           const std::vector<Handle> &outputs) override {
-    RankThread &t = at(rank);
-    // A failure poisons the outputs; it surfaces when one of them is fetched.
-    t.post([&t, id, inputs, outputs] { t.state().run(id, inputs, outputs); });
+  using Backend::free;
+  using Backend::run;
+  void run(const std::vector<int64_t> &ranks, uint64_t id,
+           const std::vector<Handle> &inputs,
+           const std::vector<Handle> &outputs,
+           const std::vector<int64_t> &seeds) override {
+    for (int64_t rank : ranks) {
+      RankThread &t = at(static_cast<int>(rank));
+      // A failure poisons the outputs; it surfaces when one is fetched.
+      t.post([&t, id, inputs, outputs, seeds] {
+        t.state().run(id, inputs, outputs, seeds);
+      });
+    }
   }
 
   void put(int rank, Handle h, const rt::Tensor &value) override {
@@ -134,9 +142,12 @@ public:
     return promise->get_future();
   }
 
-  void free(int rank, const std::vector<Handle> &handles) override {
-    RankThread &t = at(rank);
-    t.post([&t, handles] { t.state().free(handles); });
+  void free(const std::vector<int64_t> &ranks,
+            const std::vector<Handle> &handles) override {
+    for (int64_t rank : ranks) {
+      RankThread &t = at(static_cast<int>(rank));
+      t.post([&t, handles] { t.state().free(handles); });
+    }
   }
 
   void synchronize() override {
@@ -171,8 +182,10 @@ std::unique_ptr<Backend> makeBackend(const std::string &kind,
     return makeInProcessBackend(config.worldSize);
   if (kind == "cluster")
     return makeClusterBackend(config);
+  if (kind == "simulated")
+    return makeSimulatedBackend(config.worldSize, config.numProcesses);
   throw std::invalid_argument("unknown backend '" + kind +
-                              "' (expected cluster or inprocess)");
+                              "' (expected cluster, inprocess or simulated)");
 }
 
 } // namespace dtorch::client

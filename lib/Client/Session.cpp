@@ -2,6 +2,7 @@
 #include "dtorch/Client/Session.h"
 
 #include "Controller.h"
+#include "SegmentKey.h"
 #include "SegmentText.h"
 #include "SessionSupport.h"
 #include "TensorData.h"
@@ -57,9 +58,10 @@ std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
 TensorImpl::~TensorImpl() { releaseGradGraph(std::move(gradFn)); }
 
 Session::Session(const SessionOptions &options) : options_(options) {
-  if (options.backend != "inprocess" && options.backend != "cluster")
+  if (options.backend != "inprocess" && options.backend != "cluster" &&
+      options.backend != "simulated")
     throw ValueError("unknown backend '" + options.backend +
-                     "' (expected cluster or inprocess)");
+                     "' (expected cluster, inprocess or simulated)");
   ClusterConfig cfg;
   cfg.worldSize = options.worldSize;
   cfg.numProcesses = options.numProcesses;
@@ -67,7 +69,8 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.workerAddresses = options.workerAddresses;
   cfg.token = options.token;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
-  controller_ = std::make_unique<Controller>(std::move(backend));
+  controller_ = std::make_unique<Controller>(std::move(backend),
+                                             options.programCacheDir);
 }
 
 Session::~Session() { shutdown(); }
@@ -139,10 +142,13 @@ Handle Session::useValue(const Tensor &t) {
   const TensorStorage &s = *t->storage_;
   if (s.meta)
     throw ValueError(kMetaMessage);
-  if (s.materialized && std::find(segment_.args.begin(), segment_.args.end(),
-                                  s.id) == segment_.args.end()) {
+  if (s.materialized && !positionOf_.count(s.id)) {
+    positionOf_.emplace(s.id,
+                        -1 - static_cast<int32_t>(segment_.args.size()));
     segment_.args.push_back(s.id);
     segment_.argMetas.push_back(t->meta_);
+    segment_.structureHash =
+        hashArgument(segment_.structureHash, segment_.argMetas.back());
     argRefs_.push_back(t->storage_);
   }
   return s.id;
@@ -160,10 +166,16 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   Node n;
   n.op = std::move(op);
   n.inputs.reserve(inputs.size() + (scalar.index >= 0));
-  for (const Tensor &t : inputs)
-    n.inputs.push_back(useValue(t));
-  if (scalar.index >= 0)
+  n.operands.reserve(inputs.size() + (scalar.index >= 0));
+  for (const Tensor &t : inputs) {
+    Handle h = useValue(t);
+    n.inputs.push_back(h);
+    n.operands.push_back(positionOf_.at(h));
+  }
+  if (scalar.index >= 0) {
     n.inputs.insert(n.inputs.begin() + scalar.index, 0);
+    n.operands.insert(n.operands.begin() + scalar.index, kScalarOperand);
+  }
   n.scalar = std::move(scalar);
   n.attrs = std::move(attrs);
   n.meta = meta;
@@ -178,21 +190,33 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   n.owner = result->storage_;
   if (!inputs.empty() && gradEnabled())
     recordGrad(result, n.op, inputs, n.attrs, n.scalar);
+  if (n.op == "random")
+    for (const auto &[name, v] : n.attrs)
+      if (name == "seed")
+        segment_.seeds.push_back(v.i); // seed slot = order among random ops
+  segment_.structureHash = hashNode(segment_.structureHash, n);
+  positionOf_.emplace(n.id, static_cast<int32_t>(segment_.nodes.size()));
   segment_.nodes.push_back(std::move(n));
   return result;
 }
 
 void Session::flush() {
+  positionOf_.clear();
   if (segment_.nodes.empty()) {
     segment_ = Segment();
     argRefs_.clear();
     return;
   }
-  for (Node &n : segment_.nodes)
+  for (size_t i = 0; i < segment_.nodes.size(); ++i) {
+    Node &n = segment_.nodes[i];
     if (Storage s = n.owner.lock()) {
       segment_.results.push_back(n.id);
+      segment_.resultNodes.push_back(static_cast<int32_t>(i));
       s->materialized = true;
     }
+  }
+  segment_.structureHash =
+      hashResults(segment_.structureHash, segment_.resultNodes);
   Segment seg = std::move(segment_);
   segment_ = Segment();
   if (!seg.results.empty())
@@ -786,5 +810,13 @@ uint64_t Session::messagesSent() const { return controller_->messagesSent(); }
 uint64_t Session::roundTrips() const { return controller_->roundTrips(); }
 size_t Session::liveTensors() const { return controller_->liveTensors(); }
 size_t Session::compiles() const { return controller_->compiles(); }
+
+void setSegmentHashMaskForTesting(uint64_t mask) {
+  Controller::setHashMaskForTesting(mask);
+}
+
+ControllerStats Session::controllerStats() const {
+  return controller_->stats();
+}
 
 } // namespace dtorch::client

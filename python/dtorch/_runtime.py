@@ -26,7 +26,20 @@ def _worker_executable():
     return shutil.which("dtorch-worker") or ""
 
 
-def init(world_size=None, workers=None, backend=None, num_processes=None, token=None):
+def _program_cache_dir(cache_dir):
+    """The on-disk program cache folder: the argument, else
+    ``$DTORCH_CACHE_DIR`` (empty: disabled), else ``~/.cache/dtorch``."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("DTORCH_CACHE_DIR")
+    if cache_dir is None:
+        cache_dir = os.path.join(os.path.expanduser("~"), ".cache", "dtorch")
+    if cache_dir in ("", False):
+        return ""
+    return os.path.join(os.fspath(cache_dir), "programs")
+
+
+def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
+         cache_dir=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -45,10 +58,19 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
         workers (list[str], optional): addresses such as
             ``"tcp://host:5555"``; else ``$DTORCH_WORKERS`` (comma separated).
         backend (str, optional): ``"cluster"`` (worker processes, the
-            default; else ``$DTORCH_BACKEND``) or ``"inprocess"`` (a thread per
-            rank in this process, for tests).
+            default; else ``$DTORCH_BACKEND``), ``"inprocess"`` (a thread per
+            rank in this process, for tests) or ``"simulated"`` (workers that
+            validate programs and answer at once without running anything:
+            fetched values are zeros of the right shape and dtype; for
+            measuring the controller at any world size).
         num_processes (int, optional): worker processes of the embedded
-            cluster; else ``$DTORCH_NUM_PROCESSES``, else ``min(2, world_size)``.
+            cluster; else ``$DTORCH_NUM_PROCESSES``, else ``min(2, world_size)``
+            (``"simulated"``: one process per 8 ranks).
+        cache_dir (str, optional): where compiled programs are kept across
+            runs (under ``programs/``, keyed by the compiler's version and
+            the segment's structure); else ``$DTORCH_CACHE_DIR``, else
+            ``~/.cache/dtorch``. ``""`` (or ``DTORCH_CACHE_DIR=""``) turns
+            the on-disk cache off.
         token (str, optional): the workers' token when connecting to
             ``workers``; else ``$DTORCH_TOKEN``.
 
@@ -78,12 +100,14 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     backend = backend or os.environ.get("DTORCH_BACKEND", "cluster")
     if num_processes is None:
-        num_processes = int(os.environ.get("DTORCH_NUM_PROCESSES", "0")) or min(2, world_size)
+        num_processes = int(os.environ.get("DTORCH_NUM_PROCESSES", "0")) or (
+            (world_size + 7) // 8 if backend == "simulated" else min(2, world_size))
     if workers and token is None:
         token = os.environ.get("DTORCH_TOKEN")
         if not token:
             raise ValueError("connecting to workers needs their token: init(token=...) or $DTORCH_TOKEN")
-    _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "")
+    _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
+            _program_cache_dir(cache_dir))
     _state["started"] = True
 
 

@@ -438,10 +438,11 @@ NB_MODULE(_C, m) {
       "init",
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
-         const std::string &token) {
+         const std::string &token, const std::string &programCacheDir) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
+        o.programCacheDir = programCacheDir;
         o.worldSize = worldSize;
         o.numProcesses = numProcesses;
         o.backend = backend;
@@ -454,7 +455,8 @@ NB_MODULE(_C, m) {
         }
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
-      nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "");
+      nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
+      nb::arg("program_cache_dir") = "");
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {
@@ -499,6 +501,28 @@ NB_MODULE(_C, m) {
   m.def("pending_ops", [] { return session().pendingNodes(); });
   m.def("live_tensors", [] { return session().liveTensors(); });
   m.def("compile_count", [] { return session().compiles(); });
+  m.def(
+      "controller_stats",
+      [] {
+        ControllerStats st = session().controllerStats();
+        nb::dict d;
+        d["segments"] = st.segments;
+        d["memory_hits"] = st.memoryHits;
+        d["disk_hits"] = st.diskHits;
+        d["compiles"] = st.compiles;
+        d["compile_seconds"] = st.compileSeconds;
+        d["disk_seconds"] = st.diskSeconds;
+        d["hit_seconds"] = st.hitSeconds;
+        d["last_hit_seconds"] = st.lastHitSeconds;
+        return d;
+      },
+      "The controller's counters and its own time: segments run, in-memory "
+      "hits, on-disk hits, compiles; seconds spent compiling (text + "
+      "compile), in the on-disk cache, and on the lookup + dispatch of "
+      "in-memory hits (total and last).");
+  m.def("_set_segment_hash_mask", [](uint64_t mask) {
+    setSegmentHashMaskForTesting(mask);
+  });
 
   using PList = std::vector<std::tuple<std::string, int64_t, std::string>>;
   m.def("full", [](std::vector<int64_t> shape, double v, wire::DType dt,

@@ -681,16 +681,37 @@ void Cluster::uploadProgram(int rank, uint64_t programId,
 void Cluster::run(int rank, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs) {
-  wire::Envelope e = envelope();
-  auto *run = e.mutable_run();
-  run->set_rank(rank);
-  run->set_program_id(programId);
-  for (auto handle : inputs)
-    run->add_inputs(handle);
-  for (auto handle : outputs)
-    run->add_outputs(handle);
-  impl_->post(impl_->workerOfRank(rank), e);
-  ++impl_->sent;
+  run(std::vector<int64_t>{rank}, programId, inputs, outputs);
+}
+
+void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
+                  const std::vector<TensorHandle> &inputs,
+                  const std::vector<TensorHandle> &outputs,
+                  const std::vector<int64_t> &seeds) {
+  // One RunProgram per worker process, naming its ranks, in the order the
+  // processes are first met.
+  std::vector<int> messageOf(impl_->workers.size(), -1);
+  std::vector<std::pair<size_t, wire::Envelope>> messages;
+  for (int64_t rank : ranks) {
+    size_t worker = impl_->workerOfRank(static_cast<int>(rank));
+    if (messageOf[worker] < 0) {
+      messageOf[worker] = static_cast<int>(messages.size());
+      wire::Envelope e = envelope();
+      auto *run = e.mutable_run();
+      run->set_program_id(programId);
+      run->mutable_inputs()->Add(inputs.begin(), inputs.end());
+      run->mutable_outputs()->Add(outputs.begin(), outputs.end());
+      run->mutable_seeds()->Add(seeds.begin(), seeds.end());
+      messages.emplace_back(worker, std::move(e));
+    }
+    messages[static_cast<size_t>(messageOf[worker])]
+        .second.mutable_run()
+        ->add_ranks(static_cast<int32_t>(rank));
+  }
+  for (const auto &[worker, e] : messages) {
+    impl_->post(worker, e);
+    ++impl_->sent;
+  }
 }
 
 void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
@@ -730,12 +751,29 @@ std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
 }
 
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
-  wire::Envelope e = envelope();
-  e.mutable_free()->set_rank(rank);
-  for (auto handle : handles)
-    e.mutable_free()->add_handles(handle);
-  impl_->post(impl_->workerOfRank(rank), e);
-  ++impl_->sent;
+  free(std::vector<int64_t>{rank}, handles);
+}
+
+void Cluster::free(const std::vector<int64_t> &ranks,
+                   const std::vector<TensorHandle> &handles) {
+  std::vector<int> messageOf(impl_->workers.size(), -1);
+  std::vector<std::pair<size_t, wire::Envelope>> messages;
+  for (int64_t rank : ranks) {
+    size_t worker = impl_->workerOfRank(static_cast<int>(rank));
+    if (messageOf[worker] < 0) {
+      messageOf[worker] = static_cast<int>(messages.size());
+      wire::Envelope e = envelope();
+      e.mutable_free()->mutable_handles()->Add(handles.begin(), handles.end());
+      messages.emplace_back(worker, std::move(e));
+    }
+    messages[static_cast<size_t>(messageOf[worker])]
+        .second.mutable_free()
+        ->add_ranks(static_cast<int32_t>(rank));
+  }
+  for (const auto &[worker, e] : messages) {
+    impl_->post(worker, e);
+    ++impl_->sent;
+  }
 }
 
 void Cluster::synchronize() {

@@ -380,12 +380,21 @@ void Worker::dispatch(wire::Envelope &envelope) {
     return;
   }
   case wire::Envelope::kRun: {
-    int rank = shared->run().rank();
-    if (!hosted(rank))
+    // One message for several ranks of this process: each rank's thread runs
+    // its own program under the id. Checked as a whole before any rank runs,
+    // so a bad rank list runs nothing.
+    const auto &ranks = shared->run().ranks();
+    if (ranks.empty()) {
+      replyError(controller_, requestId, "run names no rank");
       return;
-    enqueue(rank, [this, shared, rank] {
-      runProgram(*ranks_[rank - options_.firstRank], shared->run());
-    });
+    }
+    for (int rank : ranks)
+      if (!hosted(rank))
+        return;
+    for (int rank : ranks)
+      enqueue(rank, [this, shared, rank] {
+        runProgram(*ranks_[rank - options_.firstRank], shared->run());
+      });
     return;
   }
   case wire::Envelope::kPut: {
@@ -437,14 +446,16 @@ void Worker::dispatch(wire::Envelope &envelope) {
     return;
   }
   case wire::Envelope::kFree: {
-    int rank = shared->free().rank();
-    if (!hosted(rank))
-      return;
-    enqueue(rank, [this, shared, rank] {
-      Rank &r = *ranks_[rank - options_.firstRank];
-      const auto &handles = shared->free().handles();
-      r.state->free(std::vector<uint64_t>(handles.begin(), handles.end()));
-    });
+    const auto &ranks = shared->free().ranks();
+    for (int rank : ranks)
+      if (!hosted(rank))
+        return;
+    for (int rank : ranks)
+      enqueue(rank, [this, shared, rank] {
+        Rank &r = *ranks_[rank - options_.firstRank];
+        const auto &handles = shared->free().handles();
+        r.state->free(std::vector<uint64_t>(handles.begin(), handles.end()));
+      });
     return;
   }
   case wire::Envelope::kSync: {
@@ -482,8 +493,9 @@ void Worker::dispatch(wire::Envelope &envelope) {
 void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
   std::vector<uint64_t> inputs(run.inputs().begin(), run.inputs().end());
   std::vector<uint64_t> outputs(run.outputs().begin(), run.outputs().end());
+  std::vector<int64_t> seeds(run.seeds().begin(), run.seeds().end());
   if (std::optional<std::string> error =
-          r.state->run(run.program_id(), inputs, outputs))
+          r.state->run(run.program_id(), inputs, outputs, seeds))
     reportError(r.rank, run.program_id(), *error);
 }
 

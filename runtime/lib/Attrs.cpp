@@ -94,4 +94,26 @@ const std::string &AttrReader::getData(const std::string &name) const {
   return attr.data();
 }
 
+void AttrReader::checkRandomSeed() const {
+  if (!has("seed_slot")) {
+    getInt("seed");
+    return;
+  }
+  if (getInt("seed_slot") < 0)
+    throw RuntimeError("attribute 'seed_slot' must be >= 0, got " +
+                       std::to_string(getInt("seed_slot")));
+}
+
+int64_t AttrReader::randomSeed() const {
+  if (!has("seed_slot"))
+    return getInt("seed");
+  int64_t slot = getInt("seed_slot");
+  size_t available = runSeeds_ ? runSeeds_->size() : 0;
+  if (slot < 0 || static_cast<size_t>(slot) >= available)
+    throw RuntimeError("seed_slot " + std::to_string(slot) +
+                       " is outside the run's " + std::to_string(available) +
+                       " seed(s)");
+  return (*runSeeds_)[static_cast<size_t>(slot)];
+}
+
 } // namespace dtorch::rt

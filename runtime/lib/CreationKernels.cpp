@@ -112,7 +112,7 @@ template <class T> void registerRandom(KernelRegistry &registry) {
   kernel.numInputs = 0;
   kernel.check = [](const AttrReader &attrs, const std::vector<TensorDesc> &,
                     const std::vector<TensorDesc> &outputs) {
-    attrs.getInt("seed");
+    attrs.checkRandomSeed();
     const std::string &dist = attrs.getString("dist");
     if (dist != "uniform" && dist != "normal")
       throw RuntimeError("random: dist must be 'uniform' or 'normal', got '" +
@@ -122,7 +122,7 @@ template <class T> void registerRandom(KernelRegistry &registry) {
   kernel.run = [](const AttrReader &attrs, const std::vector<const Tensor *> &,
                   const std::vector<Tensor *> &outputs) {
     Tensor &out = *outputs[0];
-    uint64_t seed = static_cast<uint64_t>(attrs.getInt("seed"));
+    uint64_t seed = static_cast<uint64_t>(attrs.randomSeed());
     bool normal = attrs.getString("dist") == "normal";
     GlobalBox box = readGlobalBox(attrs, out.shape(), "random");
     if (out.numel() == 0)

@@ -96,9 +96,10 @@ void runCollective(Communicator &comm, const Instruction &inst,
 Executor::Executor(Communicator *comm) : comm_(comm) {}
 
 std::vector<Tensor> Executor::run(const Program &program,
-                                  const std::vector<Tensor> &inputs) {
+                                  const std::vector<Tensor> &inputs,
+                                  const std::vector<int64_t> &seeds) {
   validate(program);
-  return runValidated(program, inputs);
+  return runValidated(program, inputs, seeds);
 }
 
 void Executor::validate(const Program &program) const {
@@ -106,7 +107,8 @@ void Executor::validate(const Program &program) const {
 }
 
 std::vector<Tensor> Executor::runValidated(const Program &program,
-                                           const std::vector<Tensor> &inputs) {
+                                           const std::vector<Tensor> &inputs,
+                                           const std::vector<int64_t> &seeds) {
 
   const std::string prefix = "program '" + program.name() + "': ";
   if (inputs.size() != static_cast<size_t>(program.inputs_size()))
@@ -169,7 +171,7 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         for (int id : inst.outputs())
           out.push_back(&buffers[id]);
         if (stream == ::dtorch::wire::COMPUTE)
-          kernels[i]->run(AttrReader(inst.attrs()), in, out);
+          kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else
           runCollective(*comm_, inst, in, out);
         if (inst.record_event() >= 0)

@@ -28,7 +28,8 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
 
 std::optional<std::string>
 RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
-               const std::vector<uint64_t> &outputs) {
+               const std::vector<uint64_t> &outputs,
+               const std::vector<int64_t> &seeds) {
   auto fail = [&](const std::string &message) {
     poisonAll(outputs, message);
     return std::optional<std::string>(message);
@@ -58,7 +59,7 @@ RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
                          std::to_string(outputs.size())));
   std::vector<Tensor> results;
   try {
-    results = executor_.runValidated(program, values);
+    results = executor_.runValidated(program, values, seeds);
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }

@@ -9,6 +9,11 @@ import pytest
 import dtorch
 from dtorch import _runtime
 
+# Tests count compiles: programs kept on disk by an earlier run (or by
+# another test's process) would turn them into disk hits. The on-disk cache
+# is tested with folders of its own (test_program_cache.py).
+os.environ["DTORCH_CACHE_DIR"] = ""
+
 
 def subprocess_env():
     """The environment for a child interpreter that must import this very

@@ -26,12 +26,27 @@ public:
   virtual std::string hostOf(int rank) const = 0;
   virtual void uploadProgram(int rank, uint64_t programId,
                              const wire::Program &program) = 0;
-  virtual void run(int rank, uint64_t programId,
+  /// Runs, on every rank of `ranks`, the program that rank holds under
+  /// `programId`, with the same handles and random seeds (the values of the
+  /// programs' `seed_slot`s). A step of a training loop is this one call:
+  /// one message per worker process.
+  virtual void run(const std::vector<int64_t> &ranks, uint64_t programId,
                    const std::vector<Handle> &inputs,
-                   const std::vector<Handle> &outputs) = 0;
+                   const std::vector<Handle> &outputs,
+                   const std::vector<int64_t> &seeds) = 0;
+  /// One rank, no seeds.
+  void run(int rank, uint64_t programId, const std::vector<Handle> &inputs,
+           const std::vector<Handle> &outputs) {
+    run(std::vector<int64_t>{rank}, programId, inputs, outputs, {});
+  }
   virtual void put(int rank, Handle handle, const rt::Tensor &value) = 0;
   virtual std::future<rt::Tensor> fetch(int rank, Handle handle) = 0;
-  virtual void free(int rank, const std::vector<Handle> &handles) = 0;
+  /// Frees `handles` on every rank of `ranks` (one message per process).
+  virtual void free(const std::vector<int64_t> &ranks,
+                    const std::vector<Handle> &handles) = 0;
+  void free(int rank, const std::vector<Handle> &handles) {
+    free(std::vector<int64_t>{rank}, handles);
+  }
   virtual void synchronize() = 0;
   virtual void shutdown() = 0;
   virtual uint64_t messagesSent() const = 0;
@@ -51,7 +66,17 @@ struct ClusterConfig {
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 
-/// "cluster" or "inprocess" (the in-process one uses only config.worldSize).
+/// Simulated workers: every request is answered at once and nothing runs.
+/// Uploaded programs are validated (rt::validateProgram, as a worker does),
+/// runs of invalid or unknown programs poison their outputs, and a fetch
+/// returns zeros of the piece's local shape and dtype (from the program's
+/// output buffer, or the put value). messagesSent() counts the messages a
+/// cluster of `numProcesses` processes (contiguous rank blocks) would get.
+/// For measuring the controller alone at any world size.
+std::unique_ptr<Backend> makeSimulatedBackend(int worldSize, int numProcesses);
+
+/// "cluster", "inprocess" or "simulated" (the in-process one uses only
+/// config.worldSize).
 std::unique_ptr<Backend> makeBackend(const std::string &kind,
                                      const ClusterConfig &config);
 

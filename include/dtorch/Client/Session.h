@@ -155,6 +155,10 @@ struct Node {
   Handle id;
   std::weak_ptr<TensorStorage> owner;
   ScalarOperand scalar;
+  /// Each input as a position inside the segment: a node index (>= 0), an
+  /// argument index a as -1 - a, or kScalarOperand (SegmentKey.h) for the
+  /// scalar slot. What the structural key hashes instead of handles.
+  std::vector<int32_t> operands;
 };
 
 /// A cut of the op stream: nodes in order, the materialized values they read
@@ -165,9 +169,30 @@ struct Segment {
   std::vector<Handle> args;
   std::vector<TensorMeta> argMetas;
   std::vector<Handle> results;
+  /// The node index of each result (set by the cut).
+  std::vector<int32_t> resultNodes;
+  /// The structural hash (SegmentKey.h), built while recording; complete
+  /// once the cut added the results.
+  uint64_t structureHash = 0;
+  /// The seeds of the random nodes in node order: run parameters, one per
+  /// seed slot, not part of the structure.
+  std::vector<int64_t> seeds;
 };
 
 class Controller;
+
+/// What the controller did so far and how long it took (its own thread's
+/// time, not the workers').
+struct ControllerStats {
+  uint64_t segments = 0;   // segments run
+  uint64_t memoryHits = 0; // found in the in-memory program cache
+  uint64_t diskHits = 0;   // loaded from the on-disk program cache
+  uint64_t compiles = 0;   // compiled (misses of both caches)
+  double compileSeconds = 0; // segment text + compile, over all compiles
+  double diskSeconds = 0;    // on-disk cache lookups, loads and stores
+  double hitSeconds = 0;     // lookup + dispatch of the in-memory hits
+  double lastHitSeconds = 0; // ... of the last one
+};
 
 struct SessionOptions {
   int worldSize = 4;
@@ -177,6 +202,9 @@ struct SessionOptions {
   std::vector<std::string> workerAddresses;
   std::string token; // shared secret of workers started by hand
   size_t maxSegmentNodes = 2048;
+  /// Where compiled programs persist across processes (ProgramDiskCache.h);
+  /// empty: no on-disk cache.
+  std::string programCacheDir;
 };
 
 class Session {
@@ -288,6 +316,8 @@ public:
   size_t liveTensors() const;
   /// Segments compiled so far (cache misses of the controller).
   size_t compiles() const;
+  /// The controller's counters and times (Controller::stats()).
+  ControllerStats controllerStats() const;
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
 
@@ -328,12 +358,19 @@ private:
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Storage> argRefs_;
+  /// Handle -> position in the pending segment (Node::operands' encoding).
+  std::unordered_map<Handle, int32_t> positionOf_;
   std::unordered_map<std::string, Placements> strategyCache_;
   std::string keyBuffer_;
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
   bool shutDown_ = false;
 };
+
+/// For tests: ANDed into every segment's structural hash before the
+/// program cache lookup; 0 makes all segments collide, so the structural
+/// comparison alone tells them apart. ~0 restores the default.
+void setSegmentHashMaskForTesting(uint64_t mask);
 
 /// The dtypes the runtime has a CPU kernel for (the coverage test checks the
 /// op registry against them).

@@ -148,6 +148,40 @@ TEST(RankState, RefusesRunsThatDoNotMatch) {
   EXPECT_TRUE(state.isPoisoned(6));
 }
 
+// A program uploaded once draws other numbers with other run seeds, the same
+// ones with the same seed, and refuses a slot the run does not fill.
+TEST(RankState, RandomSeedSlotsReadTheRunsSeeds) {
+  RankState state(0, nullptr);
+  ProgramBuilder b(0);
+  int out = b.buffer(F32, {8});
+  auto &inst = b.add("random", {}, {out});
+  setInt(inst, "seed_slot", 0);
+  setString(inst, "dist", "normal");
+  setInts(inst, "global_shape", {8});
+  setInts(inst, "offset", {0});
+  b.output(out);
+  state.upload(1, b.program());
+  EXPECT_EQ(state.run(1, {}, {10}, {3}), std::nullopt);
+  EXPECT_EQ(state.run(1, {}, {11}, {4}), std::nullopt);
+  EXPECT_EQ(state.run(1, {}, {12}, {3}), std::nullopt);
+  std::vector<float> a = valuesOf<float>(state.fetch(10));
+  EXPECT_NE(a, valuesOf<float>(state.fetch(11)));
+  EXPECT_EQ(a, valuesOf<float>(state.fetch(12)));
+  EXPECT_EQ(a[5], static_cast<float>(randomNormal(3, 5)));
+  std::optional<std::string> error = state.run(1, {}, {13});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("seed_slot 0 is outside the run's 0 seed(s)"),
+            std::string::npos)
+      << *error;
+  // A negative slot is refused by validation, on upload.
+  setInt(*b.program().mutable_instructions(0), "seed_slot", -1);
+  state.upload(2, b.program());
+  error = state.run(2, {}, {14}, {3});
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("'seed_slot' must be >= 0"), std::string::npos)
+      << *error;
+}
+
 TEST(RankState, RunsCollectivesThroughItsCommunicator) {
   const int world = 2;
   FakeCollectiveHub hub(world, std::chrono::seconds(5));

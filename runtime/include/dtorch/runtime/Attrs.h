@@ -13,6 +13,9 @@ class AttrReader {
 public:
   using AttrMap = ::google::protobuf::Map<std::string, ::dtorch::wire::Attr>;
   explicit AttrReader(const AttrMap &attrs) : attrs_(attrs) {}
+  /// With the run's seeds: `seed_slot` attributes index into them.
+  AttrReader(const AttrMap &attrs, const std::vector<int64_t> *runSeeds)
+      : attrs_(attrs), runSeeds_(runSeeds) {}
 
   bool has(const std::string &name) const;
   // Each getter throws RuntimeError when the attribute is missing (for the
@@ -28,10 +31,18 @@ public:
                                const std::vector<int64_t> &fallback) const;
   // The raw bytes of a `data` attribute.
   const std::string &getData(const std::string &name) const;
+  // A random kernel's seed: the run's seed at `seed_slot` when the
+  // instruction names a slot (a program compiled once and run with fresh
+  // seeds), else the fixed `seed`. Throws when the slot is negative or the
+  // run carries fewer seeds.
+  int64_t randomSeed() const;
+  // What check() can verify without a run: a `seed_slot` >= 0 or a `seed`.
+  void checkRandomSeed() const;
 
 private:
   const ::dtorch::wire::Attr &require(const std::string &name) const;
   const AttrMap &attrs_;
+  const std::vector<int64_t> *runSeeds_ = nullptr;
 };
 
 } // namespace dtorch::rt

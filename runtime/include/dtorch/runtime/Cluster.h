@@ -77,9 +77,19 @@ public:
   void run(int rank, uint64_t programId,
            const std::vector<TensorHandle> &inputs,
            const std::vector<TensorHandle> &outputs);
+  /// Runs the program each of `ranks` holds under `programId` with the same
+  /// handles and random seeds (`seed_slot` values): one RunProgram message
+  /// per worker process, naming its ranks.
+  void run(const std::vector<int64_t> &ranks, uint64_t programId,
+           const std::vector<TensorHandle> &inputs,
+           const std::vector<TensorHandle> &outputs,
+           const std::vector<int64_t> &seeds = {});
   void put(int rank, TensorHandle handle, const Tensor &value);
   std::future<Tensor> fetch(int rank, TensorHandle handle);
   void free(int rank, const std::vector<TensorHandle> &handles);
+  /// Frees `handles` on every rank of `ranks`: one message per process.
+  void free(const std::vector<int64_t> &ranks,
+            const std::vector<TensorHandle> &handles);
   /// Waits until every worker finished all work sent so far.
   void synchronize();
   /// Stops the workers this cluster started (within 2 s) and closes sockets.

@@ -20,16 +20,19 @@ public:
   // program.inputs() in order (dtype and shape are checked), runs it and
   // returns the output buffers in program.outputs() order. Throws
   // RuntimeError whose message names the failing instruction index, its op
-  // and its location field.
+  // and its location field. `seeds` are the run's random seeds: a random
+  // instruction with a `seed_slot` attribute reads its seed from them.
   std::vector<Tensor> run(const ::dtorch::wire::Program &program,
-                          const std::vector<Tensor> &inputs);
+                          const std::vector<Tensor> &inputs,
+                          const std::vector<int64_t> &seeds = {});
 
   // The two halves of run(), for callers that keep programs: validate once
   // when a program arrives, then run it as often as asked without
   // re-validating (the steady-state path of a training loop).
   void validate(const ::dtorch::wire::Program &program) const;
   std::vector<Tensor> runValidated(const ::dtorch::wire::Program &program,
-                                   const std::vector<Tensor> &inputs);
+                                   const std::vector<Tensor> &inputs,
+                                   const std::vector<int64_t> &seeds = {});
 
 private:
   Communicator *comm_;

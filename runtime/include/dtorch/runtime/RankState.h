@@ -44,9 +44,11 @@ public:
   // outputs under `outputs`. On failure every handle of `outputs` is
   // poisoned and the message is returned ("rank R: ..." for the failures of
   // this run; the original message when an input was already poisoned).
+  // `seeds` fill the program's random seed slots (`seed_slot`).
   std::optional<std::string> run(uint64_t programId,
                                  const std::vector<uint64_t> &inputs,
-                                 const std::vector<uint64_t> &outputs);
+                                 const std::vector<uint64_t> &outputs,
+                                 const std::vector<int64_t> &seeds = {});
 
   // Stores `value` under `handle` and clears any poison on it.
   void put(uint64_t handle, Tensor value);

@@ -1,0 +1,210 @@
+//===- SimulatedBackend.cpp - workers that answer at once -----------------===//
+//
+// A backend for measuring the controller alone at any world size: nothing
+// runs. It keeps what a fetch must answer and nothing per rank that a step
+// would touch: per program, each rank's output buffer specs (and whether
+// validation refused it); per handle, where its pieces come from (a program's
+// output, or put values). So a run costs the same whatever the world size
+// (one counted message per simulated process), and a fetch returns zeros of
+// the piece's local shape and dtype.
+//
+//===----------------------------------------------------------------------===//
+#include "dtorch/Client/Backend.h"
+#include "dtorch/Client/Errors.h"
+#include "dtorch/runtime/ProgramValidator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+namespace dtorch::client {
+namespace {
+
+class SimulatedBackend : public Backend {
+public:
+  SimulatedBackend(int worldSize, int numProcesses)
+      : worldSize_(worldSize),
+        processOf_(static_cast<size_t>(worldSize), 0),
+        stamp_(static_cast<size_t>(std::max(1, numProcesses)), 0) {
+    if (worldSize < 1 || numProcesses < 1 || numProcesses > worldSize)
+      throw ValueError("simulated backend: need 1 <= num_processes <= "
+                       "world_size");
+    // Contiguous rank blocks, as the embedded cluster lays them out.
+    int first = 0;
+    for (int p = 0; p < numProcesses; ++p) {
+      int n = worldSize / numProcesses + (p < worldSize % numProcesses);
+      for (int r = 0; r < n; ++r)
+        processOf_[static_cast<size_t>(first + r)] = p;
+      first += n;
+    }
+  }
+
+  int worldSize() const override { return worldSize_; }
+  std::string hostOf(int) const override { return "simulated"; }
+
+  void uploadProgram(int rank, uint64_t id,
+                     const wire::Program &program) override {
+    check(rank);
+    ++sent_;
+    Program &p = programs_[id];
+    if (p.outputs.empty())
+      p.outputs.resize(static_cast<size_t>(worldSize_));
+    auto &specs = p.outputs[static_cast<size_t>(rank)];
+    specs.clear();
+    for (int buffer : program.outputs())
+      if (buffer >= 0 && buffer < program.buffers_size())
+        specs.push_back(program.buffers(buffer));
+    try {
+      rt::validateProgram(program, rank);
+      p.invalid.erase(rank);
+    } catch (const std::exception &e) {
+      p.invalid[rank] = e.what();
+    }
+  }
+
+  using Backend::free;
+  using Backend::run;
+  void run(const std::vector<int64_t> &ranks, uint64_t id,
+           const std::vector<Handle> &inputs,
+           const std::vector<Handle> &outputs,
+           const std::vector<int64_t> &) override {
+    countMessages(ranks);
+    std::string error;
+    auto it = programs_.find(id);
+    if (it == programs_.end()) {
+      error = "unknown program id " + std::to_string(id);
+    } else if (!it->second.invalid.empty()) {
+      const auto &[rank, why] = *it->second.invalid.begin();
+      error = "rank " + std::to_string(rank) + ": " + why;
+    }
+    for (Handle in : inputs)
+      if (error.empty())
+        if (auto v = values_.find(in); v != values_.end() && v->second.poison)
+          error = v->second.error; // the root cause travels down the chain
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      Value &v = values_[outputs[k]];
+      v = Value();
+      v.programId = id;
+      v.output = static_cast<int>(k);
+      v.poison = !error.empty();
+      v.error = error;
+    }
+  }
+
+  void put(int rank, Handle handle, const rt::Tensor &value) override {
+    check(rank);
+    ++sent_;
+    Value &v = values_[handle];
+    if (v.programId != 0 || v.poison)
+      v = Value();
+    v.put[rank] = wire::TensorSpec();
+    v.put[rank].set_dtype(value.dtype());
+    for (int64_t d : value.shape())
+      v.put[rank].add_shape(d);
+  }
+
+  std::future<rt::Tensor> fetch(int rank, Handle handle) override {
+    ++sent_;
+    ++roundTrips_;
+    std::promise<rt::Tensor> promise;
+    try {
+      rt::Tensor zeros = rt::Tensor::emptyLike(specOf(rank, handle));
+      std::memset(zeros.data(), 0, zeros.nbytes());
+      promise.set_value(std::move(zeros));
+    } catch (const std::exception &e) {
+      promise.set_exception(
+          std::make_exception_ptr(WorkerError(rank, "simulated", e.what())));
+    }
+    return promise.get_future();
+  }
+
+  void free(const std::vector<int64_t> &ranks,
+            const std::vector<Handle> &handles) override {
+    countMessages(ranks);
+    for (Handle h : handles)
+      values_.erase(h); // the controller frees a handle on all its ranks
+  }
+
+  void synchronize() override {
+    sent_ += stamp_.size();
+    ++roundTrips_;
+  }
+  void shutdown() override {}
+  uint64_t messagesSent() const override { return sent_; }
+  uint64_t roundTrips() const override { return roundTrips_; }
+
+private:
+  struct Program {
+    std::vector<std::vector<wire::TensorSpec>> outputs; // by rank
+    std::map<int, std::string> invalid;                 // rank -> reason
+  };
+  struct Value {
+    uint64_t programId = 0; // 0: put
+    int output = 0;
+    bool poison = false;
+    std::string error;
+    std::unordered_map<int, wire::TensorSpec> put; // rank -> spec
+  };
+
+  void check(int rank) const {
+    if (rank < 0 || rank >= worldSize_)
+      throw rt::RuntimeError("no rank " + std::to_string(rank));
+  }
+  /// One message per distinct process among `ranks`.
+  void countMessages(const std::vector<int64_t> &ranks) {
+    ++epoch_;
+    for (int64_t r : ranks) {
+      check(static_cast<int>(r));
+      uint64_t &seen = stamp_[static_cast<size_t>(processOf_[r])];
+      if (seen != epoch_) {
+        seen = epoch_;
+        ++sent_;
+      }
+    }
+  }
+  const wire::TensorSpec &specOf(int rank, Handle handle) const {
+    check(rank);
+    auto it = values_.find(handle);
+    if (it == values_.end())
+      throw rt::RuntimeError("rank " + std::to_string(rank) +
+                             ": unknown tensor handle " +
+                             std::to_string(handle));
+    const Value &v = it->second;
+    if (v.poison)
+      throw rt::RuntimeError(v.error);
+    if (v.programId == 0) {
+      auto put = v.put.find(rank);
+      if (put == v.put.end())
+        throw rt::RuntimeError("rank " + std::to_string(rank) +
+                               ": unknown tensor handle " +
+                               std::to_string(handle));
+      return put->second;
+    }
+    const auto &outputs =
+        programs_.at(v.programId).outputs[static_cast<size_t>(rank)];
+    if (static_cast<size_t>(v.output) >= outputs.size())
+      throw rt::RuntimeError("rank " + std::to_string(rank) +
+                             ": program " + std::to_string(v.programId) +
+                             " was not uploaded to this rank");
+    return outputs[static_cast<size_t>(v.output)];
+  }
+
+  int worldSize_;
+  std::vector<int> processOf_;
+  std::vector<uint64_t> stamp_;
+  uint64_t epoch_ = 0;
+  std::unordered_map<uint64_t, Program> programs_;
+  std::unordered_map<Handle, Value> values_;
+  std::atomic<uint64_t> sent_{0}, roundTrips_{0};
+};
+
+} // namespace
+
+std::unique_ptr<Backend> makeSimulatedBackend(int worldSize,
+                                              int numProcesses) {
+  return std::make_unique<SimulatedBackend>(worldSize, numProcesses);
+}
+
+} // namespace dtorch::client
