@@ -44,8 +44,7 @@ void markSeedSlots(wire::Program &program) {
 std::atomic<uint64_t> hashMask{~0ULL};
 
 double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -177,8 +176,8 @@ void Controller::runSegment(const Segment &seg) {
   }
 }
 
-std::unique_ptr<Controller::Compiled>
-Controller::obtain(const Segment &seg, const Mesh &mesh) {
+std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
+                                                         const Mesh &mesh) {
   auto c = std::make_unique<Compiled>();
   c->programId = nextProgramId_++;
   c->structure.meshId = seg.meshId;

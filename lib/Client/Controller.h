@@ -88,7 +88,7 @@ private:
   void guarded(const std::function<void()> &fn);
 
   std::unique_ptr<Backend> backend_;
-  std::unordered_map<int, Mesh> meshes_;            // controller thread only
+  std::unordered_map<int, Mesh> meshes_; // controller thread only
   // Controller thread only: the program cache, by the segment's structural
   // hash mixed with its mesh's; a bucket holds the entries that collide.
   std::unordered_map<uint64_t, std::vector<std::unique_ptr<Compiled>>> cache_;

@@ -114,9 +114,8 @@ ProgramDiskCache::load(uint64_t key, const std::string &structure) const {
   ByteReader r{data, sizeof kMagic};
   uint64_t version, count;
   std::string stored;
-  if (!r.u64(version) || version != compilerVersionKey() ||
-      !r.bytes(stored) || stored != structure || !r.u64(count) ||
-      count > (data.size() - r.at) / 8)
+  if (!r.u64(version) || version != compilerVersionKey() || !r.bytes(stored) ||
+      stored != structure || !r.u64(count) || count > (data.size() - r.at) / 8)
     return std::nullopt;
   std::vector<wire::Program> programs(count);
   std::string bytes;

@@ -173,14 +173,13 @@ uint64_t meshHash(const Mesh &mesh) {
 }
 
 bool sameMesh(const Mesh &a, const Mesh &b) {
-  return a.shape == b.shape && a.ranks == b.ranks &&
-         a.dimNames == b.dimNames && a.device == b.device;
+  return a.shape == b.shape && a.ranks == b.ranks && a.dimNames == b.dimNames &&
+         a.device == b.device;
 }
 
 bool sameStructure(const Segment &a, const Segment &b) {
   if (a.nodes.size() != b.nodes.size() ||
-      a.argMetas.size() != b.argMetas.size() ||
-      a.resultNodes != b.resultNodes)
+      a.argMetas.size() != b.argMetas.size() || a.resultNodes != b.resultNodes)
     return false;
   for (size_t i = 0; i < a.argMetas.size(); ++i)
     if (!sameMeta(a.argMetas[i], b.argMetas[i]))

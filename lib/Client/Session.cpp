@@ -69,8 +69,8 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.workerAddresses = options.workerAddresses;
   cfg.token = options.token;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
-  controller_ = std::make_unique<Controller>(std::move(backend),
-                                             options.programCacheDir);
+  controller_ =
+      std::make_unique<Controller>(std::move(backend), options.programCacheDir);
 }
 
 Session::~Session() { shutdown(); }
@@ -143,8 +143,7 @@ Handle Session::useValue(const Tensor &t) {
   if (s.meta)
     throw ValueError(kMetaMessage);
   if (s.materialized && !positionOf_.count(s.id)) {
-    positionOf_.emplace(s.id,
-                        -1 - static_cast<int32_t>(segment_.args.size()));
+    positionOf_.emplace(s.id, -1 - static_cast<int32_t>(segment_.args.size()));
     segment_.args.push_back(s.id);
     segment_.argMetas.push_back(t->meta_);
     segment_.structureHash =

@@ -25,8 +25,7 @@ namespace {
 class SimulatedBackend : public Backend {
 public:
   SimulatedBackend(int worldSize, int numProcesses)
-      : worldSize_(worldSize),
-        processOf_(static_cast<size_t>(worldSize), 0),
+      : worldSize_(worldSize), processOf_(static_cast<size_t>(worldSize), 0),
         stamp_(static_cast<size_t>(std::max(1, numProcesses)), 0) {
     if (worldSize < 1 || numProcesses < 1 || numProcesses > worldSize)
       throw ValueError("simulated backend: need 1 <= num_processes <= "
@@ -185,8 +184,8 @@ private:
     const auto &outputs =
         programs_.at(v.programId).outputs[static_cast<size_t>(rank)];
     if (static_cast<size_t>(v.output) >= outputs.size())
-      throw rt::RuntimeError("rank " + std::to_string(rank) +
-                             ": program " + std::to_string(v.programId) +
+      throw rt::RuntimeError("rank " + std::to_string(rank) + ": program " +
+                             std::to_string(v.programId) +
                              " was not uploaded to this rank");
     return outputs[static_cast<size_t>(v.output)];
   }
@@ -202,8 +201,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<Backend> makeSimulatedBackend(int worldSize,
-                                              int numProcesses) {
+std::unique_ptr<Backend> makeSimulatedBackend(int worldSize, int numProcesses) {
   return std::make_unique<SimulatedBackend>(worldSize, numProcesses);
 }
 

@@ -520,9 +520,8 @@ NB_MODULE(_C, m) {
       "hits, on-disk hits, compiles; seconds spent compiling (text + "
       "compile), in the on-disk cache, and on the lookup + dispatch of "
       "in-memory hits (total and last).");
-  m.def("_set_segment_hash_mask", [](uint64_t mask) {
-    setSegmentHashMaskForTesting(mask);
-  });
+  m.def("_set_segment_hash_mask",
+        [](uint64_t mask) { setSegmentHashMaskForTesting(mask); });
 
   using PList = std::vector<std::tuple<std::string, int64_t, std::string>>;
   m.def("full", [](std::vector<int64_t> shape, double v, wire::DType dt,

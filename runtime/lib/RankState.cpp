@@ -26,10 +26,10 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
   }
 }
 
-std::optional<std::string>
-RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
-               const std::vector<uint64_t> &outputs,
-               const std::vector<int64_t> &seeds) {
+std::optional<std::string> RankState::run(uint64_t programId,
+                                          const std::vector<uint64_t> &inputs,
+                                          const std::vector<uint64_t> &outputs,
+                                          const std::vector<int64_t> &seeds) {
   auto fail = [&](const std::string &message) {
     poisonAll(outputs, message);
     return std::optional<std::string>(message);

@@ -184,10 +184,10 @@ class Controller;
 /// What the controller did so far and how long it took (its own thread's
 /// time, not the workers').
 struct ControllerStats {
-  uint64_t segments = 0;   // segments run
-  uint64_t memoryHits = 0; // found in the in-memory program cache
-  uint64_t diskHits = 0;   // loaded from the on-disk program cache
-  uint64_t compiles = 0;   // compiled (misses of both caches)
+  uint64_t segments = 0;     // segments run
+  uint64_t memoryHits = 0;   // found in the in-memory program cache
+  uint64_t diskHits = 0;     // loaded from the on-disk program cache
+  uint64_t compiles = 0;     // compiled (misses of both caches)
   double compileSeconds = 0; // segment text + compile, over all compiles
   double diskSeconds = 0;    // on-disk cache lookups, loads and stores
   double hitSeconds = 0;     // lookup + dispatch of the in-memory hits

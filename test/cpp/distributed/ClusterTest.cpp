@@ -77,8 +77,8 @@ TEST(Cluster, OneRunMessagePerProcessWithSeeds) {
     for (int rank = 0; rank < 4; ++rank) {
       std::vector<float> want;
       for (int i = 0; i < 6; ++i)
-        want.push_back(static_cast<float>(randomUniform(
-            seed, static_cast<uint64_t>(rank * 6 + i))));
+        want.push_back(static_cast<float>(
+            randomUniform(seed, static_cast<uint64_t>(rank * 6 + i))));
       EXPECT_EQ(valuesOf<float>(cluster.fetch(rank, 50 + seed).get()), want)
           << "rank " << rank << " seed " << seed;
     }
@@ -458,7 +458,9 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
   } catch (const WorkerError &error) {
     std::string message = error.what();
     EXPECT_NE(message.find("version 7"), std::string::npos) << message;
-    EXPECT_NE(message.find("version " + std::to_string(wire::PROTOCOL_VERSION)), std::string::npos) << message;
+    EXPECT_NE(message.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+              std::string::npos)
+        << message;
   }
   responder.join();
 }

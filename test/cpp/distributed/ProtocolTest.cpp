@@ -50,7 +50,9 @@ TEST(Protocol, HelloChecks) {
   hello.set_protocol_version(99);
   std::string reason = checkHello(hello, "secret", wire::ROLE_WORKER);
   EXPECT_NE(reason.find("version 99"), std::string::npos) << reason;
-  EXPECT_NE(reason.find("version " + std::to_string(wire::PROTOCOL_VERSION)), std::string::npos) << reason;
+  EXPECT_NE(reason.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+            std::string::npos)
+      << reason;
   EXPECT_EQ(failingInstructionOf(
                 "program 'p': instruction 12 ('add' at x.py:3) failed"),
             12);
@@ -125,7 +127,9 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   send(hello(99, "tok"));
   std::string mismatch = expectError();
   EXPECT_NE(mismatch.find("version 99"), std::string::npos) << mismatch;
-  EXPECT_NE(mismatch.find("version " + std::to_string(wire::PROTOCOL_VERSION)), std::string::npos) << mismatch;
+  EXPECT_NE(mismatch.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+            std::string::npos)
+      << mismatch;
 
   send(hello(wire::PROTOCOL_VERSION, "wrong"));
   EXPECT_NE(expectError().find("wrong token"), std::string::npos);
