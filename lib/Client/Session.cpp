@@ -139,11 +139,15 @@ static const char *const kMetaMessage =
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
-  const TensorStorage &s = *t->storage_;
+  TensorStorage &s = *t->storage_;
   if (s.meta)
     throw ValueError(kMetaMessage);
-  if (s.materialized && !positionOf_.count(s.id)) {
-    positionOf_.emplace(s.id, -1 - static_cast<int32_t>(segment_.args.size()));
+  if (s.segmentEpoch != segmentEpoch_) {
+    if (!s.materialized)
+      throw DTorchError("internal error: tensor " + std::to_string(s.id) +
+                        " is neither on the workers nor pending");
+    s.segmentEpoch = segmentEpoch_;
+    s.segmentPosition = -1 - static_cast<int32_t>(segment_.args.size());
     segment_.args.push_back(s.id);
     segment_.argMetas.push_back(t->meta_);
     segment_.structureHash =
@@ -167,9 +171,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   n.inputs.reserve(inputs.size() + (scalar.index >= 0));
   n.operands.reserve(inputs.size() + (scalar.index >= 0));
   for (const Tensor &t : inputs) {
-    Handle h = useValue(t);
-    n.inputs.push_back(h);
-    n.operands.push_back(positionOf_.at(h));
+    n.inputs.push_back(useValue(t));
+    n.operands.push_back(t->storage_->segmentPosition);
   }
   if (scalar.index >= 0) {
     n.inputs.insert(n.inputs.begin() + scalar.index, 0);
@@ -194,13 +197,15 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
       if (name == "seed")
         segment_.seeds.push_back(v.i); // seed slot = order among random ops
   segment_.structureHash = hashNode(segment_.structureHash, n);
-  positionOf_.emplace(n.id, static_cast<int32_t>(segment_.nodes.size()));
+  result->storage_->segmentEpoch = segmentEpoch_;
+  result->storage_->segmentPosition =
+      static_cast<int32_t>(segment_.nodes.size());
   segment_.nodes.push_back(std::move(n));
   return result;
 }
 
 void Session::flush() {
-  positionOf_.clear();
+  ++segmentEpoch_; // every position of the pending segment is stale now
   if (segment_.nodes.empty()) {
     segment_ = Segment();
     argRefs_.clear();

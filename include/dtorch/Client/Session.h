@@ -99,6 +99,10 @@ struct TensorStorage {
   /// A meta tensor's storage: metadata only, no value anywhere; reading it
   /// raises (Session::meta).
   bool meta = false;
+  /// Its position in the pending segment (Node::operands' encoding), valid
+  /// while `segmentEpoch` is the session's current one.
+  uint64_t segmentEpoch = 0;
+  int32_t segmentPosition = 0;
 };
 using Storage = std::shared_ptr<TensorStorage>;
 
@@ -358,8 +362,8 @@ private:
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Storage> argRefs_;
-  /// Handle -> position in the pending segment (Node::operands' encoding).
-  std::unordered_map<Handle, int32_t> positionOf_;
+  /// Numbers the pending segment (TensorStorage::segmentEpoch).
+  uint64_t segmentEpoch_ = 1;
   std::unordered_map<std::string, Placements> strategyCache_;
   std::string keyBuffer_;
   Handle nextHandle_ = 1;
