@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <filesystem>
 #include <fstream>
+#include <link.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -69,18 +70,39 @@ uint64_t hashFile(const std::string &path) {
   return h;
 }
 
+/// Folds every loaded library that decides what the compiler emits: the
+/// file holding compileModule and the DTorch dialect library by content,
+/// MLIR and LLVM (system packages, large) by path, size and time.
+int foldCompilerLibrary(struct dl_phdr_info *info, size_t, void *data) {
+  auto &h = *static_cast<uint64_t *>(data);
+  std::string path = info->dlpi_name ? info->dlpi_name : "";
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  if (base.rfind("libDTorch", 0) == 0) {
+    h = mixHash(h, hashFile(path));
+  } else if (base.rfind("libMLIR", 0) == 0 || base.rfind("libLLVM", 0) == 0) {
+    std::error_code ec;
+    auto size = std::filesystem::file_size(path, ec);
+    auto time = std::filesystem::last_write_time(path, ec);
+    h = mixHash(mixHash(hashString(path, h), static_cast<uint64_t>(size)),
+                static_cast<uint64_t>(time.time_since_epoch().count()));
+  }
+  return 0;
+}
+
 } // namespace
 
 uint64_t compilerVersionKey() {
   static const uint64_t key = [] {
     uint64_t h = mixHash(0x445450524F47ULL, wire::PROGRAM_FORMAT_VERSION);
     Dl_info info;
-    if (dladdr(reinterpret_cast<void *>(&compileModule), &info) &&
-        info.dli_fname)
-      return mixHash(h, hashFile(info.dli_fname));
-    // No file to hash: programs of this process only.
-    return mixHash(h, static_cast<uint64_t>(getpid()) ^
-                          reinterpret_cast<uintptr_t>(&info));
+    if (!dladdr(reinterpret_cast<void *>(&compileModule), &info) ||
+        !info.dli_fname)
+      // No file to hash: programs of this process only.
+      return mixHash(h, static_cast<uint64_t>(getpid()) ^
+                            reinterpret_cast<uintptr_t>(&info));
+    h = mixHash(h, hashFile(info.dli_fname));
+    dl_iterate_phdr(foldCompilerLibrary, &h);
+    return h;
   }();
   return key;
 }

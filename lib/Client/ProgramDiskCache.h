@@ -24,8 +24,9 @@
 namespace dtorch::client {
 
 /// Changes whenever the compiler may emit other programs: a hash of the
-/// binary holding the compiler (this build) and PROGRAM_FORMAT_VERSION.
-/// Computed once per process.
+/// binary holding the compiler and of the DTorch dialect library (this
+/// build, by content), of the MLIR and LLVM libraries loaded (by path, size
+/// and time) and PROGRAM_FORMAT_VERSION. Computed once per process.
 uint64_t compilerVersionKey();
 
 class ProgramDiskCache {
