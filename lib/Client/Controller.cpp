@@ -211,7 +211,7 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
   }
   auto start = std::chrono::steady_clock::now();
   ++compiles_;
-  compileInto(*c, seg, mesh);
+  compileInto(*c, seg, mesh, false);
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.compiles;
@@ -226,12 +226,12 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
   return c;
 }
 
-void Controller::compileInto(Compiled &c, const Segment &seg,
-                             const Mesh &mesh) {
+void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
+                             bool withStages) {
   std::vector<int64_t> slots; // random ops get their slot number as seed
   std::string text = segmentText(seg, mesh, "segment", &slots);
   CompileOptions options;
-  options.recordStages = true;
+  options.recordStages = withStages;
   options.explain = true;
   CompileResult result = compileModule(text, "segment.mlir", options);
   if (!result.ok || result.functions.size() != 1)
@@ -244,19 +244,24 @@ void Controller::compileInto(Compiled &c, const Segment &seg,
   }
   c.stages = std::move(result.stages);
   c.explanation = std::move(result.explanations);
-  c.hasIr = true;
+  c.hasExplanation = true;
+  c.hasStages = withStages;
 }
 
-void Controller::ensureIr(Compiled &c) {
-  if (c.hasIr)
+void Controller::ensureIr(Compiled &c, bool stages) {
+  if (c.hasExplanation && (c.hasStages || !stages))
     return;
-  // Programs loaded from the disk: compile again for the IR only; the
-  // uploaded programs stay.
+  // Compiled again for what it lacks (the uploaded programs stay): the IR
+  // stages are printed only when asked (printing them costs more than the
+  // compile on large meshes), and programs from the disk have neither.
   Compiled fresh;
-  compileInto(fresh, c.structure, c.mesh);
-  c.stages = std::move(fresh.stages);
+  compileInto(fresh, c.structure, c.mesh, stages);
+  if (stages) {
+    c.stages = std::move(fresh.stages);
+    c.hasStages = true;
+  }
   c.explanation = std::move(fresh.explanation);
-  c.hasIr = true;
+  c.hasExplanation = true;
 }
 
 void Controller::put(int meshId, Handle handle, rt::Tensor full,
@@ -341,7 +346,7 @@ Controller::lastExplanation() {
         promise->set_value(std::nullopt);
         return;
       }
-      ensureIr(*last_);
+      ensureIr(*last_, false);
       promise->set_value(last_->explanation);
     } catch (...) {
       promise->set_exception(std::current_exception());
@@ -360,7 +365,7 @@ std::string Controller::lastIr(const std::string &stage) {
         promise->set_value({});
         return;
       }
-      ensureIr(*last_);
+      ensureIr(*last_, true);
       promise->set_value(last_->stages);
     } catch (...) {
       promise->set_exception(std::current_exception());

@@ -67,9 +67,11 @@ private:
     Mesh mesh;
     std::vector<wire::Program> programs; // by mesh position, global ranks
     bool uploaded = false;
-    /// The IR stages and explanation are known (false when the programs
-    /// came from the disk: compiled again from `structure` when asked).
-    bool hasIr = false;
+    /// Whether the explanation and the IR stages are known: a miss compiles
+    /// without stages, the disk gives neither; ensureIr compiles again from
+    /// `structure` for what is asked.
+    bool hasExplanation = false;
+    bool hasStages = false;
     std::vector<std::pair<std::string, std::string>> stages;
     std::vector<RedistributionExplanation> explanation;
   };
@@ -79,10 +81,13 @@ private:
   void runSegment(const Segment &segment);
   /// A cache entry for `segment` from the disk or the compiler.
   std::unique_ptr<Compiled> obtain(const Segment &segment, const Mesh &mesh);
-  /// Compiles `segment`'s text; fills programs, stages and explanation.
-  void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh);
-  /// Makes sure c's stages and explanation are known (controller thread).
-  void ensureIr(Compiled &c);
+  /// Compiles `segment`'s text; fills programs and explanation, and the IR
+  /// stages `withStages`.
+  void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh,
+                   bool withStages);
+  /// Makes sure c's explanation (and its IR stages with `stages`) are known
+  /// (controller thread).
+  void ensureIr(Compiled &c, bool stages);
   void rethrowIfFailed();
   /// Runs `fn` and, on failure, remembers the first error for later fetches.
   void guarded(const std::function<void()> &fn);
