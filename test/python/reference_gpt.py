@@ -291,6 +291,28 @@ def train(params, batches, cfg, lr, warmup, betas=(0.9, 0.999), eps=1e-8, weight
     return losses
 
 
+# The problem the parity tests share (test_gpt_parity.py against dtorch,
+# test_reference_gpt.py against torch): a tiny GPT, 20 AdamW steps.
+PARITY = dict(cfg=Config(vocab_size=16, block_size=8, n_layer=2, n_head=2, d_model=16),
+              steps=20, batch_size=8, lr=1e-2, warmup=2, betas=(0.9, 0.99),
+              weight_decay=0.01, init_seed=0, batch_seed=1)
+
+
+def parity_problem(dtype=np.float32):
+    """(initial parameters in `dtype`, batches) of PARITY."""
+    cfg = PARITY["cfg"]
+    init = init_params(cfg, PARITY["init_seed"], dtype)
+    return init, make_batches(cfg, PARITY["steps"], PARITY["batch_size"], PARITY["batch_seed"])
+
+
+def parity_train(dtype=np.float32):
+    """(losses, final parameters) of the reference on PARITY in `dtype`."""
+    init, batches = parity_problem(dtype)
+    losses = train(init, batches, PARITY["cfg"], PARITY["lr"], PARITY["warmup"],
+                   PARITY["betas"], weight_decay=PARITY["weight_decay"])
+    return losses, init
+
+
 def make_batches(cfg, steps, batch_size, seed=1):
     """`steps` random batches (idx, targets) of int64 tokens [B, block_size],
     targets being idx shifted by one in a random token stream (so the model

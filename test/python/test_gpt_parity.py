@@ -17,15 +17,17 @@ import numpy as np
 import pytest
 
 import reference_gpt as ref
+import torch_gpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 
 import model as gpt_model  # noqa: E402
 
-CFG = ref.Config(vocab_size=16, block_size=8, n_layer=2, n_head=2, d_model=16)
-STEPS, BATCH = 20, 8
-LR, WARMUP, BETAS, WEIGHT_DECAY = 1e-2, 2, (0.9, 0.99), 0.01
+CFG = ref.PARITY["cfg"]
+STEPS = ref.PARITY["steps"]
+LR, WARMUP, BETAS, WEIGHT_DECAY = (ref.PARITY[k] for k in ("lr", "warmup", "betas",
+                                                           "weight_decay"))
 LOSS_RTOL = 1e-4
 
 # name -> (mesh shape, mesh dim names, how the model is laid out)
@@ -43,13 +45,19 @@ LAYOUTS = {
 def reference():
     """(initial float32 parameters, batches, float32 losses, final float32
     parameters, float64 losses)."""
-    init = ref.init_params(CFG, seed=0, dtype=np.float32)
-    batches = ref.make_batches(CFG, STEPS, BATCH, seed=1)
-    params = {k: v.copy() for k, v in init.items()}
-    losses = ref.train(params, batches, CFG, LR, WARMUP, BETAS, weight_decay=WEIGHT_DECAY)
-    params64 = {k: v.astype(np.float64) for k, v in init.items()}
-    losses64 = ref.train(params64, batches, CFG, LR, WARMUP, BETAS, weight_decay=WEIGHT_DECAY)
+    init, batches = ref.parity_problem(np.float32)
+    losses, params = ref.parity_train(np.float32)
+    losses64, _ = ref.parity_train(np.float64)
     return init, batches, losses, params, losses64
+
+
+@pytest.fixture(scope="module")
+def torch_losses():
+    """torch's float32 losses on the same problem, or None without torch
+    (test_reference_gpt.py checks the reference against torch)."""
+    if torch_gpt.unavailable():
+        return None
+    return np.array(torch_gpt.parity_runs()["float32"][0])
 
 
 def _tp_plan():
@@ -120,13 +128,16 @@ def test_reference_learns_and_float32_tracks_float64(reference):
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_training_matches_the_reference(dt, reference, layout):
+def test_training_matches_the_reference(dt, reference, torch_losses, layout):
     init, batches, want_losses, want_params, _ = reference
     losses, params, model = train(dt, layout, init, batches)
-    rel = np.abs(np.array(losses) / np.array(want_losses) - 1)
-    assert np.all(rel <= LOSS_RTOL), (
-        f"{layout}: worst relative loss error {rel.max():.2e} at step {int(rel.argmax())}\n"
-        f"dtorch:    {np.array(losses)}\nreference: {np.array(want_losses)}")
+    for who, want in (("reference", want_losses), ("torch", torch_losses)):
+        if want is None:
+            continue
+        rel = np.abs(np.array(losses) / np.array(want) - 1)
+        assert np.all(rel <= LOSS_RTOL), (
+            f"{layout}: worst loss error relative to {who} {rel.max():.2e} at step "
+            f"{int(rel.argmax())}\ndtorch: {np.array(losses)}\n{who}: {np.array(want)}")
     assert set(params) == set(want_params)
     for name, want in want_params.items():
         # AdamW moves each element by up to ~lr per step; float32 rounding
