@@ -370,8 +370,8 @@ Tensor Session::binary(const std::string &op, const Tensor &a0,
   } catch (const ValueError &e) {
     throw ValueError(op + ": " + e.what());
   }
-  Tensor a = a0->meta().shape == shape ? a0 : broadcastTo(a0, shape);
-  Tensor b = b0->meta().shape == shape ? b0 : broadcastTo(b0, shape);
+  Tensor a = broadcastLike(a0, shape, b0);
+  Tensor b = broadcastLike(b0, shape, a0);
   const TensorMeta &m = a->meta();
   Placements result;
   const Placements &pa = m.placements;
@@ -453,6 +453,26 @@ Tensor Session::broadcastTo(const Tensor &x, const Shape &shape,
     return rules::broadcastTo(m.shape, shape);
   });
   return addNode("broadcast_to", {x}, {}, {shape, m.dtype, m.meshId, result});
+}
+
+Tensor Session::broadcastLike(const Tensor &x, const Shape &shape,
+                              const Tensor &like) {
+  const TensorMeta &m = x->meta();
+  if (m.shape == shape)
+    return x;
+  if (like->meta().shape == shape && like->meta().meshId == m.meshId) {
+    Placements target = like->meta().placements;
+    for (Placement &p : target)
+      if (p.isPartial())
+        p = Placement::replicate();
+    // Free when no rank sends anything (at most a local slice of x).
+    ShardingStrategy s = chooseStrategy(
+        rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
+        elementBytes(m.dtype), mesh(m.meshId).shape, &target);
+    if (s.cost == 0)
+      return broadcastTo(x, shape, &target);
+  }
+  return broadcastTo(x, shape);
 }
 
 Tensor Session::matmul(const Tensor &a, const Tensor &b) {

@@ -1,9 +1,10 @@
 """Parity of training: the GPT of examples/gpt/model.py, with the same
 initial weights (drawn by numpy, loaded with load_state_dict) and the same
 batches, trained for 20 steps with AdamW under the cosine-with-warmup
-schedule in float32 on 1 rank, DP=4, DP x TP 2x2, FSDP=4 and FSDP x TP 2x2,
-gives the loss of every step of the numpy reference (reference_gpt.py) to
-1e-4 relative, and its final parameters.
+schedule in float32 on 1 rank, DP=4, DP x TP 2x2, FSDP=4 and FSDP x TP 2x2
+(and TP=4, ZeRO-2, ZeRO-1, DP x SP with loss parallel), gives the loss of
+every step of the numpy reference (reference_gpt.py) to 1e-4 relative (and
+of torch, when it runs), and its final parameters.
 
 The layouts use the APIs of the example and of torch: DP places the batch
 Shard(0) on "dp" with replicated parameters; DP x TP lays the parameters
@@ -30,14 +31,21 @@ LR, WARMUP, BETAS, WEIGHT_DECAY = (ref.PARITY[k] for k in ("lr", "warmup", "beta
                                                            "weight_decay"))
 LOSS_RTOL = 1e-4
 
-# name -> (mesh shape, mesh dim names, how the model is laid out)
+# name -> (mesh shape, mesh dim names, how the model is laid out): the five
+# layouts of issue 8 (DP x TP once by placements, once with
+# parallelize_module), then TP=4, ZeRO-2, ZeRO-1 and sequence parallel with
+# loss parallel.
 LAYOUTS = {
-    "1": ((1,), None, None),
-    "dp4": ((4,), ("dp",), None),
-    "dp2xtp2": ((2, 2), ("dp", "tp"), "placements"),
-    "dp2xtp2_parallelize_module": ((2, 2), ("dp", "tp"), "parallelize_module"),
-    "fsdp4": ((4,), ("dp",), "fully_shard"),
-    "fsdp2xtp2": ((2, 2), ("dp", "tp"), "parallelize_module+fully_shard"),
+    "1": ((1,), None, ()),
+    "dp4": ((4,), ("dp",), ()),
+    "dp2xtp2": ((2, 2), ("dp", "tp"), ("placements",)),
+    "dp2xtp2_parallelize_module": ((2, 2), ("dp", "tp"), ("tp",)),
+    "fsdp4": ((4,), ("dp",), ("fsdp",)),
+    "fsdp2xtp2": ((2, 2), ("dp", "tp"), ("tp", "fsdp")),
+    "tp4": ((4,), ("tp",), ("tp",)),
+    "zero2_dp4": ((4,), ("dp",), ("fsdp", "keep_gathered")),
+    "zero1_dp4": ((4,), ("dp",), ("zero1",)),
+    "dp2xtp2_sequence_parallel": ((2, 2), ("dp", "tp"), ("sp", "loss_parallel")),
 }
 
 
@@ -60,10 +68,21 @@ def torch_losses():
     return np.array(torch_gpt.parity_runs()["float32"][0])
 
 
-def _tp_plan():
-    from dtorch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-    return {path: ColwiseParallel() if style == "colwise" else RowwiseParallel()
-            for path, style in gpt_model.TP_PLAN.items()}
+def _tp_plan(sequence_parallel=False):
+    """The example's TP_PLAN as torch styles; with `sequence_parallel`, the
+    layer norms run on sequence shards and the linears take and give
+    Shard(1) activations (torch's sequence-parallel transformer plan)."""
+    from dtorch import Shard
+    from dtorch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                    SequenceParallel)
+    if not sequence_parallel:
+        return {path: ColwiseParallel() if style == "colwise" else RowwiseParallel()
+                for path, style in gpt_model.TP_PLAN.items()}
+    plan = {"ln1": SequenceParallel(), "ln2": SequenceParallel()}
+    for path, style in gpt_model.TP_PLAN.items():
+        plan[path] = (ColwiseParallel(input_layouts=Shard(1)) if style == "colwise"
+                      else RowwiseParallel(output_layouts=Shard(1)))
+    return plan
 
 
 def build(dt, layout, init):
@@ -71,7 +90,8 @@ def build(dt, layout, init):
     weights; returns (model, mesh, batch placements)."""
     from dtorch import Replicate, Shard
     from dtorch.distributed.fsdp import fully_shard
-    from dtorch.distributed.tensor.parallel import parallelize_module
+    from dtorch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                    SequenceParallel, parallelize_module)
     shape, names, how = LAYOUTS[layout]
     mesh = dt.init_device_mesh("cpu", shape, mesh_dim_names=names)
     cfg = gpt_model.GPTConfig(vocab_size=CFG.vocab_size, block_size=CFG.block_size,
@@ -79,33 +99,58 @@ def build(dt, layout, init):
     with dt.nn.default_device_mesh(mesh):
         model = gpt_model.GPT(cfg)
     model.load_state_dict(init)
-    how = how or ""
-    if how == "placements":
+    tp_mesh = mesh["tp"] if mesh.ndim > 1 else mesh
+    dp_mesh = mesh["dp"] if mesh.ndim > 1 else mesh
+    if "placements" in how:
         gpt_model.parallelize(model, mesh)
-    if "parallelize_module" in how:
+    if "tp" in how or "sp" in how:
         for block in model.blocks:
-            parallelize_module(block, mesh["tp"], _tp_plan())
-    if "fully_shard" in how:
-        dp_mesh = mesh["dp"] if mesh.ndim > 1 else mesh
+            parallelize_module(block, tp_mesh, _tp_plan(sequence_parallel="sp" in how))
+    if "sp" in how:
+        # Embeddings give sequence shards; the head gives class shards to
+        # the loss-parallel cross-entropy.
+        parallelize_module(model, tp_mesh, {
+            "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+            "pos_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+            "ln_f": SequenceParallel(),
+            "head": ColwiseParallel(input_layouts=Shard(1), use_local_output=False)})
+    if "fsdp" in how:
+        reshard = "keep_gathered" not in how
         for block in model.blocks:
-            fully_shard(block, mesh=dp_mesh)
-        fully_shard(model, mesh=dp_mesh)
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
     batch = [Shard(0) if n == "dp" else Replicate() for n in (names or (None,))]
     return model, mesh, batch
+
+
+def _loss(dt, model, x, y, loss_parallel):
+    if not loss_parallel:
+        return model(x, y)[1]
+    from dtorch.distributed.tensor.parallel import loss_parallel as lp
+    logits = model(x)
+    B, T, V = logits.shape
+    with lp():
+        return dt.nn.functional.cross_entropy(logits.reshape(B * T, V), y.reshape(B * T))
 
 
 def train(dt, layout, init, batches):
     """Trains as examples/gpt/train.py does; returns (losses, final
     parameters as numpy by name, the model)."""
     model, mesh, placements = build(dt, layout, init)
-    opt = dt.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
+    how = LAYOUTS[layout][2]
+    kwargs = dict(lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
+    if "zero1" in how:
+        from dtorch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), dt.optim.AdamW, mesh=mesh, **kwargs)
+    else:
+        opt = dt.optim.AdamW(model.parameters(), **kwargs)
     sched = dt.optim.lr_scheduler.CosineWithWarmupLR(opt, num_warmup_steps=WARMUP,
                                                      num_training_steps=STEPS)
     losses = []
     for idx, targets in batches:
         x = dt.tensor(idx, device_mesh=mesh, placements=placements)
         y = dt.tensor(targets, device_mesh=mesh, placements=placements)
-        _, loss = model(x, y)
+        loss = _loss(dt, model, x, y, "loss_parallel" in how)
         loss.backward()
         opt.step()
         sched.step()
@@ -171,3 +216,20 @@ def test_layouts_really_shard(dt, reference):
     assert pl(model.ln_f.weight) == (Shard(0), Replicate())
     assert {r: a.shape for r, a in model.blocks[0].attn.q.weight.local_shards().items()} == {
         r: (CFG.d_model // 4, CFG.d_model) for r in range(4)}
+    model, _, _ = build(dt, "tp4", init)
+    assert pl(model.blocks[0].mlp.fc1.weight) == (Shard(0),)
+    assert pl(model.blocks[0].mlp.fc2.weight) == (Shard(1),)
+    # Sequence parallel: the norms see sequence shards, the head gives
+    # class shards.
+    model, mesh, batch = build(dt, "dp2xtp2_sequence_parallel", init)
+    assert pl(model.head.weight) == (Replicate(), Shard(0))
+    seen = {}
+    model.blocks[0].ln1.register_forward_hook(
+        lambda m, args, out: seen.update(ln1_in=pl(args[0]), ln1_out=pl(out)))
+    model.blocks[0].mlp.register_forward_hook(
+        lambda m, args, out: seen.update(mlp_out=pl(out)))
+    idx = reference[1][0][0]
+    logits = model(dt.tensor(idx, device_mesh=mesh, placements=batch))
+    assert seen == {"ln1_in": (Shard(0), Shard(1)), "ln1_out": (Shard(0), Shard(1)),
+                    "mlp_out": (Shard(0), Shard(1))}, seen
+    assert pl(logits) == (Shard(0), Shard(2))

@@ -222,6 +222,13 @@ public:
   /// the operand as needed) instead of the rule's choice.
   Tensor broadcastTo(const Tensor &x, const Shape &shape,
                      const Placements *placements = nullptr);
+  /// `x` broadcast to `shape` for an elementwise op whose operand `like`
+  /// already has that shape: laid out like `like` (its Partial axes read as
+  /// Replicate) when no rank sends anything for it (at most a local slice
+  /// of x), e.g. a replicated bias joining a sharded activation, so the op
+  /// runs in the activation's layout; else as `broadcastTo` chooses. `x`
+  /// itself when its shape is `shape`.
+  Tensor broadcastLike(const Tensor &x, const Shape &shape, const Tensor &like);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
   /// In-place update: `target` names `value` from now on (its storage, after
