@@ -497,11 +497,15 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
-  if (ra == 3 && rb == 3 && ma.shape[0] == mb.shape[0]) {
-    if (ma.shape[2] != mb.shape[1])
+  // Equal batch dims (one or more): one bmm, each batch dim keeping its
+  // own sharding (merging them could need a redistribution).
+  if (ra >= 3 && rb == ra &&
+      std::equal(ma.shape.begin(), ma.shape.end() - 2, mb.shape.begin())) {
+    if (ma.shape[ra - 1] != mb.shape[ra - 2])
       throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " +
                        shapeStr(mb.shape) + " cannot be multiplied");
-    Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
+    Shape out(ma.shape.begin(), ma.shape.end() - 1);
+    out.push_back(mb.shape[ra - 1]);
     Placements p = inferPlacements(
         "bmm", {a, b}, out, [&] { return rules::bmm(ma.shape, mb.shape); });
     return addNode("bmm", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
