@@ -368,15 +368,38 @@ void Worker::dispatch(wire::Envelope &envelope) {
   shared->Swap(&envelope);
   switch (shared->body_case()) {
   case wire::Envelope::kUpload: {
-    int rank = shared->upload().rank();
-    if (!hosted(rank))
-      return;
-    enqueue(rank, [this, shared, rank] {
-      Rank &r = *ranks_[rank - options_.firstRank];
-      auto *upload = shared->mutable_upload();
-      r.state->upload(upload->program_id(),
-                      std::move(*upload->mutable_program()));
-    });
+    // Every hosted rank of the mesh keeps the class program of its position.
+    const wire::UploadProgram &upload = shared->upload();
+    std::vector<int64_t> meshShape;
+    if (upload.programs_size() > 0)
+      meshShape.assign(upload.programs(0).mesh_shape().begin(),
+                       upload.programs(0).mesh_shape().end());
+    std::vector<int64_t> meshRanks(upload.mesh_ranks().begin(),
+                                   upload.mesh_ranks().end());
+    auto classes = std::make_shared<std::vector<const wire::Program *>>();
+    for (const wire::Program &program : upload.programs())
+      classes->push_back(&program);
+    for (int64_t rank : meshRanks) {
+      if (rank < options_.firstRank ||
+          rank >= options_.firstRank + options_.numRanks)
+        continue;
+      std::optional<RankContext> context;
+      std::string invalid;
+      try {
+        context = RankContext::of(meshShape, meshRanks, rank);
+      } catch (const std::exception &e) {
+        invalid = e.what();
+      }
+      int r = static_cast<int>(rank);
+      enqueue(r, [this, shared, classes, context, invalid, r] {
+        Rank &state = *ranks_[r - options_.firstRank];
+        uint64_t id = shared->upload().program_id();
+        if (context)
+          state.state->upload(id, *classes, *context);
+        else
+          state.state->reject(id, invalid);
+      });
+    }
     return;
   }
   case wire::Envelope::kRun: {
