@@ -319,6 +319,36 @@ struct ShapeClass {
   SmallVector<SmallVector<int64_t>> boxes; // [lo0, hi0, lo1, hi1, ...]
 };
 
+/// Joins boxes that differ in one axis only, where they touch, until no two
+/// do: the boxes of a class then read as few coordinate ranges as possible.
+void mergeAdjacentBoxes(SmallVector<SmallVector<int64_t>> &boxes) {
+  bool merged = true;
+  while (merged) {
+    merged = false;
+    for (size_t i = 0; i < boxes.size() && !merged; ++i) {
+      for (size_t j = i + 1; j < boxes.size() && !merged; ++j) {
+        SmallVector<int64_t> &a = boxes[i], &b = boxes[j];
+        int differing = -1, count = 0;
+        for (size_t axis = 0; 2 * axis < a.size(); ++axis)
+          if (a[2 * axis] != b[2 * axis] ||
+              a[2 * axis + 1] != b[2 * axis + 1]) {
+            differing = axis;
+            ++count;
+          }
+        if (count != 1)
+          continue;
+        int64_t lo = 2 * differing, hi = lo + 1;
+        if (a[hi] != b[lo] && b[hi] != a[lo])
+          continue;
+        a[lo] = std::min(a[lo], b[lo]);
+        a[hi] = std::max(a[hi], b[hi]);
+        boxes.erase(boxes.begin() + j);
+        merged = true;
+      }
+    }
+  }
+}
+
 /// Splits the mesh into boxes on which every local shape of `types` is
 /// constant, then groups the boxes by their local shapes. Per mesh axis, a
 /// torch.chunk split of extent P into n pieces changes size at most twice
@@ -384,6 +414,8 @@ std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
     if (a == 0)
       break;
   }
+  for (ShapeClass &c : classes)
+    mergeAdjacentBoxes(c.boxes);
   return classes;
 }
 

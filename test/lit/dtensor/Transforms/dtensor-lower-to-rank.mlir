@@ -223,9 +223,10 @@ func.func @remainders_2d(%x: !dtensor.tensor<10x20xf32, #m, [S(0), S(1)]>) -> !d
 #m = #dtensor.mesh<[2, 3]>
 
 // Nested uneven shards (one tensor dim on both axes, 11 rows: 6 | 5, then
-// 2, 2, 2 | 2, 2, 1): boxes with the same local shapes share a class.
+// 2, 2, 2 | 2, 2, 1): boxes with the same local shapes share a class, and
+// boxes that touch along one axis are joined.
 // CHECK-LABEL: func @nested_uneven_class0
-// CHECK-SAME: (%{{.+}}: tensor<2xf32>) -> tensor<2xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 0, 1, 0, 2>, array<i64: 0, 1, 2, 3>, array<i64: 1, 2, 0, 2>]}
+// CHECK-SAME: (%{{.+}}: tensor<2xf32>) -> tensor<2xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 0, 1, 0, 3>, array<i64: 1, 2, 0, 2>]}
 // CHECK-LABEL: func @nested_uneven_class1
 // CHECK-SAME: (%{{.+}}: tensor<1xf32>) -> tensor<1xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 1, 2, 2, 3>]}
 // CHECK-NOT: func.func
