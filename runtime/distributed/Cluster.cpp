@@ -694,8 +694,14 @@ void Cluster::uploadPrograms(uint64_t programId,
     for (size_t k = 0; k < programs.size(); ++k)
       if (uses[k])
         *upload->add_programs() = *programs[k];
-    for (int64_t r : meshRanks)
-      upload->add_mesh_ranks(r);
+    bool consecutive = true;
+    for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
+      consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
+    if (consecutive)
+      upload->set_mesh_rank_start(meshRanks[0]);
+    else
+      for (int64_t r : meshRanks)
+        upload->add_mesh_ranks(r);
     impl.post(worker, e);
     ++impl.sent;
   }

@@ -4,6 +4,7 @@
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -376,26 +377,35 @@ void Worker::dispatch(wire::Envelope &envelope) {
                        upload.programs(0).mesh_shape().end());
     std::vector<int64_t> meshRanks(upload.mesh_ranks().begin(),
                                    upload.mesh_ranks().end());
+    if (meshRanks.empty()) {
+      int64_t size = 1;
+      for (int64_t extent : meshShape)
+        size *= std::max<int64_t>(extent, 0);
+      for (int64_t p = 0; p < size; ++p)
+        meshRanks.push_back(upload.mesh_rank_start() + p);
+    }
+    std::shared_ptr<const MeshRanks> mesh;
+    std::string invalid;
+    try {
+      mesh = std::make_shared<const MeshRanks>(meshShape, meshRanks);
+    } catch (const std::exception &e) {
+      invalid = e.what();
+    }
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
       classes->push_back(&program);
-    for (int64_t rank : meshRanks) {
-      if (rank < options_.firstRank ||
-          rank >= options_.firstRank + options_.numRanks)
+    for (int r = options_.firstRank; r < options_.firstRank + options_.numRanks;
+         ++r) {
+      bool inMesh = mesh ? mesh->positionOf(r) >= 0
+                         : std::find(meshRanks.begin(), meshRanks.end(), r) !=
+                               meshRanks.end();
+      if (!inMesh)
         continue;
-      std::optional<RankContext> context;
-      std::string invalid;
-      try {
-        context = RankContext::of(meshShape, meshRanks, rank);
-      } catch (const std::exception &e) {
-        invalid = e.what();
-      }
-      int r = static_cast<int>(rank);
-      enqueue(r, [this, shared, classes, context, invalid, r] {
+      enqueue(r, [this, shared, classes, mesh, invalid, r] {
         Rank &state = *ranks_[r - options_.firstRank];
         uint64_t id = shared->upload().program_id();
-        if (context)
-          state.state->upload(id, *classes, *context);
+        if (mesh)
+          state.state->upload(id, *classes, RankContext::of(mesh, r));
         else
           state.state->reject(id, invalid);
       });

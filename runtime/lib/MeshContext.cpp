@@ -2,8 +2,6 @@
 
 #include "dtorch/runtime/ProgramValidator.h"
 
-#include <unordered_set>
-
 namespace dtorch::rt {
 
 namespace wire = ::dtorch::wire;
@@ -42,7 +40,7 @@ wire::Attr resolveMeshValue(const wire::MeshValue &value,
                                value.global_shape().end());
     std::vector<int64_t> shards(value.shard_dims().begin(),
                                 value.shard_dims().end());
-    PieceBox box = pieceBox(shape, context.meshShape, shards, context.coords);
+    PieceBox box = pieceBox(shape, context.meshShape(), shards, context.coords);
     if (value.dim() < 0) {
       wire::IntList *ints = out.mutable_ints();
       for (int64_t o : box.offset)
@@ -53,7 +51,7 @@ wire::Attr resolveMeshValue(const wire::MeshValue &value,
     return out;
   }
   case wire::MeshValue::CHUNK_OFFSET:
-    out.set_i(chunkStart(value.extent(), context.meshShape[value.axis()],
+    out.set_i(chunkStart(value.extent(), context.meshShape()[value.axis()],
                          context.coords[value.axis()]));
     return out;
   case wire::MeshValue::MESH_COORD:
@@ -67,51 +65,64 @@ wire::Attr resolveMeshValue(const wire::MeshValue &value,
 
 } // namespace
 
-RankContext RankContext::of(std::vector<int64_t> meshShape,
-                            std::vector<int64_t> meshRanks, int64_t rank) {
+MeshRanks::MeshRanks(std::vector<int64_t> shape, std::vector<int64_t> ranks)
+    : shape_(std::move(shape)), ranks_(std::move(ranks)) {
   int64_t size = 1;
-  for (int64_t s : meshShape) {
+  for (int64_t s : shape_) {
     if (s < 1)
-      throw RuntimeError("mesh " + listToString(meshShape) +
+      throw RuntimeError("mesh " + listToString(shape_) +
                          " has an extent below 1");
     size *= s;
   }
-  if (static_cast<int64_t>(meshRanks.size()) != size)
-    throw RuntimeError("mesh " + listToString(meshShape) + " has " +
+  if (static_cast<int64_t>(ranks_.size()) != size)
+    throw RuntimeError("mesh " + listToString(shape_) + " has " +
                        std::to_string(size) + " positions but " +
-                       std::to_string(meshRanks.size()) + " ranks were given");
-  std::unordered_set<int64_t> seen;
-  int64_t position = -1;
-  for (size_t p = 0; p < meshRanks.size(); ++p) {
-    if (meshRanks[p] < 0 || !seen.insert(meshRanks[p]).second)
-      throw RuntimeError("mesh rank " + std::to_string(meshRanks[p]) +
+                       std::to_string(ranks_.size()) + " ranks were given");
+  positions_.reserve(ranks_.size());
+  for (size_t p = 0; p < ranks_.size(); ++p)
+    if (ranks_[p] < 0 ||
+        !positions_.emplace(ranks_[p], static_cast<int64_t>(p)).second)
+      throw RuntimeError("mesh rank " + std::to_string(ranks_[p]) +
                          " is negative or repeated");
-    if (meshRanks[p] == rank)
-      position = static_cast<int64_t>(p);
-  }
+}
+
+int64_t MeshRanks::positionOf(int64_t rank) const {
+  auto it = positions_.find(rank);
+  return it == positions_.end() ? -1 : it->second;
+}
+
+RankContext RankContext::of(std::shared_ptr<const MeshRanks> mesh,
+                            int64_t rank) {
+  int64_t position = mesh->positionOf(rank);
   if (position < 0)
     throw RuntimeError("rank " + std::to_string(rank) + " is not in the mesh");
   RankContext context;
-  context.coords = positionCoords(meshShape, position);
-  context.meshShape = std::move(meshShape);
-  context.meshRanks = std::move(meshRanks);
+  context.coords = positionCoords(mesh->shape(), position);
+  context.mesh = std::move(mesh);
   context.rank = rank;
   return context;
 }
 
+RankContext RankContext::of(std::vector<int64_t> meshShape,
+                            std::vector<int64_t> meshRanks, int64_t rank) {
+  return of(std::make_shared<const MeshRanks>(std::move(meshShape),
+                                              std::move(meshRanks)),
+            rank);
+}
+
 std::vector<int64_t> RankContext::axisGroup(int64_t axis) const {
-  requireAxis(axis, meshShape);
+  const std::vector<int64_t> &shape = meshShape();
+  requireAxis(axis, shape);
   // Position of coords with coordinate `axis` set to k: base + k * stride.
   int64_t stride = 1;
-  for (size_t a = axis + 1; a < meshShape.size(); ++a)
-    stride *= meshShape[a];
+  for (size_t a = axis + 1; a < shape.size(); ++a)
+    stride *= shape[a];
   int64_t base = 0;
-  for (size_t a = 0; a < meshShape.size(); ++a)
-    base =
-        base * meshShape[a] + (static_cast<int64_t>(a) == axis ? 0 : coords[a]);
+  for (size_t a = 0; a < shape.size(); ++a)
+    base = base * shape[a] + (static_cast<int64_t>(a) == axis ? 0 : coords[a]);
   std::vector<int64_t> group;
-  for (int64_t k = 0; k < meshShape[axis]; ++k)
-    group.push_back(meshRanks[base + k * stride]);
+  for (int64_t k = 0; k < shape[axis]; ++k)
+    group.push_back(mesh->rankAt(base + k * stride));
   return group;
 }
 
@@ -169,10 +180,10 @@ wire::Program resolveForRank(const wire::Program &program,
   const std::string prefix = "program '" + program.name() + "': ";
   std::vector<int64_t> shape(program.mesh_shape().begin(),
                              program.mesh_shape().end());
-  if (shape != context.meshShape)
+  if (shape != context.meshShape())
     throw RuntimeError(prefix + "it is for mesh " + listToString(shape) +
                        " but rank " + std::to_string(context.rank) +
-                       " is on mesh " + listToString(context.meshShape));
+                       " is on mesh " + listToString(context.meshShape()));
   if (!programRunsAt(program, context.coords))
     throw RuntimeError(prefix + "it does not run at mesh position " +
                        listToString(context.coords) + " (rank " +

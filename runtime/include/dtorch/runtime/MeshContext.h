@@ -12,22 +12,42 @@
 #include "dtorch/runtime/Tensor.h"
 
 #include <cstdint>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace dtorch::rt {
 
-struct RankContext {
-  std::vector<int64_t> meshShape;
-  std::vector<int64_t> meshRanks; // global rank of each position, row-major
-  std::vector<int64_t> coords;    // this rank's position
-  int64_t rank = -1;              // this rank's global rank
+// The global ranks of a mesh's positions (row-major), checked once per
+// upload and shared by the contexts of every rank of the mesh.
+class MeshRanks {
+public:
+  // Throws RuntimeError when an extent is below 1, the ranks do not fill the
+  // shape, or a rank is negative or repeated.
+  MeshRanks(std::vector<int64_t> shape, std::vector<int64_t> ranks);
+  const std::vector<int64_t> &shape() const { return shape_; }
+  int64_t rankAt(int64_t position) const { return ranks_[position]; }
+  // The position of global rank `rank`; -1 when it is not in the mesh.
+  int64_t positionOf(int64_t rank) const;
 
-  // The context of global rank `rank` in the mesh. Throws RuntimeError when
-  // the shape has an extent below 1, the ranks do not fill the shape,
-  // repeat, or do not contain `rank`.
+private:
+  std::vector<int64_t> shape_, ranks_;
+  std::unordered_map<int64_t, int64_t> positions_;
+};
+
+struct RankContext {
+  std::shared_ptr<const MeshRanks> mesh;
+  std::vector<int64_t> coords; // this rank's position
+  int64_t rank = -1;           // this rank's global rank
+
+  // The context of global rank `rank`; throws RuntimeError when the mesh
+  // does not contain it.
+  static RankContext of(std::shared_ptr<const MeshRanks> mesh, int64_t rank);
+  // The same from a shape and its ranks (checked as MeshRanks does).
   static RankContext of(std::vector<int64_t> meshShape,
                         std::vector<int64_t> meshRanks, int64_t rank);
 
+  const std::vector<int64_t> &meshShape() const { return mesh->shape(); }
   // Global ranks of the positions that share every coordinate with this
   // rank except along `axis`, in axis order. Throws on a bad axis.
   std::vector<int64_t> axisGroup(int64_t axis) const;
