@@ -106,9 +106,11 @@ public:
     if (!programs.empty())
       meshShape.assign(programs[0].mesh_shape().begin(),
                        programs[0].mesh_shape().end());
+    // Checked once, shared by every rank's context.
+    auto mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
     for (int64_t rank : meshRanks) {
       RankThread &t = at(static_cast<int>(rank));
-      rt::RankContext context = rt::RankContext::of(meshShape, meshRanks, rank);
+      rt::RankContext context = rt::RankContext::of(mesh, rank);
       t.post([&t, id, shared, context] {
         std::vector<const wire::Program *> classes;
         for (const wire::Program &p : *shared)

@@ -73,8 +73,11 @@ TEST(MeshContext, AxisGroupsAreTheMeshRanksOfTheCompilersAxisGroup) {
   std::vector<int64_t> ranks = identityRanks(mesh);
   std::mt19937 random(3);
   std::shuffle(ranks.begin(), ranks.end(), random);
+  auto shared = std::make_shared<const MeshRanks>(mesh, ranks);
+  EXPECT_EQ(shared->positionOf(12), -1);
   for (int64_t p = 0; p < meshSize(mesh); ++p) {
-    RankContext context = RankContext::of(mesh, ranks, ranks[p]);
+    EXPECT_EQ(shared->positionOf(ranks[p]), p);
+    RankContext context = RankContext::of(shared, ranks[p]);
     EXPECT_EQ(context.coords, meshCoords(mesh, p));
     for (int64_t axis = 0; axis < 3; ++axis) {
       std::vector<int64_t> want;
