@@ -183,6 +183,64 @@ Program everyCollective(int rank, std::vector<Tensor> &inputs) {
   return b.program();
 }
 
+// One class program for a 2x2 mesh over permuted ranks {3, 1, 2, 0} (sent
+// as a list of ranks, not a first rank): each worker resolves its ranks'
+// coordinates, mesh values and axis groups, across both processes.
+TEST(Cluster, ClassProgramResolvesPerRankOnAPermutedMesh) {
+  const std::vector<int64_t> meshRanks = {3, 1, 2, 0};
+  ProgramBuilder b;
+  b.program().add_mesh_shape(2);
+  b.program().add_mesh_shape(2);
+  auto *box = b.program().add_positions();
+  for (int a = 0; a < 2; ++a) {
+    box->add_lo(0);
+    box->add_hi(2);
+  }
+  int x = b.input(wire::F32, {1});
+  int lead = b.buffer(wire::F32, {1});
+  int summed = b.buffer(wire::F32, {1});
+  int index = b.buffer(wire::I64, {2});
+  int ready = b.event();
+  auto &keep = b.add("lead_or_zero", {x}, {lead});
+  keep.set_record_event(ready);
+  auto *coord = (*keep.mutable_attrs())["coord"].mutable_mesh();
+  coord->set_kind(wire::MeshValue::MESH_COORD);
+  coord->set_axis(1);
+  auto &reduce = b.add("all_reduce", {lead}, {summed}, wire::COMM);
+  reduce.add_wait_events(ready);
+  setInt(reduce, "axis", 1);
+  setString(reduce, "reduce", "sum");
+  auto &iota = b.add("iota", {}, {index});
+  setInt(iota, "dim", 0);
+  auto *offset = (*iota.mutable_attrs())["offset"].mutable_mesh();
+  offset->set_kind(wire::MeshValue::BOX_OFFSET);
+  offset->add_global_shape(4);
+  offset->add_shard_dims(0);
+  offset->add_shard_dims(-1);
+  offset->set_dim(-1);
+  b.output(summed);
+  b.output(index);
+
+  Cluster cluster(localOptions());
+  cluster.uploadPrograms(4, {&b.program()}, meshRanks);
+  for (int rank = 0; rank < 4; ++rank) {
+    cluster.put(rank, 1, makeTensor<float>(wire::F32, {1}, {rank + 1.f}));
+    cluster.run(rank, 4, {1}, {2, 3});
+  }
+  for (int64_t p = 0; p < 4; ++p) {
+    int rank = static_cast<int>(meshRanks[p]);
+    int64_t row = p / 2; // coordinate along axis 0
+    // The axis-1 group of this rank keeps the value of its coordinate-0 rank.
+    float lead = static_cast<float>(meshRanks[2 * row] + 1);
+    EXPECT_EQ(valuesOf<float>(cluster.fetch(rank, 2).get()),
+              (std::vector<float>{lead}))
+        << "rank " << rank;
+    EXPECT_EQ(valuesOf<int64_t>(cluster.fetch(rank, 3).get()),
+              (std::vector<int64_t>{2 * row, 2 * row + 1}))
+        << "rank " << rank;
+  }
+}
+
 TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
   std::vector<Program> programs;
   std::vector<std::vector<Tensor>> inputs(4);
