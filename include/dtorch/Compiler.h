@@ -3,8 +3,9 @@
 //
 // The compiler's MLIR-free entry point, used by the client, the controller,
 // dtorch-run and the tests: parse a module in the dtensor dialect, run the
-// dtensor-to-rank pipeline and emit one wire::Program per rank for every
-// function. Nothing MLIR leaks through this header.
+// dtensor-to-rank pipeline and emit, for every function, one wire::Program
+// per local-shape class of its mesh (evenly sharded: one for all ranks).
+// Nothing MLIR leaks through this header.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DTORCH_COMPILER_H
@@ -32,8 +33,17 @@ struct CompiledFunction {
   std::string name;
   std::vector<int64_t> meshShape;
   std::vector<TensorInfo> inputs, outputs;
-  std::vector<wire::Program> programs; // programs[r] runs on mesh rank r
+  /// The class programs; each names the mesh positions that run it
+  /// (Program::positions), and every position is in exactly one.
+  std::vector<wire::Program> programs;
+  /// Index into `programs` of the program that the mesh position `position`
+  /// (row-major linear index) runs; -1 when none does.
+  int programAt(int64_t position) const;
 };
+
+/// Whether `coords` lies in one of the program's position boxes.
+bool programRunsAt(const wire::Program &program,
+                   const std::vector<int64_t> &coords);
 
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",

@@ -10,20 +10,6 @@
 namespace dtorch::client {
 namespace {
 
-/// Rewrites a program compiled for mesh positions to global ranks.
-void remapRanks(wire::Program &program, const Mesh &mesh) {
-  program.set_rank(mesh.ranks[program.rank()]);
-  for (wire::Instruction &inst : *program.mutable_instructions()) {
-    auto &attrs = *inst.mutable_attrs();
-    if (auto it = attrs.find("group"); it != attrs.end())
-      for (int64_t &r : *it->second.mutable_ints()->mutable_values())
-        r = mesh.ranks[r];
-    for (const char *key : {"root", "peer"})
-      if (auto it = attrs.find(key); it != attrs.end())
-        it->second.set_i(mesh.ranks[it->second.i()]);
-  }
-}
-
 /// The program with this run's seeds: random kernels were compiled with their
 /// slot number as seed.
 wire::Program withSeeds(const wire::Program &compiled,
@@ -120,11 +106,11 @@ void Controller::runSegment(const Segment &seg) {
                         std::to_string(h) + ", which is not on the workers");
   std::vector<int64_t> seeds;
   std::string text = segmentText(seg, mesh, "segment", &seeds);
-  // The text names the mesh's shape, not its ranks, while the programs are
-  // remapped to the ranks (remapRanks) and uploaded to them: a mesh of the
-  // same shape over other ranks, or in another order, needs its own entry.
-  // The ranks go into the text as a trailing comment, so the text stays the
-  // one cache key (no copy of it on the cached path) and still compiles.
+  // The text names the mesh's shape, not its ranks; the programs are
+  // uploaded with the mesh's ranks, so a mesh of the same shape over other
+  // ranks, or in another order, needs its own upload (its own entry). The
+  // ranks go into the text as a trailing comment, so the text stays the one
+  // cache key (no copy of it on the cached path) and still compiles.
   text += "// ranks:";
   for (int64_t r : mesh.ranks)
     text.append(" ").append(std::to_string(r));
@@ -143,9 +129,6 @@ void Controller::runSegment(const Segment &seg) {
     Compiled c;
     c.programId = nextProgramId_++;
     c.programs = std::move(result.functions[0].programs);
-    for (wire::Program &p : c.programs)
-      remapRanks(p, mesh);
-    c.uploaded.assign(c.programs.size(), false);
     c.stages = std::move(result.stages);
     c.explanation = std::move(result.explanations);
     it = cache_.emplace(key, std::move(c)).first;
@@ -161,18 +144,23 @@ void Controller::runSegment(const Segment &seg) {
     // under the same id (a worker runs its queue in order, so earlier runs
     // keep the seeds they were sent with).
     c.seeds = seeds;
-    c.uploaded.assign(c.programs.size(), false);
+    c.uploaded = false;
   }
-  for (size_t p = 0; p < c.programs.size(); ++p) {
-    int rank = static_cast<int>(mesh.ranks[p]);
-    if (!c.uploaded[p]) {
-      backend_->uploadProgram(rank, c.programId,
-                              seeds.empty() ? c.programs[p]
-                                            : withSeeds(c.programs[p], seeds));
-      c.uploaded[p] = true;
+  if (!c.uploaded) {
+    // One upload per worker process: the class programs and the mesh's
+    // ranks; each rank resolves its own program from its coordinates.
+    if (seeds.empty()) {
+      backend_->uploadPrograms(c.programId, c.programs, mesh.ranks);
+    } else {
+      std::vector<wire::Program> seeded;
+      for (const wire::Program &p : c.programs)
+        seeded.push_back(withSeeds(p, seeds));
+      backend_->uploadPrograms(c.programId, seeded, mesh.ranks);
     }
-    backend_->run(rank, c.programId, seg.args, seg.results);
+    c.uploaded = true;
   }
+  for (int64_t rank : mesh.ranks)
+    backend_->run(static_cast<int>(rank), c.programId, seg.args, seg.results);
   for (Handle h : seg.results)
     live_[h] = seg.meshId;
   liveCount_ = live_.size();

@@ -53,8 +53,8 @@ public:
 private:
   struct Compiled {
     uint64_t programId;
-    std::vector<wire::Program> programs; // by mesh position, global ranks
-    std::vector<bool> uploaded;
+    std::vector<wire::Program> programs; // one per local-shape class
+    bool uploaded = false;
     std::vector<int64_t> seeds; // the random seeds the uploaded programs carry
     std::vector<std::pair<std::string, std::string>> stages;
     std::vector<RedistributionExplanation> explanation;

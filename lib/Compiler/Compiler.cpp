@@ -123,11 +123,10 @@ CompileResult compileModule(const std::string &source,
   }
 
   for (auto fn : module->getOps<func::FuncOp>()) {
-    auto rankAttr = fn->getAttrOfType<IntegerAttr>(rank::kRankAttrName);
-    if (!rankAttr)
+    if (!fn->hasAttr(rank::kMeshAttrName))
       continue;
     std::string name = fn.getSymName().str();
-    std::string base = name.substr(0, name.rfind("_rank"));
+    std::string base = name.substr(0, name.rfind("_class"));
     auto it = byName.find(base);
     if (it == byName.end()) {
       fn.emitOpError("has no source function '") << base << "'";
@@ -136,15 +135,37 @@ CompileResult compileModule(const std::string &source,
     FailureOr<wire::Program> program = emitProgram(fn);
     if (failed(program))
       return result;
-    std::vector<wire::Program> &programs = it->second.programs;
-    if ((int64_t)programs.size() <= rankAttr.getInt())
-      programs.resize(rankAttr.getInt() + 1);
-    programs[rankAttr.getInt()] = std::move(*program);
+    it->second.programs.push_back(std::move(*program));
   }
   for (auto &[name, cf] : byName)
     result.functions.push_back(std::move(cf));
   result.ok = true;
   return result;
+}
+
+bool programRunsAt(const wire::Program &program,
+                   const std::vector<int64_t> &coords) {
+  for (const wire::MeshBox &box : program.positions()) {
+    if (box.lo_size() != (int)coords.size() ||
+        box.hi_size() != (int)coords.size())
+      continue;
+    bool inside = true;
+    for (size_t a = 0; a < coords.size() && inside; ++a)
+      inside = box.lo(a) <= coords[a] && coords[a] < box.hi(a);
+    if (inside)
+      return true;
+  }
+  return false;
+}
+
+int CompiledFunction::programAt(int64_t position) const {
+  if (position < 0 || position >= meshSize(meshShape))
+    return -1;
+  std::vector<int64_t> coords = meshCoords(meshShape, position);
+  for (size_t k = 0; k < programs.size(); ++k)
+    if (programRunsAt(programs[k], coords))
+      return static_cast<int>(k);
+  return -1;
 }
 
 } // namespace dtorch
