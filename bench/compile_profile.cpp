@@ -1,6 +1,7 @@
 //===- compile_profile.cpp - where a cold compile spends its time --------===//
 //
 //   build/bin/compile_profile [--ops 2000] [--ranks 4] [--repeat 5]
+//                             [--json bench/results/compile_profile.json]
 //
 // Compiles a chain of `ops` elementwise adds (y = y + x, x sharded on dim 0)
 // on a 1-D mesh of `ranks` ranks, once through the text path (the segment
@@ -110,7 +111,10 @@ template <typename Compile> Profile profile(Compile compile, int repeat) {
 
 int main(int argc, char **argv) {
   int ops = 2000, ranks = 4, repeat = 5;
+  std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--json"))
+      json = argv[i + 1];
     if (!std::strcmp(argv[i], "--ops"))
       ops = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--ranks"))
@@ -151,6 +155,34 @@ int main(int argc, char **argv) {
         "%-28s %12s %12s\n",
         (phase == "program bytes" ? "program bytes per op" : phase.c_str()),
         cell(viaText).c_str(), cell(viaGraph).c_str());
+  }
+  if (!json.empty()) {
+    FILE *f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::perror(json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"ops\": %d,\n  \"ranks\": %d,\n  \"repeat\": %d,\n",
+                 ops, ranks, repeat);
+    std::fprintf(f, "  \"unit\": \"CPU us per op (bytes per op for program "
+                    "bytes)\",\n");
+    const char *sep = "";
+    for (const auto &[label, prof] :
+         {std::pair<const char *, const Profile *>{"text_path", &viaText},
+          {"graph_path", &viaGraph}}) {
+      std::fprintf(f, "%s  \"%s\": {", sep, label);
+      const char *inner = "";
+      for (const std::string &phase : prof->order) {
+        double v = prof->best.at(phase);
+        v = phase == "program bytes" ? v / ops : v * 1e6 / ops;
+        std::fprintf(f, "%s\n    \"%s\": %.4f", inner, phase.c_str(), v);
+        inner = ",";
+      }
+      std::fprintf(f, "\n  }");
+      sep = ",\n";
+    }
+    std::fprintf(f, "\n}\n");
+    std::fclose(f);
   }
   return 0;
 }
