@@ -45,8 +45,8 @@ struct CompileOptions {
   /// Explain every redistribution after sharding propagation (as
   /// --dtensor-explain-redistributions does) in CompileResult::explanations.
   bool explain = false;
-  /// Time each phase (making the context, parse or build, every pass,
-  /// emission) into CompileResult::timings, in CPU seconds of the compiling
+  /// Time each phase (getting the context, parse or build, making the pass
+  /// manager, every pass, emission) into CompileResult::timings, in CPU seconds of the compiling
   /// thread.
   bool profile = false;
 };

@@ -163,9 +163,12 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   // explained, only when asked for.
   if (options.recordStages)
     result.stages.emplace_back("input", printModule(module));
+  Clock::time_point setupStart = Clock::now();
   PassManager pm(ctx);
   pm.enableVerifier(false);
   dtensor::buildDTensorToRankPipeline(pm);
+  if (options.profile)
+    result.timings.emplace_back("pipeline setup", secondsSince(setupStart));
   if (options.recordStages || options.explain)
     pm.addInstrumentation(std::make_unique<dtensor::StageObserver>(
         [&](StringRef stage, ModuleOp m) {
