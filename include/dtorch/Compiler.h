@@ -46,8 +46,8 @@ struct CompileOptions {
   /// --dtensor-explain-redistributions does) in CompileResult::explanations.
   bool explain = false;
   /// Time each phase (getting the context, parse or build, making the pass
-  /// manager, every pass, emission) into CompileResult::timings, in CPU seconds of the compiling
-  /// thread.
+  /// manager, every pass, emission) into CompileResult::timings, in CPU seconds
+  /// of the compiling thread.
   bool profile = false;
 };
 
