@@ -114,6 +114,7 @@ void Controller::submit(Segment segment) {
       // Kept (not copied) for last_ir and explain, which compile it again
       // on demand: the compile of a cache miss records nothing.
       lastSegment_ = std::move(seg);
+      lastStages_.clear();
     });
   });
 }
@@ -295,10 +296,14 @@ std::string Controller::lastIr(const std::string &stage) {
     try {
       if (!last_)
         return promise->set_value({});
-      // The pipeline runs again with the IR printed at each stage boundary.
-      CompileOptions options;
-      options.recordStages = true;
-      promise->set_value(recompileLast(options).stages);
+      if (lastStages_.empty()) {
+        // The pipeline runs again with the IR printed at each stage
+        // boundary; kept until the next segment runs.
+        CompileOptions options;
+        options.recordStages = true;
+        lastStages_ = recompileLast(options).stages;
+      }
+      promise->set_value(lastStages_);
     } catch (...) {
       promise->set_exception(std::current_exception());
     }

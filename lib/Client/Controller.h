@@ -81,6 +81,8 @@ private:
   uint64_t nextProgramId_ = 1;
   Compiled *last_ = nullptr;
   Segment lastSegment_; // the segment last_ was run for
+  /// lastSegment_'s IR stages, once last_ir asked for them.
+  std::vector<std::pair<std::string, std::string>> lastStages_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
