@@ -1,11 +1,12 @@
 //===- Compiler.h - dtensor graphs to per-rank programs -----------*- C++
 //-*-===//
 //
-// The compiler's MLIR-free entry point, used by the client, the controller,
-// dtorch-run and the tests: parse a module in the dtensor dialect, run the
-// dtensor-to-rank pipeline and emit, for every function, one wire::Program
-// per local-shape class of its mesh (evenly sharded: one for all ranks).
-// Nothing MLIR leaks through this header.
+// The compiler's MLIR-free entry points, used by the client, the controller,
+// dtorch-run and the tests: take a module in the dtensor dialect (as text,
+// or built from a SegmentGraph), run the dtensor-to-rank pipeline and emit
+// for every function one wire::Program per local-shape class of its mesh
+// (evenly sharded: one for all ranks). Nothing MLIR leaks through
+// this header.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DTORCH_COMPILER_H
@@ -13,6 +14,7 @@
 
 #include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
+#include "dtorch/SegmentGraph.h"
 #include "dtorch_program.pb.h"
 
 #include <string>
@@ -47,11 +49,16 @@ bool programRunsAt(const wire::Program &program,
 
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
-  /// "rank") in CompileResult::stages.
+  /// "rank") in CompileResult::stages (printed at the pipeline's stage
+  /// boundaries; nothing is printed without it).
   bool recordStages = false;
   /// Explain every redistribution after sharding propagation (as
   /// --dtensor-explain-redistributions does) in CompileResult::explanations.
   bool explain = false;
+  /// Time each phase (getting the context, parse or build, making the pass
+  /// manager, every pass, emission) into CompileResult::timings, in CPU seconds
+  /// of the compiling thread.
+  bool profile = false;
 };
 
 struct CompileResult {
@@ -60,6 +67,8 @@ struct CompileResult {
   std::vector<CompiledFunction> functions;
   std::vector<std::pair<std::string, std::string>> stages;
   std::vector<RedistributionExplanation> explanations; // in program order
+  /// With CompileOptions::profile: seconds per phase, in order.
+  std::vector<std::pair<std::string, double>> timings;
 };
 
 /// `source` is dtensor-dialect text or bytecode; `sourceName` names it in
@@ -67,6 +76,12 @@ struct CompileResult {
 CompileResult compileModule(const std::string &source,
                             const std::string &sourceName,
                             const CompileOptions &options = {});
+
+/// The same for a module built directly from `graph` (no text printed or
+/// parsed): what the controller compiles on a cache miss. An invalid
+/// description gives diagnostics in CompileResult::error, never a crash.
+CompileResult compileGraph(const SegmentGraph &graph,
+                           const CompileOptions &options = {});
 
 } // namespace dtorch
 

@@ -94,8 +94,15 @@ void Controller::addMesh(const Mesh &mesh) {
 }
 
 void Controller::submit(Segment segment) {
-  enqueue(
-      [this, seg = std::move(segment)] { guarded([&] { runSegment(seg); }); });
+  enqueue([this, seg = std::move(segment)]() mutable {
+    guarded([&] {
+      runSegment(seg);
+      // Kept (not copied) for last_ir and explain, which compile it again
+      // on demand: the compile of a cache miss records nothing.
+      lastSegment_ = std::move(seg);
+      lastStages_.clear();
+    });
+  });
 }
 
 void Controller::runSegment(const Segment &seg) {
@@ -119,26 +126,20 @@ void Controller::runSegment(const Segment &seg) {
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     ++compiles_;
-    CompileOptions options;
-    options.recordStages = true;
-    options.explain = true;
-    CompileResult result = compileModule(text, "segment.mlir", options);
+    // The module is built from the segment's description (no text printed
+    // or parsed), with random seeds as slot numbers, as in the key.
+    std::vector<int64_t> slotSeeds;
+    CompileResult result =
+        compileGraph(segmentGraph(seg, mesh, "segment", &slotSeeds));
     if (!result.ok || result.functions.size() != 1)
       throw DTorchError("internal error: compiling a segment failed:\n" +
                         result.error + "\nsegment:\n" + text);
     Compiled c;
     c.programId = nextProgramId_++;
     c.programs = std::move(result.functions[0].programs);
-    c.stages = std::move(result.stages);
-    c.explanation = std::move(result.explanations);
     it = cache_.emplace(key, std::move(c)).first;
   }
   Compiled &c = it->second;
-  if (last_ != &c) {
-    last_ = &c;
-    std::lock_guard<std::mutex> lock(stagesMutex_);
-    lastStages_ = c.stages;
-  }
   if (seeds != c.seeds) {
     // Fresh random numbers: same compiled program, new seeds, uploaded again
     // under the same id (a worker runs its queue in order, so earlier runs
@@ -164,6 +165,7 @@ void Controller::runSegment(const Segment &seg) {
   for (Handle h : seg.results)
     live_[h] = seg.meshId;
   liveCount_ = live_.size();
+  last_ = &c; // the submit task keeps `seg` as lastSegment_
 }
 
 void Controller::put(int meshId, Handle handle, rt::Tensor full,
@@ -239,26 +241,69 @@ void Controller::synchronize() {
   rethrowIfFailed();
 }
 
+CompileResult Controller::recompileLast(const CompileOptions &options) {
+  std::vector<int64_t> slotSeeds;
+  CompileResult result =
+      compileGraph(segmentGraph(lastSegment_, meshes_.at(lastSegment_.meshId),
+                                "segment", &slotSeeds),
+                   options);
+  if (!result.ok)
+    throw DTorchError("internal error: compiling the last segment failed:\n" +
+                      result.error);
+  return result;
+}
+
 std::optional<std::vector<RedistributionExplanation>>
 Controller::lastExplanation() {
   using Result = std::optional<std::vector<RedistributionExplanation>>;
   auto promise = std::make_shared<std::promise<Result>>();
   auto result = promise->get_future();
   enqueue([this, promise] {
-    promise->set_value(last_ ? Result(last_->explanation) : std::nullopt);
+    try {
+      if (!last_)
+        return promise->set_value(std::nullopt);
+      if (!last_->explanation) {
+        // Explained on demand, once per cached program.
+        CompileOptions options;
+        options.explain = true;
+        last_->explanation = recompileLast(options).explanations;
+      }
+      promise->set_value(last_->explanation);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
   });
   return result.get();
 }
 
 std::string Controller::lastIr(const std::string &stage) {
-  std::lock_guard<std::mutex> lock(stagesMutex_);
-  for (const auto &[name, ir] : lastStages_)
+  using Stages = std::vector<std::pair<std::string, std::string>>;
+  auto promise = std::make_shared<std::promise<Stages>>();
+  auto result = promise->get_future();
+  enqueue([this, promise] {
+    try {
+      if (!last_)
+        return promise->set_value({});
+      if (lastStages_.empty()) {
+        // The pipeline runs again with the IR printed at each stage
+        // boundary; kept until the next segment runs.
+        CompileOptions options;
+        options.recordStages = true;
+        lastStages_ = recompileLast(options).stages;
+      }
+      promise->set_value(lastStages_);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  Stages stages = result.get();
+  for (const auto &[name, ir] : stages)
     if (name == stage)
       return ir;
   std::string known;
-  for (const auto &[name, ir] : lastStages_)
+  for (const auto &[name, ir] : stages)
     known += (known.empty() ? "" : ", ") + name;
-  if (lastStages_.empty())
+  if (stages.empty())
     throw ValueError("no segment has been compiled yet");
   throw ValueError("unknown stage '" + stage + "' (expected one of " + known +
                    ")");

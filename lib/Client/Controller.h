@@ -11,6 +11,7 @@
 #pragma once
 
 #include "dtorch/Client/Session.h"
+#include "dtorch/Compiler.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -56,13 +57,16 @@ private:
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
     std::vector<int64_t> seeds; // the random seeds the uploaded programs carry
-    std::vector<std::pair<std::string, std::string>> stages;
-    std::vector<RedistributionExplanation> explanation;
+    /// Made on the first explain() after a run of this program.
+    std::optional<std::vector<RedistributionExplanation>> explanation;
   };
 
   void enqueue(std::function<void()> task);
   void loop();
   void runSegment(const Segment &segment);
+  /// Compiles the last segment run again with `options` (for last_ir and
+  /// explain); controller thread only.
+  CompileResult recompileLast(const CompileOptions &options);
   void rethrowIfFailed();
   /// Runs `fn` and, on failure, remembers the first error for later fetches.
   void guarded(const std::function<void()> &fn);
@@ -75,15 +79,16 @@ private:
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
-  const Compiled *last_ = nullptr;
+  Compiled *last_ = nullptr;
+  Segment lastSegment_; // the segment last_ was run for
+  /// lastSegment_'s IR stages, once last_ir asked for them.
+  std::vector<std::pair<std::string, std::string>> lastStages_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   std::exception_ptr error_;
-  std::mutex stagesMutex_;
-  std::vector<std::pair<std::string, std::string>> lastStages_;
   std::thread thread_;
 };
 
