@@ -358,7 +358,7 @@ def main():
                             "torch")}
     print("(5) training loop", flush=True)
     results["loop"] = child("loop", {"world": 4, "backend": "cluster", "mlp": LOOP_MLP,
-                                     "steps": args.loop_steps, "rounds": 2}, args.timeout * 2)
+                                     "steps": args.loop_steps, "rounds": 3}, args.timeout * 2)
     results["total_s"] = time.perf_counter() - t0
     text = table(results)
     with open(os.path.join(args.out, "table.md"), "w") as f:

@@ -251,10 +251,11 @@ def run_loop(args):
                 ".item() every step": item}
     times = {name: [] for name in variants}
     before = dtorch._C.compile_count()
-    for _ in range(args["rounds"]):
-        for name, fn in variants.items():
+    names = list(variants)
+    for r in range(args["rounds"]):
+        for name in names[r % 3:] + names[:r % 3]:  # each variant first once
             t = time.perf_counter()
-            fn()
+            variants[name]()
             times[name].append((time.perf_counter() - t) / steps)
     compiles = dtorch._C.compile_count() - before
     dtorch.shutdown()
