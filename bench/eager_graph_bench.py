@@ -143,6 +143,47 @@ def ratio(a, b):
     return None if a is None or b in (None, 0) else a / b
 
 
+def fmt_ratio(v):
+    return "-" if v is None else f"{v:.3g}"
+
+
+def goals(results):
+    """(goal, measured, verdict) for each goal of the issue."""
+    def verdict(ok, value):
+        if value is None:
+            return "not measured"
+        return "met" if ok else "not met"
+
+    rows = []
+    miss = results["chain"]["dtorch"].get("miss_us_per_op")
+    rows.append(("cache-miss cost <= 10 us/op (2,000-op chain, 4 ranks, to its result)",
+                 f"{fmt(miss)} us/op" if miss is not None else "-",
+                 verdict(miss is not None and miss <= 10, miss)))
+    by_world = {r["world"]: r for r in results["compile"] if "error" not in r}
+    sim = results["config"]["simulated_backend"]
+    c4, c4096 = by_world.get(4, {}).get("compile_s"), by_world.get(4096, {}).get("compile_s")
+    r = ratio(c4096, c4)
+    rows.append(("compile cost at 4,096 ranks <= 2x the cost at 4 (simulated workers)",
+                 f"{fmt_ratio(r)}x" if r is not None else "-", verdict(r is not None and r <= 2, r)))
+    step = {r["world"]: r for r in results["step"] if "error" not in r}.get(4096, {})
+    ctl = step.get("controller_ms") if sim else None
+    rows.append(("controller cost of a cached step < 5 ms at 4,096 ranks (simulated workers)",
+                 f"{fmt(ctl, 3)} ms" if ctl is not None else "-",
+                 verdict(ctl is not None and ctl < 5, ctl)))
+    cl, tm = results["client"]["dtorch"], results["client"]["torch_eager"]
+    r = ratio(cl.get("step_us"), tm.get("step_us"))
+    rows.append(("client cost of fwd+bwd+step below torch eager (small MLP)",
+                 f"{fmt_ratio(r)}x" if r is not None else "-",
+                 verdict(r is not None and r < 1, r)))
+    lp = results["loop"]
+    r = None if "error" in lp else ratio(lp["step_ms"]["numpy_async() every step"],
+                                         lp["step_ms"]["never fetches"])
+    rows.append(("loop logging every loss with numpy_async() within 10% of never fetching",
+                 f"{fmt_ratio(r)}x" if r is not None else "-",
+                 verdict(r is not None and r <= 1.10, r)))
+    return rows
+
+
 def backend_note(row):
     if "error" in row:
         return row["error"]
@@ -155,6 +196,10 @@ def table(results):
            f"Host: {results['host']}. Each dtorch number runs in a fresh process; medians of "
            f"{cfg['reps']} repetitions unless said otherwise.", ""]
 
+    out += ["## Goals", "", "| goal | measured | |", "|---|---:|---|"]
+    out += [f"| {g} | {m} | {v} |" for g, m, v in goals(results)]
+    out.append("")
+
     c = results["chain"]
     d, dt_peer, jx = c["dtorch"], c["torch_dtensor"], c["jax"]
     miss = d.get("miss_us_per_op")
@@ -163,7 +208,7 @@ def table(results):
             "| what | us/op | ratio to dtorch miss | note |", "|---|---:|---:|---|"]
 
     def line(name, v, note):
-        out.append(f"| {name} | {fmt(v)} | {fmt(ratio(v, miss))} | {note} |")
+        out.append(f"| {name} | {fmt(v)} | {fmt_ratio(ratio(v, miss))} | {note} |")
 
     if "error" in d:
         line("dtorch", None, d["error"])
@@ -189,7 +234,7 @@ def table(results):
             "|---:|---:|---:|---:|---|"]
     for r in rows:
         out.append(f"| {r['world']} | {fmt(r.get('compile_s'), 3)} | "
-                   f"{fmt(r.get('compile_us_per_op'))} | {fmt(ratio(r.get('compile_s'), base))} | "
+                   f"{fmt(r.get('compile_us_per_op'))} | {fmt_ratio(ratio(r.get('compile_s'), base))} | "
                    f"{backend_note(r)} |")
 
     rows = results["step"]
@@ -201,7 +246,7 @@ def table(results):
             "|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         out.append(f"| {r['world']} | {fmt(r.get('step_ms'), 3)} | {fmt(r.get('client_ms'), 3)} | "
-                   f"{fmt(r.get('controller_ms'), 3)} | {fmt(ratio(r.get('step_ms'), base))} | "
+                   f"{fmt(r.get('controller_ms'), 3)} | {fmt_ratio(ratio(r.get('step_ms'), base))} | "
                    f"{backend_note(r)} |")
 
     cl, tm = results["client"]["dtorch"], results["client"]["torch_eager"]
@@ -214,7 +259,7 @@ def table(results):
         out.append(f"| dtorch client | - | - | - | - | {cl['error']} |")
     else:
         out.append(f"| dtorch client (recording) | {cl['ops_per_step']} | {fmt(cl['step_us'])} | "
-                   f"{fmt(cl['us_per_op'])} | {fmt(ratio(cl['step_us'], tm.get('step_us')))} | "
+                   f"{fmt(cl['us_per_op'])} | {fmt_ratio(ratio(cl['step_us'], tm.get('step_us')))} | "
                    f"client thread CPU {fmt(cl['cpu_us_per_op'])} us/op; {backend_note(cl)} "
                    "workers |")
     if "error" in tm:
@@ -233,7 +278,7 @@ def table(results):
     else:
         never = lp["step_ms"]["never fetches"]
         for name, v in lp["step_ms"].items():
-            out.append(f"| {name} | {fmt(v, 3)} | {fmt(ratio(v, never))} |")
+            out.append(f"| {name} | {fmt(v, 3)} | {fmt_ratio(ratio(v, never))} |")
         out.append("")
         out.append(f"{lp['steps']} steps per loop, {lp['world']} ranks ({backend_note(lp)} "
                    f"workers), MLP {LOOP_MLP}; compiles during the timed loops: "
@@ -295,8 +340,12 @@ def plot(results, path):
     ax.set_ylabel("ms per step")
     ax.set_title("(5) training loop, 4 ranks")
     axes[1][2].axis("off")
-    axes[1][2].text(0, 0.5, f"{results['date']}\n{results['git']}\n{results['host']}",
-                    fontsize=9, va="center")
+    lines = [f"{results['date']}, {results['git']}", results["host"], "", "Goals:"]
+    short = ["miss <= 10 us/op", "compile 4096 <= 2x 4", "cached step 4096 < 5 ms",
+             "client < torch eager", "numpy_async loop <= 1.1x"]
+    for name, (_, m, v) in zip(short, goals(results)):
+        lines.append(f"{name:<26}{m:>12}  {v}")
+    axes[1][2].text(0, 0.5, "\n".join(lines), fontsize=8, va="center", family="monospace")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True

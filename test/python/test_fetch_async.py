@@ -209,3 +209,11 @@ def test_a_dead_worker_fails_the_future_and_not_the_caller():
     assert "ok 32768.0" in out, out + r.stderr
     assert "issued" in out, out + r.stderr
     assert "error" in out and out.split("error", 1)[1].split()[1] == "True", out + r.stderr
+
+
+def test_a_fetch_that_cannot_start_raises_at_the_call(dt, meshes):
+    lin = dt.nn.Linear(4, 3, device="meta", device_mesh=meshes["4"])
+    with pytest.raises(ValueError, match="meta tensor has no value"):
+        lin.weight.numpy_async()
+    # Nothing was queued: the session goes on.
+    assert (dt.ones(4, device_mesh=meshes["4"]) * 2).sum().item_async().result(timeout=60) == 8.0
