@@ -79,7 +79,17 @@ def _scalar(value):
 
 
 def item_async(x):
-    """``x.item()`` in a ``concurrent.futures.Future``; returns at once."""
+    """``x.item()`` in a ``concurrent.futures.Future``; returns at once.
+
+    Raises:
+        ValueError: `x` has more than one element (at the call).
+
+    Example:
+        >>> import dtorch
+        >>> x = dtorch.arange(6, device_mesh=dtorch.init_device_mesh("cpu", (2,)))
+        >>> x.sum().item_async().result()
+        15
+    """
     numel = 1
     for s in x.shape:
         numel *= s
@@ -89,5 +99,15 @@ def item_async(x):
 
 
 def tensor_await(x):
-    """``await x`` in asyncio: the value as a numpy array."""
+    """``await x`` in asyncio: the value as a numpy array (``Tensor.__await__``).
+
+    Example:
+        >>> import asyncio
+        >>> import dtorch
+        >>> x = dtorch.arange(4, device_mesh=dtorch.init_device_mesh("cpu", (2,)))
+        >>> async def doubled():
+        ...     return await (x * 2)
+        >>> asyncio.run(doubled()).tolist()
+        [0, 2, 4, 6]
+    """
     return asyncio.wrap_future(numpy_async(x)).__await__()
