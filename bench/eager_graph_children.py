@@ -4,7 +4,8 @@ interpreter (one dtorch session per process):
     python3 bench/eager_graph_children.py KIND '{"world": 4, ...}'
 
 prints one JSON object on its last line. KIND is one of chain, compile,
-step, client, loop (see eager_graph_bench.py for what each measures).
+disk, compile, step, client, loop (see eager_graph_bench.py for what
+each measures).
 """
 import json
 import statistics
@@ -14,20 +15,38 @@ import time
 import numpy as np
 
 
-def start(world, backend, num_processes=None):
+def start(world, backend):
     """dtorch.init with `backend`; "simulated" falls back to "inprocess"
-    (marked in the result) where this build does not have it yet."""
+    (marked in the result) where this build does not have it yet. The
+    simulated backend gets its default number of worker processes (the
+    controller sends one run message per process); the cluster gets 2."""
     import dtorch
     used = backend
     try:
-        dtorch.init(world_size=world, backend=backend,
-                    num_processes=num_processes or min(2, world))
+        if backend == "simulated":
+            dtorch.init(world_size=world, backend=backend)
+        else:
+            dtorch.init(world_size=world, backend=backend, num_processes=min(2, world))
     except ValueError as e:
         if backend != "simulated" or "backend" not in str(e):
             raise
         used = "inprocess"
         dtorch.init(world_size=world, backend=used)
     return used
+
+
+def controller_stats():
+    """The controller's own counters and time (`_C.controller_stats`), where
+    this build has them; else None."""
+    from dtorch import _C
+    fn = getattr(_C, "controller_stats", None)
+    return dict(fn()) if fn else None
+
+
+def stats_delta(before, after, key):
+    if before is None or after is None or key not in after:
+        return None
+    return after[key] - before[key]
 
 
 def chain(x, n, a, b):
@@ -90,6 +109,30 @@ def run_chain(args):
             "compiles_per_miss": compiles, "compiles_on_hits": hit_compiles}
 
 
+def run_disk(args):
+    """(1) The chain of repetition 0 once, to its result, in a fresh process:
+    run twice over one on-disk program cache ($DTORCH_CACHE_DIR), the second
+    process finds the program on disk."""
+    import dtorch
+    from dtorch import Shard
+    backend = start(args["world"], args.get("backend", "cluster"))
+    n = args["ops"]
+    mesh = dtorch.init_device_mesh("cpu", (args["world"],))
+    x = dtorch.ones(64, 16, device_mesh=mesh, placements=[Shard(0)])
+    x.numpy()
+    a, b = 1.0 + 5e-6, 5e-3  # constants no other measurement uses
+    stats0 = controller_stats()
+    before = dtorch._C.compile_count()
+    t = time.perf_counter()
+    chain(x, n, a, b).numpy()
+    wall = time.perf_counter() - t
+    compiles = dtorch._C.compile_count() - before
+    disk_hits = stats_delta(stats0, controller_stats(), "disk_hits")
+    dtorch.shutdown()
+    return {"backend": backend, "world": args["world"], "ops": n, "us_per_op": wall / n * 1e6,
+            "compiles": compiles, "disk_hits": disk_hits}
+
+
 def run_compile(args):
     """(2) The same chain's compile cost on `world` ranks: the time to a
     synchronized result of a miss minus that of a hit."""
@@ -103,12 +146,14 @@ def run_compile(args):
     chain(x, 8, 1.5, 0.5)
     dtorch.synchronize()  # warm up: the compiler's first use
     misses = []
+    stats0 = controller_stats()
     for rep in range(reps):
         a, b = chain_constants(rep)
         t = time.perf_counter()
         y = chain(x, n, a, b)
         dtorch.synchronize()
         misses.append(time.perf_counter() - t)
+    own = stats_delta(stats0, controller_stats(), "compile_seconds")
     hits = []
     for _ in range(reps):
         t = time.perf_counter()
@@ -121,7 +166,8 @@ def run_compile(args):
     miss, hit = statistics.median(misses), statistics.median(hits)
     return {"backend": backend, "world": args["world"], "ops": n, "miss_s": miss, "hit_s": hit,
             "compile_s": miss - hit, "compile_us_per_op": (miss - hit) / n * 1e6,
-            "compiles": compiles}
+            "compiles": compiles,
+            "controller_compile_s": None if own is None else own / reps}
 
 
 def make_mlp(mesh, cfg):
@@ -171,6 +217,7 @@ def run_step(args):
         train_step(model, opt, x, y)
         dtorch.synchronize()
     before = dtorch._C.compile_count()
+    stats0 = controller_stats()
     totals, records = [], []
     for _ in range(args["steps"]):
         t = time.perf_counter()
@@ -180,10 +227,12 @@ def run_step(args):
         totals.append(time.perf_counter() - t)
         records.append(recorded - t)
     compiles = dtorch._C.compile_count() - before
+    own = stats_delta(stats0, controller_stats(), "hit_seconds")
     dtorch.shutdown()
     total, record = statistics.median(totals), statistics.median(records)
     return {"backend": backend, "world": args["world"], "step_ms": total * 1e3,
             "client_ms": record * 1e3, "controller_ms": (total - record) * 1e3,
+            "controller_hit_ms": None if own is None else own / args["steps"] * 1e3,
             "compiles_in_timed_steps": compiles}
 
 
@@ -264,7 +313,8 @@ def run_loop(args):
             "step_ms": out, "compiles_in_timed_steps": compiles}
 
 
-KINDS = {"chain": run_chain, "compile": run_compile, "step": run_step, "client": run_client,
+KINDS = {"chain": run_chain, "disk": run_disk, "compile": run_compile, "step": run_step,
+         "client": run_client,
          "loop": run_loop}
 
 if __name__ == "__main__":
