@@ -196,12 +196,17 @@ void Controller::free(int meshId, Handle handle) {
 }
 
 std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
-  auto promise =
-      std::make_shared<std::promise<std::vector<std::future<rt::Tensor>>>>();
-  auto result = promise->get_future();
+  return fetchPiecesAsync(meshId, handle).get();
+}
+
+std::future<std::vector<rt::Tensor>>
+Controller::fetchPiecesAsync(int meshId, Handle handle) {
+  using PieceFutures = std::vector<std::future<rt::Tensor>>;
+  auto promise = std::make_shared<std::promise<PieceFutures>>();
+  std::future<PieceFutures> requested = promise->get_future();
   enqueue([this, meshId, handle, promise] {
     try {
-      std::vector<std::future<rt::Tensor>> futures;
+      PieceFutures futures;
       for (int64_t r : meshes_.at(meshId).ranks)
         futures.push_back(backend_->fetch(static_cast<int>(r), handle));
       promise->set_value(std::move(futures));
@@ -209,21 +214,27 @@ std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
       promise->set_exception(std::current_exception());
     }
   });
-  std::vector<std::future<rt::Tensor>> futures = result.get();
-  std::vector<rt::Tensor> pieces;
-  std::exception_ptr firstError;
-  for (auto &f : futures) {
-    try {
-      pieces.push_back(f.get());
-    } catch (...) {
-      if (!firstError)
-        firstError = std::current_exception();
-    }
-  }
-  rethrowIfFailed();
-  if (firstError)
-    std::rethrow_exception(firstError);
-  return pieces;
+  // Deferred: the waiting happens in the thread that calls get().
+  return std::async(
+      std::launch::deferred,
+      [this](std::future<PieceFutures> requested) {
+        PieceFutures futures = requested.get();
+        std::vector<rt::Tensor> pieces;
+        std::exception_ptr firstError;
+        for (auto &f : futures) {
+          try {
+            pieces.push_back(f.get());
+          } catch (...) {
+            if (!firstError)
+              firstError = std::current_exception();
+          }
+        }
+        rethrowIfFailed();
+        if (firstError)
+          std::rethrow_exception(firstError);
+        return pieces;
+      },
+      std::move(requested));
 }
 
 void Controller::synchronize() {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -36,6 +37,12 @@ public:
   void free(int meshId, Handle handle);
   /// Every mesh position's piece of `handle` (waits).
   std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
+  /// The same fetch, queued behind every request before it, without
+  /// waiting: get() on the result waits for the pieces (from any thread) and
+  /// throws the fetch's error, or an earlier request's failure not yet
+  /// reported.
+  std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
+                                                        Handle handle);
   void synchronize();
   std::string lastIr(const std::string &stage);
   /// The redistributions of the last segment run (compiled or taken from the

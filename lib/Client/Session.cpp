@@ -728,7 +728,8 @@ void Session::rebind(const Tensor &target, const Tensor &value) {
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
-  flush();
+  if (!x->storage_->materialized)
+    flush();
   std::vector<rt::Tensor> pieces =
       controller_->fetchPieces(x->meta().meshId, x->id());
   std::map<int, rt::Tensor> out;
@@ -738,15 +739,30 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   return out;
 }
 
-rt::Tensor Session::fetch(const Tensor &x) {
+rt::Tensor Session::fetch(const Tensor &x) { return fetchAsync(x)->wait(); }
+
+std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
-  flush();
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  // Only a value the pending segment makes needs it cut; an earlier value
+  // is fetched behind what was submitted before, and the ops recorded since
+  // stay pending (the fetch waits only for what it needs).
+  if (!x->storage_->materialized)
+    flush();
   const TensorMeta &meta = x->meta();
-  std::vector<rt::Tensor> pieces =
-      controller_->fetchPieces(meta.meshId, x->id());
-  return assemblePieces(pieces, meta.shape, meta.dtype, mesh(meta.meshId).shape,
-                        meta.placements);
+  return std::make_shared<PendingFetch>(
+      controller_->fetchPiecesAsync(meta.meshId, x->id()), meta,
+      mesh(meta.meshId).shape);
+}
+
+rt::Tensor PendingFetch::wait() {
+  if (!pieces_.valid())
+    throw DTorchError("this fetch was already waited for");
+  std::vector<rt::Tensor> pieces = pieces_.get();
+  return assemblePieces(pieces, meta_.shape, meta_.dtype, meshShape_,
+                        meta_.placements);
 }
 
 void Session::synchronize() {
