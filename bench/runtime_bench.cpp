@@ -44,12 +44,20 @@ int itersFor(int64_t bytes) {
   return bytes <= (4 << 10) ? 20 : bytes <= (1 << 20) ? 10 : 3;
 }
 
-// `repeats` independent all_reduces of x (f32[n]) over all 4 ranks.
-wire::Program allReduceProgram(int rank, int64_t n, int repeats) {
+// A program that every position of the 1-D mesh of 4 ranks runs.
+wire::Program meshProgram(const std::string &name) {
   wire::Program p;
   p.set_version(wire::PROGRAM_FORMAT_VERSION);
-  p.set_name("bench_all_reduce");
-  p.set_rank(rank);
+  p.set_name(name);
+  p.add_mesh_shape(4);
+  p.add_positions()->add_lo(0);
+  p.mutable_positions(0)->add_hi(4);
+  return p;
+}
+
+// `repeats` independent all_reduces of x (f32[n]) over the 4 ranks.
+wire::Program allReduceProgram(int64_t n, int repeats) {
+  wire::Program p = meshProgram("bench_all_reduce");
   auto *x = p.add_buffers();
   x->set_dtype(wire::F32);
   x->add_shape(n);
@@ -65,8 +73,7 @@ wire::Program allReduceProgram(int rank, int64_t n, int repeats) {
     inst->set_stream(wire::COMM);
     inst->set_record_event(-1);
     auto &attrs = *inst->mutable_attrs();
-    for (int r = 0; r < 4; ++r)
-      attrs["group"].mutable_ints()->add_values(r);
+    attrs["axis"].set_i(0);
     attrs["reduce"].set_s("sum");
   }
   p.add_outputs(repeats);
@@ -86,13 +93,9 @@ Row benchCluster(const std::string &name, int processes) {
   options.numProcesses = processes;
   options.workerExecutable = DTORCH_WORKER_PATH;
   Cluster cluster(options);
-  wire::Program empty;
-  empty.set_version(wire::PROGRAM_FORMAT_VERSION);
-  empty.set_name("empty");
-  for (int r = 0; r < 4; ++r) {
-    empty.set_rank(r);
-    cluster.uploadProgram(r, 1, empty);
-  }
+  const std::vector<int64_t> meshRanks = {0, 1, 2, 3};
+  wire::Program empty = meshProgram("empty");
+  cluster.uploadPrograms(1, {&empty}, meshRanks);
   auto roundTrip = [&] {
     for (int r = 0; r < 4; ++r)
       cluster.run(r, 1, {}, {});
@@ -111,8 +114,9 @@ Row benchCluster(const std::string &name, int processes) {
     int64_t n = bytes / 4;
     int repeats = repeatsFor(bytes);
     ++programId;
+    wire::Program allReduce = allReduceProgram(n, repeats);
+    cluster.uploadPrograms(programId, {&allReduce}, meshRanks);
     for (int r = 0; r < 4; ++r) {
-      cluster.uploadProgram(r, programId, allReduceProgram(r, n, repeats));
       Tensor x = Tensor::empty(wire::F32, {n});
       for (int64_t i = 0; i < n; ++i)
         x.data_as<float>()[i] = static_cast<float>(r + i % 7);

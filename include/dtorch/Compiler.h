@@ -1,10 +1,12 @@
 //===- Compiler.h - dtensor graphs to per-rank programs -----------*- C++
 //-*-===//
 //
-// The compiler's MLIR-free entry point, used by the client, the controller,
-// dtorch-run and the tests: parse a module in the dtensor dialect, run the
-// dtensor-to-rank pipeline and emit one wire::Program per rank for every
-// function. Nothing MLIR leaks through this header.
+// The compiler's MLIR-free entry points, used by the client, the controller,
+// dtorch-run and the tests: take a module in the dtensor dialect (as text,
+// or built from a SegmentGraph), run the dtensor-to-rank pipeline and emit
+// for every function one wire::Program per local-shape class of its mesh
+// (evenly sharded: one for all ranks). Nothing MLIR leaks through
+// this header.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DTORCH_COMPILER_H
@@ -12,6 +14,7 @@
 
 #include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
+#include "dtorch/SegmentGraph.h"
 #include "dtorch_program.pb.h"
 
 #include <string>
@@ -32,16 +35,30 @@ struct CompiledFunction {
   std::string name;
   std::vector<int64_t> meshShape;
   std::vector<TensorInfo> inputs, outputs;
-  std::vector<wire::Program> programs; // programs[r] runs on mesh rank r
+  /// The class programs; each names the mesh positions that run it
+  /// (Program::positions), and every position is in exactly one.
+  std::vector<wire::Program> programs;
+  /// Index into `programs` of the program that the mesh position `position`
+  /// (row-major linear index) runs; -1 when none does.
+  int programAt(int64_t position) const;
 };
+
+/// Whether `coords` lies in one of the program's position boxes.
+bool programRunsAt(const wire::Program &program,
+                   const std::vector<int64_t> &coords);
 
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
-  /// "rank") in CompileResult::stages.
+  /// "rank") in CompileResult::stages (printed at the pipeline's stage
+  /// boundaries; nothing is printed without it).
   bool recordStages = false;
   /// Explain every redistribution after sharding propagation (as
   /// --dtensor-explain-redistributions does) in CompileResult::explanations.
   bool explain = false;
+  /// Time each phase (getting the context, parse or build, making the pass
+  /// manager, every pass, emission) into CompileResult::timings, in CPU seconds
+  /// of the compiling thread.
+  bool profile = false;
 };
 
 struct CompileResult {
@@ -50,6 +67,8 @@ struct CompileResult {
   std::vector<CompiledFunction> functions;
   std::vector<std::pair<std::string, std::string>> stages;
   std::vector<RedistributionExplanation> explanations; // in program order
+  /// With CompileOptions::profile: seconds per phase, in order.
+  std::vector<std::pair<std::string, double>> timings;
 };
 
 /// `source` is dtensor-dialect text or bytecode; `sourceName` names it in
@@ -57,6 +76,12 @@ struct CompileResult {
 CompileResult compileModule(const std::string &source,
                             const std::string &sourceName,
                             const CompileOptions &options = {});
+
+/// The same for a module built directly from `graph` (no text printed or
+/// parsed): what the controller compiles on a cache miss. An invalid
+/// description gives diagnostics in CompileResult::error, never a crash.
+CompileResult compileGraph(const SegmentGraph &graph,
+                           const CompileOptions &options = {});
 
 } // namespace dtorch
 

@@ -68,7 +68,7 @@ struct ShardingStrategy {
 /// non-linear use pays it; the returned `cost` counts only the
 /// redistributions. Ties go to the strategy that changes fewer operand
 /// placements, then to less local work, then to fewer tensor dims split by
-/// several mesh axes.
+/// several mesh axes, then to fewer shards or partials on mesh axes of size 1.
 ShardingStrategy
 chooseStrategy(const ShardingRule &rule,
                const std::vector<std::vector<int64_t>> &operandShapes,

@@ -28,8 +28,12 @@ public:
   }
   int worldSize() const override { return cluster_->worldSize(); }
   std::string hostOf(int rank) const override { return cluster_->hostOf(rank); }
-  void uploadProgram(int rank, uint64_t id, const wire::Program &p) override {
-    translated([&] { cluster_->uploadProgram(rank, id, p); });
+  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
+                      const std::vector<int64_t> &meshRanks) override {
+    std::vector<const wire::Program *> classes;
+    for (const wire::Program &p : programs)
+      classes.push_back(&p);
+    translated([&] { cluster_->uploadPrograms(id, classes, meshRanks); });
   }
   using Backend::free;
   using Backend::run;

@@ -12,20 +12,6 @@
 namespace dtorch::client {
 namespace {
 
-/// Rewrites a program compiled for mesh positions to global ranks.
-void remapRanks(wire::Program &program, const Mesh &mesh) {
-  program.set_rank(mesh.ranks[program.rank()]);
-  for (wire::Instruction &inst : *program.mutable_instructions()) {
-    auto &attrs = *inst.mutable_attrs();
-    if (auto it = attrs.find("group"); it != attrs.end())
-      for (int64_t &r : *it->second.mutable_ints()->mutable_values())
-        r = mesh.ranks[r];
-    for (const char *key : {"root", "peer"})
-      if (auto it = attrs.find(key); it != attrs.end())
-        it->second.set_i(mesh.ranks[it->second.i()]);
-  }
-}
-
 /// Random kernels were compiled with their seed slot as `seed` (the segment
 /// text numbers them): they read their seed from the run instead.
 void markSeedSlots(wire::Program &program) {
@@ -157,9 +143,9 @@ void Controller::runSegment(const Segment &seg) {
   }
   last_ = c;
   if (!c->uploaded) {
-    for (size_t p = 0; p < c->programs.size(); ++p)
-      backend_->uploadProgram(static_cast<int>(mesh.ranks[p]), c->programId,
-                              c->programs[p]);
+    // One upload per worker process: the class programs and the mesh's
+    // ranks; each rank resolves its own program from its coordinates.
+    backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
     c->uploaded = true;
   }
   backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
@@ -199,7 +185,7 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
     structure = structureBytes(seg, mesh);
     std::optional<std::vector<wire::Program>> programs =
         disk_.load(diskKey, structure);
-    bool found = programs && programs->size() == mesh.ranks.size();
+    bool found = programs && !programs->empty();
     if (found)
       c->programs = std::move(*programs);
     std::lock_guard<std::mutex> lock(statsMutex_);
@@ -228,20 +214,21 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
 
 void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
                              bool withStages) {
-  std::vector<int64_t> slots; // random ops get their slot number as seed
-  std::string text = segmentText(seg, mesh, "segment", &slots);
+  // The module is built from the segment's description (no text printed or
+  // parsed); random ops get their slot number as seed.
+  std::vector<int64_t> slots;
   CompileOptions options;
   options.recordStages = withStages;
   options.explain = true;
-  CompileResult result = compileModule(text, "segment.mlir", options);
+  CompileResult result =
+      compileGraph(segmentGraph(seg, mesh, "segment", &slots), options);
   if (!result.ok || result.functions.size() != 1)
     throw DTorchError("internal error: compiling a segment failed:\n" +
-                      result.error + "\nsegment:\n" + text);
+                      result.error + "\nsegment:\n" +
+                      segmentText(seg, mesh, "segment"));
   c.programs = std::move(result.functions[0].programs);
-  for (wire::Program &p : c.programs) {
-    remapRanks(p, mesh);
+  for (wire::Program &p : c.programs)
     markSeedSlots(p);
-  }
   c.stages = std::move(result.stages);
   c.explanation = std::move(result.explanations);
   c.hasExplanation = true;
@@ -290,12 +277,17 @@ void Controller::free(int meshId, Handle handle) {
 }
 
 std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
-  auto promise =
-      std::make_shared<std::promise<std::vector<std::future<rt::Tensor>>>>();
-  auto result = promise->get_future();
+  return fetchPiecesAsync(meshId, handle).get();
+}
+
+std::future<std::vector<rt::Tensor>>
+Controller::fetchPiecesAsync(int meshId, Handle handle) {
+  using PieceFutures = std::vector<std::future<rt::Tensor>>;
+  auto promise = std::make_shared<std::promise<PieceFutures>>();
+  std::future<PieceFutures> requested = promise->get_future();
   enqueue([this, meshId, handle, promise] {
     try {
-      std::vector<std::future<rt::Tensor>> futures;
+      PieceFutures futures;
       for (int64_t r : meshes_.at(meshId).ranks)
         futures.push_back(backend_->fetch(static_cast<int>(r), handle));
       promise->set_value(std::move(futures));
@@ -303,21 +295,27 @@ std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {
       promise->set_exception(std::current_exception());
     }
   });
-  std::vector<std::future<rt::Tensor>> futures = result.get();
-  std::vector<rt::Tensor> pieces;
-  std::exception_ptr firstError;
-  for (auto &f : futures) {
-    try {
-      pieces.push_back(f.get());
-    } catch (...) {
-      if (!firstError)
-        firstError = std::current_exception();
-    }
-  }
-  rethrowIfFailed();
-  if (firstError)
-    std::rethrow_exception(firstError);
-  return pieces;
+  // Deferred: the waiting happens in the thread that calls get().
+  return std::async(
+      std::launch::deferred,
+      [this](std::future<PieceFutures> requested) {
+        PieceFutures futures = requested.get();
+        std::vector<rt::Tensor> pieces;
+        std::exception_ptr firstError;
+        for (auto &f : futures) {
+          try {
+            pieces.push_back(f.get());
+          } catch (...) {
+            if (!firstError)
+              firstError = std::current_exception();
+          }
+        }
+        rethrowIfFailed();
+        if (firstError)
+          std::rethrow_exception(firstError);
+        return pieces;
+      },
+      std::move(requested));
 }
 
 void Controller::synchronize() {

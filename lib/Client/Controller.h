@@ -40,6 +40,12 @@ public:
   void free(int meshId, Handle handle);
   /// Every mesh position's piece of `handle` (waits).
   std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
+  /// The same fetch, queued behind every request before it, without
+  /// waiting: get() on the result waits for the pieces (from any thread) and
+  /// throws the fetch's error, or an earlier request's failure not yet
+  /// reported.
+  std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
+                                                        Handle handle);
   void synchronize();
   std::string lastIr(const std::string &stage);
   /// The redistributions of the last segment run (compiled or taken from the
@@ -65,7 +71,7 @@ private:
     uint64_t programId;
     Segment structure; // what the hit compares (and recompiles IR from)
     Mesh mesh;
-    std::vector<wire::Program> programs; // by mesh position, global ranks
+    std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
     /// Whether the explanation and the IR stages are known: a miss compiles
     /// without stages, the disk gives neither; ensureIr compiles again from

@@ -99,12 +99,25 @@ public:
   int worldSize() const override { return static_cast<int>(hub_.worldSize()); }
   std::string hostOf(int) const override { return "in-process"; }
 
-  void uploadProgram(int rank, uint64_t id,
-                     const wire::Program &program) override {
-    RankThread &t = at(rank);
-    t.post([&t, id, program]() mutable {
-      t.state().upload(id, std::move(program));
-    });
+  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
+                      const std::vector<int64_t> &meshRanks) override {
+    auto shared = std::make_shared<const std::vector<wire::Program>>(programs);
+    std::vector<int64_t> meshShape;
+    if (!programs.empty())
+      meshShape.assign(programs[0].mesh_shape().begin(),
+                       programs[0].mesh_shape().end());
+    // Checked once, shared by every rank's context.
+    auto mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
+    for (int64_t rank : meshRanks) {
+      RankThread &t = at(static_cast<int>(rank));
+      rt::RankContext context = rt::RankContext::of(mesh, rank);
+      t.post([&t, id, shared, context] {
+        std::vector<const wire::Program *> classes;
+        for (const wire::Program &p : *shared)
+          classes.push_back(&p);
+        t.state().upload(id, classes, context);
+      });
+    }
   }
 
   using Backend::free;

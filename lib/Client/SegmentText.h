@@ -3,6 +3,7 @@
 #pragma once
 
 #include "dtorch/Client/Session.h"
+#include "dtorch/SegmentGraph.h"
 
 #include <string>
 
@@ -22,5 +23,13 @@ std::string typeText(const TensorMeta &meta, const Mesh &mesh);
 std::string segmentText(const Segment &segment, const Mesh &mesh,
                         const std::string &name,
                         std::vector<int64_t> *seeds = nullptr);
+
+/// The same function as data, for the compiler to build its module from
+/// directly (dtorch::compileGraph); building it prints exactly what parsing
+/// segmentText(segment, mesh, name, seeds) gives, and `seeds` is filled the
+/// same way.
+SegmentGraph segmentGraph(const Segment &segment, const Mesh &mesh,
+                          const std::string &name,
+                          std::vector<int64_t> *seeds = nullptr);
 
 } // namespace dtorch::client

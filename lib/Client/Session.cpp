@@ -398,8 +398,8 @@ Tensor Session::binary(const std::string &op, const Tensor &a0,
   } catch (const ValueError &e) {
     throw ValueError(op + ": " + e.what());
   }
-  Tensor a = a0->meta().shape == shape ? a0 : broadcastTo(a0, shape);
-  Tensor b = b0->meta().shape == shape ? b0 : broadcastTo(b0, shape);
+  Tensor a = broadcastLike(a0, shape, b0);
+  Tensor b = broadcastLike(b0, shape, a0);
   const TensorMeta &m = a->meta();
   Placements result;
   const Placements &pa = m.placements;
@@ -483,6 +483,26 @@ Tensor Session::broadcastTo(const Tensor &x, const Shape &shape,
   return addNode("broadcast_to", {x}, {}, {shape, m.dtype, m.meshId, result});
 }
 
+Tensor Session::broadcastLike(const Tensor &x, const Shape &shape,
+                              const Tensor &like) {
+  const TensorMeta &m = x->meta();
+  if (m.shape == shape)
+    return x;
+  if (like->meta().shape == shape && like->meta().meshId == m.meshId) {
+    Placements target = like->meta().placements;
+    for (Placement &p : target)
+      if (p.isPartial())
+        p = Placement::replicate();
+    // Free when no rank sends anything (at most a local slice of x).
+    ShardingStrategy s = chooseStrategy(
+        rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
+        elementBytes(m.dtype), mesh(m.meshId).shape, &target);
+    if (s.cost == 0)
+      return broadcastTo(x, shape, &target);
+  }
+  return broadcastTo(x, shape);
+}
+
 Tensor Session::matmul(const Tensor &a, const Tensor &b) {
   checkSameMesh(a, b, "matmul");
   if (a->meta().dtype != b->meta().dtype) {
@@ -505,11 +525,15 @@ Tensor Session::matmul(const Tensor &a, const Tensor &b) {
     });
     return addNode("matmul", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
   }
-  if (ra == 3 && rb == 3 && ma.shape[0] == mb.shape[0]) {
-    if (ma.shape[2] != mb.shape[1])
+  // Equal batch dims (one or more): one bmm, each batch dim keeping its
+  // own sharding (merging them could need a redistribution).
+  if (ra >= 3 && rb == ra &&
+      std::equal(ma.shape.begin(), ma.shape.end() - 2, mb.shape.begin())) {
+    if (ma.shape[ra - 1] != mb.shape[ra - 2])
       throw ValueError("bmm: shapes " + shapeStr(ma.shape) + " and " +
                        shapeStr(mb.shape) + " cannot be multiplied");
-    Shape out = {ma.shape[0], ma.shape[1], mb.shape[2]};
+    Shape out(ma.shape.begin(), ma.shape.end() - 1);
+    out.push_back(mb.shape[ra - 1]);
     Placements p = inferPlacements(
         "bmm", {a, b}, out, [&] { return rules::bmm(ma.shape, mb.shape); });
     return addNode("bmm", {a, b}, {}, {out, ma.dtype, ma.meshId, p});
@@ -732,7 +756,8 @@ void Session::rebind(const Tensor &target, const Tensor &value) {
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
-  flush();
+  if (!x->storage_->materialized)
+    flush();
   std::vector<rt::Tensor> pieces =
       controller_->fetchPieces(x->meta().meshId, x->id());
   std::map<int, rt::Tensor> out;
@@ -742,15 +767,30 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   return out;
 }
 
-rt::Tensor Session::fetch(const Tensor &x) {
+rt::Tensor Session::fetch(const Tensor &x) { return fetchAsync(x)->wait(); }
+
+std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
-  flush();
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  // Only a value the pending segment makes needs it cut; an earlier value
+  // is fetched behind what was submitted before, and the ops recorded since
+  // stay pending (the fetch waits only for what it needs).
+  if (!x->storage_->materialized)
+    flush();
   const TensorMeta &meta = x->meta();
-  std::vector<rt::Tensor> pieces =
-      controller_->fetchPieces(meta.meshId, x->id());
-  return assemblePieces(pieces, meta.shape, meta.dtype, mesh(meta.meshId).shape,
-                        meta.placements);
+  return std::make_shared<PendingFetch>(
+      controller_->fetchPiecesAsync(meta.meshId, x->id()), meta,
+      mesh(meta.meshId).shape);
+}
+
+rt::Tensor PendingFetch::wait() {
+  if (!pieces_.valid())
+    throw DTorchError("this fetch was already waited for");
+  std::vector<rt::Tensor> pieces = pieces_.get();
+  return assemblePieces(pieces, meta_.shape, meta_.dtype, meshShape_,
+                        meta_.placements);
 }
 
 void Session::synchronize() {

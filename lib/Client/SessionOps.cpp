@@ -61,10 +61,9 @@ Tensor Session::compare(const std::string &op, const Tensor &a0,
   } catch (const ValueError &e) {
     throw ValueError(op + ": " + e.what());
   }
-  if (a->meta().shape != shape)
-    a = broadcastTo(a, shape);
-  if (b->meta().shape != shape)
-    b = broadcastTo(b, shape);
+  Tensor full = a->meta().shape == shape ? a : b;
+  a = broadcastLike(a, shape, full);
+  b = broadcastLike(b, shape, full);
   const rules::ElementwiseTraits &traits = *rules::elementwiseTraits(op, 2);
   Placements p = a->meta().placements;
   if (hasPartial(p) || p != b->meta().placements)
@@ -89,11 +88,14 @@ Tensor Session::where(const Tensor &c0, const Tensor &a0, const Tensor &b0) {
   } catch (const ValueError &e) {
     throw ValueError(std::string("where: ") + e.what());
   }
-  Tensor c = c0->meta().shape == shape ? c0 : broadcastTo(c0, shape);
-  if (a->meta().shape != shape)
-    a = broadcastTo(a, shape);
-  if (b->meta().shape != shape)
-    b = broadcastTo(b, shape);
+  // The operand that already has the result's shape sets the layout of
+  // the broadcast ones when that is local work.
+  Tensor full = a->meta().shape == shape   ? a
+                : b->meta().shape == shape ? b
+                                           : c0;
+  Tensor c = broadcastLike(c0, shape, full);
+  a = broadcastLike(a, shape, full);
+  b = broadcastLike(b, shape, full);
   const rules::ElementwiseTraits &traits =
       *rules::elementwiseTraits("where", 3);
   Placements p = a->meta().placements;

@@ -2,15 +2,16 @@
 //
 // A backend for measuring the controller alone at any world size: nothing
 // runs. It keeps what a fetch must answer and nothing per rank that a step
-// would touch: per program, each rank's output buffer specs (and whether
-// validation refused it); per handle, where its pieces come from (a program's
-// output, or put values). So a run costs the same whatever the world size
-// (one counted message per simulated process), and a fetch returns zeros of
-// the piece's local shape and dtype.
+// would touch: per program, its class programs' output buffer specs and the
+// mesh's ranks (and why validation refused it); per handle, where its pieces
+// come from (a program's output, or put values). So a run costs the same
+// whatever the world size (one counted message per simulated process), and a
+// fetch returns zeros of the piece's local shape and dtype.
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Client/Errors.h"
+#include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/ProgramValidator.h"
 
 #include <algorithm>
@@ -43,23 +44,41 @@ public:
   int worldSize() const override { return worldSize_; }
   std::string hostOf(int) const override { return "simulated"; }
 
-  void uploadProgram(int rank, uint64_t id,
-                     const wire::Program &program) override {
-    check(rank);
-    ++sent_;
+  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
+                      const std::vector<int64_t> &meshRanks) override {
+    // One message per process, as the cluster sends them.
+    countMessages(meshRanks);
     Program &p = programs_[id];
-    if (p.outputs.empty())
-      p.outputs.resize(static_cast<size_t>(worldSize_));
-    auto &specs = p.outputs[static_cast<size_t>(rank)];
-    specs.clear();
-    for (int buffer : program.outputs())
-      if (buffer >= 0 && buffer < program.buffers_size())
-        specs.push_back(program.buffers(buffer));
+    p = Program();
     try {
-      rt::validateProgram(program, rank);
-      p.invalid.erase(rank);
+      if (programs.empty())
+        throw rt::RuntimeError("an upload without programs");
+      std::vector<int64_t> meshShape(programs[0].mesh_shape().begin(),
+                                     programs[0].mesh_shape().end());
+      p.mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
+      for (const wire::Program &program : programs) {
+        p.classes.push_back(program);
+        std::vector<wire::TensorSpec> specs;
+        for (int buffer : program.outputs())
+          if (buffer >= 0 && buffer < program.buffers_size())
+            specs.push_back(program.buffers(buffer));
+        p.outputs.push_back(std::move(specs));
+        // A plan check that costs the same at any world size: each class
+        // program is resolved and validated for the first rank it runs on.
+        if (program.positions_size() == 0)
+          throw rt::RuntimeError("a class program that runs nowhere");
+        const auto &lo = program.positions(0).lo();
+        std::vector<int64_t> coords(lo.begin(), lo.end());
+        int64_t position = 0;
+        for (size_t a = 0; a < coords.size(); ++a)
+          position = position * meshShape[a] + coords[a];
+        int64_t rank = p.mesh->rankAt(position);
+        rt::validateProgram(
+            rt::resolveForRank(program, rt::RankContext::of(p.mesh, rank)),
+            static_cast<int>(rank));
+      }
     } catch (const std::exception &e) {
-      p.invalid[rank] = e.what();
+      p.invalid = e.what();
     }
   }
 
@@ -75,8 +94,7 @@ public:
     if (it == programs_.end()) {
       error = "unknown program id " + std::to_string(id);
     } else if (!it->second.invalid.empty()) {
-      const auto &[rank, why] = *it->second.invalid.begin();
-      error = "rank " + std::to_string(rank) + ": " + why;
+      error = it->second.invalid;
     }
     for (Handle in : inputs)
       if (error.empty())
@@ -136,8 +154,10 @@ public:
 
 private:
   struct Program {
-    std::vector<std::vector<wire::TensorSpec>> outputs; // by rank
-    std::map<int, std::string> invalid;                 // rank -> reason
+    std::shared_ptr<const rt::MeshRanks> mesh;
+    std::vector<wire::Program> classes;
+    std::vector<std::vector<wire::TensorSpec>> outputs; // by class
+    std::string invalid; // why validation refused the upload
   };
   struct Value {
     uint64_t programId = 0; // 0: put
@@ -181,8 +201,21 @@ private:
                                std::to_string(handle));
       return put->second;
     }
-    const auto &outputs =
-        programs_.at(v.programId).outputs[static_cast<size_t>(rank)];
+    const Program &program = programs_.at(v.programId);
+    int64_t position = program.mesh ? program.mesh->positionOf(rank) : -1;
+    int index = -1;
+    if (position >= 0) {
+      std::vector<const wire::Program *> classes;
+      for (const wire::Program &c : program.classes)
+        classes.push_back(&c);
+      index = rt::programIndexAt(
+          classes, rt::positionCoords(program.mesh->shape(), position));
+    }
+    if (index < 0)
+      throw rt::RuntimeError("rank " + std::to_string(rank) + ": program " +
+                             std::to_string(v.programId) +
+                             " was not uploaded to this rank");
+    const auto &outputs = program.outputs[static_cast<size_t>(index)];
     if (static_cast<size_t>(v.output) >= outputs.size())
       throw rt::RuntimeError("rank " + std::to_string(rank) + ": program " +
                              std::to_string(v.programId) +

@@ -1,6 +1,7 @@
 //===- Compiler.cpp - dtensor graphs to per-rank programs ----------------===//
 #include "dtorch/Compiler.h"
 
+#include "GraphBuilder.h"
 #include "ProgramEmitter.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
@@ -8,13 +9,14 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
-#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <ctime>
 #include <map>
 
 using namespace mlir;
@@ -32,6 +34,62 @@ std::unique_ptr<MLIRContext> makeContext() {
   return ctx;
 }
 
+/// The context compiles on this thread use: made once per thread and kept
+/// across compiles (a context costs more to make than a small segment to
+/// compile). Types and attributes it uniques stay for its lifetime, so it is
+/// renewed after kCompilesPerContext compiles to bound that.
+MLIRContext &threadContext() {
+  constexpr unsigned kCompilesPerContext = 256;
+  thread_local std::unique_ptr<MLIRContext> ctx;
+  thread_local unsigned compiles = 0;
+  if (!ctx || ++compiles > kCompilesPerContext) {
+    ctx = makeContext();
+    compiles = 0;
+  }
+  return *ctx;
+}
+
+/// CPU seconds of the calling thread: phase times that do not count the
+/// time the thread waited for a core.
+struct Clock {
+  using time_point = double;
+  static time_point now() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) +
+           1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+};
+
+double secondsSince(Clock::time_point start) { return Clock::now() - start; }
+
+/// Seconds per pass (summed over the functions a nested pass runs on), in
+/// the order the passes first ran; a stage boundary counts as "verify".
+class PassTimer : public PassInstrumentation {
+public:
+  explicit PassTimer(std::vector<std::pair<std::string, double>> &timings)
+      : timings(timings) {}
+  void runBeforePass(Pass *, Operation *) override { start = Clock::now(); }
+  void runAfterPass(Pass *pass, Operation *) override {
+    std::optional<StringRef> stage = dtensor::stageBoundaryName(pass);
+    if (!stage && pass->getArgument().empty())
+      return; // a pass manager's adaptor: its passes are counted
+    std::string name =
+        stage ? "verify (" + stage->str() + ")" : pass->getArgument().str();
+    double s = secondsSince(start);
+    for (auto &[n, t] : timings)
+      if (n == name) {
+        t += s;
+        return;
+      }
+    timings.emplace_back(name, s);
+  }
+
+private:
+  std::vector<std::pair<std::string, double>> &timings;
+  Clock::time_point start;
+};
+
 TensorInfo infoOf(Type t) {
   TensorInfo info;
   if (auto dt = dyn_cast<dtensor::DTensorType>(t)) {
@@ -44,6 +102,31 @@ TensorInfo infoOf(Type t) {
   return info;
 }
 
+const char *diagnosticKind(DiagnosticSeverity severity) {
+  switch (severity) {
+  case DiagnosticSeverity::Error:
+    return "error";
+  case DiagnosticSeverity::Warning:
+    return "warning";
+  case DiagnosticSeverity::Remark:
+    return "remark";
+  case DiagnosticSeverity::Note:
+    return "note";
+  }
+  return "error";
+}
+
+/// `file:line:col: error: message`, as the parser's diagnostics read.
+void writeDiagnostic(llvm::raw_ostream &os, Diagnostic &diag,
+                     const char *kind) {
+  if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
+    os << file.getFilename().getValue() << ":" << file.getLine() << ":"
+       << file.getColumn();
+  else
+    os << diag.getLocation();
+  os << ": " << kind << ": " << diag << "\n";
+}
+
 std::string printModule(ModuleOp m) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -51,27 +134,14 @@ std::string printModule(ModuleOp m) {
   return os.str();
 }
 
-} // namespace
-
-CompileResult compileModule(const std::string &source,
-                            const std::string &sourceName,
-                            const CompileOptions &options) {
-  CompileResult result;
-  std::unique_ptr<MLIRContext> ctx = makeContext();
-  llvm::raw_string_ostream diagStream(result.error);
-  llvm::SourceMgr sourceMgr;
-  sourceMgr.AddNewSourceBuffer(
-      llvm::MemoryBuffer::getMemBufferCopy(source, sourceName), llvm::SMLoc());
-  SourceMgrDiagnosticHandler handler(sourceMgr, ctx.get(), diagStream);
-
-  OwningOpRef<ModuleOp> module =
-      parseSourceFile<ModuleOp>(sourceMgr, ctx.get());
-  if (!module)
-    return result;
-
+/// Runs the pipeline on `module` (parsed or built) and emits the programs
+/// into `result`; diagnostics go to the handler the caller installed.
+void compileModuleOp(ModuleOp module, const CompileOptions &options,
+                     CompileResult &result) {
+  MLIRContext *ctx = module.getContext();
   // The global signatures, before SPMD lowering replaces the functions.
   std::map<std::string, CompiledFunction> byName;
-  for (auto fn : module->getOps<func::FuncOp>()) {
+  for (auto fn : module.getOps<func::FuncOp>()) {
     CompiledFunction cf;
     cf.name = fn.getSymName().str();
     for (Type t : fn.getFunctionType().getInputs())
@@ -87,64 +157,131 @@ CompileResult compileModule(const std::string &source,
     byName[cf.name] = std::move(cf);
   }
 
-  auto record = [&](const char *stage) {
-    if (options.recordStages)
-      result.stages.emplace_back(stage, printModule(*module));
-  };
-  record("input");
-  struct Stage {
-    const char *name;
-    std::function<void(PassManager &)> add;
-  };
-  std::vector<Stage> stages = {
-      {"sharded",
-       [](PassManager &pm) {
-         pm.addNestedPass<func::FuncOp>(dtensor::createPropagateSharding());
-         pm.addNestedPass<func::FuncOp>(createCSEPass());
-       }},
-      {"redistributed",
-       [](PassManager &pm) {
-         pm.addNestedPass<func::FuncOp>(dtensor::createLowerRedistribute());
-       }},
-      {"rank",
-       [](PassManager &pm) { pm.addPass(dtensor::createLowerToRank()); }},
-  };
-  for (const Stage &stage : stages) {
-    PassManager pm(ctx.get());
-    stage.add(pm);
-    if (failed(pm.run(*module)))
-      return result;
-    record(stage.name);
-    if (options.explain && std::string(stage.name) == "sharded")
-      for (auto fn : module->getOps<func::FuncOp>())
-        for (dtensor::ExplainedRedistribute &r :
-             dtensor::explainRedistributions(fn))
-          result.explanations.push_back(std::move(r.info));
-  }
+  // One pipeline definition (buildDTensorToRankPipeline); its stage
+  // boundaries verify the IR between phases, so the pass manager's verifier
+  // after every pass is off. Stages are printed, and redistributions
+  // explained, only when asked for.
+  if (options.recordStages)
+    result.stages.emplace_back("input", printModule(module));
+  Clock::time_point setupStart = Clock::now();
+  PassManager pm(ctx);
+  pm.enableVerifier(false);
+  dtensor::buildDTensorToRankPipeline(pm);
+  if (options.profile)
+    result.timings.emplace_back("pipeline setup", secondsSince(setupStart));
+  if (options.recordStages || options.explain)
+    pm.addInstrumentation(std::make_unique<dtensor::StageObserver>(
+        [&](StringRef stage, ModuleOp m) {
+          if (options.recordStages)
+            result.stages.emplace_back(stage.str(), printModule(m));
+          if (options.explain && stage == dtensor::kStageSharded)
+            for (auto fn : m.getOps<func::FuncOp>())
+              for (dtensor::ExplainedRedistribute &r :
+                   dtensor::explainRedistributions(fn))
+                result.explanations.push_back(std::move(r.info));
+        }));
+  if (options.profile)
+    pm.addInstrumentation(std::make_unique<PassTimer>(result.timings));
+  if (failed(pm.run(module)))
+    return;
 
-  for (auto fn : module->getOps<func::FuncOp>()) {
-    auto rankAttr = fn->getAttrOfType<IntegerAttr>(rank::kRankAttrName);
-    if (!rankAttr)
+  Clock::time_point emitStart = Clock::now();
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (!fn->hasAttr(rank::kMeshAttrName))
       continue;
     std::string name = fn.getSymName().str();
-    std::string base = name.substr(0, name.rfind("_rank"));
+    std::string base = name.substr(0, name.rfind("_class"));
     auto it = byName.find(base);
     if (it == byName.end()) {
       fn.emitOpError("has no source function '") << base << "'";
-      return result;
+      return;
     }
     FailureOr<wire::Program> program = emitProgram(fn);
     if (failed(program))
-      return result;
-    std::vector<wire::Program> &programs = it->second.programs;
-    if ((int64_t)programs.size() <= rankAttr.getInt())
-      programs.resize(rankAttr.getInt() + 1);
-    programs[rankAttr.getInt()] = std::move(*program);
+      return;
+    it->second.programs.push_back(std::move(*program));
   }
   for (auto &[name, cf] : byName)
     result.functions.push_back(std::move(cf));
+  if (options.profile)
+    result.timings.emplace_back("emit", secondsSince(emitStart));
   result.ok = true;
+}
+
+} // namespace
+
+CompileResult compileModule(const std::string &source,
+                            const std::string &sourceName,
+                            const CompileOptions &options) {
+  CompileResult result;
+  Clock::time_point start = Clock::now();
+  MLIRContext &ctx = threadContext();
+  if (options.profile)
+    result.timings.emplace_back("context", secondsSince(start));
+  llvm::raw_string_ostream diagStream(result.error);
+  llvm::SourceMgr sourceMgr;
+  sourceMgr.AddNewSourceBuffer(
+      llvm::MemoryBuffer::getMemBufferCopy(source, sourceName), llvm::SMLoc());
+  SourceMgrDiagnosticHandler handler(sourceMgr, &ctx, diagStream);
+
+  start = Clock::now();
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &ctx);
+  if (options.profile)
+    result.timings.emplace_back("parse", secondsSince(start));
+  if (!module)
+    return result;
+  compileModuleOp(*module, options, result);
   return result;
+}
+
+CompileResult compileGraph(const SegmentGraph &graph,
+                           const CompileOptions &options) {
+  CompileResult result;
+  Clock::time_point start = Clock::now();
+  MLIRContext &ctx = threadContext();
+  if (options.profile)
+    result.timings.emplace_back("context", secondsSince(start));
+  llvm::raw_string_ostream diagStream(result.error);
+  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &diag) {
+    writeDiagnostic(diagStream, diag, diagnosticKind(diag.getSeverity()));
+    for (Diagnostic &note : diag.getNotes())
+      writeDiagnostic(diagStream, note, "note");
+    return success();
+  });
+
+  start = Clock::now();
+  OwningOpRef<ModuleOp> module = buildGraphModule(graph, &ctx);
+  if (options.profile)
+    result.timings.emplace_back("build", secondsSince(start));
+  if (!module)
+    return result;
+  compileModuleOp(*module, options, result);
+  return result;
+}
+
+bool programRunsAt(const wire::Program &program,
+                   const std::vector<int64_t> &coords) {
+  for (const wire::MeshBox &box : program.positions()) {
+    if (box.lo_size() != (int)coords.size() ||
+        box.hi_size() != (int)coords.size())
+      continue;
+    bool inside = true;
+    for (size_t a = 0; a < coords.size() && inside; ++a)
+      inside = box.lo(a) <= coords[a] && coords[a] < box.hi(a);
+    if (inside)
+      return true;
+  }
+  return false;
+}
+
+int CompiledFunction::programAt(int64_t position) const {
+  if (position < 0 || position >= meshSize(meshShape))
+    return -1;
+  std::vector<int64_t> coords = meshCoords(meshShape, position);
+  for (size_t k = 0; k < programs.size(); ++k)
+    if (programRunsAt(programs[k], coords))
+      return static_cast<int>(k);
+  return -1;
 }
 
 } // namespace dtorch

@@ -59,7 +59,24 @@ FailureOr<std::string> denseBytes(DenseElementsAttr dense) {
 LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
                       Attribute value) {
   wire::Attr a;
-  if (auto i = dyn_cast<IntegerAttr>(value))
+  if (auto box = dyn_cast<rank::BoxOffsetAttr>(value)) {
+    wire::MeshValue *m = a.mutable_mesh();
+    m->set_kind(wire::MeshValue::BOX_OFFSET);
+    for (int64_t s : box.getGlobalShape().asArrayRef())
+      m->add_global_shape(s);
+    for (int64_t d : box.getShardDims().asArrayRef())
+      m->add_shard_dims(d);
+    m->set_dim(box.getDim());
+  } else if (auto chunk = dyn_cast<rank::ChunkOffsetAttr>(value)) {
+    wire::MeshValue *m = a.mutable_mesh();
+    m->set_kind(wire::MeshValue::CHUNK_OFFSET);
+    m->set_axis(chunk.getAxis());
+    m->set_extent(chunk.getExtent());
+  } else if (auto coord = dyn_cast<rank::MeshCoordAttr>(value)) {
+    wire::MeshValue *m = a.mutable_mesh();
+    m->set_kind(wire::MeshValue::MESH_COORD);
+    m->set_axis(coord.getAxis());
+  } else if (auto i = dyn_cast<IntegerAttr>(value))
     a.set_i(i.getType().isInteger(1) ? i.getValue().getZExtValue()
                                      : i.getInt());
   else if (auto b = dyn_cast<BoolAttr>(value))
@@ -87,6 +104,12 @@ LogicalResult setAttr(Operation *op, wire::Instruction &inst, StringRef name,
 }
 
 std::string locationString(Location loc) {
+  // The common case, written directly: printing through an AsmState per
+  // instruction cost more than the rest of the emission.
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return "loc(\"" + file.getFilename().getValue().str() +
+           "\":" + std::to_string(file.getLine()) + ":" +
+           std::to_string(file.getColumn()) + ")";
   std::string s;
   llvm::raw_string_ostream os(s);
   loc.print(os);
@@ -96,16 +119,27 @@ std::string locationString(Location loc) {
 } // namespace
 
 FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
-  auto rankAttr = fn->getAttrOfType<IntegerAttr>(rank::kRankAttrName);
-  if (!rankAttr)
-    return fn.emitOpError("is not a per-rank function (no rank.rank)");
+  auto mesh = fn->getAttrOfType<DenseI64ArrayAttr>(rank::kMeshAttrName);
+  auto positions = fn->getAttrOfType<ArrayAttr>(rank::kPositionsAttrName);
+  if (!mesh || !positions)
+    return fn.emitOpError("is not a class program (no ")
+           << rank::kMeshAttrName << " and " << rank::kPositionsAttrName << ")";
   if (!fn.getBody().hasOneBlock())
     return fn.emitOpError("must have a single block to be emitted");
 
   wire::Program program;
   program.set_version(wire::PROGRAM_FORMAT_VERSION);
   program.set_name(fn.getSymName().str());
-  program.set_rank(rankAttr.getInt());
+  for (int64_t s : mesh.asArrayRef())
+    program.add_mesh_shape(s);
+  for (Attribute b : positions) {
+    ArrayRef<int64_t> box = cast<DenseI64ArrayAttr>(b).asArrayRef();
+    wire::MeshBox *out = program.add_positions();
+    for (size_t a = 0; a + 1 < box.size(); a += 2) {
+      out->add_lo(box[a]);
+      out->add_hi(box[a + 1]);
+    }
+  }
 
   llvm::DenseMap<Value, int32_t> bufferOf;
   // Where each buffer was written: instruction index and stream.

@@ -13,7 +13,7 @@ namespace dtorch {
 /// Maps an MLIR element type to the wire dtype (DTYPE_INVALID if none).
 wire::DType toWireDType(mlir::Type type);
 
-/// Emits the program of one per-rank function (`rank.rank` attribute):
+/// Emits the program of one class function (`rank.mesh`, `rank.positions`):
 /// one buffer per SSA value, kernels on the compute stream, collectives on
 /// the communication stream, with an event wherever a value crosses streams.
 mlir::FailureOr<wire::Program> emitProgram(mlir::func::FuncOp fn);

@@ -79,11 +79,19 @@ ShardingRule matmul(const Shape &a, const Shape &b) {
   return rule;
 }
 
+// Factors: the batch dims, then M, N and the contracted K.
 ShardingRule bmm(const Shape &a, const Shape &b) {
   ShardingRule rule;
-  rule.factorSizes = {a[0], a[1], b[2], a[2]};
-  rule.operands = {{0, 1, 3}, {0, 3, 2}};
-  rule.results = {{0, 1, 2}};
+  int64_t nb = static_cast<int64_t>(a.size()) - 2;
+  rule.factorSizes.assign(a.begin(), a.end() - 2);
+  rule.factorSizes.insert(rule.factorSizes.end(),
+                          {a[nb], b[nb + 1], a[nb + 1]});
+  std::vector<int64_t> lhs = iota(nb), rhs = iota(nb), res = iota(nb);
+  lhs.insert(lhs.end(), {nb, nb + 2});
+  rhs.insert(rhs.end(), {nb + 2, nb + 1});
+  res.insert(res.end(), {nb, nb + 1});
+  rule.operands = {lhs, rhs};
+  rule.results = {res};
   rule.reductionOp = ReduceOp::Sum;
   rule.linearOperands = {0, 1};
   return rule;

@@ -211,6 +211,7 @@ chooseStrategy(const ShardingRule &rule,
   double bestWork = std::numeric_limits<double>::infinity();
   int bestChanges = std::numeric_limits<int>::max();
   int bestNested = std::numeric_limits<int>::max();
+  int bestTrivial = std::numeric_limits<int>::max();
   ShardingStrategy cand;
   cand.operands.assign(nOps, Placements(nAxes));
   cand.result.assign(nAxes, Placement::replicate());
@@ -257,18 +258,27 @@ chooseStrategy(const ShardingRule &rule,
       score += partialResultCost(cand, operandPlacements, resultShape,
                                  elementBytes, meshShape);
     int nested = nestedSplits(cand.result);
+    // A shard or partial on a mesh axis of size 1 saves nothing and leaves
+    // a (one-rank) collective for whoever needs the value replicated.
+    int trivial = 0;
+    for (size_t a = 0; a < nAxes; ++a)
+      trivial += meshShape[a] == 1 && !cand.result[a].isReplicate();
     // Communication first; then leaving operands as they are (even a free
     // local slice copies data); then less local work; then fewer tensor dims
-    // split by several mesh axes (a nest constrains later redistributions).
-    bool better =
-        score < bestCost - 1e-9 ||
-        (score <= bestCost + 1e-9 &&
-         (changes < bestChanges ||
-          (changes == bestChanges &&
-           (work < bestWork || (work == bestWork && nested < bestNested)))));
+    // split by several mesh axes (a nest constrains later redistributions);
+    // then fewer shards on axes of size 1.
+    bool better = score < bestCost - 1e-9 ||
+                  (score <= bestCost + 1e-9 &&
+                   (changes < bestChanges ||
+                    (changes == bestChanges &&
+                     (work < bestWork ||
+                      (work == bestWork &&
+                       (nested < bestNested ||
+                        (nested == bestNested && trivial < bestTrivial)))))));
     if (better) {
       bestCost = score;
       bestNested = nested;
+      bestTrivial = trivial;
       bestChanges = changes;
       bestWork = work;
       best = cand;

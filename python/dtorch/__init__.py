@@ -47,8 +47,10 @@ def synchronize():
 
 
 def last_ir(stage="sharded"):
-    """The IR of the last compiled segment at a pass stage: "input",
-    "sharded", "redistributed" or "rank"."""
+    """The IR of the last segment run at a pass stage: "input",
+    "sharded", "redistributed" or "rank". Made on demand: the segment is
+    compiled again with the IR printed at the pipeline's stage boundaries
+    (no program is made, and compiles on the hot path record nothing)."""
     return _C.last_ir(stage)
 
 

@@ -263,14 +263,9 @@ def mse_loss(input, target, reduction="mean"):  # noqa: A002
 
 
 def _batched_matmul(a, b):
-    """[..., M, K] @ [..., K, N] with equal leading dims, through bmm."""
-    if a.ndim == 3:
-        return _C.matmul(a, b)
-    lead = list(a.shape[:-2])
-    a3 = _C.reshape(a, [-1, a.shape[-2], a.shape[-1]])
-    b3 = _C.reshape(b, [-1, b.shape[-2], b.shape[-1]])
-    out = _C.matmul(a3, b3)
-    return _C.reshape(out, lead + [a.shape[-2], b.shape[-1]])
+    """[..., M, K] @ [..., K, N] with equal leading dims: one bmm over all of
+    them (so [batch, heads, ...] sharded on both needs no redistribution)."""
+    return _C.matmul(a, b)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,

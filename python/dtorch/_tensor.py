@@ -6,6 +6,7 @@ values are fetched with numpy(), item(), tolist(), local_shards() (these wait).
 import numpy as np
 
 from . import _C
+from . import _async
 from . import device_mesh as _dm
 from ._printing import tensor_repr as _repr
 from .placement_types import Placement
@@ -186,6 +187,9 @@ def _install():
     T.numpy = _numpy
     T.item = _item
     T.tolist = _tolist
+    T.numpy_async = _async.numpy_async
+    T.item_async = _async.item_async
+    T.__await__ = _async.tensor_await
     T.to_torch = _to_torch
     T.local_shards = _local_shards
     T.redistribute = _redistribute

@@ -605,6 +605,22 @@ NB_MODULE(_C, m) {
     }
     return toNumpy(std::move(v));
   });
+  nb::class_<PendingFetch>(m, "PendingFetch",
+                           "A fetch in flight (fetch_async): wait() gives the "
+                           "value as numpy")
+      .def("wait", [](PendingFetch &f) {
+        rt::Tensor v;
+        {
+          nb::gil_scoped_release release;
+          v = f.wait();
+        }
+        return toNumpy(std::move(v));
+      });
+  m.def("fetch_async", [](const Tensor &x) { return session().fetchAsync(x); });
+  m.def("cut_segment", [] {
+    if (g_session)
+      g_session->cutSegment();
+  });
   m.def("fetch_local", [](const Tensor &x) {
     std::map<int, rt::Tensor> pieces;
     {

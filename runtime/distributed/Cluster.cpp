@@ -1,4 +1,5 @@
 #include "dtorch/runtime/Cluster.h"
+#include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
 #include "dtorch/runtime/Transport.h"
@@ -667,15 +668,43 @@ std::string Cluster::hostOf(int rank) const {
   return impl_->workers[impl_->workerOfRank(rank)].host;
 }
 
-void Cluster::uploadProgram(int rank, uint64_t programId,
-                            const wire::Program &program) {
-  wire::Envelope e = envelope();
-  auto *upload = e.mutable_upload();
-  upload->set_rank(rank);
-  upload->set_program_id(programId);
-  *upload->mutable_program() = program;
-  impl_->post(impl_->workerOfRank(rank), e);
-  ++impl_->sent;
+void Cluster::uploadPrograms(uint64_t programId,
+                             const std::vector<const wire::Program *> &programs,
+                             const std::vector<int64_t> &meshRanks) {
+  if (programs.empty())
+    throw RuntimeError("uploadPrograms: no program");
+  Impl &impl = *impl_;
+  std::vector<int64_t> meshShape(programs[0]->mesh_shape().begin(),
+                                 programs[0]->mesh_shape().end());
+  // Per worker process, the class programs its ranks of the mesh run.
+  std::map<size_t, std::vector<bool>> needed;
+  for (size_t p = 0; p < meshRanks.size(); ++p) {
+    size_t worker = impl.workerOfRank(static_cast<int>(meshRanks[p]));
+    std::vector<bool> &uses = needed[worker];
+    uses.resize(programs.size(), false);
+    int index = programIndexAt(
+        programs, positionCoords(meshShape, static_cast<int64_t>(p)));
+    if (index >= 0)
+      uses[index] = true;
+  }
+  for (const auto &[worker, uses] : needed) {
+    wire::Envelope e = envelope();
+    auto *upload = e.mutable_upload();
+    upload->set_program_id(programId);
+    for (size_t k = 0; k < programs.size(); ++k)
+      if (uses[k])
+        *upload->add_programs() = *programs[k];
+    bool consecutive = true;
+    for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
+      consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
+    if (consecutive)
+      upload->set_mesh_rank_start(meshRanks[0]);
+    else
+      for (int64_t r : meshRanks)
+        upload->add_mesh_ranks(r);
+    impl.post(worker, e);
+    ++impl.sent;
+  }
 }
 
 void Cluster::run(int rank, uint64_t programId,

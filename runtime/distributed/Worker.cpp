@@ -4,6 +4,7 @@
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -368,15 +369,47 @@ void Worker::dispatch(wire::Envelope &envelope) {
   shared->Swap(&envelope);
   switch (shared->body_case()) {
   case wire::Envelope::kUpload: {
-    int rank = shared->upload().rank();
-    if (!hosted(rank))
-      return;
-    enqueue(rank, [this, shared, rank] {
-      Rank &r = *ranks_[rank - options_.firstRank];
-      auto *upload = shared->mutable_upload();
-      r.state->upload(upload->program_id(),
-                      std::move(*upload->mutable_program()));
-    });
+    // Every hosted rank of the mesh keeps the class program of its position.
+    const wire::UploadProgram &upload = shared->upload();
+    std::vector<int64_t> meshShape;
+    if (upload.programs_size() > 0)
+      meshShape.assign(upload.programs(0).mesh_shape().begin(),
+                       upload.programs(0).mesh_shape().end());
+    std::vector<int64_t> meshRanks(upload.mesh_ranks().begin(),
+                                   upload.mesh_ranks().end());
+    if (meshRanks.empty()) {
+      int64_t size = 1;
+      for (int64_t extent : meshShape)
+        size *= std::max<int64_t>(extent, 0);
+      for (int64_t p = 0; p < size; ++p)
+        meshRanks.push_back(upload.mesh_rank_start() + p);
+    }
+    std::shared_ptr<const MeshRanks> mesh;
+    std::string invalid;
+    try {
+      mesh = std::make_shared<const MeshRanks>(meshShape, meshRanks);
+    } catch (const std::exception &e) {
+      invalid = e.what();
+    }
+    auto classes = std::make_shared<std::vector<const wire::Program *>>();
+    for (const wire::Program &program : upload.programs())
+      classes->push_back(&program);
+    for (int r = options_.firstRank; r < options_.firstRank + options_.numRanks;
+         ++r) {
+      bool inMesh = mesh ? mesh->positionOf(r) >= 0
+                         : std::find(meshRanks.begin(), meshRanks.end(), r) !=
+                               meshRanks.end();
+      if (!inMesh)
+        continue;
+      enqueue(r, [this, shared, classes, mesh, invalid, r] {
+        Rank &state = *ranks_[r - options_.firstRank];
+        uint64_t id = shared->upload().program_id();
+        if (mesh)
+          state.state->upload(id, *classes, RankContext::of(mesh, r));
+        else
+          state.state->reject(id, invalid);
+      });
+    }
     return;
   }
   case wire::Envelope::kRun: {

@@ -106,6 +106,18 @@ void Executor::validate(const Program &program) const {
   validateProgram(program, comm_ ? comm_->rank() : -1);
 }
 
+Program Executor::prepare(const Program &program,
+                          const RankContext &context) const {
+  if (comm_ && comm_->rank() != context.rank)
+    throw RuntimeError(
+        "program '" + program.name() + "' is prepared for rank " +
+        std::to_string(context.rank) + " but the communicator is rank " +
+        std::to_string(comm_->rank()));
+  Program resolved = resolveForRank(program, context);
+  validate(resolved);
+  return resolved;
+}
+
 std::vector<Tensor> Executor::runValidated(const Program &program,
                                            const std::vector<Tensor> &inputs,
                                            const std::vector<int64_t> &seeds) {

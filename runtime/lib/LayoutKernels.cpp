@@ -53,6 +53,29 @@ Kernel copyKernel() {
   return kernel;
 }
 
+// A Partial(sum) made from a replicated value: the rank at coordinate 0 of
+// the mesh axis keeps it (`coord` = that coordinate), the others hold zeros.
+Kernel leadOrZeroKernel() {
+  Kernel kernel;
+  kernel.numInputs = 1;
+  kernel.check = [](const AttrReader &attrs,
+                    const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
+    checkAllSame(inputs, outputs);
+    if (attrs.getInt("coord") < 0)
+      throw RuntimeError("lead_or_zero: coord must be >= 0");
+  };
+  kernel.run = [](const AttrReader &attrs,
+                  const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    if (attrs.getInt("coord") == 0)
+      copyWhole(inputs, outputs);
+    else if (outputs[0]->nbytes())
+      std::memset(outputs[0]->data(), 0, outputs[0]->nbytes());
+  };
+  return kernel;
+}
+
 std::vector<int64_t> readPermutation(const AttrReader &attrs, size_t rank) {
   std::vector<int64_t> perm = attrs.getInts("perm");
   if (perm.size() != rank)
@@ -210,6 +233,7 @@ template <class T> void registerLayoutKernelsFor(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "broadcast_to", broadcastToKernel<T>());
   addCpuKernel<T>(registry, "reshape", reshapeKernel());
   addCpuKernel<T>(registry, "copy", copyKernel());
+  addCpuKernel<T>(registry, "lead_or_zero", leadOrZeroKernel());
   addCpuKernel<T>(registry, "transpose", transposeKernel<T>());
   addCpuKernel<T>(registry, "slice", sliceKernel(sizeof(T)));
 }

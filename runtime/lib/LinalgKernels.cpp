@@ -101,14 +101,18 @@ void checkBmm(const AttrReader &, const std::vector<TensorDesc> &inputs,
   const TensorDesc &a = inputs[0], &b = inputs[1], &out = outputs[0];
   if (a.dtype != out.dtype || b.dtype != out.dtype)
     throw RuntimeError("bmm operands must share the output dtype");
-  if (a.shape.size() != 3 || b.shape.size() != 3 || out.shape.size() != 3 ||
-      a.shape[0] != b.shape[0] || out.shape[0] != a.shape[0] ||
-      a.shape[2] != b.shape[1] || out.shape[1] != a.shape[1] ||
-      out.shape[2] != b.shape[2])
+  size_t r = a.shape.size();
+  bool ok = r >= 3 && b.shape.size() == r && out.shape.size() == r &&
+            a.shape[r - 1] == b.shape[r - 2] &&
+            out.shape[r - 2] == a.shape[r - 2] &&
+            out.shape[r - 1] == b.shape[r - 1];
+  for (size_t d = 0; ok && d + 2 < r; ++d)
+    ok = a.shape[d] == b.shape[d] && out.shape[d] == a.shape[d];
+  if (!ok)
     throw RuntimeError("bmm shapes " + shapeToString(a.shape) + " x " +
                        shapeToString(b.shape) + " -> " +
                        shapeToString(out.shape) +
-                       " do not match [B,M,K] x [B,K,N] -> [B,M,N]");
+                       " do not match [B...,M,K] x [B...,K,N] -> [B...,M,N]");
 }
 
 template <class T> void registerGemmKernels(KernelRegistry &registry) {
@@ -129,8 +133,11 @@ template <class T> void registerGemmKernels(KernelRegistry &registry) {
   bmm.run = [](const AttrReader &, const std::vector<const Tensor *> &inputs,
                const std::vector<Tensor *> &outputs) {
     const Tensor &a = *inputs[0], &b = *inputs[1];
-    int64_t batch = a.shape()[0], m = a.shape()[1], k = a.shape()[2],
-            n = b.shape()[2];
+    size_t r = a.shape().size();
+    int64_t batch = 1;
+    for (size_t d = 0; d + 2 < r; ++d)
+      batch *= a.shape()[d];
+    int64_t m = a.shape()[r - 2], k = a.shape()[r - 1], n = b.shape()[r - 1];
     const T *as = a.data_as<T>();
     const T *bs = b.data_as<T>();
     T *out = outputs[0]->data_as<T>();

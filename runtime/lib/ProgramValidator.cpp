@@ -209,10 +209,6 @@ struct Validator {
     if (hasCollectives) {
       if (communicatorRank < 0)
         fail("it has collectives but the executor has no communicator");
-      if (program.rank() != communicatorRank)
-        fail("it is for rank " + std::to_string(program.rank()) +
-             " but the communicator is rank " +
-             std::to_string(communicatorRank));
     }
   }
 
@@ -247,6 +243,11 @@ struct Validator {
       failAt(index, "records event " + std::to_string(inst.record_event()) +
                         " outside [0, " + std::to_string(program.num_events()) +
                         ") (use -1 for none)");
+    for (const auto &[name, attr] : inst.attrs())
+      if (attr.value_case() == ::dtorch::wire::Attr::kMesh)
+        failAt(index, "attribute '" + name +
+                          "' is a mesh value: resolve the program for a rank "
+                          "first");
     std::vector<TensorDesc> in, out;
     for (int id : inst.inputs())
       in.push_back(descOf(id));
@@ -256,7 +257,7 @@ struct Validator {
       if (isCollectiveOp(inst.op())) {
         if (inst.stream() != ::dtorch::wire::COMM)
           throw RuntimeError("collectives run on the COMM stream");
-        checkCollective(inst, in, out, program.rank());
+        checkCollective(inst, in, out, communicatorRank);
         return;
       }
       if (inst.stream() != ::dtorch::wire::COMPUTE)
@@ -394,6 +395,109 @@ struct Validator {
 };
 
 } // namespace
+
+void validateMeshProgram(const Program &program) {
+  const std::string prefix = "invalid program '" + program.name() + "': ";
+  auto fail = [&](const std::string &message) {
+    throw RuntimeError(prefix + message);
+  };
+  if (program.version() != ::dtorch::wire::PROGRAM_FORMAT_VERSION)
+    fail("unsupported program format version " +
+         std::to_string(program.version()) + " (this runtime reads version " +
+         std::to_string(
+             static_cast<int>(::dtorch::wire::PROGRAM_FORMAT_VERSION)) +
+         ")");
+  const auto &mesh = program.mesh_shape();
+  int64_t axes = mesh.size();
+  if (axes == 0)
+    fail("it has no mesh_shape");
+  for (int64_t extent : mesh)
+    if (extent < 1)
+      fail("mesh_shape has an extent below 1");
+  if (program.positions_size() == 0)
+    fail("it names no mesh positions");
+  for (int b = 0; b < program.positions_size(); ++b) {
+    const auto &box = program.positions(b);
+    if (box.lo_size() != axes || box.hi_size() != axes)
+      fail("position box " + std::to_string(b) + " needs " +
+           std::to_string(axes) + " ranges (one per mesh axis)");
+    for (int64_t a = 0; a < axes; ++a)
+      if (box.lo(a) < 0 || box.lo(a) >= box.hi(a) || box.hi(a) > mesh[a])
+        fail("position box " + std::to_string(b) + " range [" +
+             std::to_string(box.lo(a)) + ", " + std::to_string(box.hi(a)) +
+             ") of axis " + std::to_string(a) + " is not inside [0, " +
+             std::to_string(mesh[a]) + ")");
+  }
+  auto checkAxis = [&](int64_t axis) {
+    if (axis < 0 || axis >= axes)
+      throw RuntimeError("mesh axis " + std::to_string(axis) +
+                         " is out of range for a mesh of rank " +
+                         std::to_string(axes));
+  };
+  for (int i = 0; i < program.instructions_size(); ++i) {
+    const Instruction &inst = program.instructions(i);
+    try {
+      for (const auto &[name, attr] : inst.attrs()) {
+        if (attr.value_case() != ::dtorch::wire::Attr::kMesh)
+          continue;
+        const ::dtorch::wire::MeshValue &value = attr.mesh();
+        switch (value.kind()) {
+        case ::dtorch::wire::MeshValue::BOX_OFFSET: {
+          int64_t rank = value.global_shape_size();
+          if (value.shard_dims_size() != axes)
+            throw RuntimeError("mesh value '" + name + "' has " +
+                               std::to_string(value.shard_dims_size()) +
+                               " shard_dims for a mesh of rank " +
+                               std::to_string(axes));
+          for (int64_t extent : value.global_shape())
+            if (extent < 0)
+              throw RuntimeError("mesh value '" + name +
+                                 "' has a negative global extent");
+          for (int64_t d : value.shard_dims())
+            if (d < -1 || d >= rank)
+              throw RuntimeError("mesh value '" + name + "' shards dim " +
+                                 std::to_string(d) + " of a rank-" +
+                                 std::to_string(rank) + " tensor");
+          if (value.dim() < -1 || value.dim() >= rank)
+            throw RuntimeError("mesh value '" + name + "' dim " +
+                               std::to_string(value.dim()) +
+                               " is out of range");
+          break;
+        }
+        case ::dtorch::wire::MeshValue::CHUNK_OFFSET:
+          checkAxis(value.axis());
+          if (value.extent() < 0)
+            throw RuntimeError("mesh value '" + name +
+                               "' has a negative extent");
+          break;
+        case ::dtorch::wire::MeshValue::MESH_COORD:
+          checkAxis(value.axis());
+          break;
+        default:
+          throw RuntimeError("mesh value '" + name + "' has unknown kind " +
+                             std::to_string(static_cast<int>(value.kind())));
+        }
+      }
+      if (!isCollectiveOp(inst.op()) || !inst.attrs().count("axis"))
+        continue;
+      AttrReader attrs(inst.attrs());
+      if (attrs.has("group"))
+        throw RuntimeError("names both a mesh axis and a group");
+      int64_t axis = attrs.getInt("axis");
+      checkAxis(axis);
+      for (const char *sizes : {"sizes", "split_sizes", "concat_sizes"})
+        if (attrs.has(sizes) &&
+            static_cast<int64_t>(attrs.getInts(sizes).size()) != mesh[axis])
+          throw RuntimeError(std::string(sizes) + " has " +
+                             std::to_string(attrs.getInts(sizes).size()) +
+                             " entries for mesh axis " + std::to_string(axis) +
+                             " of " + std::to_string(mesh[axis]) + " ranks");
+    } catch (const RuntimeError &error) {
+      throw RuntimeError(prefix + describeInstruction(program, i) + ": " +
+                         error.what());
+    }
+  }
+}
 
 void validateProgram(const Program &program, int communicatorRank) {
   Validator validator{program, communicatorRank,

@@ -26,6 +26,34 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
   }
 }
 
+void RankState::upload(
+    uint64_t programId,
+    const std::vector<const ::dtorch::wire::Program *> &classes,
+    const RankContext &context) {
+  Uploaded &uploaded = programs_[programId];
+  uploaded.program = ::dtorch::wire::Program();
+  uploaded.invalid.clear();
+  try {
+    int index = programIndexAt(classes, context.coords);
+    if (index < 0) {
+      std::string where;
+      for (size_t a = 0; a < context.coords.size(); ++a)
+        where += (a ? ", " : "") + std::to_string(context.coords[a]);
+      throw RuntimeError("no program of upload " + std::to_string(programId) +
+                         " runs at mesh position (" + where + ")");
+    }
+    uploaded.program = executor_.prepare(*classes[index], context);
+  } catch (const std::exception &e) {
+    uploaded.invalid = e.what();
+  }
+}
+
+void RankState::reject(uint64_t programId, const std::string &reason) {
+  Uploaded &uploaded = programs_[programId];
+  uploaded.program = ::dtorch::wire::Program();
+  uploaded.invalid = reason;
+}
+
 std::optional<std::string> RankState::run(uint64_t programId,
                                           const std::vector<uint64_t> &inputs,
                                           const std::vector<uint64_t> &outputs,

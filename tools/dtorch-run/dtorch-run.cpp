@@ -244,7 +244,7 @@ int run(const Options &o, const char *argv0) {
     if (!found)
       throw std::runtime_error("unknown stage '" + o.printIr + "'");
   }
-  int64_t meshRanks = fn->programs.size();
+  int64_t meshRanks = meshSize(fn->meshShape);
   if (meshRanks > o.worldSize)
     throw std::runtime_error(
         "@" + fn->name + " runs on a mesh of " + std::to_string(meshRanks) +
@@ -289,8 +289,10 @@ int run(const Options &o, const char *argv0) {
     for (int64_t r = 0; r < meshRanks; ++r)
       backend->put(r, h, pieces[r]);
   }
+  std::vector<int64_t> ranks;
   for (int64_t r = 0; r < meshRanks; ++r)
-    backend->uploadProgram(r, 1, fn->programs[r]);
+    ranks.push_back(r);
+  backend->uploadPrograms(1, fn->programs, ranks);
   double runSeconds = 0;
   for (int k = 0; k < o.repeat; ++k) {
     for (Handle h : outHandles)

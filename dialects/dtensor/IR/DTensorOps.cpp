@@ -245,7 +245,13 @@ static LogicalResult verifyMatmulShapes(Operation *op, int64_t rank) {
 }
 
 LogicalResult MatmulOp::verify() { return verifyMatmulShapes(*this, 2); }
-LogicalResult BmmOp::verify() { return verifyMatmulShapes(*this, 3); }
+LogicalResult BmmOp::verify() {
+  int64_t rank = typeOf(getLhs()).getRank();
+  if (rank < 3)
+    return emitOpError("expects operands of rank 3 or more (batch dims, then "
+                       "the matrix dims)");
+  return verifyMatmulShapes(*this, rank);
+}
 
 ShardingRule MatmulOp::getShardingRule() {
   return rules::matmul(toVec(getLhs().getType().getShape()),

@@ -331,17 +331,20 @@ def DTensor_MatmulOp : DTensor_ComputeOp<"matmul"> {
 
 def DTensor_BmmOp : DTensor_ComputeOp<"bmm"> {
   let gradient = [
-    "bmm(g, rhs.transpose(1, 2))",
-    "bmm(lhs.transpose(1, 2), g)"];
+    "g @ rhs.transpose(-2, -1)",
+    "lhs.transpose(-2, -1) @ g"];
   let family = "matmul";
   let torchFunctions = ["bmm"];
   let tensorMethods = ["bmm"];
   let linearOperands = [0, 1];
   let dtypes = ["f32", "f64", "f16", "bf16", "i32", "i64"];
   let reference = "a @ b";
-  let summary = "Batched matrix product of two 3-D tensors";
+  let summary = "Batched matrix product over one or more batch dims";
   let description = [{
-    `[B, M, K] x [B, K, N] -> [B, M, N]`.
+    `[B..., M, K] x [B..., K, N] -> [B..., M, N]` with the same batch dims
+    `B...` (at least one) on both sides. Several batch dims keep each
+    one's own sharding: attention's `[batch, heads, T, T]` scores sharded
+    on batch and on heads multiply without merging the two dims.
 
     ```mlir
     %2 = dtensor.bmm %0, %1 : (!dtensor.tensor<2x8x4xf32, #mesh, [S(0)]>, !dtensor.tensor<2x4x6xf32, #mesh, [S(0)]>) -> !dtensor.tensor<2x8x6xf32, #mesh, [S(0)]>

@@ -1,7 +1,11 @@
 //===- LowerToRank.cpp - --dtensor-lower-to-rank (SPMD lowering) ---------===//
 //
-// Every function on dtensors becomes one function per rank of its mesh whose
-// values are that rank's local pieces.
+// Every function on dtensors becomes one function per local-shape class of
+// its mesh: the mesh positions whose local pieces all have the same shapes
+// run the same program. Values that differ between the ranks of a class
+// (where a rank's piece starts, its coordinate) become mesh-dependent
+// attributes that each worker resolves from its own mesh coordinates, and
+// collectives name their mesh axis.
 //
 //===----------------------------------------------------------------------===//
 #include "dtensor/Transforms/Passes.h"
@@ -10,7 +14,11 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <map>
+#include <set>
 
 namespace dtorch::dtensor {
 #define GEN_PASS_DEF_LOWERTORANK
@@ -32,12 +40,20 @@ StringRef kernelName(Operation *op) {
                                : op->getName().stripDialect();
 }
 
-/// Lowers one function for one rank.
+/// Per mesh axis, the tensor dim each axis shards (-1: none).
+SmallVector<int64_t> shardDims(const Placements &layout) {
+  SmallVector<int64_t> dims;
+  for (const Placement &p : layout)
+    dims.push_back(p.isShard() ? p.dim : -1);
+  return dims;
+}
+
+/// Lowers one function for one local-shape class; `coords` is any position
+/// of the class (only the local shapes are taken from it).
 class RankLowering {
 public:
-  RankLowering(MeshAttr mesh, int64_t rank, OpBuilder &b)
-      : meshShape(toVec(mesh.getShape())), coords(meshCoords(meshShape, rank)),
-        b(b) {}
+  RankLowering(MeshAttr mesh, std::vector<int64_t> coords, OpBuilder &b)
+      : meshShape(toVec(mesh.getShape())), coords(std::move(coords)), b(b) {}
 
   Type localType(Type t) const {
     auto dt = dyn_cast<DTensorType>(t);
@@ -56,9 +72,12 @@ private:
   Value kernel(Operation *op, StringRef name, IRMapping &map,
                ArrayRef<NamedAttribute> attrs = {});
   LogicalResult lowerStep(Operation *op, IRMapping &map);
-  SmallVector<int64_t> group(int64_t axis) const {
-    std::vector<int64_t> g = axisGroup(meshShape, coords, axis);
-    return SmallVector<int64_t>(g.begin(), g.end());
+  /// Where this rank's piece of a tensor of type `t` starts: all dims
+  /// (dim = -1) or one.
+  Attribute boxOffset(DTensorType t, int64_t dim = -1) {
+    return rank::BoxOffsetAttr::get(
+        b.getContext(), b.getDenseI64ArrayAttr(t.getShape()),
+        b.getDenseI64ArrayAttr(shardDims(t.getLayout())), dim);
   }
 
   std::vector<int64_t> meshShape;
@@ -119,36 +138,18 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
                {named("seed", o.getSeedAttr()),
                 named("dist", o.getDistributionAttr()),
                 named("global_shape", i64s(resultType.getShape())),
-                named("offset", i64s(box.offset))});
+                named("offset", boxOffset(resultType))});
         return success();
       })
       .Case<ConstantOp>([&](ConstantOp o) -> LogicalResult {
         auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
         if (!dense)
           return o.emitOpError("needs a dense value to lower");
-        // Cut this rank's box out of the global value at compile time.
-        SmallVector<Attribute> all(dense.getValues<Attribute>());
-        std::vector<int64_t> gshape = toVec(resultType.getShape());
-        int64_t n = 1;
-        for (int64_t s : box.shape)
-          n *= s;
-        SmallVector<Attribute> local;
-        local.reserve(n);
-        std::vector<int64_t> idx(box.shape.size(), 0);
-        for (int64_t l = 0; l < n; ++l) {
-          int64_t g = 0;
-          for (size_t d = 0; d < gshape.size(); ++d)
-            g = g * gshape[d] + box.offset[d] + idx[d];
-          local.push_back(all[g]);
-          for (int64_t d = (int64_t)idx.size() - 1; d >= 0; --d) {
-            if (++idx[d] < box.shape[d])
-              break;
-            idx[d] = 0;
-          }
-        }
-        auto localTy = cast<ShapedType>(localType(resultType));
+        // The global value once; each rank's kernel cuts its own box.
         kernel(op, "constant", map,
-               {named("value", DenseElementsAttr::get(localTy, local))});
+               {named("data", dense),
+                named("global_shape", i64s(resultType.getShape())),
+                named("offset", boxOffset(resultType))});
         return success();
       })
       .Case<SumOp, MeanOp>([&](auto o) {
@@ -190,31 +191,29 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         // A sharded picked dim: look up the rows this rank holds, zeros for
         // the others (the result is P(sum) there).
         auto inT = o.getInput().getType();
-        LocalBox inBox =
-            localBox(toVec(inT.getShape()), meshShape, inT.getLayout(), coords);
         int64_t dim = o.getDim();
-        bool sharded = inBox.shape[dim] != inT.getShape()[dim];
+        bool sharded = false;
         for (const Placement &p : inT.getLayout())
           sharded |= p.isShard() && p.dim == dim;
         kernel(op, kernelName(op), map,
                {named("dim", o.getDimAttr()),
-                named("offset", b.getI64IntegerAttr(inBox.offset[dim])),
+                named("offset", boxOffset(inT, dim)),
                 named("masked", b.getI64IntegerAttr(sharded))});
         return success();
       })
       .Case<TrilOp, TriuOp>([&](auto o) {
-        size_t r = box.offset.size();
+        int64_t r = resultType.getShape().size();
         kernel(op, kernelName(op), map,
                {named("diagonal", o.getDiagonalAttr()),
-                named("row_offset", b.getI64IntegerAttr(box.offset[r - 2])),
-                named("col_offset", b.getI64IntegerAttr(box.offset[r - 1]))});
+                named("row_offset", boxOffset(resultType, r - 2)),
+                named("col_offset", boxOffset(resultType, r - 1))});
         return success();
       })
       .Case<IotaOp>([&](IotaOp o) {
         kernel(op, kernelName(op), map,
                {named("dim", o.getDimAttr()), named("start", o.getStartAttr()),
                 named("step", o.getStepAttr()),
-                named("offset", i64s(box.offset))});
+                named("offset", boxOffset(resultType))});
         return success();
       })
       .Default([&](Operation *) {
@@ -247,7 +246,7 @@ LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
     std::vector<int64_t> s = chunkSizes(extent, n);
     return b.getDenseI64ArrayAttr(s);
   };
-  auto g = b.getDenseI64ArrayAttr(group(axis));
+  auto g = b.getI64IntegerAttr(axis);
   Value out;
   if (isa<AllReduceOp>(op)) {
     out = rank::AllReduceOp::create(b, loc, outType, input, g,
@@ -269,17 +268,18 @@ LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
     auto k = rank::KernelOp::create(b, loc, outType, b.getStringAttr("slice"),
                                     ValueRange{input});
     k->setAttr("dim", b.getI64IntegerAttr(dst.dim));
-    k->setAttr("start", b.getI64IntegerAttr(
-                            chunkOffset(inShape[dst.dim], n, coords[axis])));
+    k->setAttr("start", rank::ChunkOffsetAttr::get(b.getContext(), axis,
+                                                   inShape[dst.dim]));
     out = k;
   } else if (isa<ToPartialOp>(op)) {
-    // P(sum): one rank of the group keeps the value, the others add zero.
-    bool zero = dst.op == ReduceOp::Sum && coords[axis] != 0;
-    auto k = rank::KernelOp::create(b, loc, outType,
-                                    b.getStringAttr(zero ? "full" : "copy"),
-                                    zero ? ValueRange{} : ValueRange{input});
-    if (zero)
-      k->setAttr("value", b.getF64FloatAttr(0.0));
+    // P(sum): the rank at coordinate 0 of the axis keeps the value, the
+    // others add zero; other reductions keep it everywhere.
+    bool sum = dst.op == ReduceOp::Sum;
+    auto k = rank::KernelOp::create(
+        b, loc, outType, b.getStringAttr(sum ? "lead_or_zero" : "copy"),
+        ValueRange{input});
+    if (sum)
+      k->setAttr("coord", rank::MeshCoordAttr::get(b.getContext(), axis));
     out = k;
   } else {
     return op->emitOpError("cannot be lowered to per-rank ops");
@@ -313,6 +313,112 @@ FailureOr<MeshAttr> functionMesh(func::FuncOp fn) {
   return mesh;
 }
 
+/// The local-shape classes of a function's mesh positions.
+struct ShapeClass {
+  std::vector<int64_t> representative;     // the coordinates lowered for it
+  SmallVector<SmallVector<int64_t>> boxes; // [lo0, hi0, lo1, hi1, ...]
+};
+
+/// Joins boxes that differ in one axis only, where they touch, until no two
+/// do: the boxes of a class then read as few coordinate ranges as possible.
+void mergeAdjacentBoxes(SmallVector<SmallVector<int64_t>> &boxes) {
+  bool merged = true;
+  while (merged) {
+    merged = false;
+    for (size_t i = 0; i < boxes.size() && !merged; ++i) {
+      for (size_t j = i + 1; j < boxes.size() && !merged; ++j) {
+        SmallVector<int64_t> &a = boxes[i], &b = boxes[j];
+        int differing = -1, count = 0;
+        for (size_t axis = 0; 2 * axis < a.size(); ++axis)
+          if (a[2 * axis] != b[2 * axis] ||
+              a[2 * axis + 1] != b[2 * axis + 1]) {
+            differing = axis;
+            ++count;
+          }
+        if (count != 1)
+          continue;
+        int64_t lo = 2 * differing, hi = lo + 1;
+        if (a[hi] != b[lo] && b[hi] != a[lo])
+          continue;
+        a[lo] = std::min(a[lo], b[lo]);
+        a[hi] = std::max(a[hi], b[hi]);
+        boxes.erase(boxes.begin() + j);
+        merged = true;
+      }
+    }
+  }
+}
+
+/// Splits the mesh into boxes on which every local shape of `types` is
+/// constant, then groups the boxes by their local shapes. Per mesh axis, a
+/// torch.chunk split of extent P into n pieces changes size at most twice
+/// (full pieces, one remainder, empty pieces), so the cuts of an axis come
+/// from the extents that axis splits; nested splits add the extents of the
+/// pieces earlier axes leave. The work depends on the number of cuts, not
+/// on the number of ranks (an even split has none: one box, one class).
+std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
+                                     ArrayRef<DTensorType> types) {
+  size_t axes = mesh.size();
+  std::vector<std::set<int64_t>> cuts(axes);
+  for (size_t a = 0; a < axes; ++a)
+    cuts[a] = {0, mesh[a]};
+  for (DTensorType t : types) {
+    const Placements &layout = t.getLayout();
+    for (int64_t d = 0; d < (int64_t)t.getShape().size(); ++d) {
+      std::set<int64_t> extents = {t.getShape()[d]};
+      for (size_t a = 0; a < axes; ++a) {
+        if (!layout[a].isShard(d))
+          continue;
+        int64_t n = mesh[a];
+        std::set<int64_t> next;
+        for (int64_t p : extents) {
+          int64_t chunk = (p + n - 1) / n;
+          int64_t full = chunk ? p / chunk : n; // pieces of `chunk` elements
+          for (int64_t c : {full, full + 1})
+            if (c > 0 && c < n)
+              cuts[a].insert(c);
+          for (int64_t c : {int64_t(0), full, full + 1})
+            if (c < n)
+              next.insert(chunkSize(p, n, c));
+        }
+        extents = std::move(next);
+      }
+    }
+  }
+  std::vector<std::vector<int64_t>> bounds(axes);
+  for (size_t a = 0; a < axes; ++a)
+    bounds[a].assign(cuts[a].begin(), cuts[a].end());
+
+  std::vector<ShapeClass> classes;
+  std::map<std::vector<int64_t>, size_t> classOfShapes;
+  std::vector<size_t> bucket(axes, 0);
+  while (true) {
+    std::vector<int64_t> coords(axes);
+    SmallVector<int64_t> box;
+    for (size_t a = 0; a < axes; ++a) {
+      coords[a] = bounds[a][bucket[a]];
+      box.push_back(bounds[a][bucket[a]]);
+      box.push_back(bounds[a][bucket[a] + 1]);
+    }
+    std::vector<int64_t> shapes;
+    for (DTensorType t : types)
+      for (int64_t s : t.getLocalShape(coords))
+        shapes.push_back(s);
+    auto [it, fresh] = classOfShapes.emplace(shapes, classes.size());
+    if (fresh)
+      classes.push_back({coords, {}});
+    classes[it->second].boxes.push_back(std::move(box));
+    size_t a = axes;
+    while (a > 0 && ++bucket[a - 1] + 1 >= bounds[a - 1].size())
+      bucket[--a] = 0;
+    if (a == 0)
+      break;
+  }
+  for (ShapeClass &c : classes)
+    mergeAdjacentBoxes(c.boxes);
+  return classes;
+}
+
 struct LowerToRankPass
     : public dtorch::dtensor::impl::LowerToRankBase<LowerToRankPass> {
   void runOnOperation() override {
@@ -327,9 +433,23 @@ struct LowerToRankPass
       if (!fn.getBody().hasOneBlock())
         return (void)(fn.emitOpError("SPMD lowering needs a single block"),
                       signalPassFailure());
+      SmallVector<DTensorType> types;
+      llvm::DenseSet<Type> seen;
+      auto collect = [&](Type t) {
+        if (auto dt = dyn_cast<DTensorType>(t); dt && seen.insert(t).second)
+          types.push_back(dt);
+      };
+      for (Type t : fn.getFunctionType().getInputs())
+        collect(t);
+      fn.walk([&](Operation *op) {
+        for (Type t : op->getResultTypes())
+          collect(t);
+      });
+      std::vector<ShapeClass> classes = shapeClasses(mesh->getShape(), types);
       OpBuilder b(fn);
-      for (int64_t r = 0; r < mesh->getNumDevices(); ++r) {
-        RankLowering lowering(*mesh, r, b);
+      auto meshAttr = b.getDenseI64ArrayAttr(mesh->getShape());
+      for (size_t k = 0; k < classes.size(); ++k) {
+        RankLowering lowering(*mesh, classes[k].representative, b);
         SmallVector<Type> ins, outs;
         for (Type t : fn.getFunctionType().getInputs())
           ins.push_back(lowering.localType(t));
@@ -337,9 +457,13 @@ struct LowerToRankPass
           outs.push_back(lowering.localType(t));
         b.setInsertionPoint(fn);
         auto rf = func::FuncOp::create(
-            b, fn.getLoc(), (fn.getSymName() + "_rank" + Twine(r)).str(),
+            b, fn.getLoc(), (fn.getSymName() + "_class" + Twine(k)).str(),
             b.getFunctionType(ins, outs));
-        rf->setAttr(rank::kRankAttrName, b.getI64IntegerAttr(r));
+        SmallVector<Attribute> boxes;
+        for (const SmallVector<int64_t> &box : classes[k].boxes)
+          boxes.push_back(b.getDenseI64ArrayAttr(box));
+        rf->setAttr(rank::kMeshAttrName, meshAttr);
+        rf->setAttr(rank::kPositionsAttrName, b.getArrayAttr(boxes));
         Block *entry = rf.addEntryBlock();
         IRMapping map;
         for (auto [from, to] :

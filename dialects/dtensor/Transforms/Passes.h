@@ -11,6 +11,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassInstrumentation.h"
+
+#include <functional>
+#include <optional>
 
 namespace dtorch::dtensor {
 
@@ -40,9 +44,45 @@ struct ExplainedRedistribute {
 std::vector<ExplainedRedistribute>
 explainRedistributions(mlir::func::FuncOp fn);
 
+/// The stages of the dtensor-to-rank pipeline, in order: after sharding
+/// propagation ("sharded"), after redistribution lowering ("redistributed")
+/// and after SPMD lowering ("rank"). `dtorch.last_ir` and dtorch-run's
+/// --print-ir name them, with "input" for the IR before the pipeline.
+inline constexpr llvm::StringLiteral kStageSharded = "sharded";
+inline constexpr llvm::StringLiteral kStageRedistributed = "redistributed";
+inline constexpr llvm::StringLiteral kStageRank = "rank";
+
 /// Adds the whole compiler pipeline (propagation, redistribution lowering,
-/// SPMD lowering) to `pm`.
+/// SPMD lowering) to `pm`: the one definition the compiler, the
+/// `dtensor-to-rank` pipeline of dtorch-opt and `dtorch.last_ir` share. A
+/// stage boundary pass (createStageBoundary) ends each stage: it verifies
+/// the module, so the IR is verified between phases even when the pass
+/// manager's own verifier (after every pass) is off, and a
+/// StageObserver sees the module there.
 void buildDTensorToRankPipeline(mlir::OpPassManager &pm);
+
+/// A module pass that ends the stage `stage` of the pipeline: it verifies
+/// the module (failing the pipeline on invalid IR) and changes nothing.
+/// Registered as `dtensor-stage-boundary{stage=NAME}`.
+std::unique_ptr<mlir::Pass> createStageBoundary(llvm::StringRef stage);
+
+/// The stage a pass ends, when it is a stage boundary.
+std::optional<llvm::StringRef> stageBoundaryName(const mlir::Pass *pass);
+
+/// Calls `onStage(stage, module)` after each stage boundary of a pipeline
+/// built by buildDTensorToRankPipeline, with the verified module: how the
+/// compiler records the IR of each stage for `dtorch.last_ir` and explains
+/// the redistributions after "sharded". Costs nothing at other passes.
+class StageObserver : public mlir::PassInstrumentation {
+public:
+  using Callback =
+      std::function<void(llvm::StringRef stage, mlir::ModuleOp module)>;
+  explicit StageObserver(Callback onStage) : onStage(std::move(onStage)) {}
+  void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override;
+
+private:
+  Callback onStage;
+};
 
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();

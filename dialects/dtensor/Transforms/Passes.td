@@ -52,15 +52,25 @@ def LowerRedistribute : Pass<"dtensor-lower-redistribute", "::mlir::func::FuncOp
 }
 
 def LowerToRank : Pass<"dtensor-lower-to-rank", "::mlir::ModuleOp"> {
-  let summary = "SPMD lowering: one per-rank function of local ops per rank";
+  let summary = "SPMD lowering: one function of local ops per local-shape class";
   let description = [{
-    Replaces every function on dtensors by one function per rank of its mesh,
-    `@<name>_rank<r>` with attribute `rank.rank = r`, whose values are builtin
-    tensors of that rank's local shapes. Compute ops become `rank.kernel`
-    calls (a sharded `mean` divides by the global count), layout steps become
-    `rank` collectives over the axis' group with exact piece sizes, or local
-    slices. Requires redistributions to be lowered and every op's placements
-    to be a local strategy of its rule (run propagation first).
+    Replaces every function on dtensors by one function per local-shape
+    class of its mesh, `@<name>_class<k>`: the mesh positions whose local
+    pieces all have the same shapes share it (an even split: one function
+    for the whole mesh; an uneven one adds a class per distinct piece size,
+    at most two more per sharded axis). Attribute `rank.mesh` is the mesh
+    shape and `rank.positions` the boxes of positions that run it
+    (`[lo0, hi0, lo1, hi1, ...]`); its values are builtin tensors of the
+    class's local shapes. Compute ops become `rank.kernel` calls (a sharded
+    `mean` divides by the global count), layout steps become `rank`
+    collectives over a mesh `axis` with exact piece sizes, or local slices.
+    What differs between the ranks of a class is a mesh-dependent attribute
+    each worker resolves: `#rank.box_offset` (where a rank's piece starts:
+    random, iota, constant, tril/triu, index_select), `#rank.chunk_offset`
+    (a local slice's start), `#rank.mesh_coord` (`lead_or_zero`, the
+    to_partial of a sum). Requires redistributions to be lowered and every
+    op's placements to be a local strategy of its rule (run propagation
+    first). The cost grows with the number of classes, not of ranks.
 
     Before (mesh `[2]`):
     ```mlir
@@ -71,11 +81,11 @@ def LowerToRank : Pass<"dtensor-lower-to-rank", "::mlir::ModuleOp"> {
     ```
     After:
     ```mlir
-    func.func @f_rank0(%x: tensor<3xf32>) -> tensor<5xf32> attributes {rank.rank = 0 : i64} {
-      %0 = rank.all_gather %x {dim = 0 : i64, group = array<i64: 0, 1>, sizes = array<i64: 3, 2>} : tensor<3xf32> -> tensor<5xf32>
+    func.func @f_class0(%x: tensor<3xf32>) -> tensor<5xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+      %0 = rank.all_gather %x {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 3, 2>} : tensor<3xf32> -> tensor<5xf32>
       return %0 : tensor<5xf32>
     }
-    func.func @f_rank1(%x: tensor<2xf32>) -> tensor<5xf32> attributes {rank.rank = 1 : i64} { ... }
+    func.func @f_class1(%x: tensor<2xf32>) -> tensor<5xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]} { ... }
     ```
   }];
   let dependentDialects = ["::dtorch::rank::RankDialect",

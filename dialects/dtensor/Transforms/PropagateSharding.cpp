@@ -7,6 +7,9 @@
 #include "dtensor/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/Hashing.h"
+
+#include <unordered_map>
 
 namespace dtorch::dtensor {
 #define GEN_PASS_DEF_PROPAGATESHARDING
@@ -27,9 +30,49 @@ Location reasonLoc(Location loc, StringRef reason) {
                        StringAttr::get(loc.getContext(), reason));
 }
 
-void applyStrategy(ShardingRuleOpInterface op) {
+/// What an op's strategy depends on: its name, its inherent attributes and
+/// the types of its operands and result (all uniqued by the context, so
+/// comparing them is comparing pointers).
+struct StrategyKey {
+  OperationName name;
+  Attribute properties;
+  SmallVector<Type, 4> types;
+  bool operator==(const StrategyKey &o) const {
+    return name == o.name && properties == o.properties && types == o.types;
+  }
+};
+
+struct StrategyKeyHash {
+  size_t operator()(const StrategyKey &k) const {
+    return llvm::hash_combine(
+        k.name.getAsOpaquePointer(), k.properties.getAsOpaquePointer(),
+        llvm::hash_combine_range(k.types.begin(), k.types.end()));
+  }
+};
+
+/// The strategy chosen for a key, and whether it keeps every layout (the
+/// op then needs no redistribution).
+struct Choice {
+  ShardingStrategy strategy;
+  bool keepsLayouts;
+};
+
+/// Strategies chosen so far in one run of the pass: a chain of ops of the
+/// same kind and layouts asks the rule once.
+using StrategyMemo = std::unordered_map<StrategyKey, Choice, StrategyKeyHash>;
+
+void applyStrategy(ShardingRuleOpInterface op, StrategyMemo &memo) {
   Operation *operation = op.getOperation();
   auto resultType = cast<DTensorType>(operation->getResult(0).getType());
+  StrategyKey key{
+      operation->getName(), operation->getPropertiesAsAttribute(), {}};
+  for (Value v : operation->getOperands())
+    key.types.push_back(v.getType());
+  key.types.push_back(resultType);
+  auto found = memo.find(key);
+  if (found != memo.end() && found->second.keepsLayouts)
+    return;
+
   std::vector<std::vector<int64_t>> shapes;
   std::vector<Placements> placements;
   for (Value v : operation->getOperands()) {
@@ -38,10 +81,18 @@ void applyStrategy(ShardingRuleOpInterface op) {
     placements.push_back(t.getLayout());
   }
   Placements required = resultType.getLayout();
-  ShardingStrategy s = chooseStrategy(
-      op.getShardingRule(), shapes, placements, toVec(resultType.getShape()),
-      elementBytes(resultType.getElementType()),
-      toVec(resultType.getMesh().getShape()), &required);
+  if (found == memo.end()) {
+    ShardingStrategy chosen = chooseStrategy(
+        op.getShardingRule(), shapes, placements, toVec(resultType.getShape()),
+        elementBytes(resultType.getElementType()),
+        toVec(resultType.getMesh().getShape()), &required);
+    bool keeps = chosen.operands == placements && chosen.result == required;
+    found =
+        memo.emplace(std::move(key), Choice{std::move(chosen), keeps}).first;
+    if (keeps)
+      return;
+  }
+  const ShardingStrategy &s = found->second.strategy;
 
   OpBuilder b(operation);
   for (unsigned k = 0; k < operation->getNumOperands(); ++k) {
@@ -90,8 +141,9 @@ struct PropagateShardingPass
   void runOnOperation() override {
     SmallVector<ShardingRuleOpInterface> ops;
     getOperation().walk([&](ShardingRuleOpInterface op) { ops.push_back(op); });
+    StrategyMemo memo;
     for (ShardingRuleOpInterface op : ops)
-      applyStrategy(op);
+      applyStrategy(op, memo);
     foldRedistributes(getOperation());
   }
 };

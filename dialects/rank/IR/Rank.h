@@ -11,12 +11,19 @@
 
 #include "rank/IR/RankOpsDialect.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "rank/IR/RankAttrs.h.inc"
+
 #define GET_OP_CLASSES
 #include "rank/IR/RankOps.h.inc"
 
 namespace dtorch::rank {
-/// Name of the function attribute holding the global rank of a program.
-inline constexpr llvm::StringLiteral kRankAttrName = "rank.rank";
+/// Function attributes of a class program: the mesh shape
+/// (DenseI64ArrayAttr) and the mesh positions that run it, an ArrayAttr of
+/// boxes, each a DenseI64ArrayAttr [lo0, hi0, lo1, hi1, ...] (half-open
+/// coordinate ranges, one pair per mesh axis).
+inline constexpr llvm::StringLiteral kMeshAttrName = "rank.mesh";
+inline constexpr llvm::StringLiteral kPositionsAttrName = "rank.positions";
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H

@@ -3,12 +3,17 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace dtorch::rank;
 
 #include "rank/IR/RankOpsDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "rank/IR/RankAttrs.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "rank/IR/RankOps.cpp.inc"
@@ -18,36 +23,122 @@ void RankDialect::initialize() {
 #define GET_OP_LIST
 #include "rank/IR/RankOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "rank/IR/RankAttrs.cpp.inc"
+      >();
+}
+
+namespace {
+
+/// The mesh shape and position boxes of the function around `op` (empty when
+/// it carries none).
+struct ClassInfo {
+  ArrayRef<int64_t> mesh;
+  SmallVector<ArrayRef<int64_t>> boxes;
+};
+
+ClassInfo classInfoOf(Operation *op) {
+  ClassInfo info;
+  auto fn = op->getParentOfType<func::FuncOp>();
+  if (!fn)
+    return info;
+  if (auto mesh = fn->getAttrOfType<DenseI64ArrayAttr>(kMeshAttrName))
+    info.mesh = mesh.asArrayRef();
+  if (auto boxes = fn->getAttrOfType<ArrayAttr>(kPositionsAttrName))
+    for (Attribute b : boxes)
+      if (auto box = dyn_cast<DenseI64ArrayAttr>(b))
+        info.boxes.push_back(box.asArrayRef());
+  return info;
+}
+
+LogicalResult verifyMeshAxis(Operation *op, const ClassInfo &info,
+                             int64_t axis) {
+  if (axis < 0)
+    return op->emitOpError("mesh axis ") << axis << " is negative";
+  if (!info.mesh.empty() && axis >= (int64_t)info.mesh.size())
+    return op->emitOpError("mesh axis ")
+           << axis << " is out of range for a mesh of rank "
+           << info.mesh.size();
+  return success();
+}
+
+} // namespace
+
+LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kMeshAttrName) {
+    auto mesh = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!mesh || mesh.empty())
+      return op->emitOpError("'") << name << "' must be a non-empty i64 array";
+    for (int64_t s : mesh.asArrayRef())
+      if (s < 1)
+        return op->emitOpError("'") << name << "' has an extent below 1";
+    return success();
+  }
+  if (name == kPositionsAttrName) {
+    auto mesh = op->getAttrOfType<DenseI64ArrayAttr>(kMeshAttrName);
+    if (!mesh)
+      return op->emitOpError("'")
+             << name << "' needs '" << kMeshAttrName << "'";
+    auto boxes = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!boxes || boxes.empty())
+      return op->emitOpError("'") << name << "' must be a non-empty array";
+    for (Attribute b : boxes) {
+      auto box = dyn_cast<DenseI64ArrayAttr>(b);
+      if (!box || box.size() != 2 * mesh.size())
+        return op->emitOpError("'")
+               << name << "' boxes need " << 2 * mesh.size()
+               << " entries (lo, hi per mesh axis)";
+      for (int64_t a = 0; a < mesh.size(); ++a) {
+        int64_t lo = box[2 * a], hi = box[2 * a + 1];
+        if (lo < 0 || lo >= hi || hi > mesh[a])
+          return op->emitOpError("'")
+                 << name << "' box range [" << lo << ", " << hi << ") of axis "
+                 << a << " is not inside [0, " << mesh[a] << ")";
+      }
+    }
+    return success();
+  }
+  return op->emitOpError("unknown rank dialect attribute '") << name << "'";
 }
 
 LogicalResult KernelOp::verify() {
   if (getKernel().empty())
     return emitOpError("needs a kernel name");
+  ClassInfo info = classInfoOf(*this);
+  for (NamedAttribute a : (*this)->getAttrs()) {
+    if (auto box = dyn_cast<BoxOffsetAttr>(a.getValue())) {
+      int64_t rank = box.getGlobalShape().size();
+      if (!info.mesh.empty() &&
+          box.getShardDims().size() != (int64_t)info.mesh.size())
+        return emitOpError("'")
+               << a.getName().getValue() << "' has "
+               << box.getShardDims().size() << " shard_dims for a mesh of rank "
+               << info.mesh.size();
+      for (int64_t d : box.getShardDims().asArrayRef())
+        if (d < -1 || d >= rank)
+          return emitOpError("'") << a.getName().getValue() << "' shards dim "
+                                  << d << " of a rank-" << rank << " tensor";
+      if (box.getDim() < -1 || box.getDim() >= rank)
+        return emitOpError("'") << a.getName().getValue() << "' dim "
+                                << box.getDim() << " is out of range";
+    } else if (auto chunk = dyn_cast<ChunkOffsetAttr>(a.getValue())) {
+      if (failed(verifyMeshAxis(*this, info, chunk.getAxis())))
+        return failure();
+      if (chunk.getExtent() < 0)
+        return emitOpError("'")
+               << a.getName().getValue() << "' has a negative extent";
+    } else if (auto coord = dyn_cast<MeshCoordAttr>(a.getValue())) {
+      if (failed(verifyMeshAxis(*this, info, coord.getAxis())))
+        return failure();
+    }
+  }
   return success();
 }
 
 namespace {
-
-/// Checks the group and returns this program's position in it (-1 when the
-/// enclosing function carries no rank).
-FailureOr<int64_t> verifyGroup(Operation *op, ArrayRef<int64_t> group) {
-  if (group.empty())
-    return op->emitOpError("group must not be empty");
-  for (size_t i = 0; i < group.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (group[i] == group[j])
-        return op->emitOpError("rank ")
-               << group[i] << " appears twice in the group";
-  auto fn = op->getParentOfType<func::FuncOp>();
-  auto rankAttr = fn ? fn->getAttrOfType<IntegerAttr>(kRankAttrName) : nullptr;
-  if (!rankAttr)
-    return -1;
-  auto it = llvm::find(group, rankAttr.getInt());
-  if (it == group.end())
-    return op->emitOpError("group does not contain this program's rank ")
-           << rankAttr.getInt();
-  return it - group.begin();
-}
 
 LogicalResult verifyReduce(Operation *op, StringRef reduce) {
   if (reduce != "sum" && reduce != "avg" && reduce != "max" && reduce != "min")
@@ -56,25 +147,40 @@ LogicalResult verifyReduce(Operation *op, StringRef reduce) {
   return success();
 }
 
-/// `sizes` has one entry per member and, when the member is known, matches
-/// `pieceExtent`; `fullExtent` is their sum.
-LogicalResult verifyPieces(Operation *op, ArrayRef<int64_t> group,
-                           ArrayRef<int64_t> sizes, int64_t member,
-                           int64_t pieceExtent, int64_t fullExtent,
-                           StringRef what) {
-  if (sizes.size() != group.size())
-    return op->emitOpError(what) << " has " << sizes.size()
-                                 << " entries for a group of " << group.size();
+/// `sizes` has one entry per rank of the axis and adds up to `fullExtent`;
+/// when the function says which positions run it, the entry of each of
+/// their coordinates along the axis is `pieceExtent` (every rank of a class
+/// holds a piece of the class's shape).
+LogicalResult verifyPieces(Operation *op, const ClassInfo &info, int64_t axis,
+                           ArrayRef<int64_t> sizes, int64_t pieceExtent,
+                           int64_t fullExtent, StringRef what,
+                           bool checkMember = true) {
+  if (failed(verifyMeshAxis(op, info, axis)))
+    return failure();
+  if (!info.mesh.empty() && (int64_t)sizes.size() != info.mesh[axis])
+    return op->emitOpError(what)
+           << " has " << sizes.size() << " entries for mesh axis " << axis
+           << " of " << info.mesh[axis] << " ranks";
   int64_t total = 0;
-  for (int64_t s : sizes)
+  for (int64_t s : sizes) {
+    if (s < 0)
+      return op->emitOpError(what) << " has a negative entry";
     total += s;
+  }
   if (total != fullExtent)
     return op->emitOpError(what)
            << " add up to " << total << ", expected " << fullExtent;
-  if (member >= 0 && sizes[member] != pieceExtent)
-    return op->emitOpError(what)
-           << "[" << member << "] is " << sizes[member]
-           << " but this rank's piece has extent " << pieceExtent;
+  if (!checkMember || info.mesh.empty())
+    return success();
+  for (ArrayRef<int64_t> box : info.boxes) {
+    if ((int64_t)box.size() != 2 * (int64_t)info.mesh.size())
+      continue; // reported by the function attribute's verifier
+    for (int64_t c = box[2 * axis]; c < box[2 * axis + 1]; ++c)
+      if (c < (int64_t)sizes.size() && sizes[c] != pieceExtent)
+        return op->emitOpError(what)
+               << "[" << c << "] is " << sizes[c]
+               << " but this program's piece has extent " << pieceExtent;
+  }
   return success();
 }
 
@@ -93,7 +199,7 @@ LogicalResult verifySameExceptDim(Operation *op, RankedTensorType a,
 } // namespace
 
 LogicalResult AllReduceOp::verify() {
-  if (failed(verifyGroup(*this, getGroup())) ||
+  if (failed(verifyMeshAxis(*this, classInfoOf(*this), getAxis())) ||
       failed(verifyReduce(*this, getReduce())))
     return failure();
   if (getInput().getType() != getResult().getType())
@@ -102,32 +208,27 @@ LogicalResult AllReduceOp::verify() {
 }
 
 LogicalResult AllGatherOp::verify() {
-  FailureOr<int64_t> member = verifyGroup(*this, getGroup());
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
-  if (failed(member) || failed(verifySameExceptDim(*this, in, out, getDim())))
+  if (failed(verifySameExceptDim(*this, in, out, getDim())))
     return failure();
-  return verifyPieces(*this, getGroup(), getSizes(), *member,
+  return verifyPieces(*this, classInfoOf(*this), getAxis(), getSizes(),
                       in.getDimSize(getDim()), out.getDimSize(getDim()),
                       "sizes");
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  FailureOr<int64_t> member = verifyGroup(*this, getGroup());
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
-  if (failed(member) || failed(verifyReduce(*this, getReduce())) ||
+  if (failed(verifyReduce(*this, getReduce())) ||
       failed(verifySameExceptDim(*this, in, out, getDim())))
     return failure();
-  return verifyPieces(*this, getGroup(), getSizes(), *member,
+  return verifyPieces(*this, classInfoOf(*this), getAxis(), getSizes(),
                       out.getDimSize(getDim()), in.getDimSize(getDim()),
                       "sizes");
 }
 
 LogicalResult AllToAllOp::verify() {
-  FailureOr<int64_t> member = verifyGroup(*this, getGroup());
-  if (failed(member))
-    return failure();
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
   int64_t s = getSplitDim(), c = getConcatDim();
@@ -137,14 +238,11 @@ LogicalResult AllToAllOp::verify() {
   if (s < 0 || s >= in.getRank() || c < 0 || c >= in.getRank() || s == c)
     return emitOpError(
         "split_dim and concat_dim must be distinct dims in range");
-  if (failed(verifyPieces(*this, getGroup(), getSplitSizes(), -1, 0,
-                          in.getDimSize(s), "split_sizes")) ||
-      failed(verifyPieces(*this, getGroup(), getConcatSizes(), -1, 0,
-                          out.getDimSize(c), "concat_sizes")))
-    return failure();
-  if (*member >= 0 && (getSplitSizes()[*member] != out.getDimSize(s) ||
-                       getConcatSizes()[*member] != in.getDimSize(c)))
-    return emitOpError(
-        "this rank's piece sizes do not match its input and result");
-  return success();
+  ClassInfo info = classInfoOf(*this);
+  return success(succeeded(verifyPieces(*this, info, getAxis(), getSplitSizes(),
+                                        out.getDimSize(s), in.getDimSize(s),
+                                        "split_sizes")) &&
+                 succeeded(verifyPieces(*this, info, getAxis(),
+                                        getConcatSizes(), in.getDimSize(c),
+                                        out.getDimSize(c), "concat_sizes")));
 }

@@ -2,6 +2,7 @@
 #ifndef RANK_OPS
 #define RANK_OPS
 
+include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/BuiltinTypes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -11,13 +12,68 @@ def Rank_Dialect : Dialect {
   let cppNamespace = "::dtorch::rank";
   let summary = "Per-rank programs: local kernels and collectives";
   let description = [{
-    The output of SPMD lowering. A function carrying `rank.rank = r` is the
-    program of global rank `r`: its values are builtin tensors with this
-    rank's local shapes, its compute is `rank.kernel` (a kernel of the
-    runtime's registry, named by string, configured by its attributes) and
-    its communication is explicit collectives over groups of global ranks.
-    The runtime's protobuf program is emitted one-to-one from it.
+    The output of SPMD lowering. A function carrying `rank.mesh` (the mesh
+    shape) and `rank.positions` (the boxes of mesh positions that run it) is
+    the program of one local-shape class: every rank at one of those
+    positions runs it. Its values are builtin tensors with the class's local
+    shapes, its compute is `rank.kernel` (a kernel of the runtime's registry,
+    named by string, configured by its attributes) and its communication is
+    collectives over a mesh axis (the ranks that share every other
+    coordinate). Values that differ between the ranks of a class (the offset
+    of a rank's piece, its coordinate) are mesh-dependent attributes
+    (`#rank.box_offset`, `#rank.chunk_offset`, `#rank.mesh_coord`) that each
+    worker resolves from its mesh coordinates. The runtime's protobuf
+    program is emitted one-to-one from it.
   }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+}
+
+class Rank_Attr<string name, string attrMnemonic>
+    : AttrDef<Rank_Dialect, name> {
+  let mnemonic = attrMnemonic;
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Rank_BoxOffsetAttr : Rank_Attr<"BoxOffset", "box_offset"> {
+  let summary = "Where this rank's piece of a global tensor starts";
+  let description = [{
+    The offset of the box that the rank at the worker's mesh coordinates
+    holds of a tensor of `global_shape` whose mesh axis `a` shards tensor
+    dim `shard_dims[a]` (-1: the axis does not shard it), with torch.chunk
+    pieces applied in mesh-axis order. `dim = -1` gives the whole offset
+    (ints); `dim = d` gives its entry d (an integer).
+
+    ```mlir
+    offset = #rank.box_offset<global_shape = array<i64: 10, 4>, shard_dims = array<i64: 0>, dim = -1>
+    ```
+  }];
+  let parameters = (ins "::mlir::DenseI64ArrayAttr":$global_shape,
+                        "::mlir::DenseI64ArrayAttr":$shard_dims,
+                        "int64_t":$dim);
+}
+
+def Rank_ChunkOffsetAttr : Rank_Attr<"ChunkOffset", "chunk_offset"> {
+  let summary = "Start of this rank's torch.chunk piece along a mesh axis";
+  let description = [{
+    `chunkOffset(extent, mesh[axis], coordinate[axis])`: where this rank's
+    piece starts when `extent` elements are split over mesh axis `axis`.
+
+    ```mlir
+    start = #rank.chunk_offset<axis = 1, extent = 4>
+    ```
+  }];
+  let parameters = (ins "int64_t":$axis, "int64_t":$extent);
+}
+
+def Rank_MeshCoordAttr : Rank_Attr<"MeshCoord", "mesh_coord"> {
+  let summary = "This rank's coordinate along a mesh axis";
+  let description = [{
+    ```mlir
+    coord = #rank.mesh_coord<axis = 0>
+    ```
+  }];
+  let parameters = (ins "int64_t":$axis);
 }
 
 class Rank_Op<string mnemonic, list<Trait> traits = []>
@@ -48,52 +104,54 @@ class Rank_CollectiveOp<string mnemonic> : Rank_Op<mnemonic> {
 }
 
 def Rank_AllReduceOp : Rank_CollectiveOp<"all_reduce"> {
-  let summary = "Reduces a tensor over a group of ranks";
+  let summary = "Reduces a tensor over the ranks of a mesh axis";
   let description = [{
     ```mlir
-    %1 = rank.all_reduce %0 {group = array<i64: 0, 1>, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+    %1 = rank.all_reduce %0 {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, DenseI64ArrayAttr:$group,
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis,
                        StrAttr:$reduce);
 }
 
 def Rank_AllGatherOp : Rank_CollectiveOp<"all_gather"> {
-  let summary = "Concatenates the group's pieces along a dim";
+  let summary = "Concatenates the pieces of a mesh axis' ranks along a dim";
   let description = [{
-    `sizes[j]` is the extent along `dim` of member j's piece.
+    `sizes[j]` is the extent along `dim` of the piece of the rank at
+    coordinate j of mesh axis `axis`.
 
     ```mlir
-    %1 = rank.all_gather %0 {group = array<i64: 0, 1>, dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x5xf32>
+    %1 = rank.all_gather %0 {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x5xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, DenseI64ArrayAttr:$group,
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis,
                        I64Attr:$dim, DenseI64ArrayAttr:$sizes);
 }
 
 def Rank_ReduceScatterOp : Rank_CollectiveOp<"reduce_scatter"> {
-  let summary = "Reduces over the group and keeps this member's piece";
+  let summary = "Reduces over a mesh axis and keeps this rank's piece";
   let description = [{
     ```mlir
-    %1 = rank.reduce_scatter %0 {group = array<i64: 0, 1>, reduce = "sum", dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<7x5xf32> -> tensor<4x5xf32>
+    %1 = rank.reduce_scatter %0 {axis = 0 : i64, reduce = "sum", dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<7x5xf32> -> tensor<4x5xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, DenseI64ArrayAttr:$group,
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis,
                        StrAttr:$reduce, I64Attr:$dim, DenseI64ArrayAttr:$sizes);
 }
 
 def Rank_AllToAllOp : Rank_CollectiveOp<"all_to_all"> {
-  let summary = "Exchanges pieces within a group";
+  let summary = "Exchanges pieces among the ranks of a mesh axis";
   let description = [{
     The input is split along `split_dim` into pieces of `split_sizes`; piece
-    j goes to member j. The pieces received are concatenated along
-    `concat_dim`, member j's having extent `concat_sizes[j]`.
+    j goes to the rank at coordinate j of `axis`. The pieces received are
+    concatenated along `concat_dim`, that rank's having extent
+    `concat_sizes[j]`.
 
     ```mlir
-    %1 = rank.all_to_all %0 {group = array<i64: 0, 1>, split_dim = 1 : i64, split_sizes = array<i64: 3, 2>, concat_dim = 0 : i64, concat_sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x3xf32>
+    %1 = rank.all_to_all %0 {axis = 0 : i64, split_dim = 1 : i64, split_sizes = array<i64: 3, 2>, concat_dim = 0 : i64, concat_sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x3xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, DenseI64ArrayAttr:$group,
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis,
                        I64Attr:$split_dim, DenseI64ArrayAttr:$split_sizes,
                        I64Attr:$concat_dim, DenseI64ArrayAttr:$concat_sizes);
 }

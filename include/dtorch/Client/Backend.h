@@ -24,8 +24,13 @@ public:
   virtual ~Backend() = default;
   virtual int worldSize() const = 0;
   virtual std::string hostOf(int rank) const = 0;
-  virtual void uploadProgram(int rank, uint64_t programId,
-                             const wire::Program &program) = 0;
+  /// Uploads the class programs of one compiled function (each names the
+  /// mesh positions that run it) for the mesh whose global ranks, in
+  /// row-major order, are `meshRanks`; every rank of the mesh keeps its own
+  /// program under `programId`.
+  virtual void uploadPrograms(uint64_t programId,
+                              const std::vector<wire::Program> &programs,
+                              const std::vector<int64_t> &meshRanks) = 0;
   /// Runs, on every rank of `ranks`, the program that rank holds under
   /// `programId`, with the same handles and random seeds (the values of the
   /// programs' `seed_slot`s). A step of a training loop is this one call:

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -198,6 +199,27 @@ struct ControllerStats {
   double lastHitSeconds = 0; // ... of the last one
 };
 
+/// A fetch in flight (Session::fetchAsync): the request is queued behind the
+/// work submitted before it, and the client goes on recording. `wait()`
+/// blocks until every piece has arrived and assembles the global value; it
+/// touches no client state, so any thread may call it (once).
+class PendingFetch {
+public:
+  PendingFetch(std::future<std::vector<rt::Tensor>> pieces, TensorMeta meta,
+               Shape meshShape)
+      : pieces_(std::move(pieces)), meta_(std::move(meta)),
+        meshShape_(std::move(meshShape)) {}
+  /// The full global value; throws the fetch's error (a WorkerError of the
+  /// run that made the value, or of an earlier failed request).
+  rt::Tensor wait();
+  const TensorMeta &meta() const { return meta_; }
+
+private:
+  std::future<std::vector<rt::Tensor>> pieces_;
+  TensorMeta meta_;
+  Shape meshShape_;
+};
+
 struct SessionOptions {
   int worldSize = 4;
   int numProcesses = 2;
@@ -254,6 +276,13 @@ public:
   /// the operand as needed) instead of the rule's choice.
   Tensor broadcastTo(const Tensor &x, const Shape &shape,
                      const Placements *placements = nullptr);
+  /// `x` broadcast to `shape` for an elementwise op whose operand `like`
+  /// already has that shape: laid out like `like` (its Partial axes read as
+  /// Replicate) when no rank sends anything for it (at most a local slice
+  /// of x), e.g. a replicated bias joining a sharded activation, so the op
+  /// runs in the activation's layout; else as `broadcastTo` chooses. `x`
+  /// itself when its shape is `shape`.
+  Tensor broadcastLike(const Tensor &x, const Shape &shape, const Tensor &like);
   Tensor redistribute(const Tensor &x, int meshId,
                       const Placements &placements);
   /// In-place update: `target` names `value` from now on (its storage, after
@@ -296,8 +325,17 @@ public:
               wire::DType dtype, int meshId, const Placements &placements);
 
   // ---- values --------------------------------------------------------------
-  /// The full global value (waits).
+  /// The full global value (waits). Only a value of the pending segment cuts
+  /// it; a value already submitted is fetched behind the work submitted
+  /// before it, while the ops recorded since stay pending.
   rt::Tensor fetch(const Tensor &x);
+  /// The same fetch without waiting: cuts the segment like fetch() and
+  /// returns at once; PendingFetch::wait() gives the value.
+  std::shared_ptr<PendingFetch> fetchAsync(const Tensor &x);
+  /// Hands the pending segment to the controller without waiting (a step
+  /// boundary of a training loop: optimizer.step() ends its segment, so
+  /// every step records the same segment and hits the program cache).
+  void cutSegment() { flush(); }
   /// Each rank's local piece, by global rank (waits).
   std::map<int, rt::Tensor> fetchLocal(const Tensor &x);
   void synchronize();

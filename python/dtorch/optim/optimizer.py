@@ -4,8 +4,10 @@ param groups, state, state_dict/load_state_dict and zero_grad.
 State tensors live on the workers, each with its parameter's mesh,
 placements and dtype. A step records its updates as ops (in no_grad mode)
 and applies them in place with `Tensor._assign`, so the step joins the
-pending segment of the forward and backward, and from the second step on
-(the first creates the state) every training step runs one cached program.
+pending segment of the forward and backward and then ends it (a cheap
+`_C.cut_segment()`: nothing waits). Every training step is thus one segment,
+the same each time whether or not the loop fetches anything, and from the
+second step on (the first creates the state) it runs one cached program.
 Scalars that change from step to step (the learning rate under a schedule,
 the bias corrections) are 0-d tensors on the workers, never constants of
 the program text, so they do not defeat the program cache.
@@ -127,6 +129,10 @@ class Optimizer:
         with no_grad():
             for group in self.param_groups:
                 self._step_group(group)
+        # A step ends its segment: forward, backward and update are one
+        # segment, the same every step, so a loop that never fetches also
+        # hits the program cache from the third step on.
+        _C.cut_segment()
         return loss
 
     def _step_group(self, group):

@@ -11,12 +11,14 @@
 namespace dtorch::client {
 namespace {
 
-// neg (or `op`) of a float vector of `n` elements on `rank`.
-wire::Program unaryProgram(int rank, const std::string &op, int64_t n) {
+// neg (or `op`) of a float vector of `n` elements, on a one-position mesh.
+wire::Program unaryProgram(const std::string &op, int64_t n) {
   wire::Program program;
   program.set_version(wire::PROGRAM_FORMAT_VERSION);
   program.set_name("unary");
-  program.set_rank(rank);
+  program.add_mesh_shape(1);
+  program.add_positions()->add_lo(0);
+  program.mutable_positions(0)->add_hi(1);
   for (int b = 0; b < 2; ++b) {
     auto *spec = program.add_buffers();
     spec->set_dtype(wire::F32);
@@ -43,7 +45,7 @@ rt::Tensor floats(const std::vector<float> &values) {
 TEST(InProcessBackend, RunsProgramsUploadedOnce) {
   std::unique_ptr<Backend> backend = makeInProcessBackend(2);
   backend->put(1, 10, floats({1, -2}));
-  backend->uploadProgram(1, 5, unaryProgram(1, "neg", 2));
+  backend->uploadPrograms(5, {unaryProgram("neg", 2)}, {1});
   backend->run(1, 5, {10}, {11});
   backend->run(1, 5, {11}, {12});
   rt::Tensor got = backend->fetch(1, 12).get();
@@ -54,8 +56,8 @@ TEST(InProcessBackend, RunsProgramsUploadedOnce) {
 TEST(InProcessBackend, FailureBecomesAWorkerErrorNamingTheRank) {
   std::unique_ptr<Backend> backend = makeInProcessBackend(2);
   backend->put(1, 10, floats({1, 2}));
-  backend->uploadProgram(1, 5, unaryProgram(1, "no_such_op", 2));
-  backend->uploadProgram(1, 6, unaryProgram(1, "neg", 2));
+  backend->uploadPrograms(5, {unaryProgram("no_such_op", 2)}, {1});
+  backend->uploadPrograms(6, {unaryProgram("neg", 2)}, {1});
   backend->run(1, 5, {10}, {11}); // refused: the program is invalid
   backend->run(1, 6, {11}, {12}); // reads the poisoned output
   for (Handle handle : {Handle(11), Handle(12)}) {

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/ProgramValidator.h"
 
@@ -28,8 +29,9 @@ TEST(EmittedAttributes, AnEmptyDimsListIsAnEmptyIntList) {
   CompileResult result = compileModule(kZeroDimReductions, "zero_dim.mlir");
   ASSERT_TRUE(result.ok) << result.error;
   ASSERT_EQ(result.functions.size(), 1u);
-  ASSERT_EQ(result.functions[0].programs.size(), 2u);
-  for (const wire::Program &program : result.functions[0].programs) {
+  ASSERT_EQ(result.functions[0].programs.size(), 1u); // replicated: 1 class
+  for (const wire::Program &program :
+       emitted::programsByPosition(result.functions[0])) {
     int reductions = 0;
     for (const wire::Instruction &inst : program.instructions()) {
       if (inst.op() != "sum" && inst.op() != "max")
@@ -41,7 +43,7 @@ TEST(EmittedAttributes, AnEmptyDimsListIsAnEmptyIntList) {
       EXPECT_EQ(dims->second.ints().values_size(), 0) << inst.op();
     }
     EXPECT_EQ(reductions, 2);
-    EXPECT_NO_THROW(rt::validateProgram(program, program.rank()));
+    EXPECT_NO_THROW(rt::validateProgram(program, -1));
   }
 }
 

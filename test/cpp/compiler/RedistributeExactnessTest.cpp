@@ -11,6 +11,7 @@
 // pairs per mesh, a few seconds; all 117,649 would take minutes).
 //
 //===----------------------------------------------------------------------===//
+#include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/FakeCollectives.h"
@@ -231,7 +232,8 @@ TEST_P(RedistributeExactness, AllPlacementPairs) {
   for (const CompiledFunction &fn : compiled.functions) {
     size_t s = std::stoul(fn.name.substr(3));
     std::vector<size_t> dsts = destinations(s, all.size(), stride);
-    ASSERT_EQ((int64_t)fn.programs.size(), world);
+    std::vector<wire::Program> programs = emitted::programsByPosition(fn);
+    ASSERT_EQ((int64_t)programs.size(), world);
     std::vector<std::vector<rt::Tensor>> outputs(world);
     std::vector<std::string> errors(world);
     rt::FakeCollectiveHub hub(world, std::chrono::seconds(20));
@@ -241,7 +243,7 @@ TEST_P(RedistributeExactness, AllPlacementPairs) {
         try {
           auto comm = hub.communicator(r);
           rt::Executor exec(comm.get());
-          outputs[r] = exec.run(fn.programs[r], {localPiece(mesh, all[s], r)});
+          outputs[r] = exec.run(programs[r], {localPiece(mesh, all[s], r)});
         } catch (const std::exception &e) {
           errors[r] = e.what();
         }

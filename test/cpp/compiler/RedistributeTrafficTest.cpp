@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/RedistributeTraffic.h"
+#include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
 
 #include <gtest/gtest.h>
@@ -109,10 +110,11 @@ void checkMesh(const std::vector<int64_t> &mesh) {
     ASSERT_EQ(std::sscanf(fn.name.c_str(), "f_%zu_%zu", &s, &d), 2);
     std::vector<int64_t> predicted = totalBytesSent(
         redistributeTraffic(kShape, 4, mesh, all[s], all[d]), positions);
-    ASSERT_EQ((int64_t)fn.programs.size(), positions);
+    std::vector<wire::Program> programs = emitted::programsByPosition(fn);
+    ASSERT_EQ((int64_t)programs.size(), positions);
     bool any = false;
     for (int64_t p = 0; p < positions; ++p) {
-      EXPECT_EQ(predicted[p], bytesSentByProgram(fn.programs[p], p))
+      EXPECT_EQ(predicted[p], bytesSentByProgram(programs[p], p))
           << placementsStr(all[s]) << " -> " << placementsStr(all[d])
           << " on mesh position " << p;
       any |= predicted[p] > 0;

@@ -28,13 +28,19 @@ ClusterOptions localOptions(int world = 4, int procs = 2) {
   return options;
 }
 
+// Uploads a program written for one rank (explicit groups) to that rank.
+void uploadTo(Cluster &cluster, int rank, uint64_t id, const Program &program) {
+  Program placed = onOneRankMesh(program);
+  cluster.uploadPrograms(id, {&placed}, {rank});
+}
+
 Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   return sampleTensor(dtype, shape, seed);
 }
 
 // c = a + b (COMPUTE), d = all_reduce_sum(c) over all 4 ranks (COMM).
 Program addAllReduce(int rank) {
-  ProgramBuilder b(rank);
+  ProgramBuilder b;
   int x = b.input(wire::F32, {5});
   int y = b.input(wire::F32, {5});
   int c = b.buffer(wire::F32, {5});
@@ -52,7 +58,7 @@ Program addAllReduce(int rank) {
 // A random fill whose seed comes from the run (seed slot 1 of the run's
 // seeds): 6 floats, the rank's box of a [4, 6] global tensor.
 Program seededRandom(int rank) {
-  ProgramBuilder b(rank);
+  ProgramBuilder b;
   int out = b.buffer(wire::F32, {1, 6});
   auto &inst = b.add("random", {}, {out});
   setInt(inst, "seed_slot", 1);
@@ -68,7 +74,7 @@ Program seededRandom(int rank) {
 TEST(Cluster, OneRunMessagePerProcessWithSeeds) {
   Cluster cluster(localOptions());
   for (int rank = 0; rank < 4; ++rank)
-    cluster.uploadProgram(rank, 3, seededRandom(rank));
+    uploadTo(cluster, rank, 3, seededRandom(rank));
   for (uint64_t seed : {11u, 12u}) {
     uint64_t before = cluster.messagesSent();
     cluster.run(std::vector<int64_t>{0, 1, 2, 3}, 3, {}, {50 + seed},
@@ -110,7 +116,7 @@ TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
   EXPECT_NE(cluster.pidOf(0), cluster.pidOf(2));
   std::vector<float> expected(5, 0.f);
   for (int rank = 0; rank < 4; ++rank) {
-    cluster.uploadProgram(rank, 1, addAllReduce(rank));
+    uploadTo(cluster, rank, 1, addAllReduce(rank));
     std::vector<float> a, b;
     for (int i = 0; i < 5; ++i) {
       a.push_back(rank * 10.f + i);
@@ -139,7 +145,7 @@ TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
 // One program per rank exercising every collective on groups that span both
 // worker processes (ranks 0-1 | 2-3), so they run on Gloo.
 Program everyCollective(int rank, std::vector<Tensor> &inputs) {
-  ProgramBuilder b(rank);
+  ProgramBuilder b;
   auto input = [&](DType dtype, std::vector<int64_t> shape, unsigned seed) {
     inputs.push_back(randomTensor(dtype, shape, seed));
     return b.input(dtype, shape);
@@ -233,6 +239,64 @@ Program everyCollective(int rank, std::vector<Tensor> &inputs) {
   return b.program();
 }
 
+// One class program for a 2x2 mesh over permuted ranks {3, 1, 2, 0} (sent
+// as a list of ranks, not a first rank): each worker resolves its ranks'
+// coordinates, mesh values and axis groups, across both processes.
+TEST(Cluster, ClassProgramResolvesPerRankOnAPermutedMesh) {
+  const std::vector<int64_t> meshRanks = {3, 1, 2, 0};
+  ProgramBuilder b;
+  b.program().add_mesh_shape(2);
+  b.program().add_mesh_shape(2);
+  auto *box = b.program().add_positions();
+  for (int a = 0; a < 2; ++a) {
+    box->add_lo(0);
+    box->add_hi(2);
+  }
+  int x = b.input(wire::F32, {1});
+  int lead = b.buffer(wire::F32, {1});
+  int summed = b.buffer(wire::F32, {1});
+  int index = b.buffer(wire::I64, {2});
+  int ready = b.event();
+  auto &keep = b.add("lead_or_zero", {x}, {lead});
+  keep.set_record_event(ready);
+  auto *coord = (*keep.mutable_attrs())["coord"].mutable_mesh();
+  coord->set_kind(wire::MeshValue::MESH_COORD);
+  coord->set_axis(1);
+  auto &reduce = b.add("all_reduce", {lead}, {summed}, wire::COMM);
+  reduce.add_wait_events(ready);
+  setInt(reduce, "axis", 1);
+  setString(reduce, "reduce", "sum");
+  auto &iota = b.add("iota", {}, {index});
+  setInt(iota, "dim", 0);
+  auto *offset = (*iota.mutable_attrs())["offset"].mutable_mesh();
+  offset->set_kind(wire::MeshValue::BOX_OFFSET);
+  offset->add_global_shape(4);
+  offset->add_shard_dims(0);
+  offset->add_shard_dims(-1);
+  offset->set_dim(-1);
+  b.output(summed);
+  b.output(index);
+
+  Cluster cluster(localOptions());
+  cluster.uploadPrograms(4, {&b.program()}, meshRanks);
+  for (int rank = 0; rank < 4; ++rank) {
+    cluster.put(rank, 1, makeTensor<float>(wire::F32, {1}, {rank + 1.f}));
+    cluster.run(rank, 4, {1}, {2, 3});
+  }
+  for (int64_t p = 0; p < 4; ++p) {
+    int rank = static_cast<int>(meshRanks[p]);
+    int64_t row = p / 2; // coordinate along axis 0
+    // The axis-1 group of this rank keeps the value of its coordinate-0 rank.
+    float lead = static_cast<float>(meshRanks[2 * row] + 1);
+    EXPECT_EQ(valuesOf<float>(cluster.fetch(rank, 2).get()),
+              (std::vector<float>{lead}))
+        << "rank " << rank;
+    EXPECT_EQ(valuesOf<int64_t>(cluster.fetch(rank, 3).get()),
+              (std::vector<int64_t>{2 * row, 2 * row + 1}))
+        << "rank " << rank;
+  }
+}
+
 TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
   std::vector<Program> programs;
   std::vector<std::vector<Tensor>> inputs(4);
@@ -248,7 +312,7 @@ TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
 
   Cluster cluster(localOptions());
   for (int rank = 0; rank < 4; ++rank) {
-    cluster.uploadProgram(rank, 9, programs[rank]);
+    uploadTo(cluster, rank, 9, programs[rank]);
     std::vector<TensorHandle> in, out;
     for (size_t i = 0; i < inputs[rank].size(); ++i) {
       cluster.put(rank, 1000 + i, inputs[rank][i]);
@@ -269,13 +333,13 @@ TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
 
 TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
   Cluster cluster(localOptions(2, 1));
-  ProgramBuilder b(1);
+  ProgramBuilder b;
   int x = b.input(wire::I64, {2});
   int y = b.input(wire::I64, {2});
   int q = b.buffer(wire::I64, {2});
   b.add("div", {x, y}, {q});
   b.output(q);
-  cluster.uploadProgram(1, 3, b.program());
+  uploadTo(cluster, 1, 3, b.program());
   cluster.put(1, 1, makeTensor<int64_t>(wire::I64, {2}, {4, 6}));
   cluster.put(1, 2, makeTensor<int64_t>(wire::I64, {2}, {2, 0}));
   cluster.run(1, 3, {1, 2}, {3});
@@ -308,14 +372,14 @@ TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
   options.collectiveTimeout = Ms(300);
   Cluster cluster(options);
   // Rank 0 (process 1) waits for rank 2 (process 2), which never joins.
-  ProgramBuilder b(0);
+  ProgramBuilder b;
   int x = b.input(wire::F32, {3});
   int y = b.buffer(wire::F32, {3});
   auto &reduce = b.add("all_reduce", {x}, {y}, wire::COMM);
   setInts(reduce, "group", {0, 2});
   setString(reduce, "reduce", "sum");
   b.output(y);
-  cluster.uploadProgram(0, 9, b.program());
+  uploadTo(cluster, 0, 9, b.program());
   cluster.put(0, 1, makeTensor<float>(wire::F32, {3}, {1, 2, 3}));
   auto start = std::chrono::steady_clock::now();
   cluster.run(0, 9, {1}, {2});
@@ -337,13 +401,13 @@ TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {
     for (int rank = 0; rank < 4; ++rank)
       pids.push_back(cluster.pidOf(rank));
     // Rank 0 blocks in a recv from rank 2, which never sends: mid-run.
-    ProgramBuilder b(0);
+    ProgramBuilder b;
     int got = b.buffer(wire::F32, {1});
     auto &r = b.add("recv", {}, {got}, wire::COMM);
     setInt(r, "peer", 2);
     setInt(r, "tag", 1);
     b.output(got);
-    cluster.uploadProgram(0, 1, b.program());
+    uploadTo(cluster, 0, 1, b.program());
     cluster.run(0, 1, {}, {7});
     cluster.put(2, 8, makeTensor<float>(wire::F32, {1}, {1.f}));
     auto pending =
@@ -458,7 +522,8 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
   } catch (const WorkerError &error) {
     std::string message = error.what();
     EXPECT_NE(message.find("version 7"), std::string::npos) << message;
-    EXPECT_NE(message.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+    EXPECT_NE(message.find("this side speaks version " +
+                           std::to_string(wire::PROTOCOL_VERSION)),
               std::string::npos)
         << message;
   }

@@ -15,19 +15,19 @@ TEST(Protocol, EnvelopeRoundTrip) {
   e.set_protocol_version(wire::PROTOCOL_VERSION);
   e.set_request_id(42);
   auto *upload = e.mutable_upload();
-  upload->set_rank(3);
   upload->set_program_id(7);
-  ProgramBuilder builder(3);
+  upload->add_mesh_ranks(3);
+  ProgramBuilder builder;
   int a = builder.input(wire::F32, {2});
   int out = builder.buffer(wire::F32, {2});
   builder.add("relu", {a}, {out});
   builder.output(out);
-  *upload->mutable_program() = builder.program();
+  *upload->add_programs() = onOneRankMesh(builder.program());
   wire::Envelope back;
   std::string bytes = encodeEnvelope(e);
   ASSERT_TRUE(decodeEnvelope(bytes.data(), bytes.size(), back));
   EXPECT_EQ(back.request_id(), 42u);
-  EXPECT_EQ(back.upload().program().instructions(0).op(), "relu");
+  EXPECT_EQ(back.upload().programs(0).instructions(0).op(), "relu");
   EXPECT_EQ(back.SerializeAsString(), bytes);
 
   Tensor t = makeTensor<int64_t>(wire::I64, {2, 2}, {1, -2, 3, 1LL << 40});
@@ -50,7 +50,8 @@ TEST(Protocol, HelloChecks) {
   hello.set_protocol_version(99);
   std::string reason = checkHello(hello, "secret", wire::ROLE_WORKER);
   EXPECT_NE(reason.find("version 99"), std::string::npos) << reason;
-  EXPECT_NE(reason.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+  EXPECT_NE(reason.find("this side speaks version " +
+                        std::to_string(wire::PROTOCOL_VERSION)),
             std::string::npos)
       << reason;
   EXPECT_EQ(failingInstructionOf(
@@ -127,7 +128,8 @@ TEST_F(WorkerRejection, RefusesBadPeersAndStaysUp) {
   send(hello(99, "tok"));
   std::string mismatch = expectError();
   EXPECT_NE(mismatch.find("version 99"), std::string::npos) << mismatch;
-  EXPECT_NE(mismatch.find("version " + std::to_string(wire::PROTOCOL_VERSION)),
+  EXPECT_NE(mismatch.find("this side speaks version " +
+                          std::to_string(wire::PROTOCOL_VERSION)),
             std::string::npos)
       << mismatch;
 

@@ -114,6 +114,25 @@ TEST(Strategy, RequiredResultIsRespected) {
   EXPECT_GT(s.cost, 0);
 }
 
+// On a mesh axis of size 1 a shard saves nothing: a replicated operand
+// broadcast (as autograd does) stays replicated instead of becoming Shard
+// and needing a one-rank all_gather for a replicated use.
+TEST(Strategy, AxisOfSizeOneStaysReplicated) {
+  ShardingRule rule = rules::broadcastTo({16}, {8, 16});
+  ShardingStrategy free =
+      chooseStrategy(rule, {{16}}, {{R}}, {8, 16}, 4, {1}, nullptr);
+  EXPECT_EQ(free.result, (Placements{R}));
+  Placements want = {R};
+  ShardingStrategy required =
+      chooseStrategy(rule, {{16}}, {{R}}, {8, 16}, 4, {1}, &want);
+  EXPECT_EQ(required.result, (Placements{R}));
+  // With ranks to share the work, sharding still wins.
+  ShardingStrategy wide =
+      chooseStrategy(rule, {{16}}, {{R}}, {8, 16}, 4, {1, 2}, nullptr);
+  EXPECT_EQ(wide.result[0], R);
+  EXPECT_TRUE(wide.result[1].isShard());
+}
+
 TEST(Strategy, PartialPassesThroughLinearOps) {
   auto add = rules::elementwise({4}, 2, *rules::elementwiseTraits("add", 2));
   EXPECT_TRUE(isLocalStrategy(add, {{P()}, {P()}}, {P()}, {2}));

@@ -54,7 +54,7 @@ TEST(Executor, CollectiveOnCommConsumesComputeOutputThroughEvents) {
   const int world = 4;
   FakeCollectiveHub hub(world, std::chrono::seconds(5));
   runRanks(world, [&](int rank) {
-    ProgramBuilder b(rank);
+    ProgramBuilder b;
     int x = b.input(F32, {3});
     int y = b.buffer(F32, {3});
     int reduced = b.buffer(F32, {3});
@@ -88,7 +88,7 @@ TEST(Executor, ComputeRunsWhileCommWaits) {
   const int world = 2;
   FakeCollectiveHub hub(world, std::chrono::seconds(5));
   runRanks(world, [&](int rank) {
-    ProgramBuilder b(rank);
+    ProgramBuilder b;
     int x = b.input(I64, {2});
     int a = b.buffer(I64, {2});
     int c = b.buffer(I64, {2});
@@ -120,7 +120,7 @@ TEST(Executor, CollectiveTimeoutNamesInstructionAndMissingRank) {
   runRanks(world, [&](int rank) {
     if (rank == 3)
       return; // never arrives
-    ProgramBuilder b(rank);
+    ProgramBuilder b;
     int x = b.input(F32, {2});
     int y = b.buffer(F32, {2});
     Instruction &inst = b.add("all_reduce", {x}, {y}, COMM);
@@ -166,9 +166,9 @@ void expectInvalid(Program &program, const std::vector<std::string> &fragments,
 
 TEST(Validation, WrongVersion) {
   ProgramBuilder b = simpleProgram();
-  b.program().set_version(2);
+  b.program().set_version(1); // version 1 named one global rank
   expectInvalid(b.program(), {"invalid program 'test'",
-                              "unsupported program format version 2"});
+                              "unsupported program format version 1"});
 }
 
 TEST(Validation, BadBufferId) {
@@ -292,17 +292,17 @@ TEST(Validation, SingleWriterAndNoWritesToInputs) {
 }
 
 TEST(Validation, CollectiveNeedsCommunicatorAndMatchingRank) {
-  ProgramBuilder b(1);
+  ProgramBuilder b;
   int x = b.input(F32, {2});
   int y = b.buffer(F32, {2});
   Instruction &inst = b.add("all_reduce", {x}, {y}, COMM);
-  setInts(inst, "group", {0, 1});
+  setInts(inst, "group", {1, 2});
   setString(inst, "reduce", "sum");
   expectInvalid(b.program(),
                 {"has collectives but the executor has no communicator"});
   FakeCollectiveHub hub(2);
   auto rank0 = hub.communicator(0);
-  expectInvalid(b.program(), {"is for rank 1 but the communicator is rank 0"},
+  expectInvalid(b.program(), {"rank 0 is not in collective group [1, 2]"},
                 rank0.get());
   auto rank1 = hub.communicator(1);
   b.program().mutable_instructions(0)->set_stream(COMPUTE);

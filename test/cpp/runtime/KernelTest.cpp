@@ -232,6 +232,34 @@ TYPED_TEST(NumericKernels, Bmm) {
   expectClose(valuesOf<T>(out), want, TypeParam::tol * 10, "bmm");
 }
 
+// Two batch dims [2, 3] run as 6 products; mismatched batch dims are refused.
+TYPED_TEST(NumericKernels, BmmWithTwoBatchDims) {
+  using T = typename TypeParam::T;
+  int64_t b0 = 2, b1 = 3, m = 2, k = 4, n = 3;
+  std::vector<T> a = randomValues<T>(b0 * b1 * m * k, -5, 5, 7);
+  std::vector<T> b = randomValues<T>(b0 * b1 * k * n, -5, 5, 8);
+  Tensor out = runKernel("bmm",
+                         {makeTensor<T>(TypeParam::dtype, {b0, b1, m, k}, a),
+                          makeTensor<T>(TypeParam::dtype, {b0, b1, k, n}, b)},
+                         TypeParam::dtype, {b0, b1, m, n});
+  std::vector<double> want;
+  for (int64_t i = 0; i < b0 * b1; ++i) {
+    std::vector<T> ai(a.begin() + i * m * k, a.begin() + (i + 1) * m * k);
+    std::vector<T> bi(b.begin() + i * k * n, b.begin() + (i + 1) * k * n);
+    auto part = referenceMatmul(ai, bi, m, k, n);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  expectClose(valuesOf<T>(out), want, TypeParam::tol * 10, "bmm 4-D");
+  expectRuntimeError(
+      [] {
+        runKernel("bmm",
+                  {Tensor::empty(TypeParam::dtype, {2, 3, 2, 4}),
+                   Tensor::empty(TypeParam::dtype, {2, 2, 4, 3})},
+                  TypeParam::dtype, {2, 3, 2, 3});
+      },
+      {"bmm shapes [2, 3, 2, 4] x [2, 2, 4, 3]"});
+}
+
 // Reference reduction of a [2, 3, 4] tensor over `mask` (sum or max).
 template <class T>
 std::vector<double> referenceReduce(const std::vector<T> &x,

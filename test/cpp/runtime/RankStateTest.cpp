@@ -188,7 +188,7 @@ TEST(RankState, RunsCollectivesThroughItsCommunicator) {
   runRanks(world, [&](int rank) {
     auto comm = hub.communicator(rank);
     RankState state(rank, comm.get());
-    ProgramBuilder b(rank);
+    ProgramBuilder b;
     int x = b.input(F32, {2});
     int y = b.buffer(F32, {2});
     Instruction &reduce = b.add("all_reduce", {x}, {y}, COMM);

@@ -58,13 +58,26 @@ inline void setData(Instruction &inst, const std::string &name,
       std::string(static_cast<const char *>(bytes), size));
 }
 
+// `program` as the class program of a one-position mesh (mesh [1]): uploaded
+// with mesh ranks {r}, it runs on rank r. Collectives keep their explicit
+// `group`s of global ranks.
+inline Program onOneRankMesh(Program program) {
+  program.clear_mesh_shape();
+  program.clear_positions();
+  program.add_mesh_shape(1);
+  auto *box = program.add_positions();
+  box->add_lo(0);
+  box->add_hi(1);
+  return program;
+}
+
 class ProgramBuilder {
 public:
-  explicit ProgramBuilder(int rank = 0) {
+  ProgramBuilder() {
     program_.set_version(::dtorch::wire::PROGRAM_FORMAT_VERSION);
     program_.set_name("test");
-    program_.set_rank(rank);
   }
+
   int buffer(DType dtype, const std::vector<int64_t> &shape) {
     auto *spec = program_.add_buffers();
     spec->set_dtype(dtype);

@@ -8,6 +8,7 @@ computes each update on the rank's shard (the replicated gradient and
 parameter are sliced locally) and assigning the result to the replicated
 parameter all-gathers it: each rank keeps 1/n of the optimizer state.
 """
+from ... import _C
 from ...optim.optimizer import Optimizer
 from ...placement_types import Shard
 from .. import _layout
@@ -124,6 +125,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         """
         loss = self.optim.step(closure)
         self._shard_state()
+        _C.cut_segment()  # the step boundary (see Optimizer.step)
         return loss
 
     def zero_grad(self, set_to_none=True):

@@ -69,9 +69,14 @@ public:
   int worldSize() const;
   std::string hostOf(int rank) const;
 
-  /// Sends a program for `rank`, kept by the worker under `programId`.
-  void uploadProgram(int rank, uint64_t programId,
-                     const ::dtorch::wire::Program &program);
+  /// Sends the class programs of a compiled function (of one mesh, whose
+  /// global ranks in row-major order are `meshRanks`): one UploadProgram per
+  /// worker process hosting ranks of the mesh, with the programs its ranks
+  /// run; each rank keeps its own under `programId`.
+  void
+  uploadPrograms(uint64_t programId,
+                 const std::vector<const ::dtorch::wire::Program *> &programs,
+                 const std::vector<int64_t> &meshRanks);
   /// Runs an uploaded program on `rank`: inputs bind to the program's inputs,
   /// outputs name the buffers it creates.
   void run(int rank, uint64_t programId,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <vector>
@@ -30,6 +31,12 @@ public:
   // when a program arrives, then run it as often as asked without
   // re-validating (the steady-state path of a training loop).
   void validate(const ::dtorch::wire::Program &program) const;
+
+  // A class program made ready for the rank of `context` (MeshContext.h):
+  // checked, resolved for the rank's coordinates and validated. Throws
+  // RuntimeError. The communicator, when there is one, must be that rank's.
+  ::dtorch::wire::Program prepare(const ::dtorch::wire::Program &program,
+                                  const RankContext &context) const;
   std::vector<Tensor> runValidated(const ::dtorch::wire::Program &program,
                                    const std::vector<Tensor> &inputs,
                                    const std::vector<int64_t> &seeds = {});

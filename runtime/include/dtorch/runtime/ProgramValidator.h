@@ -16,9 +16,18 @@ bool isCollectiveOp(const std::string &op);
 
 // Throws RuntimeError("invalid program '<name>': ...") naming the instruction
 // (index, op, location) where relevant. `communicatorRank` is the rank of
-// the communicator that will run the collectives, or -1 when there is none.
+// the communicator that will run the collectives (it must be in each
+// collective's group), or -1 when there is none. The program must be one
+// rank's: no mesh value and no collective `axis` left (MeshContext.h).
 void validateProgram(const ::dtorch::wire::Program &program,
                      int communicatorRank);
+
+// The checks of a class program that need no rank: version, mesh_shape
+// (extents >= 1), position boxes inside the mesh, every mesh value well
+// formed (axis in range, one shard dim per mesh axis, dims in range) and
+// every collective's `axis` in range with one size per rank of the axis.
+// resolveForRank runs it; validateProgram checks the rest after resolution.
+void validateMeshProgram(const ::dtorch::wire::Program &program);
 
 // "instruction 3 ('matmul' at model.py:12)".
 std::string describeInstruction(const ::dtorch::wire::Program &program,

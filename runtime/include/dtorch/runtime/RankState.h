@@ -40,6 +40,17 @@ public:
   // reason.
   void upload(uint64_t programId, ::dtorch::wire::Program program);
 
+  // Keeps, under `programId`, this rank's program of a compiled function:
+  // the class program of `classes` that runs at the context's coordinates,
+  // resolved for them (Executor::prepare). When none runs there, or it is
+  // invalid, every run of the id fails with the reason.
+  void upload(uint64_t programId,
+              const std::vector<const ::dtorch::wire::Program *> &classes,
+              const RankContext &context);
+
+  // Keeps `programId` as refused: every run of it fails with `reason`.
+  void reject(uint64_t programId, const std::string &reason);
+
   // Runs program `programId` on the tensors of `inputs` and stores its
   // outputs under `outputs`. On failure every handle of `outputs` is
   // poisoned and the message is returned ("rank R: ..." for the failures of

@@ -139,6 +139,24 @@ func.func @matmul_result(%a: !dtensor.tensor<4x3xf32, #m, [R]>, %b: !dtensor.ten
 // -----
 
 #m = #dtensor.mesh<[2]>
+func.func @bmm_rank(%a: !dtensor.tensor<4x3xf32, #m, [R]>, %b: !dtensor.tensor<3x5xf32, #m, [R]>) {
+  // expected-error @+1 {{expects operands of rank 3 or more}}
+  %0 = dtensor.bmm %a, %b : (!dtensor.tensor<4x3xf32, #m, [R]>, !dtensor.tensor<3x5xf32, #m, [R]>) -> !dtensor.tensor<4x5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @bmm_batch4(%a: !dtensor.tensor<2x3x4x3xf32, #m, [R]>, %b: !dtensor.tensor<2x2x3x5xf32, #m, [R]>) {
+  // expected-error @+1 {{batch dim 1 differs}}
+  %0 = dtensor.bmm %a, %b : (!dtensor.tensor<2x3x4x3xf32, #m, [R]>, !dtensor.tensor<2x2x3x5xf32, #m, [R]>) -> !dtensor.tensor<2x3x4x5xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
 func.func @bmm_batch(%a: !dtensor.tensor<2x4x3xf32, #m, [R]>, %b: !dtensor.tensor<3x3x5xf32, #m, [R]>) {
   // expected-error @+1 {{batch dim 0 differs}}
   %0 = dtensor.bmm %a, %b : (!dtensor.tensor<2x4x3xf32, #m, [R]>, !dtensor.tensor<3x3x5xf32, #m, [R]>) -> !dtensor.tensor<2x4x5xf32, #m, [R]>

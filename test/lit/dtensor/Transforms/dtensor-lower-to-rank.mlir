@@ -2,14 +2,15 @@
 
 #m = #dtensor.mesh<[2]>
 
-// Uneven shards: 5 rows over 2 ranks are 3 + 2.
-// CHECK-LABEL: func @gather_uneven_rank0
-// CHECK-SAME: (%[[X:.+]]: tensor<3x4xf32>) -> tensor<5x4xf32> attributes {rank.rank = 0 : i64}
-// CHECK: %[[G:.+]] = rank.all_gather %[[X]] {dim = 0 : i64, group = array<i64: 0, 1>, sizes = array<i64: 3, 2>} : tensor<3x4xf32> -> tensor<5x4xf32>
+// Uneven shards: 5 rows over 2 ranks are 3 + 2, two local-shape classes.
+// CHECK-LABEL: func @gather_uneven_class0
+// CHECK-SAME: (%[[X:.+]]: tensor<3x4xf32>) -> tensor<5x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]}
+// CHECK: %[[G:.+]] = rank.all_gather %[[X]] {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 3, 2>} : tensor<3x4xf32> -> tensor<5x4xf32>
 // CHECK: %[[E:.+]] = rank.kernel "exp"(%[[G]]) : (tensor<5x4xf32>) -> tensor<5x4xf32>
 // CHECK: return %[[E]]
-// CHECK-LABEL: func @gather_uneven_rank1
-// CHECK-SAME: (%{{.+}}: tensor<2x4xf32>) -> tensor<5x4xf32> attributes {rank.rank = 1 : i64}
+// CHECK-LABEL: func @gather_uneven_class1
+// CHECK-SAME: (%{{.+}}: tensor<2x4xf32>) -> tensor<5x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]}
+// CHECK-NOT: func.func
 func.func @gather_uneven(%x: !dtensor.tensor<5x4xf32, #m, [S(0)]>) -> !dtensor.tensor<5x4xf32, #m, [R]> {
   %0 = dtensor.all_gather %x on axis 0 : !dtensor.tensor<5x4xf32, #m, [S(0)]> -> !dtensor.tensor<5x4xf32, #m, [R]>
   %1 = dtensor.exp %0 : (!dtensor.tensor<5x4xf32, #m, [R]>) -> !dtensor.tensor<5x4xf32, #m, [R]>
@@ -20,14 +21,15 @@ func.func @gather_uneven(%x: !dtensor.tensor<5x4xf32, #m, [S(0)]>) -> !dtensor.t
 
 #m = #dtensor.mesh<[2, 2]>
 
-// Groups follow the mesh axis; a sharded mean divides by the global count.
-// CHECK-LABEL: func @groups_rank1
+// Collectives name their mesh axis; a local slice starts at this rank's
+// chunk of the axis; a sharded mean divides by the global count. Even
+// shards: one class for the whole mesh.
+// CHECK-LABEL: func @groups_class0
+// CHECK-SAME: attributes {rank.mesh = array<i64: 2, 2>, rank.positions = [array<i64: 0, 2, 0, 2>]}
 // CHECK: %[[P:.+]] = rank.kernel "sum"(%arg0) {dims = array<i64: 1>, keepdim = 0 : i64, scale = 1.250000e-01 : f64} : (tensor<2x4xf32>) -> tensor<2xf32>
-// CHECK: %[[R:.+]] = rank.all_reduce %[[P]] {group = array<i64: 0, 1>, reduce = "sum"} : tensor<2xf32> -> tensor<2xf32>
-// CHECK: rank.kernel "slice"(%[[R]]) {dim = 0 : i64, start = 1 : i64} : (tensor<2xf32>) -> tensor<1xf32>
-// CHECK-LABEL: func @groups_rank2
-// CHECK: rank.all_reduce %{{.+}} {group = array<i64: 2, 3>, reduce = "sum"}
-// CHECK: rank.kernel "slice"(%{{.+}}) {dim = 0 : i64, start = 0 : i64}
+// CHECK: %[[R:.+]] = rank.all_reduce %[[P]] {axis = 1 : i64, reduce = "sum"} : tensor<2xf32> -> tensor<2xf32>
+// CHECK: rank.kernel "slice"(%[[R]]) {dim = 0 : i64, start = #rank.chunk_offset<axis = 1, extent = 2>} : (tensor<2xf32>) -> tensor<1xf32>
+// CHECK-NOT: func.func
 func.func @groups(%x: !dtensor.tensor<4x8xf32, #m, [S(0), S(1)]>) -> !dtensor.tensor<4xf32, #m, [S(0), S(0)]> {
   %0 = dtensor.mean %x dims = [1] : (!dtensor.tensor<4x8xf32, #m, [S(0), S(1)]>) -> !dtensor.tensor<4xf32, #m, [S(0), P(sum)]>
   %1 = dtensor.all_reduce %0 on axis 1 : !dtensor.tensor<4xf32, #m, [S(0), P(sum)]> -> !dtensor.tensor<4xf32, #m, [S(0), R]>
@@ -39,16 +41,17 @@ func.func @groups(%x: !dtensor.tensor<4x8xf32, #m, [S(0), S(1)]>) -> !dtensor.te
 
 #m = #dtensor.mesh<[2]>
 
-// R -> P(sum): rank 0 keeps the value, rank 1 holds zeros; random and
-// constant values are cut out of the global tensor.
-// CHECK-LABEL: func @creation_rank0
-// CHECK: rank.kernel "random"() {dist = "uniform", global_shape = array<i64: 3, 2>, offset = array<i64: 0, 0>, seed = 5 : i64} : () -> tensor<2x2xf32>
-// CHECK: rank.kernel "constant"() {value = dense<[1, 2]> : tensor<2xi64>}
-// CHECK: rank.kernel "copy"
-// CHECK-LABEL: func @creation_rank1
-// CHECK: rank.kernel "random"() {dist = "uniform", global_shape = array<i64: 3, 2>, offset = array<i64: 2, 0>, seed = 5 : i64} : () -> tensor<1x2xf32>
-// CHECK: rank.kernel "constant"() {value = dense<3> : tensor<1xi64>}
-// CHECK: rank.kernel "full"() {value = 0.000000e+00 : f64}
+// R -> P(sum): the rank at coordinate 0 keeps the value, the others hold
+// zeros (lead_or_zero reads the coordinate); random and constant values are
+// described globally and each rank cuts out its box.
+// CHECK-LABEL: func @creation_class0
+// CHECK: rank.kernel "random"() {dist = "uniform", global_shape = array<i64: 3, 2>, offset = #rank.box_offset<global_shape = [3, 2], shard_dims = [0], dim = -1>, seed = 5 : i64} : () -> tensor<2x2xf32>
+// CHECK: rank.kernel "constant"() {data = dense<[1, 2, 3]> : tensor<3xi64>, global_shape = array<i64: 3>, offset = #rank.box_offset<global_shape = [3], shard_dims = [0], dim = -1>} : () -> tensor<2xi64>
+// CHECK: rank.kernel "lead_or_zero"(%{{.+}}) {coord = #rank.mesh_coord<axis = 0>}
+// CHECK-LABEL: func @creation_class1
+// CHECK: rank.kernel "random"() {{.*}} : () -> tensor<1x2xf32>
+// CHECK: rank.kernel "constant"() {{.*}} : () -> tensor<1xi64>
+// CHECK: rank.kernel "lead_or_zero"
 func.func @creation() -> (!dtensor.tensor<3x2xf32, #m, [S(0)]>, !dtensor.tensor<3xi64, #m, [S(0)]>, !dtensor.tensor<3xi64, #m, [P(sum)]>) {
   %0 = dtensor.random seed = 5 distribution = "uniform" : !dtensor.tensor<3x2xf32, #m, [S(0)]>
   %1 = dtensor.constant dense<[1, 2, 3]> : tensor<3xi64> : !dtensor.tensor<3xi64, #m, [S(0)]>
@@ -62,8 +65,10 @@ func.func @creation() -> (!dtensor.tensor<3x2xf32, #m, [S(0)]>, !dtensor.tensor<
 #m = #dtensor.mesh<[2]>
 
 // all_to_all with uneven pieces on both sides.
-// CHECK-LABEL: func @a2a_rank0
-// CHECK: rank.all_to_all %arg0 {concat_dim = 0 : i64, concat_sizes = array<i64: 3, 2>, group = array<i64: 0, 1>, split_dim = 1 : i64, split_sizes = array<i64: 2, 1>} : tensor<3x3xf32> -> tensor<5x2xf32>
+// CHECK-LABEL: func @a2a_class0
+// CHECK: rank.all_to_all %arg0 {axis = 0 : i64, concat_dim = 0 : i64, concat_sizes = array<i64: 3, 2>, split_dim = 1 : i64, split_sizes = array<i64: 2, 1>} : tensor<3x3xf32> -> tensor<5x2xf32>
+// CHECK-LABEL: func @a2a_class1
+// CHECK: rank.all_to_all %arg0 {{.*}} : tensor<2x3xf32> -> tensor<5x1xf32>
 func.func @a2a(%x: !dtensor.tensor<5x3xf32, #m, [S(0)]>) -> !dtensor.tensor<5x3xf32, #m, [S(1)]> {
   %0 = dtensor.all_to_all %x on axis 0 : !dtensor.tensor<5x3xf32, #m, [S(0)]> -> !dtensor.tensor<5x3xf32, #m, [S(1)]>
   return %0 : !dtensor.tensor<5x3xf32, #m, [S(1)]>
@@ -96,13 +101,12 @@ func.func @not_local(%x: !dtensor.tensor<4xf32, #m, [S(0)]>) -> !dtensor.tensor<
 // A vocab-sharded table looks up only its own rows (offset, masked); a
 // sharded tril knows its piece's global column; a slice of whole sharded
 // dims reads this rank's piece.
-// CHECK-LABEL: func @lower_indexing_rank0
-// CHECK: rank.kernel "index_select"(%{{.*}}) {dim = 0 : i64, masked = 1 : i64, offset = 0 : i64}
-// CHECK: rank.kernel "tril"(%{{.*}}) {col_offset = 0 : i64, diagonal = 0 : i64, row_offset = 0 : i64}
+// CHECK-LABEL: func @lower_indexing_class0
+// CHECK-SAME: rank.positions = [array<i64: 0, 2>]
+// CHECK: rank.kernel "index_select"(%{{.*}}) {dim = 0 : i64, masked = 1 : i64, offset = #rank.box_offset<global_shape = [6, 4], shard_dims = [0], dim = 0>}
+// CHECK: rank.kernel "tril"(%{{.*}}) {col_offset = #rank.box_offset<global_shape = [4, 6], shard_dims = [1], dim = 1>, diagonal = 0 : i64, row_offset = #rank.box_offset<global_shape = [4, 6], shard_dims = [1], dim = 0>}
 // CHECK: rank.kernel "extract_slice"(%{{.*}}) {offsets = array<i64: 1, 0>, sizes = array<i64: 2, 3>, strides = array<i64: 2, 1>}
-// CHECK-LABEL: func @lower_indexing_rank1
-// CHECK: rank.kernel "index_select"(%{{.*}}) {dim = 0 : i64, masked = 1 : i64, offset = 3 : i64}
-// CHECK: rank.kernel "tril"(%{{.*}}) {col_offset = 3 : i64, diagonal = 0 : i64, row_offset = 0 : i64}
+// CHECK-NOT: func.func
 func.func @lower_indexing(%t: !dtensor.tensor<6x4xf32, #m, [S(0)]>, %v: !dtensor.tensor<3xi64, #m, [R]>, %a: !dtensor.tensor<4x6xf32, #m, [S(1)]>) -> (!dtensor.tensor<3x4xf32, #m, [P(sum)]>, !dtensor.tensor<4x6xf32, #m, [S(1)]>, !dtensor.tensor<2x6xf32, #m, [S(1)]>) {
   %0 = dtensor.index_select %t, %v {dim = 0 : i64} : (!dtensor.tensor<6x4xf32, #m, [S(0)]>, !dtensor.tensor<3xi64, #m, [R]>) -> !dtensor.tensor<3x4xf32, #m, [P(sum)]>
   %1 = dtensor.tril %a {diagonal = 0 : i64} : (!dtensor.tensor<4x6xf32, #m, [S(1)]>) -> !dtensor.tensor<4x6xf32, #m, [S(1)]>
@@ -115,11 +119,10 @@ func.func @lower_indexing(%t: !dtensor.tensor<6x4xf32, #m, [S(0)]>, %v: !dtensor
 #m = #dtensor.mesh<[4]>
 
 // A merge that keeps S(0): each rank reshapes its 2 rows into 12 elements.
-// CHECK-LABEL: func @reshape_keeps_shard_rank0
+// CHECK-LABEL: func @reshape_keeps_shard_class0
 // CHECK-SAME: (%[[X:.+]]: tensor<2x6xf32>) -> tensor<12xf32>
 // CHECK: rank.kernel "reshape"(%[[X]]) {{.*}}: (tensor<2x6xf32>) -> tensor<12xf32>
-// CHECK-LABEL: func @reshape_keeps_shard_rank3
-// CHECK: rank.kernel "reshape"(%{{.+}}) {{.*}}: (tensor<2x6xf32>) -> tensor<12xf32>
+// CHECK-NOT: func.func
 func.func @reshape_keeps_shard(%x: !dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]> {
   %0 = dtensor.reshape %x : (!dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dtensor.tensor<48xf32, #m, [S(0)]>
   return %0 : !dtensor.tensor<48xf32, #m, [S(0)]>
@@ -130,7 +133,7 @@ func.func @reshape_keeps_shard(%x: !dtensor.tensor<8x6xf32, #m, [S(0)]>) -> !dte
 #m = #dtensor.mesh<[2, 2]>
 
 // The split keeps the nested S(0) of [B*H] on the new dim 0.
-// CHECK-LABEL: func @reshape_split_nested_rank2
+// CHECK-LABEL: func @reshape_split_nested_class0
 // CHECK-SAME: (%[[X:.+]]: tensor<12xf32>) -> tensor<2x6xf32>
 // CHECK: rank.kernel "reshape"(%[[X]]) {{.*}}: (tensor<12xf32>) -> tensor<2x6xf32>
 func.func @reshape_split_nested(%x: !dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]> {
@@ -148,4 +151,86 @@ func.func @reshape_uneven_not_local(%x: !dtensor.tensor<6x4xf32, #m, [S(0)]>) ->
   // expected-error @+1 {{placements are not a local strategy of its sharding rule}}
   %0 = dtensor.reshape %x : (!dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<24xf32, #m, [S(0)]>
   return %0 : !dtensor.tensor<24xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[1024]>
+
+// Even shards on 1,024 ranks: one program for the whole mesh, whatever its
+// size; collectives name the axis, not 1,024 ranks.
+// CHECK-LABEL: func @even_1024_class0
+// CHECK-SAME: (%{{.+}}: tensor<4x64xf32>, %{{.+}}: tensor<64x32xf32>) -> tensor<f32> attributes {rank.mesh = array<i64: 1024>, rank.positions = [array<i64: 0, 1024>]}
+// CHECK: rank.kernel "matmul"
+// CHECK: rank.kernel "relu"
+// CHECK: rank.kernel "sum"
+// CHECK: rank.all_reduce %{{.+}} {axis = 0 : i64, reduce = "sum"} : tensor<f32> -> tensor<f32>
+// CHECK-NOT: func.func
+func.func @even_1024(%x: !dtensor.tensor<4096x64xf32, #m, [S(0)]>, %w: !dtensor.tensor<64x32xf32, #m, [R]>) -> !dtensor.tensor<f32, #m, [R]> {
+  %0 = dtensor.matmul %x, %w : (!dtensor.tensor<4096x64xf32, #m, [S(0)]>, !dtensor.tensor<64x32xf32, #m, [R]>) -> !dtensor.tensor<4096x32xf32, #m, [S(0)]>
+  %1 = dtensor.relu %0 : (!dtensor.tensor<4096x32xf32, #m, [S(0)]>) -> !dtensor.tensor<4096x32xf32, #m, [S(0)]>
+  %2 = dtensor.sum %1 dims = [0, 1] : (!dtensor.tensor<4096x32xf32, #m, [S(0)]>) -> !dtensor.tensor<f32, #m, [P(sum)]>
+  %3 = dtensor.all_reduce %2 on axis 0 : !dtensor.tensor<f32, #m, [P(sum)]> -> !dtensor.tensor<f32, #m, [R]>
+  return %3 : !dtensor.tensor<f32, #m, [R]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+
+// 10 rows on 4 ranks are 3, 3, 3, 1: ranks 0-2 share one program, rank 3
+// runs the remainder's.
+// CHECK-LABEL: func @uneven_10_on_4_class0
+// CHECK-SAME: (%{{.+}}: tensor<3x2xf32>) -> tensor<10x2xf32> attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 0, 3>]}
+// CHECK: rank.all_gather %{{.+}} {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 3, 3, 3, 1>} : tensor<3x2xf32> -> tensor<10x2xf32>
+// CHECK-LABEL: func @uneven_10_on_4_class1
+// CHECK-SAME: (%{{.+}}: tensor<1x2xf32>) -> tensor<10x2xf32> attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 3, 4>]}
+// CHECK: rank.all_gather %{{.+}} {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 3, 3, 3, 1>} : tensor<1x2xf32> -> tensor<10x2xf32>
+// CHECK-NOT: func.func
+func.func @uneven_10_on_4(%x: !dtensor.tensor<10x2xf32, #m, [S(0)]>) -> !dtensor.tensor<10x2xf32, #m, [R]> {
+  %0 = dtensor.all_gather %x on axis 0 : !dtensor.tensor<10x2xf32, #m, [S(0)]> -> !dtensor.tensor<10x2xf32, #m, [R]>
+  return %0 : !dtensor.tensor<10x2xf32, #m, [R]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[4, 8]>
+
+// A 2-D mesh with a remainder on each axis: 10 rows on 4 (3, 3, 3, 1) and
+// 20 columns on 8 (3 x 6, 2, 0): 2 x 3 = 6 classes of boxes, whatever the
+// number of ranks in each.
+// CHECK-LABEL: func @remainders_2d_class0
+// CHECK-SAME: (%{{.+}}: tensor<3x3xf32>) -> tensor<3x20xf32> attributes {rank.mesh = array<i64: 4, 8>, rank.positions = [array<i64: 0, 3, 0, 6>]}
+// CHECK: rank.all_gather %{{.+}} {axis = 1 : i64, dim = 1 : i64, sizes = array<i64: 3, 3, 3, 3, 3, 3, 2, 0>}
+// CHECK-LABEL: func @remainders_2d_class1
+// CHECK-SAME: (%{{.+}}: tensor<3x2xf32>) -> tensor<3x20xf32> attributes {rank.mesh = array<i64: 4, 8>, rank.positions = [array<i64: 0, 3, 6, 7>]}
+// CHECK-LABEL: func @remainders_2d_class2
+// CHECK-SAME: (%{{.+}}: tensor<3x0xf32>) -> tensor<3x20xf32> attributes {rank.mesh = array<i64: 4, 8>, rank.positions = [array<i64: 0, 3, 7, 8>]}
+// CHECK-LABEL: func @remainders_2d_class3
+// CHECK-SAME: (%{{.+}}: tensor<1x3xf32>) -> tensor<1x20xf32> attributes {rank.mesh = array<i64: 4, 8>, rank.positions = [array<i64: 3, 4, 0, 6>]}
+// CHECK-LABEL: func @remainders_2d_class4
+// CHECK-SAME: rank.positions = [array<i64: 3, 4, 6, 7>]
+// CHECK-LABEL: func @remainders_2d_class5
+// CHECK-SAME: rank.positions = [array<i64: 3, 4, 7, 8>]
+// CHECK-NOT: func.func
+func.func @remainders_2d(%x: !dtensor.tensor<10x20xf32, #m, [S(0), S(1)]>) -> !dtensor.tensor<10x20xf32, #m, [S(0), R]> {
+  %0 = dtensor.all_gather %x on axis 1 : !dtensor.tensor<10x20xf32, #m, [S(0), S(1)]> -> !dtensor.tensor<10x20xf32, #m, [S(0), R]>
+  return %0 : !dtensor.tensor<10x20xf32, #m, [S(0), R]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 3]>
+
+// Nested uneven shards (one tensor dim on both axes, 11 rows: 6 | 5, then
+// 2, 2, 2 | 2, 2, 1): boxes with the same local shapes share a class, and
+// boxes that touch along one axis are joined.
+// CHECK-LABEL: func @nested_uneven_class0
+// CHECK-SAME: (%{{.+}}: tensor<2xf32>) -> tensor<2xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 0, 1, 0, 3>, array<i64: 1, 2, 0, 2>]}
+// CHECK-LABEL: func @nested_uneven_class1
+// CHECK-SAME: (%{{.+}}: tensor<1xf32>) -> tensor<1xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 1, 2, 2, 3>]}
+// CHECK-NOT: func.func
+func.func @nested_uneven(%x: !dtensor.tensor<11xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<11xf32, #m, [S(0), S(0)]> {
+  %0 = dtensor.exp %x : (!dtensor.tensor<11xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<11xf32, #m, [S(0), S(0)]>
+  return %0 : !dtensor.tensor<11xf32, #m, [S(0), S(0)]>
 }

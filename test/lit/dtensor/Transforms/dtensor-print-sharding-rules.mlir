@@ -137,3 +137,10 @@ func.func @reshape_rules(%a: !dtensor.tensor<8x6xf32, #m, [R]>, %b: !dtensor.ten
   %4 = dtensor.reshape %d : (!dtensor.tensor<3x4xf32, #m, [R]>) -> !dtensor.tensor<4x3xf32, #m, [R]>
   return
 }
+
+// bmm with two batch dims: each keeps its own factor.
+func.func @bmm_rules(%q: !dtensor.tensor<4x2x6x8xf32, #m, [R]>, %k: !dtensor.tensor<4x2x8x6xf32, #m, [R]>) {
+  // expected-remark @+1 {{sharding rule: ([i, j, k, m], [i, j, m, l]) -> ([i, j, k, l]) reduction={m}:sum joint={} linear={0, 1}}}
+  %0 = dtensor.bmm %q, %k : (!dtensor.tensor<4x2x6x8xf32, #m, [R]>, !dtensor.tensor<4x2x8x6xf32, #m, [R]>) -> !dtensor.tensor<4x2x6x6xf32, #m, [R]>
+  return
+}

@@ -8,25 +8,9 @@ func.func @no_kernel_name(%x: tensor<4xf32>) {
 
 // -----
 
-func.func @empty_group(%x: tensor<4xf32>) {
-  // expected-error @+1 {{group must not be empty}}
-  %0 = rank.all_reduce %x {group = array<i64>, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
-  return
-}
-
-// -----
-
-func.func @dup_group(%x: tensor<4xf32>) {
-  // expected-error @+1 {{rank 1 appears twice in the group}}
-  %0 = rank.all_reduce %x {group = array<i64: 1, 1>, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
-  return
-}
-
-// -----
-
-func.func @not_member(%x: tensor<4xf32>) attributes {rank.rank = 3 : i64} {
-  // expected-error @+1 {{group does not contain this program's rank 3}}
-  %0 = rank.all_reduce %x {group = array<i64: 0, 1>, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+func.func @axis_out_of_mesh(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2, 2>, rank.positions = [array<i64: 0, 2, 0, 2>]} {
+  // expected-error @+1 {{mesh axis 2 is out of range for a mesh of rank 2}}
+  %0 = rank.all_reduce %x {axis = 2 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
   return
 }
 
@@ -34,7 +18,7 @@ func.func @not_member(%x: tensor<4xf32>) attributes {rank.rank = 3 : i64} {
 
 func.func @bad_reduce(%x: tensor<4xf32>) {
   // expected-error @+1 {{unknown reduction "prod" (expected sum, avg, max or min)}}
-  %0 = rank.all_reduce %x {group = array<i64: 0, 1>, reduce = "prod"} : tensor<4xf32> -> tensor<4xf32>
+  %0 = rank.all_reduce %x {axis = 0 : i64, reduce = "prod"} : tensor<4xf32> -> tensor<4xf32>
   return
 }
 
@@ -42,15 +26,23 @@ func.func @bad_reduce(%x: tensor<4xf32>) {
 
 func.func @gather_sizes(%x: tensor<4x5xf32>) {
   // expected-error @+1 {{sizes add up to 8, expected 7}}
-  %0 = rank.all_gather %x {group = array<i64: 0, 1>, dim = 0 : i64, sizes = array<i64: 4, 4>} : tensor<4x5xf32> -> tensor<7x5xf32>
+  %0 = rank.all_gather %x {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 4, 4>} : tensor<4x5xf32> -> tensor<7x5xf32>
   return
 }
 
 // -----
 
-func.func @gather_own_piece(%x: tensor<4x5xf32>) attributes {rank.rank = 1 : i64} {
-  // expected-error @+1 {{sizes[1] is 3 but this rank's piece has extent 4}}
-  %0 = rank.all_gather %x {group = array<i64: 0, 1>, dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x5xf32>
+func.func @gather_own_piece(%x: tensor<4x5xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]} {
+  // expected-error @+1 {{sizes[1] is 3 but this program's piece has extent 4}}
+  %0 = rank.all_gather %x {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 4, 3>} : tensor<4x5xf32> -> tensor<7x5xf32>
+  return
+}
+
+// -----
+
+func.func @gather_axis_size(%x: tensor<2x5xf32>) attributes {rank.mesh = array<i64: 3>, rank.positions = [array<i64: 0, 3>]} {
+  // expected-error @+1 {{sizes has 2 entries for mesh axis 0 of 3 ranks}}
+  %0 = rank.all_gather %x {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 2, 2>} : tensor<2x5xf32> -> tensor<4x5xf32>
   return
 }
 
@@ -58,15 +50,15 @@ func.func @gather_own_piece(%x: tensor<4x5xf32>) attributes {rank.rank = 1 : i64
 
 func.func @gather_other_dim(%x: tensor<4x5xf32>) {
   // expected-error @+1 {{input and result differ in dim 1}}
-  %0 = rank.all_gather %x {group = array<i64: 0, 1>, dim = 0 : i64, sizes = array<i64: 4, 4>} : tensor<4x5xf32> -> tensor<8x6xf32>
+  %0 = rank.all_gather %x {axis = 0 : i64, dim = 0 : i64, sizes = array<i64: 4, 4>} : tensor<4x5xf32> -> tensor<8x6xf32>
   return
 }
 
 // -----
 
-func.func @scatter_count(%x: tensor<7x5xf32>) {
-  // expected-error @+1 {{sizes has 3 entries for a group of 2}}
-  %0 = rank.reduce_scatter %x {group = array<i64: 0, 1>, reduce = "sum", dim = 0 : i64, sizes = array<i64: 4, 2, 1>} : tensor<7x5xf32> -> tensor<4x5xf32>
+func.func @scatter_count(%x: tensor<7x5xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+  // expected-error @+1 {{sizes has 3 entries for mesh axis 0 of 2 ranks}}
+  %0 = rank.reduce_scatter %x {axis = 0 : i64, reduce = "sum", dim = 0 : i64, sizes = array<i64: 4, 2, 1>} : tensor<7x5xf32> -> tensor<4x5xf32>
   return
 }
 
@@ -74,6 +66,44 @@ func.func @scatter_count(%x: tensor<7x5xf32>) {
 
 func.func @a2a_dims(%x: tensor<4x5xf32>) {
   // expected-error @+1 {{split_dim and concat_dim must be distinct dims in range}}
-  %0 = rank.all_to_all %x {group = array<i64: 0, 1>, split_dim = 0 : i64, split_sizes = array<i64: 2, 2>, concat_dim = 0 : i64, concat_sizes = array<i64: 2, 2>} : tensor<4x5xf32> -> tensor<4x5xf32>
+  %0 = rank.all_to_all %x {axis = 0 : i64, split_dim = 0 : i64, split_sizes = array<i64: 2, 2>, concat_dim = 0 : i64, concat_sizes = array<i64: 2, 2>} : tensor<4x5xf32> -> tensor<4x5xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'rank.positions' box range [2, 3) of axis 0 is not inside [0, 2)}}
+func.func @box_outside_mesh(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 2, 3>]} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'rank.positions' boxes need 4 entries (lo, hi per mesh axis)}}
+func.func @box_rank(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2, 2>, rank.positions = [array<i64: 0, 2>]} {
+  return
+}
+
+// -----
+
+func.func @box_offset_shard_dims(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2, 2>, rank.positions = [array<i64: 0, 2, 0, 2>]} {
+  // expected-error @+1 {{'offset' has 1 shard_dims for a mesh of rank 2}}
+  %0 = rank.kernel "iota"() {dim = 0 : i64, offset = #rank.box_offset<global_shape = [8], shard_dims = [0], dim = -1>} : () -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @box_offset_dim(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{'offset' shards dim 1 of a rank-1 tensor}}
+  %0 = rank.kernel "iota"() {dim = 0 : i64, offset = #rank.box_offset<global_shape = [8], shard_dims = [1], dim = -1>} : () -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @coord_axis(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{mesh axis 1 is out of range for a mesh of rank 1}}
+  %0 = rank.kernel "lead_or_zero"(%x) {coord = #rank.mesh_coord<axis = 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
