@@ -152,7 +152,7 @@ TEST(RankState, RefusesRunsThatDoNotMatch) {
 // ones with the same seed, and refuses a slot the run does not fill.
 TEST(RankState, RandomSeedSlotsReadTheRunsSeeds) {
   RankState state(0, nullptr);
-  ProgramBuilder b(0);
+  ProgramBuilder b;
   int out = b.buffer(F32, {8});
   auto &inst = b.add("random", {}, {out});
   setInt(inst, "seed_slot", 0);
