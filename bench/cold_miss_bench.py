@@ -26,6 +26,8 @@ def main():
                                                    "cold_miss_bench.json"))
     args = ap.parse_args()
 
+    # Every repetition must compile: no on-disk program cache.
+    os.environ["DTORCH_CACHE_DIR"] = ""
     import dtorch
     from dtorch import Shard
     dtorch.init(world_size=4, backend=args.backend)

@@ -2,8 +2,6 @@
 
 #include "dtorch/runtime/Shape.h"
 
-#include <limits>
-
 namespace dtorch::rt {
 
 KernelRegistry &KernelRegistry::global() {
@@ -30,31 +28,40 @@ void KernelRegistry::add(const std::string &op, DType dtype,
   if (!kernel.run)
     throw RuntimeError("kernel '" + op + "' registered without a run function");
   std::lock_guard<std::mutex> lock(mutex_);
-  kernels_[Key(op, static_cast<int>(dtype), device)] =
+  kernels_[op][device][static_cast<int>(dtype)] =
       std::make_unique<Kernel>(std::move(kernel));
 }
 
 const Kernel *KernelRegistry::lookup(const std::string &op, DType dtype,
                                      const std::string &device) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = kernels_.find(Key(op, static_cast<int>(dtype), device));
-  return it == kernels_.end() ? nullptr : it->second.get();
+  auto byOp = kernels_.find(op);
+  if (byOp == kernels_.end())
+    return nullptr;
+  auto byDevice = byOp->second.find(device);
+  if (byDevice == byOp->second.end())
+    return nullptr;
+  auto it = byDevice->second.find(static_cast<int>(dtype));
+  return it == byDevice->second.end() ? nullptr : it->second.get();
 }
 
 bool KernelRegistry::hasOp(const std::string &op) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = kernels_.lower_bound(
-      Key(op, std::numeric_limits<int>::min(), std::string()));
-  return it != kernels_.end() && std::get<0>(it->first) == op;
+  return kernels_.count(op) != 0;
 }
 
 std::vector<DType> KernelRegistry::dtypesFor(const std::string &op,
                                              const std::string &device) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<DType> dtypes;
-  for (const auto &entry : kernels_)
-    if (std::get<0>(entry.first) == op && std::get<2>(entry.first) == device)
-      dtypes.push_back(static_cast<DType>(std::get<1>(entry.first)));
+  auto byOp = kernels_.find(op);
+  if (byOp == kernels_.end())
+    return dtypes;
+  auto byDevice = byOp->second.find(device);
+  if (byDevice == byOp->second.end())
+    return dtypes;
+  for (const auto &[dtype, kernel] : byDevice->second)
+    dtypes.push_back(static_cast<DType>(dtype)); // ascending: a std::map
   return dtypes;
 }
 

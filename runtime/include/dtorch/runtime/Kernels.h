@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace dtorch::rt {
@@ -60,9 +61,13 @@ public:
                                const std::string &device) const;
 
 private:
-  using Key = std::tuple<std::string, int, std::string>;
+  // op -> device -> dtype -> kernel: a lookup hashes the op and device
+  // strings it is given and copies nothing (it runs once per instruction of
+  // every run and every validation).
+  using ByDtype = std::map<int, std::unique_ptr<Kernel>>;
+  using ByDevice = std::unordered_map<std::string, ByDtype>;
   mutable std::mutex mutex_;
-  std::map<Key, std::unique_ptr<Kernel>> kernels_;
+  std::unordered_map<std::string, ByDevice> kernels_;
 };
 
 // Shorthands on the global registry.
