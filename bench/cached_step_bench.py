@@ -8,9 +8,11 @@ per op of a cached elementwise chain.
 `simulated`: a small MLP training step (forward, backward, SGD update; the
 input and target drawn on the workers, so a step moves no data) on a 1-D
 mesh of 8, 64, 512 and 4,096 simulated ranks, each in a fresh process. It
-reports the controller's lookup + dispatch time per segment of a cached
-step (`controller_stats()["hit_seconds"]`), its compile time on the first
-step, and the wall time of a whole step (client, controller and frees; the
+reports per step the controller's lookup + dispatch time of the cached
+segment (`controller_stats()["hit_seconds"]`), the requests it handled (the
+run, the frees of dropped values, the synchronize) and its busy time over
+all of them (`busy_seconds`), the compile time of the first step, and the
+wall time of a whole step (client, controller and frees; the
 simulated workers cost nothing). `chain`: 2,000 multiplications by a Python
 number on a (4,) mesh, fetched: the first time (compile) and cached.
 Writes bench/results/cached_step.json.
@@ -61,6 +63,8 @@ print(json.dumps({
     "world": world, "segments_per_step": segments / steps,
     "compiles_in_steady_state": s["compiles"] - warm["compiles"],
     "controller_ms_per_step": 1e3 * (s["hit_seconds"] - warm["hit_seconds"]) / steps,
+    "controller_busy_ms_per_step": 1e3 * (s["busy_seconds"] - warm["busy_seconds"]) / steps,
+    "requests_per_step": (s["requests"] - warm["requests"]) / steps,
     "wall_ms_per_step": 1e3 * wall, "first_3_steps_s": first,
     "compile_s": warm["compile_seconds"], "compiles": warm["compiles"]}))
 """
@@ -111,11 +115,12 @@ def main(argv):
     if "simulated" in which:
         rows = [run(SIMULATED_STEP, str(w)) for w in (8, 64, 512, 4096)]
         results["simulated_mlp_step"] = rows
-        print(f"{'ranks':>6} {'segments':>8} {'controller ms/step':>19} {'wall ms/step':>13} "
-              f"{'compile s':>10}")
+        print(f"{'ranks':>6} {'segments':>8} {'lookup+dispatch ms':>19} {'requests':>8} "
+              f"{'controller busy ms':>19} {'wall ms/step':>13} {'compile s':>10}")
         for r in rows:
             print(f"{r['world']:>6} {r['segments_per_step']:>8.1f} "
-                  f"{r['controller_ms_per_step']:>19.3f} {r['wall_ms_per_step']:>13.3f} "
+                  f"{r['controller_ms_per_step']:>19.3f} {r['requests_per_step']:>8.1f} "
+                  f"{r['controller_busy_ms_per_step']:>19.3f} {r['wall_ms_per_step']:>13.3f} "
                   f"{r['compile_s']:>10.2f}")
     if "chain" in which:
         r = run(CHAIN)
@@ -124,7 +129,11 @@ def main(argv):
               f"{r['cached_us_per_op']:.2f} us/op (median {r['cached_median_us_per_op']:.2f}; "
               f"recording alone {r['client_record_us_per_op']:.2f})")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "cached_step.json"), "w") as f:
+    path = os.path.join(HERE, "results", "cached_step.json")
+    if os.path.exists(path):  # keep the table that was not run this time
+        with open(path) as f:
+            results = {**json.load(f), **results}
+    with open(path, "w") as f:
         json.dump(results, f, indent=1)
 
 

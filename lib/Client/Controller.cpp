@@ -84,7 +84,12 @@ void Controller::loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    auto start = std::chrono::steady_clock::now();
     task();
+    double seconds = secondsSince(start);
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    stats_.busySeconds += seconds;
+    ++stats_.requests;
   }
 }
 

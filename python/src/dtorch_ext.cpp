@@ -514,12 +514,15 @@ NB_MODULE(_C, m) {
         d["disk_seconds"] = st.diskSeconds;
         d["hit_seconds"] = st.hitSeconds;
         d["last_hit_seconds"] = st.lastHitSeconds;
+        d["busy_seconds"] = st.busySeconds;
+        d["requests"] = st.requests;
         return d;
       },
       "The controller's counters and its own time: segments run, in-memory "
       "hits, on-disk hits, compiles; seconds spent compiling (text + "
-      "compile), in the on-disk cache, and on the lookup + dispatch of "
-      "in-memory hits (total and last).");
+      "compile), in the on-disk cache, on the lookup + dispatch of "
+      "in-memory hits (total and last), and handling requests of any kind "
+      "(busy_seconds, requests; synchronize waits for real workers).");
   m.def("_set_segment_hash_mask",
         [](uint64_t mask) { setSegmentHashMaskForTesting(mask); });
 

@@ -197,6 +197,10 @@ struct ControllerStats {
   double diskSeconds = 0;    // on-disk cache lookups, loads and stores
   double hitSeconds = 0;     // lookup + dispatch of the in-memory hits
   double lastHitSeconds = 0; // ... of the last one
+  /// Every request handled (runs, frees, puts, fetches, synchronize, which
+  /// waits for real workers): the controller thread's busy time.
+  double busySeconds = 0;
+  uint64_t requests = 0;
 };
 
 /// A fetch in flight (Session::fetchAsync): the request is queued behind the
