@@ -54,6 +54,14 @@ public:
                         return translated([&] { return reply.get(); });
                       });
   }
+  std::future<rt::MemoryStats> memoryStats(int rank) override {
+    std::future<rt::MemoryStats> reply =
+        translated([&] { return cluster_->memoryStats(rank); });
+    return std::async(std::launch::deferred,
+                      [reply = std::move(reply)]() mutable {
+                        return translated([&] { return reply.get(); });
+                      });
+  }
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &hs) override {
     translated([&] { cluster_->free(ranks, hs); });

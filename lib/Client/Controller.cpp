@@ -323,6 +323,32 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
       std::move(requested));
 }
 
+std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
+  using StatsFutures = std::vector<std::future<rt::MemoryStats>>;
+  auto promise = std::make_shared<std::promise<StatsFutures>>();
+  std::future<StatsFutures> requested = promise->get_future();
+  enqueue([this, promise] {
+    try {
+      StatsFutures futures;
+      for (int r = 0; r < backend_->worldSize(); ++r)
+        futures.push_back(backend_->memoryStats(r));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return std::async(
+      std::launch::deferred,
+      [](std::future<StatsFutures> requested) {
+        StatsFutures futures = requested.get();
+        std::vector<rt::MemoryStats> stats;
+        for (auto &f : futures)
+          stats.push_back(f.get());
+        return stats;
+      },
+      std::move(requested));
+}
+
 void Controller::synchronize() {
   auto promise = std::make_shared<std::promise<void>>();
   auto done = promise->get_future();

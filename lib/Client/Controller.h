@@ -47,12 +47,17 @@ public:
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
   void synchronize();
+  /// Every global rank's buffer table (rt::MemoryStats), by rank, queued
+  /// behind every request before it (so it reflects all work submitted so
+  /// far); get() waits (from any thread) and throws a WorkerError.
+  std::future<std::vector<rt::MemoryStats>> memoryStatsAsync();
   std::string lastIr(const std::string &stage);
   /// The redistributions of the last segment run (compiled or taken from the
   /// cache), once every request queued before has been handled; nullopt
   /// before the first segment.
   std::optional<std::vector<RedistributionExplanation>> lastExplanation();
   int worldSize() const { return backend_->worldSize(); }
+  std::string hostOf(int rank) const { return backend_->hostOf(rank); }
   uint64_t messagesSent() const { return backend_->messagesSent(); }
   uint64_t roundTrips() const { return backend_->roundTrips(); }
   /// Tensors that exist on the workers (as of the last handled request).

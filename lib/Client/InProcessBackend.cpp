@@ -155,6 +155,21 @@ public:
     return promise->get_future();
   }
 
+  std::future<rt::MemoryStats> memoryStats(int rank) override {
+    ++roundTrips_;
+    auto promise = std::make_shared<std::promise<rt::MemoryStats>>();
+    RankThread &t = at(rank);
+    // Behind the rank's earlier tasks, as a worker answers it.
+    t.post([&t, promise] {
+      try {
+        promise->set_value(t.state().memoryStats());
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    return promise->get_future();
+  }
+
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &handles) override {
     for (int64_t rank : ranks) {

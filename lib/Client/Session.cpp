@@ -798,6 +798,17 @@ void Session::synchronize() {
   controller_->synchronize();
 }
 
+std::vector<rt::MemoryStats> Session::memoryStats() {
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  flush();
+  return controller_->memoryStatsAsync().get();
+}
+
+std::string Session::hostOf(int rank) const {
+  return controller_->hostOf(rank);
+}
+
 std::string Session::lastIr(const std::string &stage) {
   synchronize();
   return controller_->lastIr(stage);

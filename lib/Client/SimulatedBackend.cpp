@@ -137,6 +137,20 @@ public:
     return promise.get_future();
   }
 
+  /// Nothing is held anywhere: the table is unknown (`known = false`, zero
+  /// counts), answered at once like every request here.
+  std::future<rt::MemoryStats> memoryStats(int rank) override {
+    check(rank);
+    ++sent_;
+    ++roundTrips_;
+    rt::MemoryStats stats;
+    stats.rank = rank;
+    stats.known = false;
+    std::promise<rt::MemoryStats> promise;
+    promise.set_value(std::move(stats));
+    return promise.get_future();
+  }
+
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &handles) override {
     countMessages(ranks);

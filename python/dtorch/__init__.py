@@ -46,6 +46,47 @@ def synchronize():
         _C.synchronize()
 
 
+def memory_stats(with_handles=False):
+    """What every rank holds on the workers, read from the runtime's buffer
+    table (each rank's live tensors).
+
+    The pending ops are submitted first and the request is queued behind all
+    work before it, so the answer reflects every run and every free of a
+    dropped tensor so far (no separate `synchronize` is needed). Values that
+    a segment made but nobody holds were never kept, so they do not count.
+
+    Args:
+        with_handles (bool): also list each rank's tensors (for tests and
+            debugging).
+
+    Returns:
+        list[dict]: one dict per global rank, in rank order: ``"rank"``,
+        ``"host"`` (the worker's host name; ``"in-process"`` for the
+        in-process backend), ``"tensors"`` (live tensors), ``"bytes"``
+        (bytes of their storages; a storage shared by two tensors counts
+        once), ``"bytes_by_dtype"`` (the same bytes by dtype name), and with
+        ``with_handles`` ``"handles"`` (tensor handle -> bytes). The
+        simulated backend runs nothing and holds nothing: its ``"tensors"``
+        and ``"bytes"`` are ``None``.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> mesh = dtorch.init_device_mesh("cpu", (4,))
+        >>> before = [r["bytes"] for r in dtorch.memory_stats()]
+        >>> x = dtorch.zeros(8, 16, device_mesh=mesh, placements=[Shard(0)])
+        >>> after = [r["bytes"] for r in dtorch.memory_stats()]
+        >>> [a - b for a, b in zip(after, before)]  # 2 x 16 float32 per rank
+        [128, 128, 128, 128]
+        >>> del x
+        >>> [r["bytes"] for r in dtorch.memory_stats()] == before
+        True
+    """
+    from . import _runtime
+    _runtime.ensure_initialized()
+    return _C.memory_stats(not not with_handles)  # `bool` is the dtype here
+
+
 def last_ir(stage="sharded"):
     """The IR of the last segment run at a pass stage: "input",
     "sharded", "redistributed" or "rank". Made on demand: the segment is

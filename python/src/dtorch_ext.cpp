@@ -496,6 +496,46 @@ NB_MODULE(_C, m) {
         rows.append(explanationRow(x));
     return nb::make_tuple(e.has_value(), rows);
   });
+  m.def(
+      "memory_stats",
+      [](bool withHandles) {
+        std::vector<rt::MemoryStats> stats;
+        {
+          nb::gil_scoped_release release;
+          stats = session().memoryStats();
+        }
+        nb::list rows;
+        for (const rt::MemoryStats &st : stats) {
+          nb::dict d;
+          d["rank"] = st.rank;
+          d["host"] = session().hostOf(st.rank);
+          if (!st.known) {
+            // The simulated backend holds nothing it could count.
+            d["tensors"] = nb::none();
+            d["bytes"] = nb::none();
+            d["bytes_by_dtype"] = nb::dict();
+          } else {
+            d["tensors"] = st.tensors;
+            d["bytes"] = st.bytes;
+            nb::dict byDtype;
+            for (const auto &[dtype, bytes] : st.bytesByDtype)
+              byDtype[rt::dtypeName(dtype)] = bytes;
+            d["bytes_by_dtype"] = byDtype;
+          }
+          if (withHandles) {
+            nb::dict held;
+            for (const rt::HeldTensor &t : st.held)
+              held[nb::cast(t.handle)] = t.bytes;
+            d["handles"] = held;
+          }
+          rows.append(d);
+        }
+        return rows;
+      },
+      nb::arg("with_handles") = false,
+      "Every global rank's buffer table, queued behind all work submitted "
+      "so far: a list of dicts (rank, host, tensors, bytes, bytes_by_dtype, "
+      "and with_handles: handle -> bytes).");
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

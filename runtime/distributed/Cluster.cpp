@@ -45,6 +45,11 @@ struct PendingFetch {
   std::promise<Tensor> promise;
 };
 
+struct PendingMemoryStats {
+  int rank;
+  std::promise<MemoryStats> promise;
+};
+
 struct SyncWait {
   std::set<size_t> waiting; // worker indices
   bool failed = false;
@@ -76,6 +81,7 @@ struct Cluster::Impl {
   std::vector<WorkerInfo> workers;
   std::vector<int> rankToWorker;
   std::map<uint64_t, PendingFetch> fetches;
+  std::map<uint64_t, PendingMemoryStats> statsRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
   bool ready = false;
@@ -149,6 +155,16 @@ struct Cluster::Impl {
         it->second.promise.set_exception(
             std::make_exception_ptr(WorkerError(rank, w.host, w.deathReason)));
         it = fetches.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = statsRequests.begin(); it != statsRequests.end();) {
+      int rank = it->second.rank;
+      if (rank >= w.firstRank && rank < w.firstRank + w.numRanks) {
+        it->second.promise.set_exception(
+            std::make_exception_ptr(WorkerError(rank, w.host, w.deathReason)));
+        it = statsRequests.erase(it);
       } else {
         ++it;
       }
@@ -310,6 +326,15 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     fetches.erase(it);
     return;
   }
+  case wire::Envelope::kMemoryStatsReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = statsRequests.find(requestId);
+    if (it == statsRequests.end())
+      return;
+    it->second.promise.set_value(memoryStatsFromWire(e.memory_stats_reply()));
+    statsRequests.erase(it);
+    return;
+  }
   case wire::Envelope::kSyncReply: {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = syncs.find(requestId);
@@ -332,6 +357,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       fetch->second.promise.set_exception(
           std::make_exception_ptr(WorkerError(rank, host, message)));
       fetches.erase(fetch);
+      return;
+    }
+    auto stats = statsRequests.find(requestId);
+    if (requestId && stats != statsRequests.end()) {
+      stats->second.promise.set_exception(
+          std::make_exception_ptr(WorkerError(rank, host, message)));
+      statsRequests.erase(stats);
       return;
     }
     errors.push_back(AsyncError{rank, host, message});
@@ -779,6 +811,32 @@ std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
   return result;
 }
 
+std::future<MemoryStats> Cluster::memoryStats(int rank) {
+  Impl &impl = *impl_;
+  size_t index = impl.workerOfRank(rank);
+  std::promise<MemoryStats> promise;
+  std::future<MemoryStats> result = promise.get_future();
+  uint64_t id = impl.nextRequest++;
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    const WorkerInfo &w = impl.workers[index];
+    if (w.dead || impl.stopped) {
+      promise.set_exception(std::make_exception_ptr(WorkerError(
+          rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
+      return result;
+    }
+    impl.statsRequests.emplace(id,
+                               PendingMemoryStats{rank, std::move(promise)});
+  }
+  wire::Envelope e = envelope();
+  e.set_request_id(id);
+  e.mutable_memory_stats()->set_rank(rank);
+  impl.post(index, e);
+  ++impl.sent;
+  ++impl.trips;
+  return result;
+}
+
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   free(std::vector<int64_t>{rank}, handles);
 }
@@ -871,6 +929,13 @@ void Cluster::shutdown() {
         fetch.rank, impl.workers[index].host, "the cluster was shut down")));
   }
   impl.fetches.clear();
+  for (auto &[id, request] : impl.statsRequests) {
+    size_t index = static_cast<size_t>(
+        impl.rankToWorker.empty() ? 0 : impl.rankToWorker[request.rank]);
+    request.promise.set_exception(std::make_exception_ptr(WorkerError(
+        request.rank, impl.workers[index].host, "the cluster was shut down")));
+  }
+  impl.statsRequests.clear();
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;

@@ -98,6 +98,35 @@ void tensorToWire(const Tensor &tensor, wire::TensorData *out) {
   out->set_data(static_cast<const char *>(tensor.data()), tensor.nbytes());
 }
 
+void memoryStatsToWire(const MemoryStats &stats, wire::MemoryStatsReply *out) {
+  out->set_rank(stats.rank);
+  out->set_tensors(stats.tensors);
+  out->set_bytes(stats.bytes);
+  for (const auto &[dtype, bytes] : stats.bytesByDtype) {
+    wire::DTypeBytes *entry = out->add_by_dtype();
+    entry->set_dtype(dtype);
+    entry->set_bytes(bytes);
+  }
+  for (const HeldTensor &t : stats.held) {
+    wire::HeldTensor *entry = out->add_held();
+    entry->set_handle(t.handle);
+    entry->set_dtype(t.dtype);
+    entry->set_bytes(t.bytes);
+  }
+}
+
+MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
+  MemoryStats stats;
+  stats.rank = reply.rank();
+  stats.tensors = reply.tensors();
+  stats.bytes = reply.bytes();
+  for (const wire::DTypeBytes &entry : reply.by_dtype())
+    stats.bytesByDtype[entry.dtype()] += entry.bytes();
+  for (const wire::HeldTensor &entry : reply.held())
+    stats.held.push_back({entry.handle(), entry.dtype(), entry.bytes()});
+  return stats;
+}
+
 Tensor tensorFromWire(const wire::TensorData &data) {
   Shape shape(data.shape().begin(), data.shape().end());
   int64_t numel = shapeNumel(shape); // rejects negative extents and overflow

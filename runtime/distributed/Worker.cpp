@@ -478,6 +478,23 @@ void Worker::dispatch(wire::Envelope &envelope) {
     });
     return;
   }
+  case wire::Envelope::kMemoryStats: {
+    // Queued behind the rank's earlier work, so the table it reads reflects
+    // every put, run and free sent before it.
+    int rank = shared->memory_stats().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, rank, requestId] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      memoryStatsToWire(r.state->memoryStats(),
+                        reply.mutable_memory_stats_reply());
+      outbox_.push(reply);
+    });
+    return;
+  }
   case wire::Envelope::kFree: {
     const auto &ranks = shared->free().ranks();
     for (int rank : ranks)

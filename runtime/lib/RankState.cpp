@@ -1,5 +1,8 @@
 #include "dtorch/runtime/RankState.h"
 
+#include <algorithm>
+#include <unordered_set>
+
 namespace dtorch::rt {
 
 RankState::RankState(int rank, Communicator *comm)
@@ -121,6 +124,28 @@ void RankState::free(const std::vector<uint64_t> &handles) {
     tensors_.erase(handle);
     poisoned_.erase(handle);
   }
+}
+
+MemoryStats RankState::memoryStats() const {
+  MemoryStats stats;
+  stats.rank = rank_;
+  stats.tensors = tensors_.size();
+  stats.held.reserve(tensors_.size());
+  std::unordered_set<const void *> storages;
+  for (const auto &[handle, tensor] : tensors_) {
+    uint64_t bytes = tensor.defined() ? tensor.nbytes() : 0;
+    stats.held.push_back({handle, tensor.dtype(), bytes});
+    // A storage shared by several handles (or an empty tensor) counts once.
+    if (bytes == 0 || !storages.insert(tensor.data()).second)
+      continue;
+    stats.bytes += bytes;
+    stats.bytesByDtype[tensor.dtype()] += bytes;
+  }
+  std::sort(stats.held.begin(), stats.held.end(),
+            [](const HeldTensor &a, const HeldTensor &b) {
+              return a.handle < b.handle;
+            });
+  return stats;
 }
 
 } // namespace dtorch::rt

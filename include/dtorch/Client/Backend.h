@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <future>
@@ -46,6 +47,11 @@ public:
   }
   virtual void put(int rank, Handle handle, const rt::Tensor &value) = 0;
   virtual std::future<rt::Tensor> fetch(int rank, Handle handle) = 0;
+  /// What `rank` holds (its buffer table, rt::MemoryStats), answered in
+  /// order with the requests sent to that rank before: every put, run and
+  /// free before it is reflected. The simulated backend keeps no per-rank
+  /// values: it answers `known = false` with zero counts.
+  virtual std::future<rt::MemoryStats> memoryStats(int rank) = 0;
   /// Frees `handles` on every rank of `ranks` (one message per process).
   virtual void free(const std::vector<int64_t> &ranks,
                     const std::vector<Handle> &handles) = 0;

@@ -343,6 +343,12 @@ public:
   /// Each rank's local piece, by global rank (waits).
   std::map<int, rt::Tensor> fetchLocal(const Tensor &x);
   void synchronize();
+  /// Every global rank's buffer table (rt::MemoryStats, by rank): the
+  /// pending segment is submitted first and the request is queued behind
+  /// all work before it, so it reflects every run and free so far (waits).
+  std::vector<rt::MemoryStats> memoryStats();
+  /// The worker host serving `rank`.
+  std::string hostOf(int rank) const;
   /// IR of the last compiled segment at "input", "sharded", "redistributed"
   /// or "rank".
   std::string lastIr(const std::string &stage);

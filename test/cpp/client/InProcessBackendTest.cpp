@@ -80,5 +80,35 @@ TEST(InProcessBackend, FailureBecomesAWorkerErrorNamingTheRank) {
   EXPECT_EQ(backend->fetch(1, 13).get().data_as<float>()[1], -2.0f);
 }
 
+// Backend::memoryStats reads each rank's RankState behind its earlier
+// tasks (no synchronize); the simulated backend says it cannot tell.
+TEST(InProcessBackend, MemoryStatsFollowTheRanksWork) {
+  std::unique_ptr<Backend> backend = makeInProcessBackend(2);
+  backend->put(1, 10, floats({1, -2, 3}));
+  backend->uploadPrograms(5, {unaryProgram("neg", 3)}, {1});
+  backend->run(1, 5, {10}, {11});
+  rt::MemoryStats one = backend->memoryStats(1).get();
+  EXPECT_EQ(one.rank, 1);
+  EXPECT_TRUE(one.known);
+  EXPECT_EQ(one.tensors, 2u);
+  EXPECT_EQ(one.bytes, 24u);
+  ASSERT_EQ(one.held.size(), 2u);
+  EXPECT_EQ(one.held[1].handle, 11u);
+  rt::MemoryStats zero = backend->memoryStats(0).get();
+  EXPECT_EQ(zero.tensors, 0u);
+  EXPECT_EQ(zero.bytes, 0u);
+  backend->free(std::vector<int64_t>{0, 1}, {10});
+  EXPECT_EQ(backend->memoryStats(1).get().bytes, 12u);
+  EXPECT_THROW(backend->memoryStats(2), std::exception);
+
+  std::unique_ptr<Backend> simulated = makeSimulatedBackend(4, 1);
+  simulated->put(3, 10, floats({1, 2}));
+  rt::MemoryStats unknown = simulated->memoryStats(3).get();
+  EXPECT_EQ(unknown.rank, 3);
+  EXPECT_FALSE(unknown.known);
+  EXPECT_EQ(unknown.tensors, 0u);
+  EXPECT_EQ(unknown.bytes, 0u);
+}
+
 } // namespace
 } // namespace dtorch::client

@@ -110,6 +110,57 @@ TEST(Cluster, OneRunMessagePerProcessWithSeeds) {
   cluster.synchronize();
 }
 
+// The MemoryStats request: answered by the worker for its rank in order
+// with the puts, runs and frees sent before it, and carried back whole.
+TEST(Cluster, MemoryStatsRoundTripInOrderWithTheWork) {
+  Cluster cluster(localOptions());
+  for (int rank = 0; rank < 4; ++rank) {
+    MemoryStats stats = cluster.memoryStats(rank).get();
+    EXPECT_EQ(stats.rank, rank);
+    EXPECT_TRUE(stats.known);
+    EXPECT_EQ(stats.tensors, 0u);
+    EXPECT_EQ(stats.bytes, 0u);
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    uploadTo(cluster, rank, 1, addAllReduce(rank));
+    cluster.put(rank, 100, randomTensor(wire::F32, {5}, 1 + rank));
+    cluster.put(rank, 101, randomTensor(wire::F32, {5}, 9 + rank));
+    cluster.run(rank, 1, {100, 101}, {102});
+  }
+  cluster.put(2, 7, randomTensor(wire::F64, {3, 4}, 5));
+  // Not synchronized: each request waits behind its rank's earlier work.
+  std::vector<std::future<MemoryStats>> replies;
+  for (int rank = 0; rank < 4; ++rank)
+    replies.push_back(cluster.memoryStats(rank));
+  for (int rank = 0; rank < 4; ++rank) {
+    MemoryStats stats = replies[rank].get();
+    EXPECT_EQ(stats.rank, rank);
+    bool extra = rank == 2;
+    EXPECT_EQ(stats.tensors, extra ? 4u : 3u) << "rank " << rank;
+    EXPECT_EQ(stats.bytes, 3u * 5 * 4 + (extra ? 12u * 8 : 0u))
+        << "rank " << rank;
+    EXPECT_EQ(stats.bytesByDtype.at(wire::F32), 60u);
+    EXPECT_EQ(stats.bytesByDtype.count(wire::F64), extra ? 1u : 0u);
+    std::vector<uint64_t> handles;
+    for (const HeldTensor &t : stats.held) {
+      handles.push_back(t.handle);
+      EXPECT_EQ(t.bytes, t.handle == 7 ? 96u : 20u);
+      EXPECT_EQ(t.dtype, t.handle == 7 ? wire::F64 : wire::F32);
+    }
+    EXPECT_EQ(handles, extra ? (std::vector<uint64_t>{7, 100, 101, 102})
+                             : (std::vector<uint64_t>{100, 101, 102}));
+  }
+  cluster.free(std::vector<int64_t>{0, 1, 2, 3}, {100, 101, 7});
+  MemoryStats after = cluster.memoryStats(2).get();
+  EXPECT_EQ(after.tensors, 1u);
+  EXPECT_EQ(after.bytes, 20u);
+  ASSERT_EQ(after.held.size(), 1u);
+  EXPECT_EQ(after.held[0].handle, 102u);
+  // A rank outside the world is refused before anything is sent.
+  EXPECT_THROW(cluster.memoryStats(4), RuntimeError);
+  cluster.synchronize();
+}
+
 TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
   Cluster cluster(localOptions());
   ASSERT_EQ(cluster.worldSize(), 4);

@@ -203,5 +203,67 @@ TEST(RankState, RunsCollectivesThroughItsCommunicator) {
   });
 }
 
+// The buffer table: every put, run, poison and free changes it exactly.
+TEST(RankState, MemoryStatsFollowPutRunPoisonAndFree) {
+  registerCountedNeg();
+  RankState state(3, nullptr);
+  MemoryStats empty = state.memoryStats();
+  EXPECT_EQ(empty.rank, 3);
+  EXPECT_TRUE(empty.known);
+  EXPECT_EQ(empty.tensors, 0u);
+  EXPECT_EQ(empty.bytes, 0u);
+  EXPECT_TRUE(empty.bytesByDtype.empty());
+  EXPECT_TRUE(empty.held.empty());
+
+  state.put(20, makeTensor<float>(F32, {3}, {1, 2, 3}));
+  state.put(10, makeTensor<double>(::dtorch::wire::F64, {2, 2}, {1, 2, 3, 4}));
+  MemoryStats two = state.memoryStats();
+  EXPECT_EQ(two.tensors, 2u);
+  EXPECT_EQ(two.bytes, 3u * 4 + 4u * 8);
+  EXPECT_EQ(two.bytesByDtype.at(F32), 12u);
+  EXPECT_EQ(two.bytesByDtype.at(::dtorch::wire::F64), 32u);
+  ASSERT_EQ(two.held.size(), 2u); // by increasing handle
+  EXPECT_EQ(two.held[0].handle, 10u);
+  EXPECT_EQ(two.held[0].bytes, 32u);
+  EXPECT_EQ(two.held[0].dtype, ::dtorch::wire::F64);
+  EXPECT_EQ(two.held[1].handle, 20u);
+  EXPECT_EQ(two.held[1].bytes, 12u);
+
+  // A run adds its outputs; replacing a handle's value does not add one.
+  state.upload(1, unaryProgram("test_counted_neg", 5));
+  state.put(30, makeTensor<float>(F32, {5}, {1, 2, 3, 4, 5}));
+  ASSERT_EQ(state.run(1, {30}, {31}), std::nullopt);
+  state.put(20, makeTensor<float>(F32, {6}, {1, 2, 3, 4, 5, 6}));
+  MemoryStats ran = state.memoryStats();
+  EXPECT_EQ(ran.tensors, 4u);
+  EXPECT_EQ(ran.bytes, 32u + 6 * 4 + 5 * 4 + 5 * 4);
+  EXPECT_EQ(ran.bytesByDtype.at(F32), 6u * 4 + 5 * 4 + 5 * 4);
+
+  // A failed run poisons its output: a poisoned handle holds nothing.
+  ASSERT_TRUE(state.run(1, {99}, {40}));
+  EXPECT_EQ(state.memoryStats().tensors, 4u);
+  state.poison(31, "gone");
+  MemoryStats poisoned = state.memoryStats();
+  EXPECT_EQ(poisoned.tensors, 3u);
+  EXPECT_EQ(poisoned.bytes, 32u + 6 * 4 + 5 * 4);
+
+  // Two handles sharing one storage count its bytes once.
+  state.put(50, state.fetch(30));
+  MemoryStats shared = state.memoryStats();
+  EXPECT_EQ(shared.tensors, 4u);
+  EXPECT_EQ(shared.bytes, poisoned.bytes);
+  EXPECT_EQ(shared.held.back().handle, 50u);
+  EXPECT_EQ(shared.held.back().bytes, 20u);
+
+  state.free({10, 30, 50, 12345});
+  MemoryStats freed = state.memoryStats();
+  EXPECT_EQ(freed.tensors, 1u);
+  EXPECT_EQ(freed.bytes, 24u);
+  EXPECT_EQ(freed.bytesByDtype.count(::dtorch::wire::F64), 0u);
+  state.free({20});
+  EXPECT_EQ(state.memoryStats().bytes, 0u);
+  EXPECT_EQ(state.memoryStats().tensors, 0u);
+}
+
 } // namespace
 } // namespace dtorch::rt::test

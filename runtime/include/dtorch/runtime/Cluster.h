@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <chrono>
@@ -91,6 +92,10 @@ public:
            const std::vector<int64_t> &seeds = {});
   void put(int rank, TensorHandle handle, const Tensor &value);
   std::future<Tensor> fetch(int rank, TensorHandle handle);
+  /// What `rank` holds (its buffer table), answered after every request
+  /// sent to that rank before this one: it reflects their puts, runs and
+  /// frees. Fails with WorkerError when the rank's worker is dead.
+  std::future<MemoryStats> memoryStats(int rank);
   void free(int rank, const std::vector<TensorHandle> &handles);
   /// Frees `handles` on every rank of `ranks`: one message per process.
   void free(const std::vector<int64_t> &ranks,

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <cstdint>
@@ -78,6 +79,11 @@ public:
   // Tensors held (poisoned handles are not counted).
   size_t liveTensors() const { return tensors_.size(); }
   bool isPoisoned(uint64_t handle) const { return poisoned_.count(handle); }
+
+  // The buffer table: live tensors, their bytes (distinct storages) in all
+  // and by dtype, and every handle with its size. Reflects every put, run
+  // and free handled so far.
+  MemoryStats memoryStats() const;
 
 private:
   struct Uploaded {

@@ -3,6 +3,7 @@
 // (de)serialization. See runtime/proto/dtorch_messages.proto.
 #pragma once
 
+#include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch_messages.pb.h"
 
@@ -48,6 +49,10 @@ std::string checkHello(const ::dtorch::wire::Hello &hello,
 void tensorToWire(const Tensor &tensor, ::dtorch::wire::TensorData *out);
 // Throws RuntimeError when the dtype, shape or byte count is inconsistent.
 Tensor tensorFromWire(const ::dtorch::wire::TensorData &data);
+
+void memoryStatsToWire(const MemoryStats &stats,
+                       ::dtorch::wire::MemoryStatsReply *out);
+MemoryStats memoryStatsFromWire(const ::dtorch::wire::MemoryStatsReply &reply);
 
 // "instruction 3 (...)" in an executor message -> 3; -1 when absent.
 int failingInstructionOf(const std::string &message);

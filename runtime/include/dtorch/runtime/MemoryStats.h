@@ -1,0 +1,37 @@
+// What one rank holds: its buffer table as the controller reads it
+// (RankState::memoryStats, the MemoryStats request of the worker protocol,
+// Backend::memoryStats, dtorch.memory_stats()). MLIR-free.
+#pragma once
+
+#include "dtorch/runtime/Tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace dtorch::rt {
+
+/// One live tensor of a rank's table.
+struct HeldTensor {
+  uint64_t handle = 0;
+  DType dtype = ::dtorch::wire::DTYPE_INVALID;
+  uint64_t bytes = 0; // the tensor's own size (nbytes)
+};
+
+struct MemoryStats {
+  int rank = -1;
+  /// False when the backend cannot tell (the simulated one): every count
+  /// below is then zero.
+  bool known = true;
+  /// Live tensors (poisoned handles hold nothing and are not counted).
+  uint64_t tensors = 0;
+  /// Bytes of the distinct storages behind them: two handles sharing one
+  /// storage count it once.
+  uint64_t bytes = 0;
+  /// The same bytes by element type (distinct storages).
+  std::map<DType, uint64_t> bytesByDtype;
+  /// Every live tensor, by increasing handle.
+  std::vector<HeldTensor> held;
+};
+
+} // namespace dtorch::rt
