@@ -8,6 +8,7 @@
 // collectives name their mesh axis.
 //
 //===----------------------------------------------------------------------===//
+#include "OpLayoutKey.h"
 #include "dtensor/Transforms/Passes.h"
 #include "dtorch/OpRegistry.h"
 
@@ -19,6 +20,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_set>
 
 namespace dtorch::dtensor {
 #define GEN_PASS_DEF_LOWERTORANK
@@ -83,6 +85,8 @@ private:
   std::vector<int64_t> meshShape;
   std::vector<int64_t> coords;
   OpBuilder &b;
+  /// Keys of the ops already checked to be a local strategy.
+  std::unordered_set<OpLayoutKey, OpLayoutKeyHash> localStrategies;
 };
 
 Value RankLowering::kernel(Operation *op, StringRef name, IRMapping &map,
@@ -118,10 +122,17 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
   for (Value v : op->getOperands())
     operandLayouts.push_back(cast<DTensorType>(v.getType()).getLayout());
   auto resultType = cast<DTensorType>(op->getResult(0).getType());
-  if (!isLocalStrategy(ruleOp.getShardingRule(), operandLayouts,
-                       resultType.getLayout(), meshShape))
-    return op->emitOpError("placements are not a local strategy of its "
-                           "sharding rule (run --dtensor-propagate-sharding)");
+  // Ops with the same name, attributes and types get the same answer: a
+  // chain of like ops asks the rule once.
+  OpLayoutKey key = OpLayoutKey::of(op);
+  if (!localStrategies.count(key)) {
+    if (!isLocalStrategy(ruleOp.getShardingRule(), operandLayouts,
+                         resultType.getLayout(), meshShape))
+      return op->emitOpError(
+          "placements are not a local strategy of its "
+          "sharding rule (run --dtensor-propagate-sharding)");
+    localStrategies.insert(std::move(key));
+  }
 
   LocalBox box = localBox(toVec(resultType.getShape()), meshShape,
                           resultType.getLayout(), coords);

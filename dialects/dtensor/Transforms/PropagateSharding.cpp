@@ -4,6 +4,7 @@
 // redistributions it needs; declared placements never change.
 //
 //===----------------------------------------------------------------------===//
+#include "OpLayoutKey.h"
 #include "dtensor/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -30,26 +31,6 @@ Location reasonLoc(Location loc, StringRef reason) {
                        StringAttr::get(loc.getContext(), reason));
 }
 
-/// What an op's strategy depends on: its name, its inherent attributes and
-/// the types of its operands and result (all uniqued by the context, so
-/// comparing them is comparing pointers).
-struct StrategyKey {
-  OperationName name;
-  Attribute properties;
-  SmallVector<Type, 4> types;
-  bool operator==(const StrategyKey &o) const {
-    return name == o.name && properties == o.properties && types == o.types;
-  }
-};
-
-struct StrategyKeyHash {
-  size_t operator()(const StrategyKey &k) const {
-    return llvm::hash_combine(
-        k.name.getAsOpaquePointer(), k.properties.getAsOpaquePointer(),
-        llvm::hash_combine_range(k.types.begin(), k.types.end()));
-  }
-};
-
 /// The strategy chosen for a key, and whether it keeps every layout (the
 /// op then needs no redistribution).
 struct Choice {
@@ -59,16 +40,12 @@ struct Choice {
 
 /// Strategies chosen so far in one run of the pass: a chain of ops of the
 /// same kind and layouts asks the rule once.
-using StrategyMemo = std::unordered_map<StrategyKey, Choice, StrategyKeyHash>;
+using StrategyMemo = std::unordered_map<OpLayoutKey, Choice, OpLayoutKeyHash>;
 
 void applyStrategy(ShardingRuleOpInterface op, StrategyMemo &memo) {
   Operation *operation = op.getOperation();
   auto resultType = cast<DTensorType>(operation->getResult(0).getType());
-  StrategyKey key{
-      operation->getName(), operation->getPropertiesAsAttribute(), {}};
-  for (Value v : operation->getOperands())
-    key.types.push_back(v.getType());
-  key.types.push_back(resultType);
+  OpLayoutKey key = OpLayoutKey::of(operation);
   auto found = memo.find(key);
   if (found != memo.end() && found->second.keepsLayouts)
     return;
