@@ -107,7 +107,11 @@ struct Cluster::Impl {
       parkedGets;
 
   void post(size_t worker, const wire::Envelope &message) {
-    std::string bytes = encodeEnvelope(message);
+    postBytes(worker, encodeEnvelope(message));
+  }
+
+  /// Queues an encoded envelope (one encoding may go to several workers).
+  void postBytes(size_t worker, std::string bytes) {
     {
       std::lock_guard<std::mutex> lock(outboxMutex);
       outbox.emplace_back(worker, std::move(bytes));
@@ -719,22 +723,29 @@ void Cluster::uploadPrograms(uint64_t programId,
     if (index >= 0)
       uses[index] = true;
   }
+  // Processes that need the same classes get the same message: each
+  // distinct one is built and encoded once (usually one for all processes).
+  bool consecutive = true;
+  for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
+    consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
+  std::map<std::vector<bool>, std::string> encoded;
   for (const auto &[worker, uses] : needed) {
-    wire::Envelope e = envelope();
-    auto *upload = e.mutable_upload();
-    upload->set_program_id(programId);
-    for (size_t k = 0; k < programs.size(); ++k)
-      if (uses[k])
-        *upload->add_programs() = *programs[k];
-    bool consecutive = true;
-    for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
-      consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
-    if (consecutive)
-      upload->set_mesh_rank_start(meshRanks[0]);
-    else
-      for (int64_t r : meshRanks)
-        upload->add_mesh_ranks(r);
-    impl.post(worker, e);
+    auto [it, added] = encoded.try_emplace(uses);
+    if (added) {
+      wire::Envelope e = envelope();
+      auto *upload = e.mutable_upload();
+      upload->set_program_id(programId);
+      for (size_t k = 0; k < programs.size(); ++k)
+        if (uses[k])
+          *upload->add_programs() = *programs[k];
+      if (consecutive)
+        upload->set_mesh_rank_start(meshRanks[0]);
+      else
+        for (int64_t r : meshRanks)
+          upload->add_mesh_ranks(r);
+      it->second = encodeEnvelope(e);
+    }
+    impl.postBytes(worker, it->second);
     ++impl.sent;
   }
 }
