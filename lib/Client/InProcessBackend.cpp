@@ -108,14 +108,16 @@ public:
                        programs[0].mesh_shape().end());
     // Checked once, shared by every rank's context.
     auto mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
+    // What needs no rank to prepare is prepared once for all ranks.
+    auto preparation = std::make_shared<rt::SharedPreparation>();
     for (int64_t rank : meshRanks) {
       RankThread &t = at(static_cast<int>(rank));
       rt::RankContext context = rt::RankContext::of(mesh, rank);
-      t.post([&t, id, shared, context] {
+      t.post([&t, id, shared, preparation, context] {
         std::vector<const wire::Program *> classes;
         for (const wire::Program &p : *shared)
           classes.push_back(&p);
-        t.state().upload(id, classes, context);
+        t.state().upload(id, classes, context, preparation.get());
       });
     }
   }

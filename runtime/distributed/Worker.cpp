@@ -394,6 +394,8 @@ void Worker::dispatch(wire::Envelope &envelope) {
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
       classes->push_back(&program);
+    // The ranks of this process share what needs no rank to prepare.
+    auto preparation = std::make_shared<SharedPreparation>();
     for (int r = options_.firstRank; r < options_.firstRank + options_.numRanks;
          ++r) {
       bool inMesh = mesh ? mesh->positionOf(r) >= 0
@@ -401,11 +403,12 @@ void Worker::dispatch(wire::Envelope &envelope) {
                                meshRanks.end();
       if (!inMesh)
         continue;
-      enqueue(r, [this, shared, classes, mesh, invalid, r] {
+      enqueue(r, [this, shared, classes, preparation, mesh, invalid, r] {
         Rank &state = *ranks_[r - options_.firstRank];
         uint64_t id = shared->upload().program_id();
         if (mesh)
-          state.state->upload(id, *classes, RankContext::of(mesh, r));
+          state.state->upload(id, *classes, RankContext::of(mesh, r),
+                              preparation.get());
         else
           state.state->reject(id, invalid);
       });

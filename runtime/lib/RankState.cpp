@@ -1,5 +1,7 @@
 #include "dtorch/runtime/RankState.h"
 
+#include "dtorch/runtime/ProgramValidator.h"
+
 #include <algorithm>
 #include <unordered_set>
 
@@ -18,12 +20,45 @@ void RankState::poisonAll(const std::vector<uint64_t> &handles,
     poison(handle, message);
 }
 
+namespace {
+
+/// Whether `program` resolves to itself for every rank: no mesh value, no
+/// mesh axis or group, no collective.
+bool rankIndependent(const ::dtorch::wire::Program &program) {
+  for (const ::dtorch::wire::Instruction &inst : program.instructions()) {
+    if (isCollectiveOp(inst.op()))
+      return false;
+    for (const auto &[name, attr] : inst.attrs())
+      if (attr.value_case() == ::dtorch::wire::Attr::kMesh || name == "axis" ||
+          name == "group")
+        return false;
+  }
+  return true;
+}
+
+} // namespace
+
+std::shared_ptr<const ::dtorch::wire::Program> SharedPreparation::get(
+    const ::dtorch::wire::Program *classProgram,
+    const std::function<::dtorch::wire::Program()> &prepare) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = prepared_.find(classProgram);
+  if (it == prepared_.end()) {
+    std::shared_ptr<const ::dtorch::wire::Program> made;
+    if (rankIndependent(*classProgram))
+      made = std::make_shared<const ::dtorch::wire::Program>(prepare());
+    it = prepared_.emplace(classProgram, std::move(made)).first;
+  }
+  return it->second;
+}
+
 void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
   Uploaded &uploaded = programs_[programId];
-  uploaded.program = std::move(program);
+  uploaded.program =
+      std::make_shared<const ::dtorch::wire::Program>(std::move(program));
   uploaded.invalid.clear();
   try {
-    executor_.validate(uploaded.program);
+    executor_.validate(*uploaded.program);
   } catch (const std::exception &e) {
     uploaded.invalid = e.what();
   }
@@ -32,9 +67,9 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
 void RankState::upload(
     uint64_t programId,
     const std::vector<const ::dtorch::wire::Program *> &classes,
-    const RankContext &context) {
+    const RankContext &context, SharedPreparation *shared) {
   Uploaded &uploaded = programs_[programId];
-  uploaded.program = ::dtorch::wire::Program();
+  uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid.clear();
   try {
     int index = programIndexAt(classes, context.coords);
@@ -45,7 +80,14 @@ void RankState::upload(
       throw RuntimeError("no program of upload " + std::to_string(programId) +
                          " runs at mesh position (" + where + ")");
     }
-    uploaded.program = executor_.prepare(*classes[index], context);
+    auto prepare = [&] { return executor_.prepare(*classes[index], context); };
+    // A failed preparation throws out of get() and is not kept: every rank
+    // then reports it itself.
+    std::shared_ptr<const ::dtorch::wire::Program> common =
+        shared ? shared->get(classes[index], prepare) : nullptr;
+    uploaded.program =
+        common ? std::move(common)
+               : std::make_shared<const ::dtorch::wire::Program>(prepare());
   } catch (const std::exception &e) {
     uploaded.invalid = e.what();
   }
@@ -53,7 +95,7 @@ void RankState::upload(
 
 void RankState::reject(uint64_t programId, const std::string &reason) {
   Uploaded &uploaded = programs_[programId];
-  uploaded.program = ::dtorch::wire::Program();
+  uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid = reason;
 }
 
@@ -70,7 +112,7 @@ std::optional<std::string> RankState::run(uint64_t programId,
     return fail(prefixed("unknown program id " + std::to_string(programId)));
   if (!uploaded->second.invalid.empty())
     return fail(prefixed(uploaded->second.invalid));
-  const ::dtorch::wire::Program &program = uploaded->second.program;
+  const ::dtorch::wire::Program &program = *uploaded->second.program;
   std::vector<Tensor> values;
   values.reserve(inputs.size());
   for (uint64_t handle : inputs) {

@@ -231,6 +231,66 @@ TEST(MeshContext, RankStateRunsTheClassOfItsPosition) {
       << *error;
 }
 
+// A rank-independent class program is prepared once for the ranks that
+// share a SharedPreparation; one with a mesh value is prepared per rank; an
+// invalid one fails on every rank with the reason.
+TEST(MeshContext, SharedPreparationPreparesRankIndependentProgramsOnce) {
+  ProgramBuilder plain = classProgram({3});
+  int x = plain.input(F32, {2});
+  int y = plain.buffer(F32, {2});
+  plain.add("add", {x, x}, {y});
+  plain.output(y);
+  ProgramBuilder lead = classProgram({3});
+  x = lead.input(F32, {2});
+  y = lead.buffer(F32, {2});
+  MeshValue *coord =
+      (*lead.add("lead_or_zero", {x}, {y}).mutable_attrs())["coord"]
+          .mutable_mesh();
+  coord->set_kind(MeshValue::MESH_COORD);
+  coord->set_axis(0);
+  lead.output(y);
+  ProgramBuilder bad = classProgram({3});
+  x = bad.input(F32, {2});
+  y = bad.buffer(F32, {2});
+  bad.add("no_such_kernel", {x}, {y});
+  bad.output(y);
+
+  SharedPreparation shared;
+  const Program *plainProgram = &plain.program();
+  const Program *leadProgram = &lead.program();
+  int prepared = 0;
+  auto prepare = [&] {
+    ++prepared;
+    return plain.program();
+  };
+  auto first = shared.get(plainProgram, prepare);
+  auto second = shared.get(plainProgram, prepare);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first.get(), second.get());
+  EXPECT_EQ(prepared, 1);
+  EXPECT_EQ(shared.get(leadProgram, prepare), nullptr);
+  EXPECT_EQ(prepared, 1); // rank-dependent: each rank prepares its own
+
+  SharedPreparation perUpload;
+  for (int64_t rank : {0, 1, 2}) {
+    RankContext context = RankContext::of({3}, {0, 1, 2}, rank);
+    RankState state(static_cast<int>(rank), nullptr);
+    state.upload(1, {plainProgram}, context, &perUpload);
+    state.upload(2, {leadProgram}, context, &perUpload);
+    state.upload(3, {&bad.program()}, context, &perUpload);
+    state.put(1, makeTensor<float>(F32, {2}, {1.5f, -2}));
+    ASSERT_EQ(state.run(1, {1}, {2}), std::nullopt);
+    EXPECT_EQ(valuesOf<float>(state.fetch(2)), (std::vector<float>{3, -4}));
+    ASSERT_EQ(state.run(2, {1}, {3}), std::nullopt);
+    EXPECT_EQ(valuesOf<float>(state.fetch(3)),
+              rank == 0 ? (std::vector<float>{1.5f, -2})
+                        : (std::vector<float>{0, 0}));
+    std::optional<std::string> error = state.run(3, {1}, {4});
+    ASSERT_TRUE(error);
+    EXPECT_NE(error->find("no_such_kernel"), std::string::npos) << *error;
+  }
+}
+
 TEST(MeshValidation, RefusesMalformedClassPrograms) {
   auto invalid = [](Program program, const std::vector<std::string> &what) {
     expectRuntimeError([&] { validateMeshProgram(program); }, what);

@@ -20,12 +20,37 @@
 #include "dtorch/runtime/Tensor.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace dtorch::rt {
+
+// Rank-independent class programs prepared once for all ranks of a process
+// that run them: a class program with no mesh value, no mesh axis and no
+// collective resolves to itself for every rank, so the first rank to need
+// it validates it and the others share that copy. One per upload, shared by
+// the ranks it reaches (thread-safe).
+class SharedPreparation {
+public:
+  // The prepared program for `classProgram`, made by `prepare` on the first
+  // call; nullptr when the program depends on the rank (then every rank
+  // prepares its own).
+  std::shared_ptr<const ::dtorch::wire::Program>
+  get(const ::dtorch::wire::Program *classProgram,
+      const std::function<::dtorch::wire::Program()> &prepare);
+
+private:
+  std::mutex mutex_;
+  // nullptr: rank-dependent.
+  std::unordered_map<const ::dtorch::wire::Program *,
+                     std::shared_ptr<const ::dtorch::wire::Program>>
+      prepared_;
+};
 
 class RankState {
 public:
@@ -44,10 +69,12 @@ public:
   // Keeps, under `programId`, this rank's program of a compiled function:
   // the class program of `classes` that runs at the context's coordinates,
   // resolved for them (Executor::prepare). When none runs there, or it is
-  // invalid, every run of the id fails with the reason.
+  // invalid, every run of the id fails with the reason. With `shared`, a
+  // rank-independent class program is prepared once for all the ranks that
+  // pass the same `shared`.
   void upload(uint64_t programId,
               const std::vector<const ::dtorch::wire::Program *> &classes,
-              const RankContext &context);
+              const RankContext &context, SharedPreparation *shared = nullptr);
 
   // Keeps `programId` as refused: every run of it fails with `reason`.
   void reject(uint64_t programId, const std::string &reason);
@@ -87,7 +114,7 @@ public:
 
 private:
   struct Uploaded {
-    ::dtorch::wire::Program program;
+    std::shared_ptr<const ::dtorch::wire::Program> program;
     std::string invalid; // why validation refused it; empty when valid
   };
   std::string prefixed(const std::string &message) const;
