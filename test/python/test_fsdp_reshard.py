@@ -197,3 +197,42 @@ def test_replicated_gather_is_not_released(dt):
     out.backward()
     assert not model.scale.is_meta
     assert float(model.scale.grad.numpy()) == pytest.approx(8.0)
+
+
+def test_gpt_gathers_every_read_weight_twice_with_true(dt):
+    """The example's GPT under fully_shard (each block, then the root) on 4
+    ranks, as test_gpt_parity.py's "fsdp4" (True) and "zero2_dp4" (False)
+    layouts: False gathers every managed parameter once per step; True
+    gathers again, marked, exactly the weights the backward reads (each
+    Linear's and LayerNorm's weight: the input gradient multiplies by it;
+    biases and embedding tables are read by no gradient formula); both give
+    the same losses and parameters."""
+    import reference_gpt as ref
+    import test_gpt_parity as parity
+    init, batches = ref.parity_problem(np.float32)
+    runs = {}
+    for layout in ("fsdp4", "zero2_dp4"):
+        model, mesh, placements = parity.build(dtorch, layout, init)
+        opt = dtorch.optim.AdamW(model.parameters(), lr=1e-2)
+        losses = []
+        for idx, targets in batches[:2]:
+            x = dtorch.tensor(idx, device_mesh=mesh, placements=placements)
+            y = dtorch.tensor(targets, device_mesh=mesh, placements=placements)
+            loss = model(x, y)[1]
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        rows = [r for r in dtorch.explain() if any("all_gather" in c for c in r["collectives"])]
+        read = sum(1 for m in model.modules()
+                   if type(m).__name__ in ("FSDPLinear", "Linear", "LayerNorm"))
+        runs[layout] = (losses, {n: p.numpy() for n, p in model.named_parameters()},
+                        len(rows), sum(r["regather"] for r in rows),
+                        len(list(model.parameters())), read)
+    losses_t, params_t, gathers_t, again_t, managed, read = runs["fsdp4"]
+    losses_f, params_f, gathers_f, again_f, _, _ = runs["zero2_dp4"]
+    assert read > 0 and again_f == 0 and gathers_f == managed
+    assert again_t == read and gathers_t == managed + read
+    np.testing.assert_allclose(losses_t, losses_f, rtol=1e-6)
+    for name, value in params_t.items():
+        np.testing.assert_allclose(value, params_f[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -16,7 +16,7 @@ the redistribute's gradient into the parameter's ``Shard(0)`` layout: a
 reduce_scatter, chosen by the redistribution planner.
 
 With ``reshard_after_forward=True`` the forward hook also releases the
-gathered copies (`release_gathered`: metadata-only from then on, autograd
+gathered copies (`_release_gathered`: metadata-only from then on, autograd
 record kept), and the backward reads a fresh gather of the shard instead
 (autograd._regathered: a redistribute marked ``dtorch.regather``, which the
 compiler keeps apart from the forward's gather). With False the backward
@@ -68,11 +68,11 @@ class _FSDPState:
         self.unsharded = False
         if after_forward and self.reshard_after_forward:
             for full in self.gathered_copies:
-                release_gathered(full)
+                _release_gathered(full)
         self.gathered_copies = []
 
 
-def release_gathered(full):
+def _release_gathered(full):
     """Turns the gathered copy `full` into a meta tensor of the same layout
     (the tensor keeps its autograd record and identity, drops its value),
     when the tape can make it again: it has a grad_fn, a redistribute of a
