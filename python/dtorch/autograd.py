@@ -367,6 +367,18 @@ _RECOMPUTE = {
 }
 
 
+# Whether any tensor's value was released for regathering (_note_released):
+# until then backward reads every saved tensor as it is, at no cost.
+_RELEASED = [False]
+
+
+def _note_released():
+    """Called by whoever releases a saved tensor's value (fully_shard with
+    reshard_after_forward=True): from then on backward checks the saved
+    tensors its formulas read (`_regathered`)."""
+    _RELEASED[0] = True
+
+
 def _regathered(x, regathers):
     """The value a gradient formula reads for the saved tensor `x`: `x`
     itself, or, when `x`'s value was released after the forward (FSDP's
@@ -410,6 +422,7 @@ def _input_grads(result, fn, g, regathers=None):
     tensors = list(fn.inputs)
     if regathers is None:
         regathers = {}
+    regather = _RELEASED[0]
     env = dict(_base_env())
     env.update(fn.attrs)
     env["g"] = g
@@ -417,7 +430,7 @@ def _input_grads(result, fn, g, regathers=None):
     out = []
     if variadic:
         code = codes[0]
-        if code is not None and names[0] in code.co_names and any(
+        if regather and code is not None and names[0] in code.co_names and any(
                 t.requires_grad for t in tensors):
             env[names[0]] = [_regathered(t, regathers) for t in tensors]
         else:
@@ -435,8 +448,9 @@ def _input_grads(result, fn, g, regathers=None):
                if (scalar is None or k != scalar[0]) and x.requires_grad
                and codes[k] is not None]
     read = set()
-    for k in running:
-        read.update(codes[k].co_names)
+    if regather:
+        for k in running:
+            read.update(codes[k].co_names)
     for name, x in zip(names, operands):
         env[name] = _regathered(x, regathers) if name in read else x
     for k in running:

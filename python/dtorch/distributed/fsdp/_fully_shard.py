@@ -80,6 +80,8 @@ def _release_gathered(full):
     fn = full.grad_fn
     if full.is_meta or fn is None or fn.op != "redistribute" or fn.inputs[0].is_meta:
         return False
+    from ... import autograd
+    autograd._note_released()
     _C.rebind(full, _C.meta(list(full.shape), full.dtype, full._mesh_id,
                             full._placements_raw, full._view), full._view)
     return True
