@@ -236,3 +236,24 @@ def test_gpt_gathers_every_read_weight_twice_with_true(dt):
     np.testing.assert_allclose(losses_t, losses_f, rtol=1e-6)
     for name, value in params_t.items():
         np.testing.assert_allclose(value, params_f[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_true_backward_after_a_flush_between_forward_and_backward(dt):
+    """Reading the loss before backward runs the forward alone: with True
+    the released gathered copies are no outputs of that segment, and the
+    backward (a later segment) gathers the shards again; the gradients are
+    those of False."""
+    x, y = batch(3)
+    grads = {}
+    for flag in (True, False):
+        model = build(flag)
+        loss = nn.functional.cross_entropy(model(x), y)
+        value = loss.item()
+        loss.backward()
+        grads[flag] = (value, {n: p.grad.numpy() for n, p in model.named_parameters()})
+        if flag:
+            rows = list(dtorch.explain())  # the backward's segment
+            assert sum(r["regather"] for r in rows) == 2, str(dtorch.explain())
+    assert grads[True][0] == pytest.approx(grads[False][0], rel=1e-12)
+    for name, g in grads[False][1].items():
+        np.testing.assert_allclose(grads[True][1][name], g, rtol=1e-10, atol=1e-14, err_msg=name)
