@@ -47,6 +47,9 @@ struct RedistributionExplanation {
   Placements before, after;
   std::vector<StepTraffic> steps;
   std::vector<int64_t> bytesSent; // by mesh position, over all steps
+  /// A second gather of a released value (the op's `dtorch.regather`
+  /// attribute: FSDP's backward all_gather with reshard_after_forward=True).
+  bool regather = false;
 };
 
 /// Fills `steps` and `bytesSent` from the other fields.

@@ -698,7 +698,7 @@ Tensor Session::transpose(const Tensor &x, std::vector<int64_t> perm) {
 }
 
 Tensor Session::redistribute(const Tensor &x, int meshId,
-                             const Placements &placements) {
+                             const Placements &placements, bool regather) {
   const TensorMeta &m = x->meta();
   if (meshId != m.meshId)
     throw ValueError(
@@ -708,7 +708,13 @@ Tensor Session::redistribute(const Tensor &x, int meshId,
     return x;
   if (x->storage_->meta) // a meta tensor moves by metadata alone
     return meta(m.shape, m.dtype, meshId, placements);
-  return addNode("redistribute", {x}, {},
+  Attrs attrs;
+  if (regather) {
+    AttrValue one;
+    one.i = 1;
+    attrs.emplace_back("dtorch.regather", one);
+  }
+  return addNode("redistribute", {x}, attrs,
                  {m.shape, m.dtype, meshId, placements});
 }
 

@@ -3,7 +3,11 @@
 Each row is one redistribution that sharding propagation inserted (or that
 the program asked for with redistribute()): the op and operand that needed
 it, the tensor, the placements before and after (with the mesh dim names),
-the collectives it lowers to and the bytes each rank sends. The compiler's
+the collectives it lowers to and the bytes each rank sends. A row whose
+"regather" is True is a second gather of a value whose first gathered copy
+was released (fully_shard's backward all_gather with
+reshard_after_forward=True); the table shows its op as "redistribute
+(regather)". The compiler's
 --dtensor-explain-redistributions pass prints the same information as
 remarks.
 """
@@ -46,6 +50,8 @@ class Explanation:
     @staticmethod
     def _cell(key, row):
         value = row[key]
+        if key == "op" and row.get("regather"):
+            return f"{value} (regather)"
         if key == "operand":
             return "-" if value is None else str(value)
         if key == "shape":

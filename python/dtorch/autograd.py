@@ -353,34 +353,108 @@ def _scalar_tensor(g, value):
     return _C.full(list(g.shape), float(value), g.dtype, g._mesh_id, _rep_raw(g), g._view)
 
 
-def _input_grads(result, fn, g):
+# Layout-only ops whose saved result the backward recomputes when their
+# operand was released (linear saves its weight transposed): op -> how to
+# make it again from the new operand and the old result.
+_RECOMPUTE = {
+    "transpose": lambda a, old, attrs: _C.permute(a, list(attrs["perm"])),
+    "reshape": lambda a, old, attrs: _C.reshape(a, list(old.shape)),
+    "cast": lambda a, old, attrs: _C.cast(a, old.dtype),
+    "broadcast_to": lambda a, old, attrs: _C.broadcast_to(a, list(old.shape),
+                                                          old._placements_raw),
+    "redistribute": lambda a, old, attrs: _C.redistribute(a, old._mesh_id,
+                                                          old._placements_raw, old._view),
+}
+
+
+# Whether any tensor's value was released for regathering (_note_released):
+# until then backward reads every saved tensor as it is, at no cost.
+_RELEASED = [False]
+
+
+def _note_released():
+    """Called by whoever releases a saved tensor's value (fully_shard with
+    reshard_after_forward=True): from then on backward checks the saved
+    tensors its formulas read (`_regathered`)."""
+    _RELEASED[0] = True
+
+
+def _regathered(x, regathers):
+    """The value a gradient formula reads for the saved tensor `x`: `x`
+    itself, or, when `x`'s value was released after the forward (FSDP's
+    reshard_after_forward=True turns its gathered parameters into meta
+    tensors) and its grad_fn is the redistribute that made it from a live
+    tensor, a fresh redistribute of that source marked ``regather`` (a
+    second all_gather the compiler keeps apart from the forward's). A value
+    that a layout-only op (`_RECOMPUTE`) made from a released tensor is made
+    again from the regathered one, so the backward reads nothing the
+    forward's gather produced. One per tensor and backward (`regathers`:
+    key -> tensor, or None for "read `x` itself")."""
+    key = x._key
+    if key in regathers:
+        found = regathers[key]
+        return x if found is None else found
+    fn = x.grad_fn
+    found = None
+    if fn is None:
+        pass
+    elif x.is_meta:
+        if fn.op == "redistribute" and not fn.inputs[0].is_meta:
+            source = fn.inputs[0]
+            found = _C.redistribute(source, x._mesh_id, x._placements_raw, x._view,
+                                    regather=True)
+    elif fn.op in _RECOMPUTE and len(fn.inputs) == 1:
+        operand = fn.inputs[0]
+        again = _regathered(operand, regathers)
+        if again is not operand:
+            found = _RECOMPUTE[fn.op](again, x, fn.attrs)
+            if found._placements_raw != x._placements_raw:
+                found = _C.redistribute(found, x._mesh_id, x._placements_raw, x._view)
+    regathers[key] = found
+    return x if found is None else found
+
+
+def _input_grads(result, fn, g, regathers=None):
     """[(operand tensor, its gradient)] for the operands of `fn` that
-    require grad."""
+    require grad. A saved operand that a running formula reads is read
+    through `_regathered` (a released FSDP gather is gathered again)."""
     names, codes, variadic = _formulas(fn.op)
     tensors = list(fn.inputs)
+    if regathers is None:
+        regathers = {}
+    regather = _RELEASED[0]
     env = dict(_base_env())
     env.update(fn.attrs)
     env["g"] = g
     env["result"] = result
     out = []
     if variadic:
-        env[names[0]] = tensors
+        code = codes[0]
+        if regather and code is not None and names[0] in code.co_names and any(
+                t.requires_grad for t in tensors):
+            env[names[0]] = [_regathered(t, regathers) for t in tensors]
+        else:
+            env[names[0]] = tensors
         for i, t in enumerate(tensors):
-            if t.requires_grad and codes[0] is not None:
+            if t.requires_grad and code is not None:
                 env["i"] = i
-                out.append((t, eval(codes[0], env)))  # noqa: S307 - registry formulas
+                out.append((t, eval(code, env)))  # noqa: S307 - registry formulas
         return out
     operands = list(tensors)
     scalar = fn.scalar
     if scalar is not None:
         operands.insert(scalar[0], _scalar_tensor(g, scalar[1]))
+    running = [k for k, x in enumerate(operands)
+               if (scalar is None or k != scalar[0]) and x.requires_grad
+               and codes[k] is not None]
+    read = set()
+    if regather:
+        for k in running:
+            read.update(codes[k].co_names)
     for name, x in zip(names, operands):
-        env[name] = x
-    for k, x in enumerate(operands):
-        if scalar is not None and k == scalar[0]:
-            continue
-        if x.requires_grad and codes[k] is not None:
-            out.append((x, eval(codes[k], env)))  # noqa: S307 - registry formulas
+        env[name] = _regathered(x, regathers) if name in read else x
+    for k in running:
+        out.append((operands[k], eval(codes[k], env)))  # noqa: S307 - registry formulas
     return out
 
 
@@ -457,6 +531,7 @@ def _run(tensors, grad_tensors, retain_graph, create_graph, capture=None, only=N
     for t, g in roots:
         grads[t._key] = g if t._key not in grads else grads[t._key] + g
     captured = {}
+    regathers = {}
     with set_grad_enabled(create_graph):
         for t in reversed(order):
             g = grads.pop(t._key, None)
@@ -473,7 +548,7 @@ def _run(tensors, grad_tensors, retain_graph, create_graph, capture=None, only=N
                 _accumulate(t, g)
             if fn is None:
                 continue
-            for x, gx in _input_grads(t, fn, g):
+            for x, gx in _input_grads(t, fn, g, regathers):
                 if gx is None:
                     continue
                 k = x._key

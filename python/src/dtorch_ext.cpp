@@ -285,6 +285,7 @@ nb::dict explanationRow(RedistributionExplanation e) {
   row["before"] = placementsText(e.before, e.meshDimNames);
   row["after"] = placementsText(e.after, e.meshDimNames);
   row["change"] = changeText(e);
+  row["regather"] = e.regather;
   nb::list collectives, steps;
   for (const StepTraffic &t : e.steps) {
     std::string text = stepText(t.step, e.meshDimNames);
@@ -626,12 +627,16 @@ NB_MODULE(_C, m) {
         return session().broadcastTo(x, shape, &want);
       },
       nb::arg("x"), nb::arg("shape"), nb::arg("placements") = nb::none());
-  m.def("redistribute", [](const Tensor &x, int mesh, PList p, int view) {
-    Tensor t = session().redistribute(x, mesh, toPlacements(p));
-    if (t != x)
-      t->view = view;
-    return t;
-  });
+  m.def(
+      "redistribute",
+      [](const Tensor &x, int mesh, PList p, int view, bool regather) {
+        Tensor t = session().redistribute(x, mesh, toPlacements(p), regather);
+        if (t != x)
+          t->view = view;
+        return t;
+      },
+      nb::arg("x"), nb::arg("mesh"), nb::arg("placements"), nb::arg("view"),
+      nb::arg("regather") = false);
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });

@@ -34,6 +34,14 @@ inline llvm::hash_code hash_value(const Placement &p) {
 #include "dtensor/IR/DTensorOps.h.inc"
 
 namespace dtorch::dtensor {
+/// Discardable attribute of a dtensor.redistribute that gathers a value a
+/// second time (FSDP's backward all_gather with reshard_after_forward=True):
+/// it keeps the op distinct from the forward's identical redistribute under
+/// CSE, survives chain folding, and LowerRedistribute copies it onto the
+/// collective steps, so the compiled program shows both gathers.
+inline constexpr llvm::StringLiteral kRegatherAttrName = "dtorch.regather";
+/// Copies `from`'s regather attribute (if any) onto `to`.
+void copyRegatherAttr(mlir::Operation *from, mlir::Operation *to);
 /// Bytes per element of an MLIR element type (for the cost model).
 int64_t elementBytes(mlir::Type type);
 /// Builds a DTensorType from layout-library placements.

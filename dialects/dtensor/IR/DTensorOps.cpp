@@ -650,12 +650,18 @@ static LogicalResult verifySameTensor(Operation *op) {
 
 LogicalResult RedistributeOp::verify() { return verifySameTensor(*this); }
 
+void dtorch::dtensor::copyRegatherAttr(Operation *from, Operation *to) {
+  if (Attribute a = from->getDiscardableAttr(kRegatherAttrName))
+    to->setDiscardableAttr(kRegatherAttrName, a);
+}
+
 OpFoldResult RedistributeOp::fold(FoldAdaptor) {
   if (getInput().getType() == getResult().getType())
     return getInput();
   // redistribute(redistribute(x)) == redistribute(x): values are global.
   if (auto inner = getInput().getDefiningOp<RedistributeOp>()) {
     getInputMutable().assign(inner.getInput());
+    copyRegatherAttr(inner, *this);
     return getResult();
   }
   return {};

@@ -81,6 +81,7 @@ ExplainedRedistribute explain(RedistributeOp op) {
     e.meshDimNames.push_back(n.getValue().str());
   e.before = src.getLayout();
   e.after = dst.getLayout();
+  e.regather = op->hasAttr(kRegatherAttrName);
   planTraffic(e);
   return out;
 }

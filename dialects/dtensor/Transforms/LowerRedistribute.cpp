@@ -1,6 +1,7 @@
 //===- LowerRedistribute.cpp - --dtensor-lower-redistribute --------------===//
 //
-// Turns each redistribute into the per-axis steps of planRedistribute.
+// Turns each redistribute into the per-axis steps of planRedistribute. A
+// regather's steps keep its `dtorch.regather` attribute.
 //
 //===----------------------------------------------------------------------===//
 #include "dtensor/Transforms/Passes.h"
@@ -55,8 +56,10 @@ struct LowerRedistributePass
       std::vector<int64_t> mesh(meshDims.begin(), meshDims.end());
       for (const RedistributeStep &step :
            planRedistribute(shape, mesh, src.getLayout(),
-                            op.getResult().getType().getLayout()))
+                            op.getResult().getType().getLayout())) {
         v = buildStep(b, op.getLoc(), step, src.withPlacements(step.after), v);
+        copyRegatherAttr(op, v.getDefiningOp());
+      }
       op.getResult().replaceAllUsesWith(v);
       op->erase();
     }

@@ -100,6 +100,9 @@ void foldRedistributes(func::FuncOp fn) {
   for (RedistributeOp op : ops) {
     while (auto inner = op.getInput().getDefiningOp<RedistributeOp>()) {
       op.getInputMutable().assign(inner.getInput());
+      // A regather stays one through the chain (CSE must not merge it with
+      // the forward's gather).
+      copyRegatherAttr(inner, op);
       if (inner->use_empty())
         inner->erase();
     }

@@ -287,8 +287,12 @@ public:
   /// runs in the activation's layout; else as `broadcastTo` chooses. `x`
   /// itself when its shape is `shape`.
   Tensor broadcastLike(const Tensor &x, const Shape &shape, const Tensor &like);
-  Tensor redistribute(const Tensor &x, int meshId,
-                      const Placements &placements);
+  /// With `regather`, the node carries the `dtorch.regather` attribute: a
+  /// second gather of a value whose first gathered copy was released (FSDP's
+  /// backward with reshard_after_forward=True), which the compiler keeps
+  /// apart from the first one instead of merging the two (CSE).
+  Tensor redistribute(const Tensor &x, int meshId, const Placements &placements,
+                      bool regather = false);
   /// In-place update: `target` names `value` from now on (its storage, after
   /// redistributing `value` to the target's placements), so every holder of
   /// `target` sees the new value; the old value is freed when unused. Shape,

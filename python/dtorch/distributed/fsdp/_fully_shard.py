@@ -14,6 +14,13 @@ tensor is an ordinary op result on the autograd tape, so its gradient (a
 Partial sum when the batch is sharded on the same dim) flows back through
 the redistribute's gradient into the parameter's ``Shard(0)`` layout: a
 reduce_scatter, chosen by the redistribution planner.
+
+With ``reshard_after_forward=True`` the forward hook also releases the
+gathered copies (`_release_gathered`: metadata-only from then on, autograd
+record kept), and the backward reads a fresh gather of the shard instead
+(autograd._regathered: a redistribute marked ``dtorch.regather``, which the
+compiler keeps apart from the forward's gather). With False the backward
+reads the forward's gathered copy.
 """
 from ... import _C
 from .. import _layout
@@ -32,6 +39,7 @@ class _FSDPState:
         self.reshard_after_forward = reshard_after_forward
         self.managed = managed  # [(owner module, name, Parameter)]
         self.unsharded = False
+        self.gathered_copies = []  # the tensors unshard() gathered
 
     def gathered(self, param):
         raw = _layout.root_placements(param, self.mesh, [Replicate()] * self.mesh.ndim)
@@ -40,14 +48,43 @@ class _FSDPState:
         return _C.redistribute(param, self.mesh._mesh_id, raw, param._view)
 
     def unshard(self):
+        self.gathered_copies = []
         for owner, name, param in self.managed:
-            owner._parameters[name] = self.gathered(param)
+            full = self.gathered(param)
+            if full is not param:
+                self.gathered_copies.append(full)
+            owner._parameters[name] = full
         self.unsharded = True
 
-    def reshard(self):
+    def reshard(self, after_forward=False):
+        """Puts the sharded Parameters back. After a forward with
+        reshard_after_forward=True it also releases the gathered copies
+        (their values become metadata only) that the autograd tape can
+        gather again: the backward's formulas then read a second all_gather
+        of the shard (autograd._regathered) and the forward's gathered value
+        is dead once the forward has used it."""
         for owner, name, param in self.managed:
             owner._parameters[name] = param
         self.unsharded = False
+        if after_forward and self.reshard_after_forward:
+            for full in self.gathered_copies:
+                _release_gathered(full)
+        self.gathered_copies = []
+
+
+def _release_gathered(full):
+    """Turns the gathered copy `full` into a meta tensor of the same layout
+    (the tensor keeps its autograd record and identity, drops its value),
+    when the tape can make it again: it has a grad_fn, a redistribute of a
+    tensor that holds a value. Returns whether it did."""
+    fn = full.grad_fn
+    if full.is_meta or fn is None or fn.op != "redistribute" or fn.inputs[0].is_meta:
+        return False
+    from ... import autograd
+    autograd._note_released()
+    _C.rebind(full, _C.meta(list(full.shape), full.dtype, full._mesh_id,
+                            full._placements_raw, full._view), full._view)
+    return True
 
 
 class FSDPModule:
@@ -149,13 +186,19 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
             sharded on its second, as torch); by default dtorch's default
             mesh.
         reshard_after_forward (bool): torch's switch between ZeRO-3 (True)
-            and ZeRO-2 (False). In dtorch the forward, backward and update of
-            a step are one program and the backward reads the gathered value
-            that the forward's all_gather made (the autograd tape holds it),
-            so both keep the gathered copy for the backward (ZeRO-2's
-            memory); either way the module shows its sharded Parameters
-            again after the forward, so an optimizer step and
-            ``state_dict`` see the sharded values.
+            and ZeRO-2 (False). True: when the module's forward ends, the
+            gathered copies are released (their values dropped; they stay
+            on the autograd tape as metadata) and the backward gathers each
+            parameter whose value a gradient formula reads again, so a
+            step's program holds two all_gathers of it (the second marked
+            ``dtorch.regather``; ``dtorch.explain()`` shows it as
+            ``redistribute (regather)``) and the gathered value lives only
+            through the forward. False: the backward reads the forward's
+            gathered copy (one all_gather, the copy lives until the
+            backward). A parameter that does not require grad keeps its
+            gathered copy either way. Either way the module shows its
+            sharded Parameters again after the forward, so an optimizer
+            step and ``state_dict`` see the sharded values.
         shard_placement_fn (callable, optional): parameter -> ``Shard(d)``
             (or None for ``Shard(0)``).
         ignored_params (set, optional): parameters to leave as they are.
@@ -199,7 +242,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=True, shard_placemen
         state.unshard()
 
     def post_forward(mod, args, output):
-        state.reshard()
+        state.reshard(after_forward=True)
 
     module.register_forward_pre_hook(pre_forward)
     module.register_forward_hook(post_forward)
