@@ -121,11 +121,12 @@ void Controller::addMesh(const Mesh &mesh) {
 }
 
 void Controller::submit(Segment segment) {
-  enqueue(
-      [this, seg = std::move(segment)] { guarded([&] { runSegment(seg); }); });
+  enqueue([this, seg = std::move(segment)]() mutable {
+    guarded([&] { runSegment(seg); });
+  });
 }
 
-void Controller::runSegment(const Segment &seg) {
+void Controller::runSegment(Segment &seg) {
   auto start = std::chrono::steady_clock::now();
   const Mesh &mesh = meshes_.at(seg.meshId);
   for (Handle h : seg.args)
@@ -167,14 +168,18 @@ void Controller::runSegment(const Segment &seg) {
   }
 }
 
-std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
+std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
                                                          const Mesh &mesh) {
   auto c = std::make_unique<Compiled>();
   c->programId = nextProgramId_++;
+  // The nodes move in once the programs exist (they are not needed to run).
+  auto keepNodes = [&] {
+    c->structure.nodes = std::move(seg.nodes);
+    seg.nodes.clear();
+    for (Node &n : c->structure.nodes)
+      n.owner.reset();
+  };
   c->structure.meshId = seg.meshId;
-  c->structure.nodes = seg.nodes;
-  for (Node &n : c->structure.nodes)
-    n.owner.reset();
   c->structure.args = seg.args;
   c->structure.argMetas = seg.argMetas;
   c->structure.results = seg.results;
@@ -197,6 +202,7 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
     stats_.diskSeconds += secondsSince(start);
     if (found) {
       ++stats_.diskHits;
+      keepNodes();
       return c;
     }
   }
@@ -214,6 +220,7 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(const Segment &seg,
     std::lock_guard<std::mutex> lock(statsMutex_);
     stats_.diskSeconds += secondsSince(start);
   }
+  keepNodes();
   return c;
 }
 

@@ -89,9 +89,12 @@ private:
 
   void enqueue(std::function<void()> task);
   void loop();
-  void runSegment(const Segment &segment);
+  /// Runs `segment`; on a miss its nodes move into the cache entry.
+  void runSegment(Segment &segment);
   /// A cache entry for `segment` from the disk or the compiler.
-  std::unique_ptr<Compiled> obtain(const Segment &segment, const Mesh &mesh);
+  /// A cache entry for `segment` from the disk or the compiler; takes the
+  /// segment's nodes (the entry keeps them to compare later segments with).
+  std::unique_ptr<Compiled> obtain(Segment &segment, const Mesh &mesh);
   /// Compiles `segment`'s text; fills programs and explanation, and the IR
   /// stages `withStages`.
   void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh,
