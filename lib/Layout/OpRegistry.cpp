@@ -1,8 +1,8 @@
 //===- OpRegistry.cpp - the generated op table ----------------------------===//
 #include "dtorch/OpRegistry.h"
 
-#include <map>
-#include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace dtorch {
 
@@ -14,12 +14,15 @@ const std::vector<OpInfo> &opRegistry() {
 }
 
 const OpInfo *findOp(std::string_view name) {
-  static const std::map<std::string, const OpInfo *, std::less<>> byName = [] {
-    std::map<std::string, const OpInfo *, std::less<>> m;
-    for (const OpInfo &op : opRegistry())
-      m.emplace(op.name, &op);
-    return m;
-  }();
+  // Hashed: asked once per recorded op and per lowered op. The keys view
+  // the static table's names.
+  static const std::unordered_map<std::string_view, const OpInfo *> byName =
+      [] {
+        std::unordered_map<std::string_view, const OpInfo *> m;
+        for (const OpInfo &op : opRegistry())
+          m.emplace(op.name, &op);
+        return m;
+      }();
   auto it = byName.find(name);
   return it == byName.end() ? nullptr : it->second;
 }
