@@ -3,41 +3,20 @@
 // pending op that read the old value still sees it, old values are freed,
 // and a loop of updates reuses one compiled program; meta tensors have no
 // value until assigned; Session::rebind takes a value with its layout.
+#include "SessionTestSupport.h"
 #include "dtorch/Client/Errors.h"
-#include "dtorch/Client/Session.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <vector>
 
 namespace dtorch::client {
 namespace {
 
-rt::Tensor doubles(const std::vector<double> &values) {
-  rt::Tensor t =
-      rt::Tensor::empty(wire::F64, {static_cast<int64_t>(values.size())});
-  std::memcpy(t.data(), values.data(), values.size() * sizeof(double));
-  return t;
-}
+using test::doubles;
+using test::values;
 
-std::vector<double> values(const rt::Tensor &t) {
-  const double *p = t.data_as<double>();
-  return std::vector<double>(p, p + t.numel());
-}
-
-class SessionAssign : public ::testing::Test {
-protected:
-  SessionAssign() {
-    SessionOptions o;
-    o.worldSize = 4;
-    o.backend = "inprocess";
-    session = std::make_unique<Session>(o);
-    mesh = session->addMesh({4}, {}, {}, "cpu");
-  }
-  std::unique_ptr<Session> session;
-  int mesh = 0;
-};
+using SessionAssign = test::InProcessSessionTest;
 
 TEST_F(SessionAssign, TargetNamesTheValueInItsOwnLayout) {
   Tensor x = session->fromData(doubles({0, 1, 2, 3, 4, 5, 6, 7}), mesh,

@@ -2,49 +2,22 @@
 // thread may wait for it; many may be in flight; a fetch of a value already
 // on the workers leaves the pending segment alone; a worker failure arrives
 // at wait() and the session goes on.
+#include "SessionTestSupport.h"
 #include "dtorch/Client/Errors.h"
-#include "dtorch/Client/Session.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <thread>
 #include <vector>
 
 namespace dtorch::client {
 namespace {
 
-rt::Tensor doubles(const std::vector<double> &values) {
-  rt::Tensor t =
-      rt::Tensor::empty(wire::F64, {static_cast<int64_t>(values.size())});
-  std::memcpy(t.data(), values.data(), values.size() * sizeof(double));
-  return t;
-}
+using test::doubles;
+using test::longs;
+using test::values;
 
-rt::Tensor longs(const std::vector<int64_t> &values) {
-  rt::Tensor t =
-      rt::Tensor::empty(wire::I64, {static_cast<int64_t>(values.size())});
-  std::memcpy(t.data(), values.data(), values.size() * sizeof(int64_t));
-  return t;
-}
-
-std::vector<double> values(const rt::Tensor &t) {
-  const double *p = t.data_as<double>();
-  return std::vector<double>(p, p + t.numel());
-}
-
-class SessionFetchAsync : public ::testing::Test {
-protected:
-  SessionFetchAsync() {
-    SessionOptions o;
-    o.worldSize = 4;
-    o.backend = "inprocess";
-    session = std::make_unique<Session>(o);
-    mesh = session->addMesh({4}, {}, {}, "cpu");
-  }
-  std::unique_ptr<Session> session;
-  int mesh = 0;
-};
+using SessionFetchAsync = test::InProcessSessionTest;
 
 TEST_F(SessionFetchAsync, ManyInFlightWaitedForByAnotherThread) {
   Tensor x = session->fromData(doubles({1, 2, 3, 4, 5, 6, 7, 8}), mesh,

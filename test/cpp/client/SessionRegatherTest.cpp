@@ -2,27 +2,17 @@
 // `dtorch.regather` attribute, so the compiled segment holds two all_gathers
 // of one shard (the plain one and the marked one) where two plain gathers
 // merge into one, and the values are the same.
-#include "dtorch/Client/Session.h"
+#include "SessionTestSupport.h"
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <vector>
 
 namespace dtorch::client {
 namespace {
 
-rt::Tensor doubles(const std::vector<double> &values) {
-  rt::Tensor t =
-      rt::Tensor::empty(wire::F64, {static_cast<int64_t>(values.size())});
-  std::memcpy(t.data(), values.data(), values.size() * sizeof(double));
-  return t;
-}
-
-std::vector<double> values(const rt::Tensor &t) {
-  const double *p = t.data_as<double>();
-  return std::vector<double>(p, p + t.numel());
-}
+using test::doubles;
+using test::values;
 
 size_t count(const std::string &text, const std::string &what) {
   size_t n = 0;
@@ -32,15 +22,8 @@ size_t count(const std::string &text, const std::string &what) {
   return n;
 }
 
-class SessionRegather : public ::testing::Test {
+class SessionRegather : public test::InProcessSessionTest {
 protected:
-  SessionRegather() {
-    SessionOptions o;
-    o.worldSize = 4;
-    o.backend = "inprocess";
-    session = std::make_unique<Session>(o);
-    mesh = session->addMesh({4}, {}, {}, "cpu");
-  }
   /// gather(shard) + gather(shard), the second marked when `regather`;
   /// returns the sum's value and the "redistributed" IR.
   std::pair<std::vector<double>, std::string> twoGathers(bool regather) {
@@ -54,8 +37,6 @@ protected:
     std::vector<double> got = values(session->fetch(sum));
     return {got, session->lastIr("redistributed")};
   }
-  std::unique_ptr<Session> session;
-  int mesh = 0;
 };
 
 TEST_F(SessionRegather, MarkedGatherIsNotMergedWithThePlainOne) {
