@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sys/eventfd.h>
 #include <thread>
@@ -40,14 +41,51 @@ struct WorkerInfo {
   Clock::time_point lastHeard;
 };
 
-struct PendingFetch {
-  int rank;
-  std::promise<Tensor> promise;
-};
+/// Requests of one kind waiting for a worker's reply (fetches, memory
+/// statistics), by request id: each promise is kept with the rank it asked.
+template <class T> class PendingReplies {
+public:
+  void add(uint64_t id, int rank, std::promise<T> promise) {
+    pending_.emplace(id, Entry{rank, std::move(promise)});
+  }
+  /// The promise of request `id`, taken out; nullopt when none waits.
+  std::optional<std::promise<T>> take(uint64_t id) {
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return std::nullopt;
+    std::promise<T> promise = std::move(it->second.promise);
+    pending_.erase(it);
+    return promise;
+  }
+  /// Fails every request for a rank in [firstRank, firstRank + numRanks).
+  void failRanks(int firstRank, int numRanks, const std::string &host,
+                 const std::string &reason) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int rank = it->second.rank;
+      if (rank >= firstRank && rank < firstRank + numRanks) {
+        it->second.promise.set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, reason)));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  /// Fails every request; `hostOf(rank)` names the host in the error.
+  template <class HostOf>
+  void failAll(const HostOf &hostOf, const std::string &reason) {
+    for (auto &[id, entry] : pending_)
+      entry.promise.set_exception(std::make_exception_ptr(
+          WorkerError(entry.rank, hostOf(entry.rank), reason)));
+    pending_.clear();
+  }
 
-struct PendingMemoryStats {
-  int rank;
-  std::promise<MemoryStats> promise;
+private:
+  struct Entry {
+    int rank;
+    std::promise<T> promise;
+  };
+  std::map<uint64_t, Entry> pending_;
 };
 
 struct SyncWait {
@@ -80,8 +118,8 @@ struct Cluster::Impl {
   std::condition_variable changed;
   std::vector<WorkerInfo> workers;
   std::vector<int> rankToWorker;
-  std::map<uint64_t, PendingFetch> fetches;
-  std::map<uint64_t, PendingMemoryStats> statsRequests;
+  PendingReplies<Tensor> fetches;
+  PendingReplies<MemoryStats> statsRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
   bool ready = false;
@@ -153,26 +191,8 @@ struct Cluster::Impl {
       return;
     w.dead = true;
     w.deathReason = describe(w) + " " + reason;
-    for (auto it = fetches.begin(); it != fetches.end();) {
-      int rank = it->second.rank;
-      if (rank >= w.firstRank && rank < w.firstRank + w.numRanks) {
-        it->second.promise.set_exception(
-            std::make_exception_ptr(WorkerError(rank, w.host, w.deathReason)));
-        it = fetches.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = statsRequests.begin(); it != statsRequests.end();) {
-      int rank = it->second.rank;
-      if (rank >= w.firstRank && rank < w.firstRank + w.numRanks) {
-        it->second.promise.set_exception(
-            std::make_exception_ptr(WorkerError(rank, w.host, w.deathReason)));
-        it = statsRequests.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
+    statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
@@ -313,8 +333,8 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     if (!reply.ok())
       blameDeadPeer(errRank, errHost,
                     errMessage); // before `it`: may fail fetches
-    auto it = fetches.find(requestId);
-    if (it == fetches.end())
+    std::optional<std::promise<Tensor>> promise = fetches.take(requestId);
+    if (!promise)
       return;
     try {
       if (!reply.ok()) {
@@ -323,20 +343,17 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
         errors.clear();
         throw WorkerError(errRank, errHost, errMessage);
       }
-      it->second.promise.set_value(tensorFromWire(reply.value()));
+      promise->set_value(tensorFromWire(reply.value()));
     } catch (...) {
-      it->second.promise.set_exception(std::current_exception());
+      promise->set_exception(std::current_exception());
     }
-    fetches.erase(it);
     return;
   }
   case wire::Envelope::kMemoryStatsReply: {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = statsRequests.find(requestId);
-    if (it == statsRequests.end())
-      return;
-    it->second.promise.set_value(memoryStatsFromWire(e.memory_stats_reply()));
-    statsRequests.erase(it);
+    if (std::optional<std::promise<MemoryStats>> promise =
+            statsRequests.take(requestId))
+      promise->set_value(memoryStatsFromWire(e.memory_stats_reply()));
     return;
   }
   case wire::Envelope::kSyncReply: {
@@ -355,20 +372,18 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
         error.host().empty() ? workers[index].host : error.host();
     std::string message = error.message();
     blameDeadPeer(rank, host, message);
-    auto fetch = fetches.find(requestId);
-    if (requestId && fetch != fetches.end()) {
-      errors.clear(); // reported now, as above
-      fetch->second.promise.set_exception(
-          std::make_exception_ptr(WorkerError(rank, host, message)));
-      fetches.erase(fetch);
-      return;
-    }
-    auto stats = statsRequests.find(requestId);
-    if (requestId && stats != statsRequests.end()) {
-      stats->second.promise.set_exception(
-          std::make_exception_ptr(WorkerError(rank, host, message)));
-      statsRequests.erase(stats);
-      return;
+    if (requestId) {
+      if (auto fetch = fetches.take(requestId)) {
+        errors.clear(); // reported now, as above
+        fetch->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
+      if (auto stats = statsRequests.take(requestId)) {
+        stats->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
     }
     errors.push_back(AsyncError{rank, host, message});
     changed.notify_all();
@@ -796,11 +811,17 @@ void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
   ++impl_->sent;
 }
 
-std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
-  Impl &impl = *impl_;
+namespace {
+
+/// Sends one request that a worker answers (a fetch, memory statistics) and
+/// registers its promise in `pending`; a dead worker or a stopped cluster
+/// fails the future at once. `fill` writes the request into the envelope.
+template <class T, class Impl, class Fill>
+std::future<T> sendRequest(Impl &impl, int rank,
+                           PendingReplies<T> Impl::*pending, const Fill &fill) {
   size_t index = impl.workerOfRank(rank);
-  std::promise<Tensor> promise;
-  std::future<Tensor> result = promise.get_future();
+  std::promise<T> promise;
+  std::future<T> result = promise.get_future();
   uint64_t id = impl.nextRequest++;
   {
     std::lock_guard<std::mutex> lock(impl.mutex);
@@ -810,42 +831,30 @@ std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
           rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
       return result;
     }
-    impl.fetches.emplace(id, PendingFetch{rank, std::move(promise)});
+    (impl.*pending).add(id, rank, std::move(promise));
   }
   wire::Envelope e = envelope();
   e.set_request_id(id);
-  e.mutable_fetch()->set_rank(rank);
-  e.mutable_fetch()->set_handle(handle);
+  fill(e);
   impl.post(index, e);
   ++impl.sent;
   ++impl.trips;
   return result;
 }
 
+} // namespace
+
+std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
+  return sendRequest(*impl_, rank, &Impl::fetches, [&](wire::Envelope &e) {
+    e.mutable_fetch()->set_rank(rank);
+    e.mutable_fetch()->set_handle(handle);
+  });
+}
+
 std::future<MemoryStats> Cluster::memoryStats(int rank) {
-  Impl &impl = *impl_;
-  size_t index = impl.workerOfRank(rank);
-  std::promise<MemoryStats> promise;
-  std::future<MemoryStats> result = promise.get_future();
-  uint64_t id = impl.nextRequest++;
-  {
-    std::lock_guard<std::mutex> lock(impl.mutex);
-    const WorkerInfo &w = impl.workers[index];
-    if (w.dead || impl.stopped) {
-      promise.set_exception(std::make_exception_ptr(WorkerError(
-          rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
-      return result;
-    }
-    impl.statsRequests.emplace(id,
-                               PendingMemoryStats{rank, std::move(promise)});
-  }
-  wire::Envelope e = envelope();
-  e.set_request_id(id);
-  e.mutable_memory_stats()->set_rank(rank);
-  impl.post(index, e);
-  ++impl.sent;
-  ++impl.trips;
-  return result;
+  return sendRequest(
+      *impl_, rank, &Impl::statsRequests,
+      [&](wire::Envelope &e) { e.mutable_memory_stats()->set_rank(rank); });
 }
 
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
@@ -933,20 +942,13 @@ void Cluster::shutdown() {
     impl.io.join();
   std::lock_guard<std::mutex> lock(impl.mutex);
   impl.stopped = true;
-  for (auto &[id, fetch] : impl.fetches) {
+  auto hostOf = [&](int rank) {
     size_t index = static_cast<size_t>(
-        impl.rankToWorker.empty() ? 0 : impl.rankToWorker[fetch.rank]);
-    fetch.promise.set_exception(std::make_exception_ptr(WorkerError(
-        fetch.rank, impl.workers[index].host, "the cluster was shut down")));
-  }
-  impl.fetches.clear();
-  for (auto &[id, request] : impl.statsRequests) {
-    size_t index = static_cast<size_t>(
-        impl.rankToWorker.empty() ? 0 : impl.rankToWorker[request.rank]);
-    request.promise.set_exception(std::make_exception_ptr(WorkerError(
-        request.rank, impl.workers[index].host, "the cluster was shut down")));
-  }
-  impl.statsRequests.clear();
+        impl.rankToWorker.empty() ? 0 : impl.rankToWorker[rank]);
+    return impl.workers[index].host;
+  };
+  impl.fetches.failAll(hostOf, "the cluster was shut down");
+  impl.statsRequests.failAll(hostOf, "the cluster was shut down");
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;
