@@ -148,6 +148,31 @@ struct Cluster::Impl {
     postBytes(worker, encodeEnvelope(message));
   }
 
+  /// Posts one message per worker process hosting any of `ranks`, in the
+  /// order the processes are first met: `make(envelope)` fills it, and
+  /// `addRank(envelope, rank)` names each of that process's ranks in it.
+  template <class Make, class AddRank>
+  void postPerProcess(const std::vector<int64_t> &ranks, const Make &make,
+                      const AddRank &addRank) {
+    std::vector<int> messageOf(workers.size(), -1);
+    std::vector<std::pair<size_t, wire::Envelope>> messages;
+    for (int64_t rank : ranks) {
+      size_t worker = workerOfRank(static_cast<int>(rank));
+      if (messageOf[worker] < 0) {
+        messageOf[worker] = static_cast<int>(messages.size());
+        wire::Envelope e = envelope();
+        make(e);
+        messages.emplace_back(worker, std::move(e));
+      }
+      addRank(messages[static_cast<size_t>(messageOf[worker])].second,
+              static_cast<int32_t>(rank));
+    }
+    for (const auto &[worker, e] : messages) {
+      post(worker, e);
+      ++sent;
+    }
+  }
+
   /// Queues an encoded envelope (one encoding may go to several workers).
   void postBytes(size_t worker, std::string bytes) {
     {
@@ -775,30 +800,19 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs,
                   const std::vector<int64_t> &seeds) {
-  // One RunProgram per worker process, naming its ranks, in the order the
-  // processes are first met.
-  std::vector<int> messageOf(impl_->workers.size(), -1);
-  std::vector<std::pair<size_t, wire::Envelope>> messages;
-  for (int64_t rank : ranks) {
-    size_t worker = impl_->workerOfRank(static_cast<int>(rank));
-    if (messageOf[worker] < 0) {
-      messageOf[worker] = static_cast<int>(messages.size());
-      wire::Envelope e = envelope();
-      auto *run = e.mutable_run();
-      run->set_program_id(programId);
-      run->mutable_inputs()->Add(inputs.begin(), inputs.end());
-      run->mutable_outputs()->Add(outputs.begin(), outputs.end());
-      run->mutable_seeds()->Add(seeds.begin(), seeds.end());
-      messages.emplace_back(worker, std::move(e));
-    }
-    messages[static_cast<size_t>(messageOf[worker])]
-        .second.mutable_run()
-        ->add_ranks(static_cast<int32_t>(rank));
-  }
-  for (const auto &[worker, e] : messages) {
-    impl_->post(worker, e);
-    ++impl_->sent;
-  }
+  // One RunProgram per worker process, naming its ranks.
+  impl_->postPerProcess(
+      ranks,
+      [&](wire::Envelope &e) {
+        auto *run = e.mutable_run();
+        run->set_program_id(programId);
+        run->mutable_inputs()->Add(inputs.begin(), inputs.end());
+        run->mutable_outputs()->Add(outputs.begin(), outputs.end());
+        run->mutable_seeds()->Add(seeds.begin(), seeds.end());
+      },
+      [](wire::Envelope &e, int32_t rank) {
+        e.mutable_run()->add_ranks(rank);
+      });
 }
 
 void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
@@ -863,24 +877,15 @@ void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
 
 void Cluster::free(const std::vector<int64_t> &ranks,
                    const std::vector<TensorHandle> &handles) {
-  std::vector<int> messageOf(impl_->workers.size(), -1);
-  std::vector<std::pair<size_t, wire::Envelope>> messages;
-  for (int64_t rank : ranks) {
-    size_t worker = impl_->workerOfRank(static_cast<int>(rank));
-    if (messageOf[worker] < 0) {
-      messageOf[worker] = static_cast<int>(messages.size());
-      wire::Envelope e = envelope();
-      e.mutable_free()->mutable_handles()->Add(handles.begin(), handles.end());
-      messages.emplace_back(worker, std::move(e));
-    }
-    messages[static_cast<size_t>(messageOf[worker])]
-        .second.mutable_free()
-        ->add_ranks(static_cast<int32_t>(rank));
-  }
-  for (const auto &[worker, e] : messages) {
-    impl_->post(worker, e);
-    ++impl_->sent;
-  }
+  impl_->postPerProcess(
+      ranks,
+      [&](wire::Envelope &e) {
+        e.mutable_free()->mutable_handles()->Add(handles.begin(),
+                                                 handles.end());
+      },
+      [](wire::Envelope &e, int32_t rank) {
+        e.mutable_free()->add_ranks(rank);
+      });
 }
 
 void Cluster::synchronize() {
