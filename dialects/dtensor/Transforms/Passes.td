@@ -127,4 +127,28 @@ def ExplainRedistributions : Pass<"dtensor-explain-redistributions", "::mlir::fu
   }];
 }
 
+def StageBoundary : Pass<"dtensor-stage-boundary", "::mlir::ModuleOp"> {
+  let summary = "End a stage of the dtensor-to-rank pipeline: verify the module";
+  let description = [{
+    Marks where a stage of `dtensor-to-rank` ends ("sharded",
+    "redistributed", "rank") and verifies the module there, so the IR is
+    verified between phases even when the pass manager's verifier after every
+    pass is off (as in the compiler). It changes nothing. A `StageObserver`
+    instrumentation (Passes.h) prints the module after it when `last_ir`
+    asks for the stages.
+
+    Before and after (unchanged):
+    ```mlir
+    func.func @f(%x: !dtensor.tensor<4xf32, #dtensor.mesh<[2]>, [S(0)]>) -> ... {
+      %0 = dtensor.relu %x : ...
+      return %0 : ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"stage", "stage", "std::string", /*default=*/"\"\"",
+           "the stage this pass ends">
+  ];
+}
+
 #endif // DTENSOR_PASSES

@@ -14,11 +14,11 @@
 // PIPELINE: dtensor-lower-to-rank
 // PIPELINE: dtensor-stage-boundary{stage=rank}
 
-// STAGES: IR Dump After DTensorStageBoundary (dtensor-stage-boundary)
+// STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
 // STAGES: dtensor.redistribute %{{.*}} [P(sum)]> -> {{.*}} [R]>
-// STAGES: IR Dump After DTensorStageBoundary (dtensor-stage-boundary)
+// STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
 // STAGES: dtensor.all_reduce %{{.*}} on axis 0
-// STAGES: IR Dump After DTensorStageBoundary (dtensor-stage-boundary)
+// STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
 // STAGES: func.func @f_class0({{.*}}) -> tensor<4x2xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]}
 // STAGES: rank.all_reduce %{{.*}} {axis = 0 : i64, reduce = "sum"}
 // STAGES-NOT: func.func @f_class1
