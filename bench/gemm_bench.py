@@ -6,7 +6,8 @@
   (2) 2 ranks of one host (2 worker processes, one rank each, threads from
       the rank's core share: no DTORCH_BLAS_THREADS): a batch-sharded bmm
       [2,1024,1024] x [2,1024,1024], Shard(0) x Shard(0), so each rank runs
-      one 1024^3 GEMM, next to torch with 2 threads on the same bmm;
+      one 1024^3 GEMM, next to torch with 2 threads on the same bmm; and
+      1 rank alone on the host, whose share is every core, on one matmul;
   (3) the BLAS options of the runtime (DTORCH_BLAS=onednn | openblas | blis,
       and OpenBLAS forced to the Prescott kernels some VMs' generic CPU
       model gets) through the same 1-rank dtorch matmul.
@@ -243,6 +244,11 @@ def table(results):
                f"{fmt(d2['gflops_fetch'])} | {fmt(ratio(d2['gflops'], t2), 2)} | "
                f"{'; '.join(d2['blas'] or [])} |")
     out.append(f"| torch, 2 threads, same bmm | {fmt(t2)} | - | 1.00 | torch's own (MKL) |")
+    d1 = s.get("dtorch_1rank_share")
+    if d1:
+        out.append(f"| dtorch, 1 rank alone, threads = its core share (one {cfg['n']}^3 matmul) | "
+                   f"{fmt(d1['gflops'])} | {fmt(d1['gflops_fetch'])} | "
+                   f"{fmt(ratio(d1['gflops'], t2), 2)} | {'; '.join(d1['blas'] or [])} |")
     out += ["", "## The runtime's BLAS options (dtorch, 1 rank, 1 thread)", "",
             "| DTORCH_BLAS option | GFLOP/s | vs torch 1 thread | max rel. error | BLAS |",
             "|---|---|---|---|---|"]
@@ -321,6 +327,9 @@ def main():
         "torch_1thread": lambda: peer_run(args.peer_python,
                                           dict(base, threads=1, batch=1, numpy=True), args.timeout),
         "dtorch_2ranks": lambda: dtorch_run(dict(base, world=2, op="bmm"), {}, args.timeout),
+        # 1 rank alone on the host: its share is every core of the affinity.
+        "dtorch_1rank_share": lambda: dtorch_run(dict(base, world=1, op="matmul"), {},
+                                                 args.timeout),
         "torch_2threads": lambda: peer_run(args.peer_python,
                                            dict(base, threads=2, batch=2), args.timeout),
     }
