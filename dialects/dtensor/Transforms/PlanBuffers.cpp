@@ -1,0 +1,134 @@
+//===- PlanBuffers.cpp - --rank-plan-buffers ------------------------------===//
+//
+// Places every temporary of a class function in one per-rank arena
+// (Passes.td). The live ranges and the packing are include/dtorch/
+// BufferPlan.h's, which the runtime's validator applies again.
+//
+//===----------------------------------------------------------------------===//
+#include "dtensor/Transforms/Passes.h"
+
+#include "dtorch/BufferPlan.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+namespace dtorch::dtensor {
+#define GEN_PASS_DEF_PLANBUFFERS
+#include "dtensor/Transforms/Passes.h.inc"
+} // namespace dtorch::dtensor
+
+using namespace mlir;
+
+namespace {
+
+/// Bytes of a ranked tensor (an i1 element takes a byte), or -1.
+int64_t tensorBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return -1;
+  Type et = t.getElementType();
+  int64_t width = et.isIntOrFloat() ? et.getIntOrFloatBitWidth() : 0;
+  if (width == 0)
+    return -1;
+  int64_t elementBytes = width == 1 ? 1 : width / 8;
+  return t.getNumElements() * elementBytes;
+}
+
+struct PlanBuffersPass
+    : public dtorch::dtensor::impl::PlanBuffersBase<PlanBuffersPass> {
+  using PlanBuffersBase::PlanBuffersBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    namespace rank = dtorch::rank;
+    namespace bp = dtorch::bufplan;
+    if (!fn.getBody().hasOneBlock())
+      return;
+    Block &body = fn.getBody().front();
+    // Only functions of rank ops (after SPMD lowering) are planned.
+    for (Operation &op : body)
+      if (!isa<func::ReturnOp>(op) &&
+          !(op.getDialect() && isa<rank::RankDialect>(op.getDialect())))
+        return;
+
+    llvm::DenseMap<Value, int> bufferOf;
+    std::vector<int64_t> bytes;
+    auto addBuffer = [&](Value v, bool ownStorage) {
+      bufferOf[v] = static_cast<int>(bytes.size());
+      int64_t size = tensorBytes(v.getType());
+      bytes.push_back(ownStorage || size < 0 ? -1 : size);
+    };
+    for (BlockArgument arg : fn.getArguments())
+      addBuffer(arg, /*ownStorage=*/true);
+
+    llvm::DenseMap<Operation *, int> stepOf;
+    std::vector<bp::Step> steps;
+    std::vector<Operation *> stepOps;
+    std::vector<bp::InPlaceCandidate> candidates;
+    for (Operation &op : body) {
+      if (isa<func::ReturnOp>(op))
+        continue;
+      op.removeAttr(rank::kArenaOffsetAttrName);
+      bp::Step step;
+      auto kernel = dyn_cast<rank::KernelOp>(op);
+      step.stream = kernel ? 0 : 1;
+      int index = static_cast<int>(steps.size());
+      for (Value v : op.getOperands()) {
+        step.reads.push_back(bufferOf.lookup(v));
+        // The emitter makes a step wait for a value made on the other
+        // stream (an event); the same order is assumed here.
+        if (Operation *def = v.getDefiningOp()) {
+          int producer = stepOf.lookup(def);
+          if (steps[producer].stream != step.stream)
+            step.waitsOn.push_back(producer);
+        }
+      }
+      for (Value r : op.getResults()) {
+        bool escapes = llvm::any_of(r.getUsers(), [](Operation *user) {
+          return isa<func::ReturnOp>(user);
+        });
+        addBuffer(r, escapes);
+        step.writes.push_back(bufferOf.lookup(r));
+      }
+      if (kernel && op.getNumResults() == 1 &&
+          bp::inPlaceKernel(kernel.getKernel()))
+        for (Value v : op.getOperands())
+          if (v.getDefiningOp())
+            candidates.push_back(
+                {index, bufferOf.lookup(v), bufferOf.lookup(op.getResult(0))});
+      stepOf[&op] = index;
+      steps.push_back(std::move(step));
+      stepOps.push_back(&op);
+    }
+
+    bp::StepOrder order(steps, /*numStreams=*/2);
+    bp::Liveness live =
+        bp::computeLiveness(steps, order, static_cast<int>(bytes.size()));
+    bp::ArenaPlan plan = bp::planArena(bytes, live, order, candidates);
+
+    Builder b(fn.getContext());
+    int64_t ownBytes = 0, planned = 0;
+    for (Operation *op : stepOps)
+      for (Value r : op->getResults()) {
+        int64_t offset = plan.offsets[bufferOf.lookup(r)];
+        if (offset >= 0) {
+          op->setAttr(rank::kArenaOffsetAttrName, b.getI64IntegerAttr(offset));
+          ++planned;
+        } else {
+          ownBytes += std::max<int64_t>(tensorBytes(r.getType()), 0);
+        }
+      }
+    fn->setAttr(rank::kArenaBytesAttrName,
+                b.getI64IntegerAttr(plan.arenaBytes));
+    if (report) {
+      int64_t unplanned = 0;
+      for (int64_t size : bytes)
+        unplanned += size > 0 ? bp::alignUp(size) : 0;
+      fn.emitRemark() << "arena " << plan.arenaBytes << " bytes for " << planned
+                      << " temporaries (" << unplanned
+                      << " bytes without planning, " << plan.inPlace
+                      << " in place); results " << ownBytes << " bytes";
+    }
+  }
+};
+
+} // namespace
