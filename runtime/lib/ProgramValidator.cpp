@@ -1,9 +1,12 @@
 #include "dtorch/runtime/ProgramValidator.h"
 
+#include "dtorch/BufferPlan.h"
+
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/Shape.h"
 
+#include <algorithm>
 #include <array>
 #include <set>
 
@@ -392,6 +395,125 @@ struct Validator {
       }
     }
   }
+
+  // Buffer planning (Program.buffer_offsets): every planned buffer fits the
+  // arena at an aligned offset, inputs and outputs keep their own storage,
+  // and two buffers sharing arena memory are never live at the same time
+  // (the live ranges of include/dtorch/BufferPlan.h, recomputed here from
+  // the instructions and events) unless one is an elementwise instruction's
+  // output written over an input that dies there.
+  void checkArena() const {
+    namespace bp = ::dtorch::bufplan;
+    int numBuffers = program.buffers_size();
+    if (program.buffer_offsets_size() == 0) {
+      if (program.arena_bytes() != 0)
+        fail("arena_bytes is " + std::to_string(program.arena_bytes()) +
+             " but no buffer is planned");
+      return;
+    }
+    if (program.buffer_offsets_size() != numBuffers)
+      fail("buffer_offsets has " +
+           std::to_string(program.buffer_offsets_size()) + " entries for " +
+           std::to_string(numBuffers) + " buffers");
+    int64_t arena = program.arena_bytes();
+    if (arena < 0 || arena > (int64_t(1) << 50))
+      fail("arena_bytes " + std::to_string(arena) + " is out of range");
+    std::vector<int64_t> bytes(numBuffers, -1);
+    for (int b = 0; b < numBuffers; ++b) {
+      int64_t offset = program.buffer_offsets(b);
+      if (offset == -1)
+        continue;
+      if (offset < 0 || offset % bp::kArenaAlignment != 0)
+        fail("buffer " + std::to_string(b) + " has arena offset " +
+             std::to_string(offset) + " (must be -1 or a multiple of " +
+             std::to_string(bp::kArenaAlignment) + ")");
+      TensorDesc desc = descOf(b);
+      bytes[b] =
+          shapeNumel(desc.shape) * static_cast<int64_t>(dtypeSize(desc.dtype));
+      if (offset > arena || bytes[b] > arena - offset)
+        fail("buffer " + std::to_string(b) + " (" + std::to_string(bytes[b]) +
+             " bytes at offset " + std::to_string(offset) +
+             ") does not fit in the arena of " + std::to_string(arena) +
+             " bytes");
+    }
+    for (int id : program.inputs())
+      if (bytes[id] >= 0)
+        fail("input buffer " + std::to_string(id) + " is placed in the arena");
+    for (int id : program.outputs())
+      if (bytes[id] >= 0)
+        fail("output buffer " + std::to_string(id) + " is placed in the arena");
+
+    std::vector<int> recorder(program.num_events(), -1);
+    for (int i = 0; i < program.instructions_size(); ++i)
+      if (program.instructions(i).record_event() >= 0)
+        recorder[program.instructions(i).record_event()] = i;
+    std::vector<bp::Step> steps(program.instructions_size());
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      steps[i].stream = static_cast<int>(inst.stream());
+      steps[i].reads.assign(inst.inputs().begin(), inst.inputs().end());
+      steps[i].writes.assign(inst.outputs().begin(), inst.outputs().end());
+      for (int event : inst.wait_events())
+        steps[i].waitsOn.push_back(recorder[event]);
+    }
+    bp::StepOrder order(steps, kStreams);
+    bp::Liveness live = bp::computeLiveness(steps, order, numBuffers);
+
+    // In-place chains: an output at the same place as an input that dies at
+    // its elementwise instruction joins the input's chain.
+    std::vector<int> chain(numBuffers);
+    for (int b = 0; b < numBuffers; ++b)
+      chain[b] = b;
+    auto root = [&](int b) {
+      while (chain[b] != b)
+        b = chain[b] = chain[chain[b]];
+      return b;
+    };
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      if (inst.stream() != ::dtorch::wire::COMPUTE ||
+          inst.outputs_size() != 1 || !bp::inPlaceKernel(inst.op()))
+        continue;
+      int out = inst.outputs(0);
+      for (int in : inst.inputs())
+        if (bytes[in] > 0 && bytes[out] == bytes[in] &&
+            program.buffer_offsets(in) == program.buffer_offsets(out) &&
+            bp::inPlaceLegal(live, order, in, i))
+          chain[root(out)] = root(in);
+    }
+
+    // Buffers by offset; each is checked against those it overlaps.
+    std::vector<int> planned;
+    for (int b = 0; b < numBuffers; ++b)
+      if (bytes[b] > 0)
+        planned.push_back(b);
+    std::sort(planned.begin(), planned.end(), [&](int a, int b) {
+      return program.buffer_offsets(a) < program.buffer_offsets(b);
+    });
+    std::vector<int> open; // planned buffers whose memory may reach further
+    for (int b : planned) {
+      int64_t lo = program.buffer_offsets(b);
+      open.erase(std::remove_if(open.begin(), open.end(),
+                                [&](int a) {
+                                  return program.buffer_offsets(a) + bytes[a] <=
+                                         lo;
+                                }),
+                 open.end());
+      const bp::LiveRange &rb = live.ranges[b];
+      for (int a : open) {
+        const bp::LiveRange &ra = live.ranges[a];
+        bool disjoint = ra.first < 0 || rb.first < 0 || ra.last < rb.first ||
+                        rb.last < ra.first;
+        if (!disjoint && root(a) != root(b))
+          fail("buffers " + std::to_string(a) + " and " + std::to_string(b) +
+               " share arena memory while both are live (instructions " +
+               std::to_string(ra.first) + ".." + std::to_string(ra.last) +
+               " and " + std::to_string(rb.first) + ".." +
+               std::to_string(rb.last) + ")");
+      }
+      open.push_back(b);
+    }
+  }
 };
 
 } // namespace
@@ -506,6 +628,7 @@ void validateProgram(const Program &program, int communicatorRank) {
   for (int i = 0; i < program.instructions_size(); ++i)
     validator.checkInstruction(i);
   validator.checkDataflow();
+  validator.checkArena();
 }
 
 } // namespace dtorch::rt
