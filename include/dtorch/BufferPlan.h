@@ -220,11 +220,15 @@ inline ArenaPlan planArena(const std::vector<int64_t> &bytes,
   };
   std::vector<Slot> slots;
   std::vector<bool> donated(n, false);
+  std::vector<std::vector<InPlaceCandidate>> candidatesOf(n);
+  for (const InPlaceCandidate &c : candidates)
+    if (c.output >= 0 && c.output < n && c.input >= 0 && c.input < n)
+      candidatesOf[c.output].push_back(c);
   for (int b = 0; b < n; ++b) {
     if (bytes[b] < 0 || live.ranges[b].first < 0)
       continue;
-    for (const InPlaceCandidate &c : candidates) {
-      if (c.output != b || bytes[c.input] != bytes[b] || donated[c.input] ||
+    for (const InPlaceCandidate &c : candidatesOf[b]) {
+      if (bytes[c.input] != bytes[b] || donated[c.input] ||
           slotOf[c.input] < 0 || !inPlaceLegal(live, order, c.input, c.step))
         continue;
       donated[c.input] = true;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <set>
 
 namespace dtorch::rt {
@@ -482,36 +483,62 @@ struct Validator {
           chain[root(out)] = root(in);
     }
 
-    // Buffers by offset; each is checked against those it overlaps.
-    std::vector<int> planned;
-    for (int b = 0; b < numBuffers; ++b)
-      if (bytes[b] > 0)
-        planned.push_back(b);
-    std::sort(planned.begin(), planned.end(), [&](int a, int b) {
-      return program.buffer_offsets(a) < program.buffer_offsets(b);
-    });
-    std::vector<int> open; // planned buffers whose memory may reach further
-    for (int b : planned) {
-      int64_t lo = program.buffer_offsets(b);
-      open.erase(std::remove_if(open.begin(), open.end(),
-                                [&](int a) {
-                                  return program.buffer_offsets(a) + bytes[a] <=
-                                         lo;
-                                }),
-                 open.end());
-      const bp::LiveRange &rb = live.ranges[b];
-      for (int a : open) {
-        const bp::LiveRange &ra = live.ranges[a];
-        bool disjoint = ra.first < 0 || rb.first < 0 || ra.last < rb.first ||
-                        rb.last < ra.first;
-        if (!disjoint && root(a) != root(b))
-          fail("buffers " + std::to_string(a) + " and " + std::to_string(b) +
-               " share arena memory while both are live (instructions " +
-               std::to_string(ra.first) + ".." + std::to_string(ra.last) +
-               " and " + std::to_string(rb.first) + ".." +
-               std::to_string(rb.last) + ")");
+    // Each chain (a buffer alone, or an in-place chain: one place in the
+    // arena) is live from its first write to its members' last range end.
+    // Sweeping the chains by first step, the memory of those still live
+    // must never overlap: each new one is checked against its neighbours
+    // by offset.
+    struct Unit {
+      int64_t offset, size;
+      int first, last, buffer;
+    };
+    std::vector<int> unitOf(numBuffers, -1);
+    std::vector<Unit> units;
+    for (int b = 0; b < numBuffers; ++b) {
+      if (bytes[b] <= 0 || live.ranges[b].first < 0)
+        continue;
+      int r = root(b);
+      if (unitOf[r] < 0) {
+        unitOf[r] = static_cast<int>(units.size());
+        units.push_back({program.buffer_offsets(b), bytes[b],
+                         live.ranges[b].first, live.ranges[b].last, b});
       }
-      open.push_back(b);
+      Unit &unit = units[unitOf[r]];
+      unit.first = std::min(unit.first, live.ranges[b].first);
+      unit.last = std::max(unit.last, live.ranges[b].last);
+      unit.size = std::max(unit.size, bytes[b]);
+    }
+    std::vector<int> byFirst(units.size());
+    for (size_t u = 0; u < units.size(); ++u)
+      byFirst[u] = static_cast<int>(u);
+    std::sort(byFirst.begin(), byFirst.end(),
+              [&](int a, int b) { return units[a].first < units[b].first; });
+    std::map<int64_t, int> liveByOffset;
+    std::set<std::pair<int, int>> liveByLast; // (last, unit)
+    auto conflict = [&](const Unit &a, const Unit &b) {
+      fail("buffers " + std::to_string(a.buffer) + " and " +
+           std::to_string(b.buffer) +
+           " share arena memory while both are live (instructions " +
+           std::to_string(a.first) + ".." + std::to_string(a.last) + " and " +
+           std::to_string(b.first) + ".." + std::to_string(b.last) + ")");
+    };
+    for (int u : byFirst) {
+      const Unit &unit = units[u];
+      while (!liveByLast.empty() && liveByLast.begin()->first < unit.first) {
+        liveByOffset.erase(units[liveByLast.begin()->second].offset);
+        liveByLast.erase(liveByLast.begin());
+      }
+      auto next = liveByOffset.lower_bound(unit.offset);
+      if (next != liveByOffset.end() &&
+          units[next->second].offset < unit.offset + unit.size)
+        conflict(units[next->second], unit);
+      if (next != liveByOffset.begin()) {
+        const Unit &before = units[std::prev(next)->second];
+        if (before.offset + before.size > unit.offset)
+          conflict(before, unit);
+      }
+      liveByOffset[unit.offset] = u;
+      liveByLast.insert({unit.last, u});
     }
   }
 };
