@@ -10,6 +10,7 @@
 #include "dtorch/BufferPlan.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace dtorch::dtensor {
 #define GEN_PASS_DEF_PLANBUFFERS
@@ -50,6 +51,11 @@ struct PlanBuffersPass
           !(op.getDialect() && isa<rank::RankDialect>(op.getDialect())))
         return;
 
+    // Values returned by the function keep their own storage.
+    llvm::DenseSet<Value> returned;
+    if (auto ret = dyn_cast<func::ReturnOp>(body.getTerminator()))
+      returned.insert(ret.getOperands().begin(), ret.getOperands().end());
+
     llvm::DenseMap<Value, int> bufferOf;
     std::vector<int64_t> bytes;
     auto addBuffer = [&](Value v, bool ownStorage) {
@@ -67,7 +73,8 @@ struct PlanBuffersPass
     for (Operation &op : body) {
       if (isa<func::ReturnOp>(op))
         continue;
-      op.removeAttr(rank::kArenaOffsetAttrName);
+      if (op.getDiscardableAttr(rank::kArenaOffsetAttrName))
+        op.removeDiscardableAttr(rank::kArenaOffsetAttrName);
       bp::Step step;
       auto kernel = dyn_cast<rank::KernelOp>(op);
       step.stream = kernel ? 0 : 1;
@@ -83,10 +90,7 @@ struct PlanBuffersPass
         }
       }
       for (Value r : op.getResults()) {
-        bool escapes = llvm::any_of(r.getUsers(), [](Operation *user) {
-          return isa<func::ReturnOp>(user);
-        });
-        addBuffer(r, escapes);
+        addBuffer(r, returned.contains(r));
         step.writes.push_back(bufferOf.lookup(r));
       }
       if (kernel && op.getNumResults() == 1 &&
@@ -111,7 +115,8 @@ struct PlanBuffersPass
       for (Value r : op->getResults()) {
         int64_t offset = plan.offsets[bufferOf.lookup(r)];
         if (offset >= 0) {
-          op->setAttr(rank::kArenaOffsetAttrName, b.getI64IntegerAttr(offset));
+          op->setDiscardableAttr(rank::kArenaOffsetAttrName,
+                                 b.getI64IntegerAttr(offset));
           ++planned;
         } else {
           ownBytes += std::max<int64_t>(tensorBytes(r.getType()), 0);
