@@ -61,7 +61,8 @@ struct Step {
 };
 
 /// Happens-before between the steps of a program, from stream order and
-/// waits, as one vector clock per step.
+/// waits, as one vector clock per step. Not thread-safe (lastUnordered
+/// uses a scratch vector).
 class StepOrder {
 public:
   StepOrder(const std::vector<Step> &steps, int numStreams)
@@ -103,7 +104,8 @@ public:
   /// The last step that does not happen after all of `accesses` (which are
   /// step indices); at least the last access.
   int lastUnordered(const std::vector<int> &accesses) const {
-    std::vector<int64_t> need(numStreams_, 0);
+    std::vector<int64_t> &need = need_;
+    need.assign(numStreams_, 0);
     int last = -1;
     for (int a : accesses) {
       need[stream_[a]] = std::max(need[stream_[a]], ordinal_[a] + 1);
@@ -140,6 +142,7 @@ private:
   std::vector<int64_t> clock_;   // per step: steps of each stream done before
   std::vector<std::vector<int>> byStream_;
   std::vector<int> stream_;
+  mutable std::vector<int64_t> need_; // lastUnordered's scratch
 };
 
 struct LiveRange {

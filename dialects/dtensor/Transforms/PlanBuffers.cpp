@@ -66,7 +66,8 @@ struct PlanBuffersPass
     for (BlockArgument arg : fn.getArguments())
       addBuffer(arg, /*ownStorage=*/true);
 
-    llvm::DenseMap<Operation *, int> stepOf;
+    // The step writing each buffer (-1: an argument).
+    std::vector<int> producerOf(bytes.size(), -1);
     std::vector<bp::Step> steps;
     std::vector<Operation *> stepOps;
     std::vector<bp::InPlaceCandidate> candidates;
@@ -83,15 +84,14 @@ struct PlanBuffersPass
         step.reads.push_back(bufferOf.lookup(v));
         // The emitter makes a step wait for a value made on the other
         // stream (an event); the same order is assumed here.
-        if (Operation *def = v.getDefiningOp()) {
-          int producer = stepOf.lookup(def);
-          if (steps[producer].stream != step.stream)
-            step.waitsOn.push_back(producer);
-        }
+        int producer = producerOf[step.reads.back()];
+        if (producer >= 0 && steps[producer].stream != step.stream)
+          step.waitsOn.push_back(producer);
       }
       for (Value r : op.getResults()) {
         addBuffer(r, returned.contains(r));
-        step.writes.push_back(bufferOf.lookup(r));
+        step.writes.push_back(static_cast<int>(bytes.size()) - 1);
+        producerOf.push_back(index);
       }
       if (kernel && op.getNumResults() == 1 &&
           bp::inPlaceKernel(kernel.getKernel()))
@@ -99,7 +99,6 @@ struct PlanBuffersPass
           if (v.getDefiningOp())
             candidates.push_back(
                 {index, bufferOf.lookup(v), bufferOf.lookup(op.getResult(0))});
-      stepOf[&op] = index;
       steps.push_back(std::move(step));
       stepOps.push_back(&op);
     }
