@@ -47,6 +47,10 @@ struct CompiledFunction {
 bool programRunsAt(const wire::Program &program,
                    const std::vector<int64_t> &coords);
 
+/// Whether compiles plan buffers by default: true unless the environment
+/// variable DTORCH_BUFFER_PLANNING is "0" (read at each call).
+bool bufferPlanningDefault();
+
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
   /// "rank") in CompileResult::stages (printed at the pipeline's stage
@@ -59,6 +63,10 @@ struct CompileOptions {
   /// manager, every pass, emission) into CompileResult::timings, in CPU seconds
   /// of the compiling thread.
   bool profile = false;
+  /// Run --rank-plan-buffers after the pipeline: every temporary of a class
+  /// program gets an offset in one per-rank arena (Program.buffer_offsets);
+  /// off, every buffer has its own storage.
+  bool planBuffers = bufferPlanningDefault();
 };
 
 struct CompileResult {

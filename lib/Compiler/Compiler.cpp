@@ -16,6 +16,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <map>
 
@@ -167,6 +168,8 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   PassManager pm(ctx);
   pm.enableVerifier(false);
   dtensor::buildDTensorToRankPipeline(pm);
+  if (options.planBuffers)
+    pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
   if (options.profile)
     result.timings.emplace_back("pipeline setup", secondsSince(setupStart));
   if (options.recordStages || options.explain)
@@ -209,6 +212,11 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
 }
 
 } // namespace
+
+bool bufferPlanningDefault() {
+  const char *value = std::getenv("DTORCH_BUFFER_PLANNING");
+  return !(value && std::string(value) == "0");
+}
 
 CompileResult compileModule(const std::string &source,
                             const std::string &sourceName,

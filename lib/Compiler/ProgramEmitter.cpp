@@ -141,6 +141,11 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     }
   }
 
+  // Buffer planning (--rank-plan-buffers): each buffer's arena offset.
+  auto arenaBytes = fn->getAttrOfType<IntegerAttr>(rank::kArenaBytesAttrName);
+  bool planned = static_cast<bool>(arenaBytes);
+  llvm::DenseMap<int32_t, int64_t> offsets;
+
   llvm::DenseMap<Value, int32_t> bufferOf;
   // Where each buffer was written: instruction index and stream.
   llvm::DenseMap<int32_t, std::pair<int, wire::Stream>> producer;
@@ -185,7 +190,7 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       return op.emitOpError("cannot be emitted into a per-rank program");
     }
     for (NamedAttribute a : op.getAttrs()) {
-      if (a.getName() == "kernel")
+      if (a.getName() == "kernel" || a.getName() == rank::kArenaOffsetAttrName)
         continue;
       if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
         return failure();
@@ -208,14 +213,25 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
           inst.add_wait_events(src->record_event());
       }
     }
+    auto arenaOffset =
+        op.getAttrOfType<IntegerAttr>(rank::kArenaOffsetAttrName);
     for (Value r : op.getResults()) {
       FailureOr<int32_t> id = addBuffer(r);
       if (failed(id))
         return failure();
+      if (planned)
+        offsets[*id] = arenaOffset ? arenaOffset.getInt() : -1;
       inst.add_outputs(*id);
       producer[*id] = {program.instructions_size(), inst.stream()};
     }
     *program.add_instructions() = std::move(inst);
+  }
+  if (planned) {
+    program.set_arena_bytes(arenaBytes.getInt());
+    for (int32_t id = 0; id < program.buffers_size(); ++id) {
+      auto it = offsets.find(id);
+      program.add_buffer_offsets(it == offsets.end() ? -1 : it->second);
+    }
   }
   return program;
 }

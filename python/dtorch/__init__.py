@@ -64,10 +64,17 @@ def memory_stats(with_handles=False):
         ``"host"`` (the worker's host name; ``"in-process"`` for the
         in-process backend), ``"tensors"`` (live tensors), ``"bytes"``
         (bytes of their storages; a storage shared by two tensors counts
-        once), ``"bytes_by_dtype"`` (the same bytes by dtype name), and with
-        ``with_handles`` ``"handles"`` (tensor handle -> bytes). The
-        simulated backend runs nothing and holds nothing: its ``"tensors"``
-        and ``"bytes"`` are ``None``.
+        once), ``"bytes_by_dtype"`` (the same bytes by dtype name),
+        ``"arena_bytes"`` (the arena the rank keeps for the planned
+        temporaries of its programs), ``"last_run_arena_bytes"`` (the peak
+        bytes of the last program's planned temporaries; 0 without buffer
+        planning), ``"last_run_peak_bytes"`` (the rank's memory during its
+        last run: table before it, arena, and the buffers it allocated),
+        ``"peak_bytes"`` (the high-water mark of the rank's memory so far),
+        and with ``with_handles`` ``"handles"`` (tensor handle -> bytes).
+        Buffer planning is on unless ``DTORCH_BUFFER_PLANNING=0`` is set
+        before the first compile. The simulated backend runs nothing and
+        holds nothing: its counts are ``None``.
 
     Example:
         >>> import dtorch

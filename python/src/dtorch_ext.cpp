@@ -516,7 +516,15 @@ NB_MODULE(_C, m) {
             d["tensors"] = nb::none();
             d["bytes"] = nb::none();
             d["bytes_by_dtype"] = nb::dict();
+            d["arena_bytes"] = nb::none();
+            d["last_run_arena_bytes"] = nb::none();
+            d["last_run_peak_bytes"] = nb::none();
+            d["peak_bytes"] = nb::none();
           } else {
+            d["arena_bytes"] = st.arenaBytes;
+            d["last_run_arena_bytes"] = st.lastRunArenaBytes;
+            d["last_run_peak_bytes"] = st.lastRunPeakBytes;
+            d["peak_bytes"] = st.peakBytes;
             d["tensors"] = st.tensors;
             d["bytes"] = st.bytes;
             nb::dict byDtype;
@@ -537,6 +545,7 @@ NB_MODULE(_C, m) {
       nb::arg("with_handles") = false,
       "Every global rank's buffer table, queued behind all work submitted "
       "so far: a list of dicts (rank, host, tensors, bytes, bytes_by_dtype, "
+      "arena_bytes, last_run_arena_bytes, last_run_peak_bytes, peak_bytes, "
       "and with_handles: handle -> bytes).");
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });

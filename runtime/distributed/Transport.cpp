@@ -102,6 +102,10 @@ void memoryStatsToWire(const MemoryStats &stats, wire::MemoryStatsReply *out) {
   out->set_rank(stats.rank);
   out->set_tensors(stats.tensors);
   out->set_bytes(stats.bytes);
+  out->set_arena_bytes(stats.arenaBytes);
+  out->set_last_run_arena_bytes(stats.lastRunArenaBytes);
+  out->set_last_run_peak_bytes(stats.lastRunPeakBytes);
+  out->set_peak_bytes(stats.peakBytes);
   for (const auto &[dtype, bytes] : stats.bytesByDtype) {
     wire::DTypeBytes *entry = out->add_by_dtype();
     entry->set_dtype(dtype);
@@ -120,6 +124,10 @@ MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
   stats.rank = reply.rank();
   stats.tensors = reply.tensors();
   stats.bytes = reply.bytes();
+  stats.arenaBytes = reply.arena_bytes();
+  stats.lastRunArenaBytes = reply.last_run_arena_bytes();
+  stats.lastRunPeakBytes = reply.last_run_peak_bytes();
+  stats.peakBytes = reply.peak_bytes();
   for (const wire::DTypeBytes &entry : reply.by_dtype())
     stats.bytesByDtype[entry.dtype()] += entry.bytes();
   for (const wire::HeldTensor &entry : reply.held())

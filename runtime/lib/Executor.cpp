@@ -95,6 +95,11 @@ void runCollective(Communicator &comm, const Instruction &inst,
 
 Executor::Executor(Communicator *comm) : comm_(comm) {}
 
+uint64_t Executor::arenaCapacity() const {
+  std::lock_guard<std::mutex> lock(arena_->mutex);
+  return arena_->storage.nbytes();
+}
+
 std::vector<Tensor> Executor::run(const Program &program,
                                   const std::vector<Tensor> &inputs,
                                   const std::vector<int64_t> &seeds) {
@@ -143,16 +148,49 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
                          ", got " + given.describe());
     buffers[id] = given;
   }
-  for (int id = 0; id < program.buffers_size(); ++id) {
-    if (buffers[id].defined())
-      continue;
-    try {
-      buffers[id] = Tensor::emptyLike(program.buffers(id));
-    } catch (const std::bad_alloc &) {
-      throw RuntimeError(prefix + "out of memory allocating buffer " +
-                         std::to_string(id));
+  // Planned buffers are views into the arena (validated: they fit and never
+  // overlap while live); the others get their own storage.
+  RunMemory memory;
+  std::unique_lock<std::mutex> arenaLock(arena_->mutex, std::defer_lock);
+  Tensor runArena;
+  bool planned = program.buffer_offsets_size() == program.buffers_size() &&
+                 program.arena_bytes() > 0;
+  try {
+    if (planned) {
+      memory.arenaBytes = static_cast<uint64_t>(program.arena_bytes());
+      if (arenaLock.try_lock()) {
+        Tensor &kept = arena_->storage;
+        if (!kept.defined() ||
+            kept.nbytes() < static_cast<size_t>(program.arena_bytes())) {
+          kept = Tensor(); // release the old one before growing
+          kept = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()});
+          ++memory.allocations;
+        }
+        runArena = kept;
+      } else {
+        runArena = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()});
+        ++memory.allocations;
+      }
     }
+    for (int id = 0; id < program.buffers_size(); ++id) {
+      if (buffers[id].defined())
+        continue;
+      const auto &spec = program.buffers(id);
+      int64_t offset = planned ? program.buffer_offsets(id) : -1;
+      if (offset >= 0) {
+        buffers[id] = Tensor::viewOf(
+            runArena, static_cast<size_t>(offset), spec.dtype(),
+            std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
+        continue;
+      }
+      buffers[id] = Tensor::emptyLike(spec);
+      memory.ownBytes += buffers[id].nbytes();
+      ++memory.allocations;
+    }
+  } catch (const std::bad_alloc &) {
+    throw RuntimeError(prefix + "out of memory allocating its buffers");
   }
+  lastRun_ = memory;
 
   // Resolve kernels up front (validation guarantees they exist).
   std::vector<const Kernel *> kernels(

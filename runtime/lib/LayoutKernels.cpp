@@ -17,7 +17,8 @@ void requireSameDtype(const TensorDesc &x, const TensorDesc &out) {
 
 void copyWhole(const std::vector<const Tensor *> &inputs,
                const std::vector<Tensor *> &outputs) {
-  if (outputs[0]->nbytes() != 0)
+  // A planned output may be written over its input (in place): nothing to do.
+  if (outputs[0]->nbytes() != 0 && outputs[0]->data() != inputs[0]->data())
     std::memcpy(outputs[0]->data(), inputs[0]->data(), outputs[0]->nbytes());
 }
 

@@ -1,10 +1,14 @@
 #include "dtorch/runtime/ProgramValidator.h"
 
+#include "dtorch/BufferPlan.h"
+
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/Shape.h"
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <set>
 
 namespace dtorch::rt {
@@ -392,6 +396,151 @@ struct Validator {
       }
     }
   }
+
+  // Buffer planning (Program.buffer_offsets): every planned buffer fits the
+  // arena at an aligned offset, inputs and outputs keep their own storage,
+  // and two buffers sharing arena memory are never live at the same time
+  // (the live ranges of include/dtorch/BufferPlan.h, recomputed here from
+  // the instructions and events) unless one is an elementwise instruction's
+  // output written over an input that dies there.
+  void checkArena() const {
+    namespace bp = ::dtorch::bufplan;
+    int numBuffers = program.buffers_size();
+    if (program.buffer_offsets_size() == 0) {
+      if (program.arena_bytes() != 0)
+        fail("arena_bytes is " + std::to_string(program.arena_bytes()) +
+             " but no buffer is planned");
+      return;
+    }
+    if (program.buffer_offsets_size() != numBuffers)
+      fail("buffer_offsets has " +
+           std::to_string(program.buffer_offsets_size()) + " entries for " +
+           std::to_string(numBuffers) + " buffers");
+    int64_t arena = program.arena_bytes();
+    if (arena < 0 || arena > (int64_t(1) << 50))
+      fail("arena_bytes " + std::to_string(arena) + " is out of range");
+    std::vector<int64_t> bytes(numBuffers, -1);
+    for (int b = 0; b < numBuffers; ++b) {
+      int64_t offset = program.buffer_offsets(b);
+      if (offset == -1)
+        continue;
+      if (offset < 0 || offset % bp::kArenaAlignment != 0)
+        fail("buffer " + std::to_string(b) + " has arena offset " +
+             std::to_string(offset) + " (must be -1 or a multiple of " +
+             std::to_string(bp::kArenaAlignment) + ")");
+      TensorDesc desc = descOf(b);
+      bytes[b] =
+          shapeNumel(desc.shape) * static_cast<int64_t>(dtypeSize(desc.dtype));
+      if (offset > arena || bytes[b] > arena - offset)
+        fail("buffer " + std::to_string(b) + " (" + std::to_string(bytes[b]) +
+             " bytes at offset " + std::to_string(offset) +
+             ") does not fit in the arena of " + std::to_string(arena) +
+             " bytes");
+    }
+    for (int id : program.inputs())
+      if (bytes[id] >= 0)
+        fail("input buffer " + std::to_string(id) + " is placed in the arena");
+    for (int id : program.outputs())
+      if (bytes[id] >= 0)
+        fail("output buffer " + std::to_string(id) + " is placed in the arena");
+
+    std::vector<int> recorder(program.num_events(), -1);
+    for (int i = 0; i < program.instructions_size(); ++i)
+      if (program.instructions(i).record_event() >= 0)
+        recorder[program.instructions(i).record_event()] = i;
+    std::vector<bp::Step> steps(program.instructions_size());
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      steps[i].stream = static_cast<int>(inst.stream());
+      steps[i].reads.assign(inst.inputs().begin(), inst.inputs().end());
+      steps[i].writes.assign(inst.outputs().begin(), inst.outputs().end());
+      for (int event : inst.wait_events())
+        steps[i].waitsOn.push_back(recorder[event]);
+    }
+    bp::StepOrder order(steps, kStreams);
+    bp::Liveness live = bp::computeLiveness(steps, order, numBuffers);
+
+    // In-place chains: an output at the same place as an input that dies at
+    // its elementwise instruction joins the input's chain.
+    std::vector<int> chain(numBuffers);
+    for (int b = 0; b < numBuffers; ++b)
+      chain[b] = b;
+    auto root = [&](int b) {
+      while (chain[b] != b)
+        b = chain[b] = chain[chain[b]];
+      return b;
+    };
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      if (inst.stream() != ::dtorch::wire::COMPUTE ||
+          inst.outputs_size() != 1 || !bp::inPlaceKernel(inst.op()))
+        continue;
+      int out = inst.outputs(0);
+      for (int in : inst.inputs())
+        if (bytes[in] > 0 && bytes[out] == bytes[in] &&
+            program.buffer_offsets(in) == program.buffer_offsets(out) &&
+            bp::inPlaceLegal(live, order, in, i))
+          chain[root(out)] = root(in);
+    }
+
+    // Each chain (a buffer alone, or an in-place chain: one place in the
+    // arena) is live from its first write to its members' last range end.
+    // Sweeping the chains by first step, the memory of those still live
+    // must never overlap: each new one is checked against its neighbours
+    // by offset.
+    struct Unit {
+      int64_t offset, size;
+      int first, last, buffer;
+    };
+    std::vector<int> unitOf(numBuffers, -1);
+    std::vector<Unit> units;
+    for (int b = 0; b < numBuffers; ++b) {
+      if (bytes[b] <= 0 || live.ranges[b].first < 0)
+        continue;
+      int r = root(b);
+      if (unitOf[r] < 0) {
+        unitOf[r] = static_cast<int>(units.size());
+        units.push_back({program.buffer_offsets(b), bytes[b],
+                         live.ranges[b].first, live.ranges[b].last, b});
+      }
+      Unit &unit = units[unitOf[r]];
+      unit.first = std::min(unit.first, live.ranges[b].first);
+      unit.last = std::max(unit.last, live.ranges[b].last);
+      unit.size = std::max(unit.size, bytes[b]);
+    }
+    std::vector<int> byFirst(units.size());
+    for (size_t u = 0; u < units.size(); ++u)
+      byFirst[u] = static_cast<int>(u);
+    std::sort(byFirst.begin(), byFirst.end(),
+              [&](int a, int b) { return units[a].first < units[b].first; });
+    std::map<int64_t, int> liveByOffset;
+    std::set<std::pair<int, int>> liveByLast; // (last, unit)
+    auto conflict = [&](const Unit &a, const Unit &b) {
+      fail("buffers " + std::to_string(a.buffer) + " and " +
+           std::to_string(b.buffer) +
+           " share arena memory while both are live (instructions " +
+           std::to_string(a.first) + ".." + std::to_string(a.last) + " and " +
+           std::to_string(b.first) + ".." + std::to_string(b.last) + ")");
+    };
+    for (int u : byFirst) {
+      const Unit &unit = units[u];
+      while (!liveByLast.empty() && liveByLast.begin()->first < unit.first) {
+        liveByOffset.erase(units[liveByLast.begin()->second].offset);
+        liveByLast.erase(liveByLast.begin());
+      }
+      auto next = liveByOffset.lower_bound(unit.offset);
+      if (next != liveByOffset.end() &&
+          units[next->second].offset < unit.offset + unit.size)
+        conflict(units[next->second], unit);
+      if (next != liveByOffset.begin()) {
+        const Unit &before = units[std::prev(next)->second];
+        if (before.offset + before.size > unit.offset)
+          conflict(before, unit);
+      }
+      liveByOffset[unit.offset] = u;
+      liveByLast.insert({unit.last, u});
+    }
+  }
 };
 
 } // namespace
@@ -506,6 +655,7 @@ void validateProgram(const Program &program, int communicatorRank) {
   for (int i = 0; i < program.instructions_size(); ++i)
     validator.checkInstruction(i);
   validator.checkDataflow();
+  validator.checkArena();
 }
 
 } // namespace dtorch::rt

@@ -131,11 +131,16 @@ std::optional<std::string> RankState::run(uint64_t programId,
                          " output(s), run names " +
                          std::to_string(outputs.size())));
   std::vector<Tensor> results;
+  uint64_t before = tableBytes();
   try {
     results = executor_.runValidated(program, values, seeds);
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }
+  RunMemory memory = executor_.lastRunMemory();
+  lastRunArenaBytes_ = memory.arenaBytes;
+  lastRunPeakBytes_ = before + executor_.arenaCapacity() + memory.ownBytes;
+  peakBytes_ = std::max(peakBytes_, lastRunPeakBytes_);
   for (size_t i = 0; i < outputs.size(); ++i)
     put(outputs[i], std::move(results[i]));
   return std::nullopt;
@@ -168,6 +173,17 @@ void RankState::free(const std::vector<uint64_t> &handles) {
   }
 }
 
+uint64_t RankState::tableBytes() const {
+  uint64_t bytes = 0;
+  std::unordered_set<const void *> storages;
+  for (const auto &[handle, tensor] : tensors_) {
+    uint64_t size = tensor.defined() ? tensor.nbytes() : 0;
+    if (size != 0 && storages.insert(tensor.data()).second)
+      bytes += size;
+  }
+  return bytes;
+}
+
 MemoryStats RankState::memoryStats() const {
   MemoryStats stats;
   stats.rank = rank_;
@@ -183,6 +199,11 @@ MemoryStats RankState::memoryStats() const {
     stats.bytes += bytes;
     stats.bytesByDtype[tensor.dtype()] += bytes;
   }
+  stats.arenaBytes = executor_.arenaCapacity();
+  stats.lastRunArenaBytes = lastRunArenaBytes_;
+  stats.lastRunPeakBytes = lastRunPeakBytes_;
+  peakBytes_ = std::max(peakBytes_, stats.bytes + stats.arenaBytes);
+  stats.peakBytes = peakBytes_;
   std::sort(stats.held.begin(), stats.held.end(),
             [](const HeldTensor &a, const HeldTensor &b) {
               return a.handle < b.handle;

@@ -93,15 +93,42 @@ Tensor Tensor::emptyLike(const ::dtorch::wire::TensorSpec &spec) {
                std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
 }
 
+Tensor Tensor::viewOf(const Tensor &base, size_t byteOffset, DType dtype,
+                      std::vector<int64_t> shape) {
+  if (!base.defined())
+    throw RuntimeError("a view of an undefined tensor");
+  size_t elementSize = dtypeSize(dtype);
+  int64_t numel = shapeNumel(shape);
+  size_t bytes = static_cast<size_t>(numel) * elementSize;
+  if (numel > 0 && static_cast<uint64_t>(numel) >
+                       std::numeric_limits<int64_t>::max() / elementSize)
+    throw RuntimeError("view of shape " + shapeToString(shape) +
+                       " is too large");
+  if (byteOffset > base.nbytes() || bytes > base.nbytes() - byteOffset)
+    throw RuntimeError("a view of " + std::to_string(bytes) + " bytes at " +
+                       std::to_string(byteOffset) + " does not fit in " +
+                       base.describe());
+  Tensor view;
+  view.dtype_ = dtype;
+  view.shape_ = std::move(shape);
+  view.numel_ = numel;
+  view.storage_ = base.storage_;
+  view.offset_ = base.offset_ + byteOffset;
+  return view;
+}
+
 size_t Tensor::nbytes() const {
   if (!defined())
     return 0;
   return static_cast<size_t>(numel_) * dtypeSize(dtype_);
 }
 
-void *Tensor::data() { return storage_ ? storage_->data() : nullptr; }
+void *Tensor::data() {
+  return storage_ ? static_cast<char *>(storage_->data()) + offset_ : nullptr;
+}
 const void *Tensor::data() const {
-  return storage_ ? storage_->data() : nullptr;
+  return storage_ ? static_cast<const char *>(storage_->data()) + offset_
+                  : nullptr;
 }
 
 Tensor Tensor::clone() const {

@@ -151,4 +151,54 @@ def StageBoundary : Pass<"dtensor-stage-boundary", "::mlir::ModuleOp"> {
   ];
 }
 
+def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
+  let summary = "Buffer planning: place every temporary of a class program in one per-rank arena";
+  let description = [{
+    Runs on the class functions that `--dtensor-lower-to-rank` made (any
+    mesh, any class) and assigns every temporary, a value that is neither a
+    function argument nor returned, an offset in one per-rank arena. The
+    live range of a value runs, in program order, from the op that makes it
+    to the last op that may still run before all its uses are done: a
+    collective runs on the communication stream, concurrently with the
+    kernels after it until a kernel waits for one of its results, so a value
+    read by a collective stays live until such a wait (the rule of
+    include/dtorch/BufferPlan.h, which the runtime's validator applies
+    again). Values whose ranges are disjoint share memory; an elementwise
+    kernel whose input dies there writes its result over that input
+    (in place); then a greedy best fit places the slots by decreasing size,
+    then first use, at 64-byte alignment. Arguments and results keep their
+    own storage (the rank's tensor table owns them).
+
+    Each planned op gets `rank.arena_offset` (bytes); the function gets
+    `rank.arena_bytes`, the arena's size: the peak bytes of its
+    temporaries. The emitter writes them into the program
+    (`Program.buffer_offsets`, `Program.arena_bytes`).
+
+    Before:
+    ```mlir
+    func.func @f_class0(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.mesh = array<i64: 2>, ...} {
+      %0 = rank.kernel "exp"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+      %1 = rank.kernel "neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+      %2 = rank.kernel "add"(%1, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      return %2 : tensor<4xf32>
+    }
+    ```
+    After (`%1` is written over `%0`, `%2` is returned):
+    ```mlir
+    func.func @f_class0(...) attributes {rank.arena_bytes = 64 : i64, ...} {
+      %0 = rank.kernel "exp"(%x) {rank.arena_offset = 0 : i64} : ...
+      %1 = rank.kernel "neg"(%0) {rank.arena_offset = 0 : i64} : ...
+      %2 = rank.kernel "add"(%1, %x) : ...
+    ```
+    With `report=true` each planned function also gets a remark with the
+    arena's size, the bytes its temporaries take without planning and the
+    number of in-place results (what `dtorch-opt` reports as a function's
+    peak temporary bytes).
+  }];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "emit a remark per function with its arena size and savings">
+  ];
+}
+
 #endif // DTENSOR_PASSES

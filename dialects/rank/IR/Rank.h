@@ -24,6 +24,10 @@ namespace dtorch::rank {
 /// coordinate ranges, one pair per mesh axis).
 inline constexpr llvm::StringLiteral kMeshAttrName = "rank.mesh";
 inline constexpr llvm::StringLiteral kPositionsAttrName = "rank.positions";
+/// Set by --rank-plan-buffers: an op's result offset in the rank's arena
+/// (bytes, I64) and a function's arena size (bytes, I64).
+inline constexpr llvm::StringLiteral kArenaOffsetAttrName = "rank.arena_offset";
+inline constexpr llvm::StringLiteral kArenaBytesAttrName = "rank.arena_bytes";
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H

@@ -68,6 +68,14 @@ LogicalResult verifyMeshAxis(Operation *op, const ClassInfo &info,
 LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
+  if (name == kArenaOffsetAttrName || name == kArenaBytesAttrName) {
+    auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!bytes || !bytes.getType().isInteger(64) || bytes.getInt() < 0)
+      return op->emitOpError("'") << name << "' must be a non-negative i64";
+    if (name == kArenaOffsetAttrName && bytes.getInt() % 64 != 0)
+      return op->emitOpError("'") << name << "' must be a multiple of 64";
+    return success();
+  }
   if (name == kMeshAttrName) {
     auto mesh = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
     if (!mesh || mesh.empty())

@@ -23,7 +23,10 @@ def Rank_Dialect : Dialect {
     of a rank's piece, its coordinate) are mesh-dependent attributes
     (`#rank.box_offset`, `#rank.chunk_offset`, `#rank.mesh_coord`) that each
     worker resolves from its mesh coordinates. The runtime's protobuf
-    program is emitted one-to-one from it.
+    program is emitted one-to-one from it. After `--rank-plan-buffers`, an
+    op whose result is a temporary carries `rank.arena_offset` (its byte
+    offset, a multiple of 64, in the rank's arena) and the function
+    `rank.arena_bytes` (the arena's size).
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasOperationAttrVerify = 1;

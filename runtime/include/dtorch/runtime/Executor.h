@@ -8,9 +8,25 @@
 #include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/Tensor.h"
 
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace dtorch::rt {
+
+// What the last run of an executor allocated.
+struct RunMemory {
+  // The program's arena_bytes: the peak bytes of its planned temporaries
+  // (0 for a program without buffer planning).
+  uint64_t arenaBytes = 0;
+  // Bytes of the buffers that had their own storage allocated by the run
+  // (outputs, and every temporary of a program without planning).
+  uint64_t ownBytes = 0;
+  // Allocations made for the run: one per own buffer, plus one when the
+  // arena had to grow (never one per planned temporary).
+  uint64_t allocations = 0;
+};
 
 class Executor {
 public:
@@ -41,8 +57,24 @@ public:
                                    const std::vector<Tensor> &inputs,
                                    const std::vector<int64_t> &seeds = {});
 
+  // The memory of the last run (runValidated), and the bytes of the arena
+  // the executor keeps between runs.
+  RunMemory lastRunMemory() const { return lastRun_; }
+  uint64_t arenaCapacity() const;
+
 private:
+  // Planned buffers (Program.buffer_offsets) are views into one arena that
+  // the executor keeps across runs and grows to the largest arena_bytes it
+  // has run, so a cached program allocates no temporaries. A run that finds
+  // it in use (a concurrent run of the same executor) uses its own.
+  struct Arena {
+    std::mutex mutex;
+    Tensor storage;
+  };
+
   Communicator *comm_;
+  std::shared_ptr<Arena> arena_ = std::make_shared<Arena>();
+  RunMemory lastRun_;
 };
 
 } // namespace dtorch::rt

@@ -32,6 +32,20 @@ struct MemoryStats {
   std::map<DType, uint64_t> bytesByDtype;
   /// Every live tensor, by increasing handle.
   std::vector<HeldTensor> held;
+
+  /// Buffer planning: the arena the rank keeps between runs for the planned
+  /// temporaries of its programs (the largest arena_bytes it has run).
+  uint64_t arenaBytes = 0;
+  /// The arena_bytes of the last program run: the peak bytes of its planned
+  /// temporaries (0 when it was not planned).
+  uint64_t lastRunArenaBytes = 0;
+  /// The rank's memory during its last run: its table before the run, plus
+  /// the arena, plus every buffer the run gave its own storage (outputs;
+  /// all temporaries without planning). A buffer lives until the run ends.
+  uint64_t lastRunPeakBytes = 0;
+  /// The high-water mark of the rank's memory: the largest lastRunPeakBytes
+  /// so far, or table plus arena at any statistics request, if larger.
+  uint64_t peakBytes = 0;
 };
 
 } // namespace dtorch::rt

@@ -126,6 +126,12 @@ private:
   std::unordered_map<uint64_t, Tensor> tensors_;
   std::unordered_map<uint64_t, std::string> poisoned_; // handle -> error
   std::unordered_map<uint64_t, Uploaded> programs_;
+  // Bytes of the distinct storages of the table.
+  uint64_t tableBytes() const;
+  // Memory of the last run and the high-water mark (MemoryStats).
+  uint64_t lastRunArenaBytes_ = 0;
+  uint64_t lastRunPeakBytes_ = 0;
+  mutable uint64_t peakBytes_ = 0;
 };
 
 } // namespace dtorch::rt

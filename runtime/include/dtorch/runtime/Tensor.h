@@ -38,6 +38,12 @@ public:
   // negative extent, or a size that overflows.
   static Tensor empty(DType dtype, std::vector<int64_t> shape);
   static Tensor emptyLike(const ::dtorch::wire::TensorSpec &spec);
+  // A tensor of `dtype` and `shape` whose elements are the bytes of `base`
+  // from `byteOffset` on (it shares, and keeps alive, base's storage): how
+  // the executor binds planned buffers into its arena. Throws RuntimeError
+  // when base is undefined or the view does not fit inside it.
+  static Tensor viewOf(const Tensor &base, size_t byteOffset, DType dtype,
+                       std::vector<int64_t> shape);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -72,6 +78,7 @@ private:
   DType dtype_ = ::dtorch::wire::DTYPE_INVALID;
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
+  size_t offset_ = 0; // bytes into the storage (views)
 };
 
 } // namespace dtorch::rt

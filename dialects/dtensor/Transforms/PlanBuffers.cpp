@@ -1,0 +1,138 @@
+//===- PlanBuffers.cpp - --rank-plan-buffers ------------------------------===//
+//
+// Places every temporary of a class function in one per-rank arena
+// (Passes.td). The live ranges and the packing are include/dtorch/
+// BufferPlan.h's, which the runtime's validator applies again.
+//
+//===----------------------------------------------------------------------===//
+#include "dtensor/Transforms/Passes.h"
+
+#include "dtorch/BufferPlan.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+namespace dtorch::dtensor {
+#define GEN_PASS_DEF_PLANBUFFERS
+#include "dtensor/Transforms/Passes.h.inc"
+} // namespace dtorch::dtensor
+
+using namespace mlir;
+
+namespace {
+
+/// Bytes of a ranked tensor (an i1 element takes a byte), or -1.
+int64_t tensorBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return -1;
+  Type et = t.getElementType();
+  int64_t width = et.isIntOrFloat() ? et.getIntOrFloatBitWidth() : 0;
+  if (width == 0)
+    return -1;
+  int64_t elementBytes = width == 1 ? 1 : width / 8;
+  return t.getNumElements() * elementBytes;
+}
+
+struct PlanBuffersPass
+    : public dtorch::dtensor::impl::PlanBuffersBase<PlanBuffersPass> {
+  using PlanBuffersBase::PlanBuffersBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    namespace rank = dtorch::rank;
+    namespace bp = dtorch::bufplan;
+    if (!fn.getBody().hasOneBlock())
+      return;
+    Block &body = fn.getBody().front();
+    // Only functions of rank ops (after SPMD lowering) are planned.
+    for (Operation &op : body)
+      if (!isa<func::ReturnOp>(op) &&
+          !(op.getDialect() && isa<rank::RankDialect>(op.getDialect())))
+        return;
+
+    // Values returned by the function keep their own storage.
+    llvm::DenseSet<Value> returned;
+    if (auto ret = dyn_cast<func::ReturnOp>(body.getTerminator()))
+      returned.insert(ret.getOperands().begin(), ret.getOperands().end());
+
+    llvm::DenseMap<Value, int> bufferOf;
+    std::vector<int64_t> bytes;
+    auto addBuffer = [&](Value v, bool ownStorage) {
+      bufferOf[v] = static_cast<int>(bytes.size());
+      int64_t size = tensorBytes(v.getType());
+      bytes.push_back(ownStorage || size < 0 ? -1 : size);
+    };
+    for (BlockArgument arg : fn.getArguments())
+      addBuffer(arg, /*ownStorage=*/true);
+
+    // The step writing each buffer (-1: an argument).
+    std::vector<int> producerOf(bytes.size(), -1);
+    std::vector<bp::Step> steps;
+    std::vector<Operation *> stepOps;
+    std::vector<bp::InPlaceCandidate> candidates;
+    for (Operation &op : body) {
+      if (isa<func::ReturnOp>(op))
+        continue;
+      if (op.getDiscardableAttr(rank::kArenaOffsetAttrName))
+        op.removeDiscardableAttr(rank::kArenaOffsetAttrName);
+      bp::Step step;
+      auto kernel = dyn_cast<rank::KernelOp>(op);
+      step.stream = kernel ? 0 : 1;
+      int index = static_cast<int>(steps.size());
+      for (Value v : op.getOperands()) {
+        step.reads.push_back(bufferOf.lookup(v));
+        // The emitter makes a step wait for a value made on the other
+        // stream (an event); the same order is assumed here.
+        int producer = producerOf[step.reads.back()];
+        if (producer >= 0 && steps[producer].stream != step.stream)
+          step.waitsOn.push_back(producer);
+      }
+      for (Value r : op.getResults()) {
+        addBuffer(r, returned.contains(r));
+        step.writes.push_back(static_cast<int>(bytes.size()) - 1);
+        producerOf.push_back(index);
+      }
+      if (kernel && op.getNumResults() == 1 &&
+          bp::inPlaceKernel(kernel.getKernel()))
+        for (Value v : op.getOperands())
+          if (v.getDefiningOp())
+            candidates.push_back(
+                {index, bufferOf.lookup(v), bufferOf.lookup(op.getResult(0))});
+      steps.push_back(std::move(step));
+      stepOps.push_back(&op);
+    }
+
+    bp::StepOrder order(steps, /*numStreams=*/2);
+    bp::Liveness live =
+        bp::computeLiveness(steps, order, static_cast<int>(bytes.size()));
+    bp::ArenaPlan plan = bp::planArena(bytes, live, order, candidates);
+
+    Builder b(fn.getContext());
+    int64_t ownBytes = 0, planned = 0;
+    for (Operation *op : stepOps)
+      for (Value r : op->getResults()) {
+        int64_t offset = plan.offsets[bufferOf.lookup(r)];
+        if (offset >= 0) {
+          op->setDiscardableAttr(rank::kArenaOffsetAttrName,
+                                 b.getI64IntegerAttr(offset));
+          ++planned;
+        } else {
+          ownBytes += std::max<int64_t>(tensorBytes(r.getType()), 0);
+        }
+      }
+    fn->setAttr(rank::kArenaBytesAttrName,
+                b.getI64IntegerAttr(plan.arenaBytes));
+    if (report) {
+      int64_t unplanned = 0;
+      for (int64_t size : bytes)
+        unplanned += size > 0 ? bp::alignUp(size) : 0;
+      fn.emitRemark() << "arena " << plan.arenaBytes << " bytes for " << planned
+                      << " temporaries (" << unplanned
+                      << " bytes without planning, " << plan.inPlace
+                      << " in place); results " << ownBytes << " bytes";
+    }
+  }
+};
+
+} // namespace
