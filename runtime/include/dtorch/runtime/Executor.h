@@ -1,13 +1,17 @@
-// Runs one per-rank program: a COMPUTE stream (kernels from the registry) and
-// a COMM stream (collectives through the Communicator), each on its own
-// thread, instructions of a stream in program order, synchronized only by the
-// program's events.
+// Runs one per-rank program: a COMPUTE stream (kernels from the registry, on
+// the calling thread) and a COMM stream (collectives through the
+// Communicator, on the executor's communication thread, started once and
+// kept across runs), instructions of a stream in program order, synchronized
+// only by the program's events.
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/MeshContext.h"
+#include "dtorch/runtime/StreamThread.h"
 #include "dtorch/runtime/Tensor.h"
 
+#include <memory>
+#include <thread>
 #include <vector>
 
 namespace dtorch::rt {
@@ -16,6 +20,8 @@ class Executor {
 public:
   // `comm` may be nullptr when the program has no collectives. Not owned.
   explicit Executor(Communicator *comm);
+  Executor(Executor &&) = default;
+  Executor &operator=(Executor &&) = default;
 
   // Validates the program (ProgramValidator.h), binds `inputs` to
   // program.inputs() in order (dtype and shape are checked), runs it and
@@ -41,8 +47,14 @@ public:
                                    const std::vector<Tensor> &inputs,
                                    const std::vector<int64_t> &seeds = {});
 
+  // The communication stream's thread, the same for every run (a default id
+  // before the first run with collectives).
+  std::thread::id commThreadId() const;
+
 private:
   Communicator *comm_;
+  // Started by the first run whose program has COMM instructions.
+  std::unique_ptr<StreamThread> commStream_;
 };
 
 } // namespace dtorch::rt
