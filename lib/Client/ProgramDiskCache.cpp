@@ -94,6 +94,8 @@ int foldCompilerLibrary(struct dl_phdr_info *info, size_t, void *data) {
 uint64_t compilerVersionKey() {
   static const uint64_t key = [] {
     uint64_t h = mixHash(0x445450524F47ULL, wire::PROGRAM_FORMAT_VERSION);
+    // The environment's compiler configuration changes the programs too.
+    h = hashString(compilerConfiguration(), h);
     Dl_info info;
     if (!dladdr(reinterpret_cast<void *>(&compileModule), &info) ||
         !info.dli_fname)

@@ -284,4 +284,8 @@ int CompiledFunction::programAt(int64_t position) const {
   return -1;
 }
 
+std::string compilerConfiguration() {
+  return "schedule=" + dtensor::collectiveScheduleDescription();
+}
+
 } // namespace dtorch

@@ -24,6 +24,10 @@ namespace dtorch::rank {
 /// coordinate ranges, one pair per mesh axis).
 inline constexpr llvm::StringLiteral kMeshAttrName = "rank.mesh";
 inline constexpr llvm::StringLiteral kPositionsAttrName = "rank.positions";
+/// Unit attribute of a class program whose collectives were placed by
+/// --rank-schedule-collectives: the emitter makes each collective also wait
+/// for the compute instruction right before it.
+inline constexpr llvm::StringLiteral kScheduledAttrName = "rank.scheduled";
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H
