@@ -122,7 +122,6 @@ public:
       Operation *bound = keepOrder ? previous : nullptr;
       if (isa<dtorch::rank::AllGatherOp>(c))
         bound = later(bound, prefetchBound(c, bound));
-      visited.clear();
       hoist(c, bound);
       if (isa<dtorch::rank::AllGatherOp>(c))
         gathers.push_back(c);
@@ -166,7 +165,7 @@ private:
 
   /// Moves `op` to right after the latest of `bound`, its wait point and
   /// its operands' producers, first moving up the pure kernels among those
-  /// producers.
+  /// producers. Each op is visited once in the whole run.
   void hoist(Operation *op, Operation *bound) {
     if (!visited.insert(op).second)
       return;
@@ -177,40 +176,40 @@ private:
       Operation *def = v.getDefiningOp();
       if (!def || def->getBlock() != &body)
         continue;
-      if (isa<dtorch::rank::KernelOp>(def) &&
-          (!bound || bound->isBeforeInBlock(def)))
-        hoist(def, bound);
+      // A kernel goes as early as its own operands allow, whatever the
+      // bound; each op is hoisted once (its operands were before it).
+      if (isa<dtorch::rank::KernelOp>(def))
+        hoist(def, nullptr);
       after = later(after, def);
     }
     // Ties keep the original order: skip over the ops placed at the same
-    // point before (and the ops moved right after those).
+    // point before, and the collectives placed right after those.
     Operation *anchor = after;
     llvm::SmallPtrSet<Operation *, 8> tied;
     tied.insert(anchor);
     Operation *next = after ? after->getNextNode() : &body.front();
     while (next && next != op) {
       auto it = placedAt.find(next);
-      if (it == placedAt.end())
-        break;
-      auto [nextAnchor, moved] = it->second;
-      if (nextAnchor != anchor && !(moved && tied.contains(nextAnchor)))
+      if (it == placedAt.end() ||
+          !(it->second == anchor ||
+            (isCollective(next) && tied.contains(it->second))))
         break;
       tied.insert(next);
       after = next;
       next = next->getNextNode();
     }
-    bool moved = placeAfter(op, after, body);
+    placeAfter(op, after, body);
     if (after ? after->getNextNode() == op : &body.front() == op)
-      placedAt[op] = {anchor, moved};
+      placedAt[op] = anchor;
   }
 
   Block &body;
   int64_t prefetchBytes;
   llvm::DenseMap<Operation *, Operation *> waitPoint;
   llvm::DenseSet<Operation *> visited;
-  // The ops hoisted to their place: the op they were ready after (nullptr:
-  // the start) and whether they moved there.
-  llvm::DenseMap<Operation *, std::pair<Operation *, bool>> placedAt;
+  // The ops hoisted to their place, with the op they were ready after
+  // (nullptr: the start).
+  llvm::DenseMap<Operation *, Operation *> placedAt;
   SmallVector<Operation *> gathers;
 };
 

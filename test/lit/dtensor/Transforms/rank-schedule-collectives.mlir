@@ -156,8 +156,8 @@ func.func @seg_class1(%a: tensor<16xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) 
 // a gradient made early (%r) passes an all_gather whose operand is made
 // late (%ag). A kernel that reads a collective's result (%n) moves up only
 // to the first consumer of that result (%u), where compute waited for it
-// already; ops ready at the same point keep their original order (%l before
-// %n, both ready after %u).
+// already; ops ready at the same point keep their original order (%l and
+// the all_gather of it before %n, all ready after %u).
 
 // NOBUCKET-LABEL: func.func @readiness
 // NOBUCKET-NEXT: %[[S:.*]] = rank.all_reduce %arg0
@@ -166,9 +166,9 @@ func.func @seg_class1(%a: tensor<16xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) 
 // NOBUCKET-NEXT: %[[R:.*]] = rank.all_reduce %[[G]]
 // NOBUCKET-NEXT: %[[U:.*]] = rank.kernel "mul"(%[[M]], %[[S]])
 // NOBUCKET-NEXT: %[[L:.*]] = rank.kernel "relu"(%[[U]])
+// NOBUCKET-NEXT: %[[AG:.*]] = rank.all_gather %[[L]]
 // NOBUCKET-NEXT: %[[N:.*]] = rank.kernel "exp"(%[[S]])
 // NOBUCKET-NEXT: %[[A:.*]] = rank.all_reduce %[[N]]
-// NOBUCKET-NEXT: %[[AG:.*]] = rank.all_gather %[[L]]
 // NOBUCKET-NEXT: return %[[AG]], %[[R]], %[[A]]
 func.func @readiness(%s: tensor<4x4xf32>, %b: tensor<4x4xf32>, %x: tensor<4x4xf32>) -> (tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
   %sr = rank.all_reduce %s {axis = 0 : i64, reduce = "sum"} : tensor<4x4xf32> -> tensor<4x4xf32>
