@@ -91,6 +91,11 @@ CompileResult compileModule(const std::string &source,
 CompileResult compileGraph(const SegmentGraph &graph,
                            const CompileOptions &options = {});
 
+/// What of the compiler's configuration comes from the environment (the
+/// collective schedule: DTORCH_SCHEDULE_COLLECTIVES, DTORCH_BUCKET_CAP_MB,
+/// DTORCH_PREFETCH_MB), as text: part of the on-disk program cache's key.
+std::string compilerConfiguration();
+
 } // namespace dtorch
 
 #endif // DTORCH_COMPILER_H

@@ -96,6 +96,8 @@ uint64_t compilerVersionKey() {
     uint64_t h = mixHash(0x445450524F47ULL, wire::PROGRAM_FORMAT_VERSION);
     // Programs compiled with and without buffer planning differ.
     h = mixHash(h, bufferPlanningDefault() ? 1 : 0);
+    // The environment's compiler configuration changes the programs too.
+    h = hashString(compilerConfiguration(), h);
     Dl_info info;
     if (!dladdr(reinterpret_cast<void *>(&compileModule), &info) ||
         !info.dli_fname)

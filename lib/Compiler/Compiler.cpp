@@ -292,4 +292,8 @@ int CompiledFunction::programAt(int64_t position) const {
   return -1;
 }
 
+std::string compilerConfiguration() {
+  return "schedule=" + dtensor::collectiveScheduleDescription();
+}
+
 } // namespace dtorch

@@ -171,6 +171,8 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     program.add_inputs(*id);
   }
 
+  bool scheduled = fn->hasAttr(rank::kScheduledAttrName);
+  int lastCompute = -1; // the latest COMPUTE instruction emitted
   for (Operation &op : fn.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands())
@@ -195,26 +197,36 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
         return failure();
     }
+    // `inst` waits for instruction `index` (on the other stream) through an
+    // event recorded there.
+    auto waitFor = [&](int index) {
+      wire::Instruction *src = program.mutable_instructions(index);
+      if (src->record_event() < 0) {
+        src->set_record_event(program.num_events());
+        program.set_num_events(program.num_events() + 1);
+      }
+      bool seen = false;
+      for (int32_t e : inst.wait_events())
+        seen |= e == src->record_event();
+      if (!seen)
+        inst.add_wait_events(src->record_event());
+    };
     for (Value v : op.getOperands()) {
       int32_t id = bufferOf.lookup(v);
       inst.add_inputs(id);
       // A value made on the other stream is waited for through an event.
       auto it = producer.find(id);
-      if (it != producer.end() && it->second.second != inst.stream()) {
-        wire::Instruction *src = program.mutable_instructions(it->second.first);
-        if (src->record_event() < 0) {
-          src->set_record_event(program.num_events());
-          program.set_num_events(program.num_events() + 1);
-        }
-        bool seen = false;
-        for (int32_t e : inst.wait_events())
-          seen |= e == src->record_event();
-        if (!seen)
-          inst.add_wait_events(src->record_event());
-      }
+      if (it != producer.end() && it->second.second != inst.stream())
+        waitFor(it->second.first);
     }
     auto arenaOffset =
         op.getAttrOfType<IntegerAttr>(rank::kArenaOffsetAttrName);
+    // Collectives placed by --rank-schedule-collectives run no earlier than
+    // the compute before them (what bounds prefetched gathers).
+    if (scheduled && inst.stream() == wire::COMM && lastCompute >= 0)
+      waitFor(lastCompute);
+    if (inst.stream() == wire::COMPUTE)
+      lastCompute = program.instructions_size();
     for (Value r : op.getResults()) {
       FailureOr<int32_t> id = addBuffer(r);
       if (failed(id))

@@ -6,9 +6,9 @@
 
 #include <condition_variable>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <new>
-#include <thread>
 
 namespace dtorch::rt {
 
@@ -98,6 +98,10 @@ Executor::Executor(Communicator *comm) : comm_(comm) {}
 uint64_t Executor::arenaCapacity() const {
   std::lock_guard<std::mutex> lock(arena_->mutex);
   return arena_->storage.nbytes();
+}
+
+std::thread::id Executor::commThreadId() const {
+  return commStream_ ? commStream_->id() : std::thread::id();
 }
 
 std::vector<Tensor> Executor::run(const Program &program,
@@ -244,9 +248,14 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   for (const auto &inst : program.instructions())
     hasComm |= inst.stream() == ::dtorch::wire::COMM;
   if (hasComm) {
-    std::thread commThread(runStream, ::dtorch::wire::COMM);
+    if (!commStream_)
+      commStream_ = std::make_unique<StreamThread>();
+    std::future<void> commDone =
+        commStream_->post([&] { runStream(::dtorch::wire::COMM); });
     runStream(::dtorch::wire::COMPUTE);
-    commThread.join();
+    // The COMM task reads this run's buffers: wait for it even when the
+    // compute stream failed (the failure woke its event waits).
+    commDone.get();
   } else {
     runStream(::dtorch::wire::COMPUTE);
   }

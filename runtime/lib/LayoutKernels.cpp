@@ -1,4 +1,5 @@
-// reshape, transpose, slice, copy.
+// reshape, transpose, slice, copy, and the pack/unpack of all_reduce
+// buckets.
 #include "KernelSupport.h"
 
 #include <cstring>
@@ -230,6 +231,73 @@ template <class T> Kernel broadcastToKernel() {
   return kernel;
 }
 
+// The elements of every input, in order, one after the other in a flat
+// output: the buffer of an all_reduce bucket (--rank-schedule-collectives).
+Kernel bucketPackKernel() {
+  Kernel kernel;
+  kernel.numInputs = kVariadicInputs;
+  kernel.check = [](const AttrReader &, const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
+    const TensorDesc &out = outputs[0];
+    if (out.shape.size() != 1)
+      throw RuntimeError("bucket_pack: output " + shapeToString(out.shape) +
+                         " must be 1-D");
+    int64_t total = 0;
+    for (const TensorDesc &in : inputs) {
+      requireSameDtype(in, out);
+      total += shapeNumel(in.shape);
+    }
+    if (total != out.shape[0])
+      throw RuntimeError("bucket_pack: the inputs hold " +
+                         std::to_string(total) + " elements, output has " +
+                         std::to_string(out.shape[0]));
+  };
+  kernel.run = [](const AttrReader &, const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+    char *at = static_cast<char *>(outputs[0]->data());
+    for (const Tensor *in : inputs) {
+      if (in->nbytes() != 0)
+        std::memcpy(at, in->data(), in->nbytes());
+      at += in->nbytes();
+    }
+  };
+  return kernel;
+}
+
+// out = the numel(out) elements of a flat bucket from `offset` on, in out's
+// shape: one member of an all_reduce bucket.
+Kernel bucketUnpackKernel(size_t elementSize) {
+  Kernel kernel;
+  kernel.numInputs = 1;
+  kernel.check = [](const AttrReader &attrs,
+                    const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
+    requireSameDtype(inputs[0], outputs[0]);
+    if (inputs[0].shape.size() != 1)
+      throw RuntimeError("bucket_unpack: input " +
+                         shapeToString(inputs[0].shape) + " must be 1-D");
+    int64_t offset = attrs.getInt("offset");
+    int64_t count = shapeNumel(outputs[0].shape);
+    if (offset < 0 || offset > inputs[0].shape[0] ||
+        count > inputs[0].shape[0] - offset)
+      throw RuntimeError("bucket_unpack: [" + std::to_string(offset) + ", " +
+                         std::to_string(offset) + " + " +
+                         std::to_string(count) +
+                         ") is out of range for a bucket of " +
+                         std::to_string(inputs[0].shape[0]));
+  };
+  kernel.run = [elementSize](const AttrReader &attrs,
+                             const std::vector<const Tensor *> &inputs,
+                             const std::vector<Tensor *> &outputs) {
+    if (outputs[0]->nbytes() == 0)
+      return;
+    const char *from = static_cast<const char *>(inputs[0]->data()) +
+                       attrs.getInt("offset") * elementSize;
+    std::memcpy(outputs[0]->data(), from, outputs[0]->nbytes());
+  };
+  return kernel;
+}
+
 template <class T> void registerLayoutKernelsFor(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "broadcast_to", broadcastToKernel<T>());
   addCpuKernel<T>(registry, "reshape", reshapeKernel());
@@ -237,6 +305,8 @@ template <class T> void registerLayoutKernelsFor(KernelRegistry &registry) {
   addCpuKernel<T>(registry, "lead_or_zero", leadOrZeroKernel());
   addCpuKernel<T>(registry, "transpose", transposeKernel<T>());
   addCpuKernel<T>(registry, "slice", sliceKernel(sizeof(T)));
+  addCpuKernel<T>(registry, "bucket_pack", bucketPackKernel());
+  addCpuKernel<T>(registry, "bucket_unpack", bucketUnpackKernel(sizeof(T)));
 }
 
 } // namespace

@@ -84,6 +84,16 @@ private:
   Callback onStage;
 };
 
+/// The options of --rank-schedule-collectives in the pipeline, from the
+/// environment (read once per process): none when
+/// DTORCH_SCHEDULE_COLLECTIVES=0 (the pass is left out), else the defaults
+/// with DTORCH_BUCKET_CAP_MB (MiB per all_reduce bucket, 0: no bucketing)
+/// and DTORCH_PREFETCH_MB (MiB of gathers issued ahead) when set.
+const std::optional<ScheduleCollectivesOptions> &
+collectiveScheduleFromEnvironment();
+/// Those options as text (part of the on-disk program cache's key).
+std::string collectiveScheduleDescription();
+
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();
 

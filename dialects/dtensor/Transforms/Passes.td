@@ -199,6 +199,73 @@ def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
     Option<"report", "report", "bool", /*default=*/"false",
            "emit a remark per function with its arena size and savings">
   ];
+def ScheduleCollectives : Pass<"rank-schedule-collectives", "::mlir::ModuleOp"> {
+  let summary = "Issue collectives as soon as their inputs exist and bucket small all_reduces";
+  let description = [{
+    Runs on the class programs of the rank dialect (after
+    `--dtensor-lower-to-rank`) so that communication overlaps compute:
+
+    1. Early issue. Every collective moves up to right after the last
+       producer of its operands, taking with it the pure kernels that
+       compute its operands (each to right after its own operands, but
+       never above the first consumer of a collective whose result it
+       needs: the compute stream must not wait earlier than it did).
+       Collectives keep their
+       relative order, so every rank issues them in the same order. An
+       `all_gather` (the prefetch of an FSDP parameter) is held back while
+       the gathers issued before it and not yet consumed hold more than
+       `prefetch-bytes` (it then goes after the first consumer of the
+       oldest of them), which bounds the memory of prefetched parameters.
+       The function gets the unit attribute `rank.scheduled`: the emitter
+       then makes each collective wait also for the compute instruction
+       right before it, so its position bounds how early it runs.
+    2. Bucketing. Consecutive `all_reduce`s (in issue order) on the same
+       axis, reduction and element type are packed into one flat buffer
+       (`rank.kernel "bucket_pack"`), reduced by one `all_reduce` placed
+       where the last member was, and split back (`rank.kernel
+       "bucket_unpack"` with the member's element `offset`), each piece
+       right before the first user of the member it replaces. A bucket
+       closes at `bucket-cap-bytes`, lowered to a quarter (`min-buckets`)
+       of all the all_reduce bytes of the function (but not below
+       `bucket-floor-bytes`) so that a small model still gets several
+       buckets to overlap; a member whose result is used before the last
+       member's position closes it too. `bucket-cap-bytes=0` disables
+       bucketing. The class functions of one segment (`@f_class<k>`) are
+       bucketed identically (decisions from the largest piece of each
+       member); when their all_reduces differ, none is bucketed.
+
+    Before:
+    ```mlir
+    %g1 = rank.kernel "transpose"(%a) {perm = array<i64: 1, 0>} : ...
+    %w = rank.kernel "matmul"(%x, %y) : ...
+    %g2 = rank.kernel "neg"(%b) : ...
+    %r1 = rank.all_reduce %g1 {axis = 0 : i64, reduce = "sum"} : tensor<4x4xf32> -> tensor<4x4xf32>
+    %r2 = rank.all_reduce %g2 {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+    ```
+    After:
+    ```mlir
+    %g1 = rank.kernel "transpose"(%a) ...
+    %g2 = rank.kernel "neg"(%b) ...
+    %p = rank.kernel "bucket_pack"(%g1, %g2) : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<20xf32>
+    %r = rank.all_reduce %p {axis = 0 : i64, reduce = "sum"} : tensor<20xf32> -> tensor<20xf32>
+    %w = rank.kernel "matmul"(%x, %y) : ...
+    %r1 = rank.kernel "bucket_unpack"(%r) {offset = 0 : i64} : (tensor<20xf32>) -> tensor<4x4xf32>
+    ```
+  }];
+  let options = [
+    Option<"bucketCapBytes", "bucket-cap-bytes", "int64_t",
+           /*default=*/"25 << 20",
+           "most bytes per all_reduce bucket (0: no bucketing)">,
+    Option<"bucketFloorBytes", "bucket-floor-bytes", "int64_t",
+           /*default=*/"4 << 10",
+           "the bucket cap is never lowered below this">,
+    Option<"minBuckets", "min-buckets", "int64_t", /*default=*/"4",
+           "the cap is lowered to the function's all_reduce bytes over this">,
+    Option<"prefetchBytes", "prefetch-bytes", "int64_t",
+           /*default=*/"64 << 20",
+           "most bytes of gathered values issued ahead of their consumers">
+  ];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
 #endif // DTENSOR_PASSES

@@ -9,6 +9,9 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <cstdlib>
+#include <string>
+
 using namespace mlir;
 
 void dtorch::dtensor::StageObserver::runAfterPass(Pass *pass, Operation *op) {
@@ -23,7 +26,57 @@ void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createLowerRedistribute());
   pm.addPass(createStageBoundary(kStageRedistributed));
   pm.addPass(createLowerToRank());
+  if (std::optional<ScheduleCollectivesOptions> schedule =
+          collectiveScheduleFromEnvironment())
+    pm.addPass(createScheduleCollectives(*schedule));
   pm.addPass(createStageBoundary(kStageRank));
+}
+
+namespace {
+
+/// A non-negative number of MiB from the environment; none when unset or
+/// not such a number.
+std::optional<double> mebibytesFromEnvironment(const char *name) {
+  const char *text = std::getenv(name);
+  if (!text || !*text)
+    return std::nullopt;
+  char *end = nullptr;
+  double value = std::strtod(text, &end);
+  if (end == text || *end || !(value >= 0))
+    return std::nullopt; // not a number: the default
+  return value;
+}
+
+} // namespace
+
+const std::optional<dtorch::dtensor::ScheduleCollectivesOptions> &
+dtorch::dtensor::collectiveScheduleFromEnvironment() {
+  static const std::optional<ScheduleCollectivesOptions> options =
+      []() -> std::optional<ScheduleCollectivesOptions> {
+    const char *enabled = std::getenv("DTORCH_SCHEDULE_COLLECTIVES");
+    if (enabled && std::string(enabled) == "0")
+      return std::nullopt;
+    ScheduleCollectivesOptions o;
+    if (std::optional<double> cap =
+            mebibytesFromEnvironment("DTORCH_BUCKET_CAP_MB"))
+      o.bucketCapBytes = static_cast<int64_t>(*cap * (1 << 20));
+    if (std::optional<double> prefetch =
+            mebibytesFromEnvironment("DTORCH_PREFETCH_MB"))
+      o.prefetchBytes = static_cast<int64_t>(*prefetch * (1 << 20));
+    return o;
+  }();
+  return options;
+}
+
+std::string dtorch::dtensor::collectiveScheduleDescription() {
+  const std::optional<ScheduleCollectivesOptions> &o =
+      collectiveScheduleFromEnvironment();
+  if (!o)
+    return "off";
+  return "cap=" + std::to_string(o->bucketCapBytes) +
+         ",floor=" + std::to_string(o->bucketFloorBytes) +
+         ",min=" + std::to_string(o->minBuckets) +
+         ",prefetch=" + std::to_string(o->prefetchBytes);
 }
 
 void dtorch::dtensor::registerDTensorPipelines() {

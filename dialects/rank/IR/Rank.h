@@ -28,6 +28,10 @@ inline constexpr llvm::StringLiteral kPositionsAttrName = "rank.positions";
 /// (bytes, I64) and a function's arena size (bytes, I64).
 inline constexpr llvm::StringLiteral kArenaOffsetAttrName = "rank.arena_offset";
 inline constexpr llvm::StringLiteral kArenaBytesAttrName = "rank.arena_bytes";
+/// Unit attribute of a class program whose collectives were placed by
+/// --rank-schedule-collectives: the emitter makes each collective also wait
+/// for the compute instruction right before it.
+inline constexpr llvm::StringLiteral kScheduledAttrName = "rank.scheduled";
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H

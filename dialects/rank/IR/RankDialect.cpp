@@ -109,6 +109,11 @@ LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (name == kScheduledAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError("'") << name << "' must be a unit attribute";
+    return success();
+  }
   return op->emitOpError("unknown rank dialect attribute '") << name << "'";
 }
 

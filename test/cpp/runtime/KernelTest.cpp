@@ -430,6 +430,31 @@ TYPED_TEST(AllKernels, BroadcastTo) {
       {"cannot broadcast"});
 }
 
+TYPED_TEST(AllKernels, BucketPackAndUnpack) {
+  using T = typename TypeParam::T;
+  std::vector<T> xs = iota<T>(6), ys = iota<T>(4);
+  Tensor x = makeTensor<T>(TypeParam::dtype, {2, 3}, xs);
+  Tensor y = makeTensor<T>(TypeParam::dtype, {4}, ys);
+  Tensor empty = makeTensor<T>(TypeParam::dtype, {0, 3}, {});
+  Tensor flat = runKernel("bucket_pack", {x, empty, y}, TypeParam::dtype, {10});
+  std::vector<T> want = xs;
+  want.insert(want.end(), ys.begin(), ys.end());
+  EXPECT_EQ(valuesOf<T>(flat), want);
+  auto unpack = [&](const Shape &shape, int64_t offset) {
+    return runKernel(
+        "bucket_unpack", {flat}, TypeParam::dtype, shape,
+        [&](Instruction &inst) { setInt(inst, "offset", offset); });
+  };
+  EXPECT_EQ(valuesOf<T>(unpack({2, 3}, 0)), xs);
+  EXPECT_EQ(valuesOf<T>(unpack({2, 2}, 6)), ys);
+  EXPECT_EQ(unpack({0, 3}, 10).numel(), 0);
+  expectRuntimeError(
+      [&] { runKernel("bucket_pack", {x, y}, TypeParam::dtype, {9}); },
+      {"the inputs hold 10 elements, output has 9"});
+  expectRuntimeError([&] { unpack({4}, 7); }, {"out of range"});
+  expectRuntimeError([&] { unpack({4}, -1); }, {"out of range"});
+}
+
 TYPED_TEST(AllKernels, Slice) {
   using T = typename TypeParam::T;
   std::vector<T> xs = iota<T>(12);
@@ -600,10 +625,12 @@ TEST(KernelRegistry, EveryDocumentedKernelIsRegistered) {
   const std::vector<DType> floats = {F32, F64, F16, BF16};
   const std::vector<std::pair<std::vector<std::string>, std::vector<DType>>>
       table = {
-          {{"full", "constant", "copy", "reshape", "transpose", "slice",
-            "broadcast_to", "cast", "maximum", "minimum", "max", "min", "where",
-            "extract_slice", "concat", "gather", "index_select", "tril",
-            "triu"},
+          {{"full",         "constant",      "copy",         "reshape",
+            "transpose",    "slice",         "broadcast_to", "cast",
+            "maximum",      "minimum",       "max",          "min",
+            "where",        "extract_slice", "concat",       "gather",
+            "index_select", "tril",          "triu",         "bucket_pack",
+            "bucket_unpack"},
            all},
           {{"add", "sub", "mul", "div", "pow", "matmul", "bmm", "sum", "neg",
             "abs", "relu", "scatter_add", "iota"},

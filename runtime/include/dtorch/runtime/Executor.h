@@ -1,16 +1,19 @@
-// Runs one per-rank program: a COMPUTE stream (kernels from the registry) and
-// a COMM stream (collectives through the Communicator), each on its own
-// thread, instructions of a stream in program order, synchronized only by the
-// program's events.
+// Runs one per-rank program: a COMPUTE stream (kernels from the registry, on
+// the calling thread) and a COMM stream (collectives through the
+// Communicator, on the executor's communication thread, started once and
+// kept across runs), instructions of a stream in program order, synchronized
+// only by the program's events.
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/MeshContext.h"
+#include "dtorch/runtime/StreamThread.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace dtorch::rt {
@@ -32,6 +35,8 @@ class Executor {
 public:
   // `comm` may be nullptr when the program has no collectives. Not owned.
   explicit Executor(Communicator *comm);
+  Executor(Executor &&) = default;
+  Executor &operator=(Executor &&) = default;
 
   // Validates the program (ProgramValidator.h), binds `inputs` to
   // program.inputs() in order (dtype and shape are checked), runs it and
@@ -61,6 +66,9 @@ public:
   // the executor keeps between runs.
   RunMemory lastRunMemory() const { return lastRun_; }
   uint64_t arenaCapacity() const;
+  // The communication stream's thread, the same for every run (a default id
+  // before the first run with collectives).
+  std::thread::id commThreadId() const;
 
 private:
   // Planned buffers (Program.buffer_offsets) are views into one arena that
@@ -75,6 +83,8 @@ private:
   Communicator *comm_;
   std::shared_ptr<Arena> arena_ = std::make_shared<Arena>();
   RunMemory lastRun_;
+  // Started by the first run whose program has COMM instructions.
+  std::unique_ptr<StreamThread> commStream_;
 };
 
 } // namespace dtorch::rt

@@ -8,7 +8,7 @@
 
 // Even shards: one program for both ranks.
 // CHECK-LABEL: func @mlp_class0
-// CHECK-SAME: (%[[X:.+]]: tensor<8x4xf32>, %[[W1:.+]]: tensor<4x8xf32>, %[[W2:.+]]: tensor<8x4xf32>) -> tensor<4x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]}
+// CHECK-SAME: (%[[X:.+]]: tensor<8x4xf32>, %[[W1:.+]]: tensor<4x8xf32>, %[[W2:.+]]: tensor<8x4xf32>) -> tensor<4x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.scheduled}
 // CHECK-NEXT: %[[H:.+]] = rank.kernel "matmul"(%[[X]], %[[W1]]) : (tensor<8x4xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[A:.+]] = rank.kernel "relu"(%[[H]]) : (tensor<8x8xf32>) -> tensor<8x8xf32>
 // CHECK-NEXT: %[[P:.+]] = rank.kernel "matmul"(%[[A]], %[[W2]]) : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>

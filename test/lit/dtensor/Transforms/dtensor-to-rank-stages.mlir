@@ -12,6 +12,7 @@
 // PIPELINE: dtensor-lower-redistribute
 // PIPELINE: dtensor-stage-boundary{stage=redistributed}
 // PIPELINE: dtensor-lower-to-rank
+// PIPELINE: rank-schedule-collectives
 // PIPELINE: dtensor-stage-boundary{stage=rank}
 
 // STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
@@ -19,7 +20,7 @@
 // STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
 // STAGES: dtensor.all_reduce %{{.*}} on axis 0
 // STAGES: IR Dump After StageBoundary (dtensor-stage-boundary)
-// STAGES: func.func @f_class0({{.*}}) -> tensor<4x2xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]}
+// STAGES: func.func @f_class0({{.*}}) -> tensor<4x2xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.scheduled}
 // STAGES: rank.all_reduce %{{.*}} {axis = 0 : i64, reduce = "sum"}
 // STAGES-NOT: func.func @f_class1
 
