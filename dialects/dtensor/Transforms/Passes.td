@@ -199,6 +199,8 @@ def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
     Option<"report", "report", "bool", /*default=*/"false",
            "emit a remark per function with its arena size and savings">
   ];
+}
+
 def ScheduleCollectives : Pass<"rank-schedule-collectives", "::mlir::ModuleOp"> {
   let summary = "Issue collectives as soon as their inputs exist and bucket small all_reduces";
   let description = [{
