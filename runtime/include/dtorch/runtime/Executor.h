@@ -7,6 +7,7 @@
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <vector>
 
@@ -41,8 +42,13 @@ public:
                                    const std::vector<Tensor> &inputs,
                                    const std::vector<int64_t> &seeds = {});
 
+  // Where each instruction run is recorded while `trace` is recording
+  // (Trace.h); nullptr: nowhere. Not owned.
+  void setTrace(TraceBuffer *trace) { trace_ = trace; }
+
 private:
   Communicator *comm_;
+  TraceBuffer *trace_ = nullptr;
 };
 
 } // namespace dtorch::rt
