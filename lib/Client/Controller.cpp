@@ -364,6 +364,20 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
               firstError = std::current_exception();
           }
         }
+        if (trace_ && trace_->enabled()) {
+          // When the last piece reached the waiting thread.
+          rt::TraceEvent reply;
+          reply.name = "fetch reply";
+          reply.category = "fetch";
+          reply.lane = rt::TraceLane::Replies;
+          reply.startNs = reply.endNs = rt::traceClockNs();
+          reply.bytes = 0;
+          for (const rt::Tensor &piece : pieces)
+            reply.bytes += static_cast<int64_t>(piece.nbytes());
+          reply.detail = std::to_string(futures.size()) + " piece(s)" +
+                         (firstError ? ", failed" : "");
+          trace_->record(std::move(reply));
+        }
         rethrowIfFailed();
         if (firstError)
           std::rethrow_exception(firstError);

@@ -10,7 +10,9 @@ writes one trace with, on one timeline:
   spans of this interpreter) and thread ``session`` (every op recorded,
   every segment cut, every fetch, in the C++ session);
 * process ``controller``: thread ``controller`` (per segment: cache lookup,
-  compile, upload, run send; puts, frees, fetch requests, synchronize);
+  compile, upload, run send; puts, frees, fetch requests, synchronize) and
+  thread ``replies`` (a fetch's pieces reaching the client, with their
+  bytes);
 * one process ``rank N`` per rank: thread ``compute`` (each run of a program
   and each kernel it runs) and thread ``comm`` (each collective), with the
   op name, the instruction's source location and its bytes (output bytes of
@@ -44,7 +46,8 @@ DEFAULT_MAX_EVENTS_PER_RANK = 1 << 17
 _CLIENT_PID = 1
 _CONTROLLER_PID = 2
 _RANK_PID_BASE = 100
-_THREAD_IDS = {"python": 1, "session": 2, "controller": 1, "compute": 1, "comm": 2}
+_THREAD_IDS = {"python": 1, "session": 2, "controller": 1, "replies": 2, "compute": 1,
+               "comm": 2}
 
 # The profile currently recording (at most one); None when off.
 _active = None
@@ -252,6 +255,7 @@ def _build_trace(collected, python_events, python_dropped, origin_ns):
         _metadata(_CONTROLLER_PID, None, "process_name", "controller"),
         _metadata(_CONTROLLER_PID, None, "process_sort_index", 1),
         _metadata(_CONTROLLER_PID, _THREAD_IDS["controller"], "thread_name", "controller"),
+        _metadata(_CONTROLLER_PID, _THREAD_IDS["replies"], "thread_name", "replies"),
     ]
     spans = []
     for name, category, start, end, nbytes, thread in python_events:
@@ -259,8 +263,8 @@ def _build_trace(collected, python_events, python_dropped, origin_ns):
         spans.append(_span(name, category, start, end, _CLIENT_PID, _THREAD_IDS["python"],
                            origin_ns, args))
     for name, category, location, detail, start, end, nbytes, lane in collected["client"]:
-        if lane == "controller":
-            pid, tid = _CONTROLLER_PID, _THREAD_IDS["controller"]
+        if lane in ("controller", "replies"):
+            pid, tid = _CONTROLLER_PID, _THREAD_IDS[lane]
         else:
             pid, tid = _CLIENT_PID, _THREAD_IDS["session"]
         spans.append(_span(name, category, start, end, pid, tid, origin_ns,

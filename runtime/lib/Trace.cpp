@@ -17,6 +17,8 @@ const char *traceLaneName(TraceLane lane) {
     return "client";
   case TraceLane::Controller:
     return "controller";
+  case TraceLane::Replies:
+    return "replies";
   }
   return "unknown";
 }

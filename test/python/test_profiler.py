@@ -64,7 +64,8 @@ def test_trace_names_the_client_the_controller_and_every_ranks_streams(dp_trace)
                if e["ph"] == "M" and e["name"] == "thread_name"}
     for r in range(4):
         assert {(f"rank {r}", "compute"), (f"rank {r}", "comm")} <= threads
-    assert {("client", "python"), ("client", "session"), ("controller", "controller")} <= threads
+    assert {("client", "python"), ("client", "session"), ("controller", "controller"),
+            ("controller", "replies")} <= threads
     assert all(e["ph"] in ("X", "M") for e in dp_trace["traceEvents"])
     assert dp_trace["otherData"]["ranks"] == [0, 1, 2, 3]
     assert all(v == 0 for v in dp_trace["otherData"]["dropped"].values())
@@ -103,6 +104,10 @@ def test_client_and_controller_spans(dp_trace):
     controller = [e["name"] for e in profiler.spans(dp_trace, "controller")]
     for name in ("segment", "cache lookup", "run send", "put", "fetch request"):
         assert name in controller, controller
+    replies = profiler.spans(dp_trace, "controller", "replies")
+    assert [e["name"] for e in replies] == ["fetch reply"]
+    assert replies[0]["args"]["bytes"] == 4 * 8 * 6 * 4  # the 4 replicated pieces
+    assert replies[0]["ts"] <= fetches[-1]["ts"] + fetches[-1]["dur"]
 
 
 def test_one_timeline_and_sound_streams(dp_trace):

@@ -37,6 +37,7 @@ enum class TraceLane : int32_t {
   Comm = 1,       // a rank's communication stream
   Client = 2,     // the client's session (the thread recording ops)
   Controller = 3, // the controller thread
+  Replies = 4,    // replies reaching the client (a fetch's pieces)
 };
 
 const char *traceLaneName(TraceLane lane);
