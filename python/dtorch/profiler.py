@@ -107,8 +107,11 @@ class profile:
         from . import _runtime
         _runtime.ensure_initialized()
         with _lock:
-            if _active is not None:
+            # A profile left running by a session that ended no longer counts.
+            if _active is not None and _C.profiler_active():
                 raise RuntimeError("a dtorch profiler is already active")
+            if _active is not None:
+                _active._running = False
             _active = self
         try:
             self._python = []

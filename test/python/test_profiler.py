@@ -294,4 +294,20 @@ def test_profiler_overlap(tmp_path):
         assert len(reduces) >= 3 * 13  # every parameter's gradient, every step
     found = [hit for rank in range(2)
              for hit in profiler.overlaps(trace, rank, "all_reduce", compute={"matmul"})]
-    assert found, "no gradient all_reduce ran while backward compute ran on the same rank"
+    during = sorted({k["name"] for rank in range(2) for _, k, _ in profiler.overlaps(trace, rank)})
+    assert found, ("no gradient all_reduce ran while a backward GEMM ran on the same rank "
+                   f"(the all_reduces overlapped only {during})")
+
+
+def test_a_profile_left_running_by_an_ended_session_does_not_block_the_next(tmp_path):
+    run_python("""
+        import dtorch
+        dtorch.init(world_size=2, backend="inprocess")
+        dtorch.profiler.profile().start()
+        dtorch.shutdown()
+        dtorch.init(world_size=2, backend="inprocess")
+        mesh = dtorch.init_device_mesh("cpu", (2,))
+        with dtorch.profiler.profile() as prof:
+            (dtorch.ones(4, device_mesh=mesh) * 2).numpy()
+        assert dtorch.profiler.spans(prof.trace, 0, "compute")
+    """)
