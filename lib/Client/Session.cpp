@@ -164,8 +164,14 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   std::optional<rt::TraceSpan> span;
-  if (trace_->enabled())
-    span.emplace(trace_.get(), rt::TraceLane::Client, "op", op);
+  if (trace_->enabled()) {
+    // The result's global bytes.
+    int64_t bytes = static_cast<int64_t>(rt::dtypeSize(meta.dtype));
+    for (int64_t extent : meta.shape)
+      bytes *= extent;
+    span.emplace(trace_.get(), rt::TraceLane::Client, "op", op, std::string(),
+                 bytes);
+  }
   if (segment_.meshId != -1 && segment_.meshId != meta.meshId)
     flush();
   if (segment_.nodes.size() >= options_.maxSegmentNodes)

@@ -95,6 +95,8 @@ def test_client_and_controller_spans(dp_trace):
     session = profiler.spans(dp_trace, "client", "session")
     ops = [e["name"] for e in session if e["cat"] == "op"]
     assert "matmul" in ops and "relu" in ops
+    # An op's bytes are its result's global bytes.
+    assert all(e["args"]["bytes"] == 8 * 6 * 4 for e in session if e["name"] in ("matmul", "relu"))
     assert any(e["name"] == "segment cut" for e in session)
     fetches = [e for e in session if e["name"] == "fetch"]
     assert fetches and fetches[-1]["args"]["bytes"] == 8 * 6 * 4
