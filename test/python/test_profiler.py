@@ -240,6 +240,34 @@ def test_simulated_backend_traces_the_client_and_the_controller(tmp_path):
     assert any(e["name"] == "mul" for e in profiler.spans(trace, "client", "session"))
 
 
+def test_overlaps_sees_a_collective_beside_an_independent_gemm(dt, meshes):
+    # The all_reduce of x @ w's partial sums and the GEMM a @ a need nothing
+    # from each other: the comm stream reduces while the compute stream
+    # multiplies, and the trace shows it on some rank.
+    mesh = meshes["4"]
+    rng = np.random.default_rng(1)
+    x = dt.tensor(rng.standard_normal((256, 2048)).astype(np.float32), device_mesh=mesh,
+                  placements=[Shard(1)])
+    w = dt.tensor(rng.standard_normal((2048, 1024)).astype(np.float32), device_mesh=mesh,
+                  placements=[Shard(0)])
+    a = dt.tensor(rng.standard_normal((512, 512)).astype(np.float32), device_mesh=mesh)
+
+    def step():
+        reduced = (x @ w).redistribute(mesh, [Replicate()])
+        product = a @ a  # before anything reads `reduced` in the compute stream
+        return (reduced.sum() + product.sum()).item()
+    step()
+    with profiler.profile() as prof:
+        for _ in range(3):
+            step()
+    assert profiler.check_streams(prof.trace) == []
+    found = [hit for r in range(4) for hit in profiler.overlaps(prof.trace, r, compute={"matmul"})]
+    assert found
+    for comm, kernel, us in found:
+        assert comm["name"] == "all_reduce" and kernel["name"] == "matmul" and us > 0
+        assert comm["pid"] == kernel["pid"]
+
+
 # The trace of a data-parallel training step on 2 worker processes: while a
 # rank's comm stream all-reduces a gradient, its compute stream goes on with
 # backward. The step's optimizer (SGD) has no matmul and the forward runs
