@@ -145,9 +145,26 @@ class profile:
         collected = _C.profiler_stop()
         self.trace = _build_trace(collected, self._python, self._python_dropped, self._start_ns)
         if self.path is not None:
-            with open(self.path, "w") as f:
-                json.dump(self.trace, f)
+            self.export_chrome_trace(self.path)
         return self.trace
+
+    def export_chrome_trace(self, path):
+        """Writes the trace of the last `stop` to `path` (torch.profiler's
+        name for it).
+
+        Example:
+            >>> import os, tempfile
+            >>> with profile() as prof:
+            ...     pass
+            >>> path = os.path.join(tempfile.mkdtemp(), "again.json")
+            >>> prof.export_chrome_trace(path)
+            >>> load(path) == prof.trace
+            True
+        """
+        if self.trace is None:
+            raise RuntimeError("nothing to export: the profile has not stopped yet")
+        with open(os.fspath(path), "w") as f:
+            json.dump(self.trace, f)
 
     def __enter__(self):
         return self.start()

@@ -158,9 +158,11 @@ def test_overlaps_reads_comm_and_compute_of_one_rank():
     assert profiler.overlaps(serial, 0) == []
 
 
-def test_start_stop_and_one_profile_at_a_time(dt, meshes):
+def test_start_stop_and_one_profile_at_a_time(dt, meshes, tmp_path):
     prof = profiler.profile()
     prof.start()
+    with pytest.raises(RuntimeError, match="not stopped yet"):
+        prof.export_chrome_trace(tmp_path / "early.json")
     with pytest.raises(RuntimeError, match="already active"):
         profiler.profile().start()
     with profiler.record_function("my region"):
@@ -174,6 +176,8 @@ def test_start_stop_and_one_profile_at_a_time(dt, meshes):
     assert region["ts"] <= fetch["ts"] and fetch["ts"] + fetch["dur"] <= region["ts"] + region["dur"]
     with pytest.raises(RuntimeError, match="not running"):
         prof.stop()
+    prof.export_chrome_trace(tmp_path / "late.json")
+    assert profiler.load(tmp_path / "late.json") == trace
     # Off again: nothing is recorded.
     (dt.ones(4, device_mesh=meshes["4"]) * 3).numpy()
     with profiler.profile() as again:
