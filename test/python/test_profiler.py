@@ -325,7 +325,9 @@ def test_profiler_overlap(tmp_path):
     assert profiler.check_streams(trace) == []
     for rank in range(2):
         reduces = [e for e in profiler.spans(trace, rank, "comm") if e["name"] == "all_reduce"]
-        assert len(reduces) >= 3 * 13  # every parameter's gradient, every step
+        # At least the loss and one gradient all_reduce per step (gradients
+        # may be bucketed into a few).
+        assert len(reduces) >= 3 * 2
     found = [hit for rank in range(2)
              for hit in profiler.overlaps(trace, rank, "all_reduce", compute={"matmul"})]
     during = sorted({k["name"] for rank in range(2) for _, k, _ in profiler.overlaps(trace, rank)})
