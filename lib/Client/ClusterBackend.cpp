@@ -62,6 +62,16 @@ public:
                         return translated([&] { return reply.get(); });
                       });
   }
+  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
+                                    size_t capacity,
+                                    size_t maxEvents) override {
+    std::future<rt::TraceChunk> reply = translated(
+        [&] { return cluster_->trace(rank, action, capacity, maxEvents); });
+    return std::async(std::launch::deferred,
+                      [reply = std::move(reply)]() mutable {
+                        return translated([&] { return reply.get(); });
+                      });
+  }
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &hs) override {
     translated([&] { cluster_->free(ranks, hs); });

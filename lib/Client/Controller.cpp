@@ -29,6 +29,15 @@ void markSeedSlots(wire::Program &program) {
 
 std::atomic<uint64_t> hashMask{~0ULL};
 
+/// A span of the controller thread, recorded only while `trace` records.
+std::optional<rt::TraceSpan>
+controllerSpan(rt::TraceBuffer *trace, const char *category, const char *name) {
+  std::optional<rt::TraceSpan> span;
+  if (trace && trace->enabled())
+    span.emplace(trace, rt::TraceLane::Controller, category, name);
+  return span;
+}
+
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
@@ -128,6 +137,10 @@ void Controller::submit(Segment segment) {
 
 void Controller::runSegment(Segment &seg) {
   auto start = std::chrono::steady_clock::now();
+  std::optional<rt::TraceSpan> segmentSpan =
+      controllerSpan(trace_, "segment", "segment");
+  std::optional<rt::TraceSpan> lookupSpan =
+      controllerSpan(trace_, "controller", "cache lookup");
   const Mesh &mesh = meshes_.at(seg.meshId);
   for (Handle h : seg.args)
     if (!live_.count(h))
@@ -143,18 +156,39 @@ void Controller::runSegment(Segment &seg) {
       break;
     }
   bool hit = c != nullptr;
+  lookupSpan.reset();
+  if (segmentSpan)
+    segmentSpan->setDetail(std::to_string(seg.nodes.size()) + " ops, " +
+                           (hit ? "cache hit" : "cache miss"));
   if (!hit) {
+    std::optional<rt::TraceSpan> compileSpan =
+        controllerSpan(trace_, "controller", "compile");
     bucket.push_back(obtain(seg, mesh));
     c = bucket.back().get();
   }
   last_ = c;
   if (!c->uploaded) {
+    std::optional<rt::TraceSpan> uploadSpan =
+        controllerSpan(trace_, "controller", "upload");
+    if (uploadSpan) {
+      int64_t bytes = 0;
+      for (const wire::Program &p : c->programs)
+        bytes += static_cast<int64_t>(p.ByteSizeLong());
+      uploadSpan->setBytes(bytes);
+    }
     // One upload per worker process: the class programs and the mesh's
     // ranks; each rank resolves its own program from its coordinates.
     backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
     c->uploaded = true;
   }
-  backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
+  {
+    std::optional<rt::TraceSpan> runSpan =
+        controllerSpan(trace_, "controller", "run send");
+    if (runSpan)
+      runSpan->setDetail("program id " + std::to_string(c->programId) + " on " +
+                         std::to_string(mesh.ranks.size()) + " rank(s)");
+    backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
+  }
   for (Handle h : seg.results)
     live_[h] = seg.meshId;
   liveCount_ = live_.size();
@@ -267,6 +301,10 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
                      Placements placements) {
   enqueue([this, meshId, handle, full = std::move(full), placements] {
     guarded([&] {
+      std::optional<rt::TraceSpan> span =
+          controllerSpan(trace_, "controller", "put");
+      if (span)
+        span->setBytes(static_cast<int64_t>(full.nbytes()));
       const Mesh &mesh = meshes_.at(meshId);
       std::vector<rt::Tensor> pieces =
           scatterPieces(full, mesh.shape, placements);
@@ -281,6 +319,8 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
 void Controller::free(int meshId, Handle handle) {
   enqueue([this, meshId, handle] {
     guarded([&] {
+      std::optional<rt::TraceSpan> span =
+          controllerSpan(trace_, "controller", "free");
       backend_->free(meshes_.at(meshId).ranks, {handle});
       live_.erase(handle);
       liveCount_ = live_.size();
@@ -298,6 +338,8 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
   auto promise = std::make_shared<std::promise<PieceFutures>>();
   std::future<PieceFutures> requested = promise->get_future();
   enqueue([this, meshId, handle, promise] {
+    std::optional<rt::TraceSpan> span =
+        controllerSpan(trace_, "controller", "fetch request");
     try {
       PieceFutures futures;
       for (int64_t r : meshes_.at(meshId).ranks)
@@ -321,6 +363,20 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
             if (!firstError)
               firstError = std::current_exception();
           }
+        }
+        if (trace_ && trace_->enabled()) {
+          // When the last piece reached the waiting thread.
+          rt::TraceEvent reply;
+          reply.name = "fetch reply";
+          reply.category = "fetch";
+          reply.lane = rt::TraceLane::Replies;
+          reply.startNs = reply.endNs = rt::traceClockNs();
+          reply.bytes = 0;
+          for (const rt::Tensor &piece : pieces)
+            reply.bytes += static_cast<int64_t>(piece.nbytes());
+          reply.detail = std::to_string(futures.size()) + " piece(s)" +
+                         (firstError ? ", failed" : "");
+          trace_->record(std::move(reply));
         }
         rethrowIfFailed();
         if (firstError)
@@ -356,10 +412,40 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
       std::move(requested));
 }
 
+std::future<std::vector<rt::TraceChunk>>
+Controller::traceAsync(rt::TraceAction action, size_t capacity,
+                       size_t maxEvents) {
+  using ChunkFutures = std::vector<std::future<rt::TraceChunk>>;
+  auto promise = std::make_shared<std::promise<ChunkFutures>>();
+  std::future<ChunkFutures> requested = promise->get_future();
+  enqueue([this, promise, action, capacity, maxEvents] {
+    try {
+      ChunkFutures futures;
+      for (int r = 0; r < backend_->worldSize(); ++r)
+        futures.push_back(backend_->trace(r, action, capacity, maxEvents));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return std::async(
+      std::launch::deferred,
+      [](std::future<ChunkFutures> requested) {
+        ChunkFutures futures = requested.get();
+        std::vector<rt::TraceChunk> chunks;
+        for (auto &f : futures)
+          chunks.push_back(f.get());
+        return chunks;
+      },
+      std::move(requested));
+}
+
 void Controller::synchronize() {
   auto promise = std::make_shared<std::promise<void>>();
   auto done = promise->get_future();
   enqueue([this, promise] {
+    std::optional<rt::TraceSpan> span =
+        controllerSpan(trace_, "controller", "synchronize");
     try {
       backend_->synchronize();
       promise->set_value();

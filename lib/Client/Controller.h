@@ -51,6 +51,15 @@ public:
   /// behind every request before it (so it reflects all work submitted so
   /// far); get() waits (from any thread) and throws a WorkerError.
   std::future<std::vector<rt::MemoryStats>> memoryStatsAsync();
+  /// The profiler request (rt::RankState::trace) on every global rank, by
+  /// rank, queued behind every request before it: a Drain holds every run
+  /// submitted so far. get() waits (from any thread).
+  std::future<std::vector<rt::TraceChunk>>
+  traceAsync(rt::TraceAction action, size_t capacity, size_t maxEvents);
+  /// Where the controller thread records its spans (compile, cache lookup,
+  /// upload, run, put, free, fetch, synchronize) while `trace` records;
+  /// nullptr: nowhere. Not owned; set before the first request.
+  void setTrace(rt::TraceBuffer *trace) { trace_ = trace; }
   std::string lastIr(const std::string &stage);
   /// The redistributions of the last segment run (compiled or taken from the
   /// cache), once every request queued before has been handled; nullopt
@@ -107,6 +116,7 @@ private:
   void guarded(const std::function<void()> &fn);
 
   std::unique_ptr<Backend> backend_;
+  rt::TraceBuffer *trace_ = nullptr;
   std::unordered_map<int, Mesh> meshes_; // controller thread only
   // Controller thread only: the program cache, by the segment's structural
   // hash mixed with its mesh's; a bucket holds the entries that collide.

@@ -12,6 +12,7 @@
 #include "dtorch/runtime/Blas.h"
 #include "dtorch/runtime/FakeCollectives.h"
 #include "dtorch/runtime/RankState.h"
+#include "dtorch/runtime/Transport.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -169,6 +170,24 @@ public:
     t.post([&t, promise] {
       try {
         promise->set_value(t.state().memoryStats());
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    return promise->get_future();
+  }
+
+  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
+                                    size_t capacity,
+                                    size_t maxEvents) override {
+    ++roundTrips_;
+    auto promise = std::make_shared<std::promise<rt::TraceChunk>>();
+    RankThread &t = at(rank);
+    t.post([&t, promise, action, capacity, maxEvents] {
+      try {
+        rt::TraceChunk chunk = t.state().trace(action, capacity, maxEvents);
+        chunk.host = rt::localHostName();
+        promise->set_value(std::move(chunk));
       } catch (...) {
         promise->set_exception(std::current_exception());
       }

@@ -8,6 +8,7 @@
 #include "TensorData.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
+#include "dtorch/runtime/Transport.h"
 
 #include <algorithm>
 #include <numeric>
@@ -71,6 +72,7 @@ Session::Session(const SessionOptions &options) : options_(options) {
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);
+  controller_->setTrace(trace_.get());
 }
 
 Session::~Session() { shutdown(); }
@@ -161,6 +163,15 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
                         Attrs attrs, TensorMeta meta, ScalarOperand scalar) {
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
+  std::optional<rt::TraceSpan> span;
+  if (trace_->enabled()) {
+    // The result's global bytes.
+    int64_t bytes = static_cast<int64_t>(rt::dtypeSize(meta.dtype));
+    for (int64_t extent : meta.shape)
+      bytes *= extent;
+    span.emplace(trace_.get(), rt::TraceLane::Client, "op", op, std::string(),
+                 bytes);
+  }
   if (segment_.meshId != -1 && segment_.meshId != meta.meshId)
     flush();
   if (segment_.nodes.size() >= options_.maxSegmentNodes)
@@ -221,6 +232,16 @@ void Session::flush() {
   }
   segment_.structureHash =
       hashResults(segment_.structureHash, segment_.resultNodes);
+  if (trace_->enabled()) {
+    rt::TraceEvent cut;
+    cut.name = "segment cut";
+    cut.category = "segment";
+    cut.detail = std::to_string(segment_.nodes.size()) + " ops, " +
+                 std::to_string(segment_.results.size()) + " results";
+    cut.lane = rt::TraceLane::Client;
+    cut.startNs = cut.endNs = rt::traceClockNs();
+    trace_->record(std::move(cut));
+  }
   Segment seg = std::move(segment_);
   segment_ = Segment();
   if (!seg.results.empty())
@@ -773,7 +794,15 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   return out;
 }
 
-rt::Tensor Session::fetch(const Tensor &x) { return fetchAsync(x)->wait(); }
+rt::Tensor Session::fetch(const Tensor &x) {
+  std::optional<rt::TraceSpan> span;
+  if (trace_->enabled())
+    span.emplace(trace_.get(), rt::TraceLane::Client, "fetch", "fetch");
+  rt::Tensor value = fetchAsync(x)->wait();
+  if (span)
+    span->setBytes(static_cast<int64_t>(value.nbytes()));
+  return value;
+}
 
 std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   if (x->storage_->meta)
@@ -786,6 +815,14 @@ std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   if (!x->storage_->materialized)
     flush();
   const TensorMeta &meta = x->meta();
+  if (trace_->enabled()) {
+    rt::TraceEvent request;
+    request.name = "fetch request";
+    request.category = "fetch";
+    request.lane = rt::TraceLane::Client;
+    request.startNs = request.endNs = rt::traceClockNs();
+    trace_->record(std::move(request));
+  }
   return std::make_shared<PendingFetch>(
       controller_->fetchPiecesAsync(meta.meshId, x->id()), meta,
       mesh(meta.meshId).shape);
@@ -809,6 +846,68 @@ std::vector<rt::MemoryStats> Session::memoryStats() {
     throw DTorchError("dtorch has been shut down");
   flush();
   return controller_->memoryStatsAsync().get();
+}
+
+void Session::startTrace(size_t capacityPerRank) {
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  if (capacityPerRank == 0)
+    throw ValueError("the profiler needs room for at least one event");
+  flush();
+  trace_->start(capacityPerRank);
+  controller_->traceAsync(rt::TraceAction::Start, capacityPerRank, 0).get();
+}
+
+CollectedTrace Session::stopTrace() {
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  flush();
+  CollectedTrace out;
+  out.host = rt::localHostName();
+  // Each Drain hands over a bounded chunk per rank; the first one also
+  // stops the ranks recording and dates the ranks' clocks.
+  bool first = true;
+  while (true) {
+    int64_t sent = rt::traceClockNs();
+    std::vector<rt::TraceChunk> chunks =
+        controller_
+            ->traceAsync(rt::TraceAction::Drain, 0,
+                         rt::TraceBuffer::kMaxDrainEvents)
+            .get();
+    int64_t answered = rt::traceClockNs();
+    bool more = false;
+    if (first) {
+      out.ranks.resize(chunks.size());
+      for (size_t r = 0; r < chunks.size(); ++r) {
+        rt::TraceChunk &chunk = chunks[r];
+        chunk.offsetNs = chunk.host == out.host || !chunk.supported
+                             ? 0
+                             : sent + (answered - sent) / 2 - chunk.clockNs;
+        out.ranks[r] = std::move(chunk);
+        more |= out.ranks[r].remaining > 0;
+      }
+      first = false;
+    } else {
+      for (size_t r = 0; r < chunks.size() && r < out.ranks.size(); ++r) {
+        std::vector<rt::TraceEvent> &events = out.ranks[r].events;
+        for (rt::TraceEvent &e : chunks[r].events)
+          events.push_back(std::move(e));
+        out.ranks[r].remaining = chunks[r].remaining;
+        more |= chunks[r].remaining > 0;
+      }
+    }
+    if (!more)
+      break;
+  }
+  trace_->stop();
+  rt::TraceChunk client;
+  do {
+    trace_->drain(rt::TraceBuffer::kMaxDrainEvents, client);
+  } while (client.remaining > 0);
+  out.client = std::move(client.events);
+  out.clientDropped = client.dropped;
+  out.clockNs = rt::traceClockNs();
+  return out;
 }
 
 std::string Session::hostOf(int rank) const {

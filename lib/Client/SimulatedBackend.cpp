@@ -151,6 +151,21 @@ public:
     return promise.get_future();
   }
 
+  /// Nothing runs here: no rank spans (`supported = false`).
+  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction, size_t,
+                                    size_t) override {
+    check(rank);
+    ++sent_;
+    ++roundTrips_;
+    rt::TraceChunk chunk;
+    chunk.rank = rank;
+    chunk.supported = false;
+    chunk.clockNs = rt::traceClockNs();
+    std::promise<rt::TraceChunk> promise;
+    promise.set_value(std::move(chunk));
+    return promise.get_future();
+  }
+
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &handles) override {
     countMessages(ranks);

@@ -124,6 +124,7 @@ from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  #
 from . import nn  # noqa: E402
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
+from . import profiler  # noqa: E402,F401  (dtorch.profiler.profile)
 
 
 def op_registry():

@@ -8,6 +8,7 @@ import numpy as np
 from . import _C
 from . import _async
 from . import device_mesh as _dm
+from . import profiler as _profiler
 from ._printing import tensor_repr as _repr
 from .placement_types import Placement
 
@@ -34,7 +35,9 @@ def _numel(self):
 
 def _fetch(self):
     """The full value as numpy (bfloat16: an ml_dtypes.bfloat16 array)."""
-    return _C.fetch(self)
+    if _profiler._active is None:
+        return _C.fetch(self)
+    return _profiler._fetch_recorded(_C.fetch, self, "fetch")
 
 
 def _numpy(self):

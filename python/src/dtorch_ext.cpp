@@ -547,6 +547,56 @@ NB_MODULE(_C, m) {
       "so far: a list of dicts (rank, host, tensors, bytes, bytes_by_dtype, "
       "arena_bytes, last_run_arena_bytes, last_run_peak_bytes, peak_bytes, "
       "and with_handles: handle -> bytes).");
+  m.def(
+      "profiler_start",
+      [](size_t capacityPerRank) {
+        nb::gil_scoped_release release;
+        session().startTrace(capacityPerRank);
+      },
+      nb::arg("capacity_per_rank"),
+      "Starts the profiler in the client, the controller and every rank "
+      "(dtorch.profiler.profile); waits until every rank records.");
+  m.def("profiler_active", [] { return g_session && g_session->tracing(); });
+  m.def(
+      "profiler_stop",
+      [] {
+        CollectedTrace collected;
+        {
+          nb::gil_scoped_release release;
+          collected = session().stopTrace();
+        }
+        auto rows = [](const std::vector<rt::TraceEvent> &events,
+                       int64_t offset) {
+          nb::list out;
+          for (const rt::TraceEvent &e : events)
+            out.append(nb::make_tuple(e.name, e.category, e.location, e.detail,
+                                      e.startNs + offset, e.endNs + offset,
+                                      e.bytes, rt::traceLaneName(e.lane)));
+          return out;
+        };
+        nb::dict d;
+        d["host"] = collected.host;
+        d["clock_ns"] = collected.clockNs;
+        d["client"] = rows(collected.client, 0);
+        d["client_dropped"] = collected.clientDropped;
+        nb::list ranks;
+        for (const rt::TraceChunk &chunk : collected.ranks) {
+          nb::dict r;
+          r["rank"] = chunk.rank;
+          r["supported"] = chunk.supported;
+          r["host"] = chunk.host;
+          r["offset_ns"] = chunk.offsetNs;
+          r["dropped"] = chunk.dropped;
+          r["events"] = rows(chunk.events, chunk.offsetNs);
+          ranks.append(r);
+        }
+        d["ranks"] = ranks;
+        return d;
+      },
+      "Stops the profiler and collects every event (queued behind all work): "
+      "a dict with the client's events and every rank's, on the client's "
+      "CLOCK_MONOTONIC (ns). An event is (name, category, location, detail, "
+      "start_ns, end_ns, bytes, lane).");
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

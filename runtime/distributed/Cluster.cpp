@@ -120,6 +120,7 @@ struct Cluster::Impl {
   std::vector<int> rankToWorker;
   PendingReplies<Tensor> fetches;
   PendingReplies<MemoryStats> statsRequests;
+  PendingReplies<TraceChunk> traceRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
   bool ready = false;
@@ -218,6 +219,7 @@ struct Cluster::Impl {
     w.deathReason = describe(w) + " " + reason;
     fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
+    traceRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
@@ -381,6 +383,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       promise->set_value(memoryStatsFromWire(e.memory_stats_reply()));
     return;
   }
+  case wire::Envelope::kTraceReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::optional<std::promise<TraceChunk>> promise =
+            traceRequests.take(requestId))
+      promise->set_value(traceChunkFromWire(e.trace_reply()));
+    return;
+  }
   case wire::Envelope::kSyncReply: {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = syncs.find(requestId);
@@ -406,6 +415,11 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       }
       if (auto stats = statsRequests.take(requestId)) {
         stats->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
+      if (auto trace = traceRequests.take(requestId)) {
+        trace->set_exception(
             std::make_exception_ptr(WorkerError(rank, host, message)));
         return;
       }
@@ -873,6 +887,20 @@ std::future<MemoryStats> Cluster::memoryStats(int rank) {
       [&](wire::Envelope &e) { e.mutable_memory_stats()->set_rank(rank); });
 }
 
+std::future<TraceChunk> Cluster::trace(int rank, TraceAction action,
+                                       size_t capacity, size_t maxEvents) {
+  return sendRequest(*impl_, rank, &Impl::traceRequests,
+                     [&](wire::Envelope &e) {
+                       wire::TraceRequest *request = e.mutable_trace();
+                       request->set_rank(rank);
+                       request->set_action(action == TraceAction::Start
+                                               ? wire::TraceRequest::START
+                                               : wire::TraceRequest::DRAIN);
+                       request->set_capacity(capacity);
+                       request->set_max_events(maxEvents);
+                     });
+}
+
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   free(std::vector<int64_t>{rank}, handles);
 }
@@ -956,6 +984,7 @@ void Cluster::shutdown() {
   };
   impl.fetches.failAll(hostOf, "the cluster was shut down");
   impl.statsRequests.failAll(hostOf, "the cluster was shut down");
+  impl.traceRequests.failAll(hostOf, "the cluster was shut down");
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;

@@ -119,6 +119,51 @@ void memoryStatsToWire(const MemoryStats &stats, wire::MemoryStatsReply *out) {
   }
 }
 
+void traceChunkToWire(const TraceChunk &chunk, wire::TraceReply *out) {
+  out->set_rank(chunk.rank);
+  out->set_dropped(chunk.dropped);
+  out->set_remaining(chunk.remaining);
+  out->set_clock_ns(chunk.clockNs);
+  out->set_host(chunk.host);
+  out->mutable_events()->Reserve(static_cast<int>(chunk.events.size()));
+  for (const TraceEvent &event : chunk.events) {
+    wire::TraceEvent *e = out->add_events();
+    e->set_name(event.name);
+    e->set_category(event.category);
+    e->set_location(event.location);
+    e->set_detail(event.detail);
+    e->set_start_ns(event.startNs);
+    e->set_end_ns(event.endNs);
+    e->set_bytes(event.bytes);
+    e->set_lane(static_cast<int32_t>(event.lane));
+  }
+}
+
+TraceChunk traceChunkFromWire(const wire::TraceReply &reply) {
+  TraceChunk chunk;
+  chunk.rank = reply.rank();
+  chunk.dropped = reply.dropped();
+  chunk.remaining = reply.remaining();
+  chunk.clockNs = reply.clock_ns();
+  chunk.host = reply.host();
+  chunk.events.reserve(reply.events_size());
+  for (const wire::TraceEvent &e : reply.events()) {
+    TraceEvent event;
+    event.name = e.name();
+    event.category = e.category();
+    event.location = e.location();
+    event.detail = e.detail();
+    event.startNs = e.start_ns();
+    event.endNs = e.end_ns();
+    event.bytes = e.bytes();
+    event.lane = e.lane() == static_cast<int32_t>(TraceLane::Comm)
+                     ? TraceLane::Comm
+                     : TraceLane::Compute;
+    chunk.events.push_back(std::move(event));
+  }
+  return chunk;
+}
+
 MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
   MemoryStats stats;
   stats.rank = reply.rank();

@@ -500,6 +500,30 @@ void Worker::dispatch(wire::Envelope &envelope) {
     });
     return;
   }
+  case wire::Envelope::kTrace: {
+    // Queued behind the rank's earlier work: a DRAIN holds every run sent
+    // before it.
+    int rank = shared->trace().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, shared, rank, requestId] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      const wire::TraceRequest &request = shared->trace();
+      TraceChunk chunk = r.state->trace(
+          request.action() == wire::TraceRequest::START ? TraceAction::Start
+                                                        : TraceAction::Drain,
+          request.capacity() ? request.capacity()
+                             : TraceBuffer::kDefaultCapacity,
+          request.max_events());
+      chunk.host = host_;
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      traceChunkToWire(chunk, reply.mutable_trace_reply());
+      outbox_.push(reply);
+    });
+    return;
+  }
   case wire::Envelope::kFree: {
     const auto &ranks = shared->free().ranks();
     for (int rank : ranks)

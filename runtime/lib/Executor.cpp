@@ -3,6 +3,7 @@
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <condition_variable>
 #include <exception>
@@ -224,10 +225,16 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
           in.push_back(&buffers[id]);
         for (int id : inst.outputs())
           out.push_back(&buffers[id]);
+        int64_t traceStart = trace_ && trace_->enabled() ? traceClockNs() : -1;
         if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else
           runCollective(*comm_, inst, in, out);
+        if (traceStart >= 0)
+          recordInstruction(*trace_, program, i,
+                            stream == ::dtorch::wire::COMM ? TraceLane::Comm
+                                                           : TraceLane::Compute,
+                            traceStart, in, out);
         if (inst.record_event() >= 0)
           state.signal(inst.record_event());
       } catch (const std::exception &error) {

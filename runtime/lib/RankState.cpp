@@ -8,7 +8,21 @@
 namespace dtorch::rt {
 
 RankState::RankState(int rank, Communicator *comm)
-    : rank_(rank), executor_(comm) {}
+    : rank_(rank), trace_(std::make_unique<TraceBuffer>()), executor_(comm) {
+  executor_.setTrace(trace_.get());
+}
+
+TraceChunk RankState::trace(TraceAction action, size_t capacity,
+                            size_t maxEvents) {
+  TraceChunk chunk;
+  chunk.rank = rank_;
+  if (action == TraceAction::Start)
+    trace_->start(capacity);
+  else
+    trace_->drain(maxEvents, chunk);
+  chunk.clockNs = traceClockNs();
+  return chunk;
+}
 
 std::string RankState::prefixed(const std::string &message) const {
   return "rank " + std::to_string(rank_) + ": " + message;
@@ -133,6 +147,12 @@ std::optional<std::string> RankState::run(uint64_t programId,
   std::vector<Tensor> results;
   uint64_t before = tableBytes();
   try {
+    // The run's span on the compute lane holds its instructions' spans.
+    std::optional<TraceSpan> span;
+    if (trace_->enabled())
+      span.emplace(trace_.get(), TraceLane::Compute, "run",
+                   "run " + program.name(),
+                   "program id " + std::to_string(programId));
     results = executor_.runValidated(program, values, seeds);
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));

@@ -25,7 +25,8 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.errors", "dtorch._runtime", "dtorch.autograd", "dtorch.distributed",
               "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
               "dtorch.distributed.fsdp._fully_shard",
-              "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async"]
+              "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
+              "dtorch.profiler"]
 
 
 def fresh_python(code, timeout=180):

@@ -10,6 +10,7 @@
 
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <future>
 #include <memory>
@@ -52,6 +53,12 @@ public:
   /// free before it is reflected. The simulated backend keeps no per-rank
   /// values: it answers `known = false` with zero counts.
   virtual std::future<rt::MemoryStats> memoryStats(int rank) = 0;
+  /// The profiler request of `rank` (rt::RankState::trace), answered in
+  /// order with the requests sent to that rank before. The simulated
+  /// backend runs nothing: it answers `supported = false`, no events.
+  virtual std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
+                                            size_t capacity,
+                                            size_t maxEvents) = 0;
   /// Frees `handles` on every rank of `ranks` (one message per process).
   virtual void free(const std::vector<int64_t> &ranks,
                     const std::vector<Handle> &handles) = 0;

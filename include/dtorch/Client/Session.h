@@ -224,6 +224,17 @@ private:
   Shape meshShape_;
 };
 
+/// What the profiler collected (Session::stopTrace): the client process's
+/// spans (session and controller lanes) and every rank's chunk, with the
+/// offset that puts the rank's times on the client's clock.
+struct CollectedTrace {
+  std::vector<rt::TraceEvent> client;
+  uint64_t clientDropped = 0;
+  std::vector<rt::TraceChunk> ranks; // by global rank
+  std::string host;                  // the client's host
+  int64_t clockNs = 0;               // the client's clock at the collection
+};
+
 struct SessionOptions {
   int worldSize = 4;
   int numProcesses = 2;
@@ -351,6 +362,18 @@ public:
   /// pending segment is submitted first and the request is queued behind
   /// all work before it, so it reflects every run and free so far (waits).
   std::vector<rt::MemoryStats> memoryStats();
+  /// The profiler (rt::TraceBuffer, Trace.h): the pending segment is
+  /// submitted, then the client, the controller and every rank record (at
+  /// most `capacityPerRank` events per rank and as many in the client);
+  /// waits until every rank records.
+  void startTrace(size_t capacityPerRank);
+  /// Stops recording everywhere and collects every event: the pending
+  /// segment is submitted and the collection is queued behind all work, so
+  /// every run submitted while recording is in it (waits). Times of a rank
+  /// on another host get the offset measured by the collection's round
+  /// trip; ranks on the client's host share its CLOCK_MONOTONIC (offset 0).
+  CollectedTrace stopTrace();
+  bool tracing() const { return trace_->enabled(); }
   /// The worker host serving `rank`.
   std::string hostOf(int rank) const;
   /// IR of the last compiled segment at "input", "sharded", "redistributed"
@@ -409,6 +432,8 @@ private:
 
   SessionOptions options_;
   std::vector<Mesh> meshes_;
+  /// The client's and the controller's profiler spans; outlives controller_.
+  std::unique_ptr<rt::TraceBuffer> trace_ = std::make_unique<rt::TraceBuffer>();
   std::unique_ptr<Controller> controller_;
   Segment segment_;
   /// The pending segment's arguments stay alive until it is submitted, so a

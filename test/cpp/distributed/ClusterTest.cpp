@@ -161,6 +161,71 @@ TEST(Cluster, MemoryStatsRoundTripInOrderWithTheWork) {
   cluster.synchronize();
 }
 
+// The Trace request (the profiler): START makes each rank record its runs,
+// a DRAIN queued behind the work hands over every span in bounded chunks
+// (the kernel on the compute lane, the all_reduce on the comm lane, with
+// their bytes) and stops recording; the worker names its host and clock.
+TEST(Cluster, TraceRecordsEachRanksStreamsAndDrainsInChunks) {
+  Cluster cluster(localOptions());
+  int64_t before = traceClockNs();
+  for (int rank = 0; rank < 4; ++rank) {
+    TraceChunk started = cluster.trace(rank, TraceAction::Start, 100, 0).get();
+    EXPECT_EQ(started.rank, rank);
+    EXPECT_TRUE(started.events.empty());
+    uploadTo(cluster, rank, 1, addAllReduce(rank));
+    cluster.put(rank, 100, randomTensor(wire::F32, {5}, 1 + rank));
+    cluster.put(rank, 101, randomTensor(wire::F32, {5}, 9 + rank));
+  }
+  for (int step = 0; step < 2; ++step)
+    for (int rank = 0; rank < 4; ++rank)
+      cluster.run(rank, 1, {100, 101}, {uint64_t(102 + step)});
+  // Not synchronized: the drain waits behind each rank's runs.
+  std::vector<std::future<TraceChunk>> first;
+  for (int rank = 0; rank < 4; ++rank)
+    first.push_back(cluster.trace(rank, TraceAction::Drain, 0, 4));
+  for (int rank = 0; rank < 4; ++rank) {
+    TraceChunk chunk = first[rank].get();
+    EXPECT_EQ(chunk.rank, rank);
+    EXPECT_EQ(chunk.host, localHostName());
+    EXPECT_GE(chunk.clockNs, before);
+    EXPECT_EQ(chunk.dropped, 0u);
+    // Two runs of (run, add, all_reduce): 4 now, 2 in the next chunk.
+    ASSERT_EQ(chunk.events.size(), 4u);
+    EXPECT_EQ(chunk.remaining, 2u);
+    TraceChunk rest = cluster.trace(rank, TraceAction::Drain, 0, 100).get();
+    EXPECT_EQ(rest.remaining, 0u);
+    for (TraceEvent &e : rest.events)
+      chunk.events.push_back(std::move(e));
+    int adds = 0, reduces = 0;
+    for (const TraceEvent &e : chunk.events) {
+      EXPECT_GE(e.startNs, before);
+      EXPECT_LE(e.startNs, e.endNs);
+      if (e.name == "add") {
+        ++adds;
+        EXPECT_EQ(e.lane, TraceLane::Compute);
+        EXPECT_EQ(e.bytes, 20);
+      } else if (e.name == "all_reduce") {
+        ++reduces;
+        EXPECT_EQ(e.lane, TraceLane::Comm);
+        EXPECT_EQ(e.category, "collective");
+        EXPECT_EQ(e.bytes, 20);
+      } else {
+        EXPECT_EQ(e.category, "run");
+      }
+    }
+    EXPECT_EQ(adds, 2);
+    EXPECT_EQ(reduces, 2);
+  }
+  // Stopped by the drain: a later run records nothing.
+  for (int rank = 0; rank < 4; ++rank)
+    cluster.run(rank, 1, {100, 101}, {110});
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_TRUE(
+        cluster.trace(rank, TraceAction::Drain, 0, 100).get().events.empty());
+  EXPECT_THROW(cluster.trace(4, TraceAction::Start, 1, 0), RuntimeError);
+  cluster.synchronize();
+}
+
 TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
   Cluster cluster(localOptions());
   ASSERT_EQ(cluster.worldSize(), 4);

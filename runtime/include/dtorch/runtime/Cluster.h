@@ -17,6 +17,7 @@
 
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <chrono>
 #include <cstdint>
@@ -96,6 +97,11 @@ public:
   /// sent to that rank before this one: it reflects their puts, runs and
   /// frees. Fails with WorkerError when the rank's worker is dead.
   std::future<MemoryStats> memoryStats(int rank);
+  /// The profiler request of `rank` (RankState::trace), answered after
+  /// every request sent to that rank before this one; the chunk names the
+  /// worker's host and its clock when it answered.
+  std::future<TraceChunk> trace(int rank, TraceAction action, size_t capacity,
+                                size_t maxEvents);
   void free(int rank, const std::vector<TensorHandle> &handles);
   /// Frees `handles` on every rank of `ranks`: one message per process.
   void free(const std::vector<int64_t> &ranks,

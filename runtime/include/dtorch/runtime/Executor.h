@@ -9,6 +9,7 @@
 #include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/StreamThread.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <cstdint>
 #include <memory>
@@ -69,6 +70,9 @@ public:
   // The communication stream's thread, the same for every run (a default id
   // before the first run with collectives).
   std::thread::id commThreadId() const;
+  // Where each instruction run is recorded while `trace` is recording
+  // (Trace.h); nullptr: nowhere. Not owned.
+  void setTrace(TraceBuffer *trace) { trace_ = trace; }
 
 private:
   // Planned buffers (Program.buffer_offsets) are views into one arena that
@@ -85,6 +89,7 @@ private:
   RunMemory lastRun_;
   // Started by the first run whose program has COMM instructions.
   std::unique_ptr<StreamThread> commStream_;
+  TraceBuffer *trace_ = nullptr;
 };
 
 } // namespace dtorch::rt

@@ -18,6 +18,7 @@
 #include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <cstdint>
 #include <functional>
@@ -112,6 +113,15 @@ public:
   // and free handled so far.
   MemoryStats memoryStats() const;
 
+  // The profiler (Trace.h): Start clears this rank's trace buffer and
+  // records every run and instruction from now on (at most `capacity`
+  // events, the rest counted dropped); Drain stops recording and hands over
+  // up to `maxEvents` of them (the rest stay for the next Drain). The chunk
+  // carries this process's clock at the answer.
+  TraceChunk trace(TraceAction action, size_t capacity, size_t maxEvents);
+  // The buffer the executor records into (for the backends and tests).
+  TraceBuffer &traceBuffer() { return *trace_; }
+
 private:
   struct Uploaded {
     std::shared_ptr<const ::dtorch::wire::Program> program;
@@ -122,6 +132,7 @@ private:
                  const std::string &message);
 
   int rank_;
+  std::unique_ptr<TraceBuffer> trace_;
   Executor executor_;
   std::unordered_map<uint64_t, Tensor> tensors_;
   std::unordered_map<uint64_t, std::string> poisoned_; // handle -> error

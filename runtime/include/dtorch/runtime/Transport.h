@@ -5,6 +5,7 @@
 
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 #include "dtorch_messages.pb.h"
 
 #include <zmq.hpp>
@@ -53,6 +54,9 @@ Tensor tensorFromWire(const ::dtorch::wire::TensorData &data);
 void memoryStatsToWire(const MemoryStats &stats,
                        ::dtorch::wire::MemoryStatsReply *out);
 MemoryStats memoryStatsFromWire(const ::dtorch::wire::MemoryStatsReply &reply);
+
+void traceChunkToWire(const TraceChunk &chunk, ::dtorch::wire::TraceReply *out);
+TraceChunk traceChunkFromWire(const ::dtorch::wire::TraceReply &reply);
 
 // "instruction 3 (...)" in an executor message -> 3; -1 when absent.
 int failingInstructionOf(const std::string &message);

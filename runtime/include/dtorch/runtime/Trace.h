@@ -1,0 +1,141 @@
+// The profiler's event buffer (dtorch.profiler.profile). MLIR-free.
+//
+// Each rank keeps one TraceBuffer (RankState owns it, the Executor writes to
+// it): while recording, every instruction the rank runs becomes one span on
+// its compute or communication lane, with the op, the instruction's source
+// location and its bytes. The client keeps one more for the session and the
+// controller threads. Off, the cost is one relaxed atomic load per
+// instruction; on, events go into a bounded buffer and the ones that do not
+// fit are counted as dropped.
+//
+// Clock: traceClockNs() is CLOCK_MONOTONIC in nanoseconds, the clock that
+// std::chrono::steady_clock and Python's time.monotonic_ns() read on Linux.
+// Every process of one host shares it, so spans of the client, the
+// controller and local workers are on one timeline as they are; a worker on
+// another host reports its clock when it answers, and the client shifts its
+// spans by the offset measured with that round trip (Session::collectTrace).
+#pragma once
+
+#include "dtorch/runtime/Tensor.h"
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace dtorch::wire {
+class Program;
+} // namespace dtorch::wire
+
+namespace dtorch::rt {
+
+/// Which thread of a trace an event belongs to.
+enum class TraceLane : int32_t {
+  Compute = 0,    // a rank's compute stream
+  Comm = 1,       // a rank's communication stream
+  Client = 2,     // the client's session (the thread recording ops)
+  Controller = 3, // the controller thread
+  Replies = 4,    // replies reaching the client (a fetch's pieces)
+};
+
+const char *traceLaneName(TraceLane lane);
+
+struct TraceEvent {
+  std::string name;     // op or phase ("matmul", "all_reduce", "compile")
+  std::string category; // "kernel", "collective", "run", "op", "segment", ...
+  std::string location; // the instruction's source location; may be empty
+  std::string detail;   // free text (program name, cache outcome, ...)
+  int64_t startNs = 0;  // traceClockNs() of the recording process
+  int64_t endNs = 0;
+  int64_t bytes = -1; // -1: not applicable
+  TraceLane lane = TraceLane::Compute;
+};
+
+/// CLOCK_MONOTONIC, nanoseconds.
+int64_t traceClockNs();
+
+/// What one rank's buffer answers to a collection.
+struct TraceChunk {
+  int rank = -1;
+  /// False when the backend runs nothing (simulated workers): no events.
+  bool supported = true;
+  std::vector<TraceEvent> events;
+  uint64_t dropped = 0;   // events refused because the buffer was full
+  uint64_t remaining = 0; // events still in the buffer after this chunk
+  int64_t clockNs = 0;    // the rank's traceClockNs() when it answered
+  std::string host;       // the host whose clock that is
+  /// Added to the rank's times to put them on the client's clock (set by
+  /// the client: 0 for the client's host).
+  int64_t offsetNs = 0;
+};
+
+enum class TraceAction : int32_t {
+  Start = 1, // clear the buffer and record, keeping at most `capacity`
+  Drain = 2, // stop recording and hand over up to `maxEvents` events
+};
+
+class TraceBuffer {
+public:
+  static constexpr size_t kDefaultCapacity = size_t(1) << 17;
+  /// The most events one Drain hands over (bounds a reply's size).
+  static constexpr size_t kMaxDrainEvents = size_t(1) << 14;
+
+  /// The flag check of the hot path.
+  bool enabled() const noexcept {
+    return enabled_.load(std::memory_order_relaxed);
+  }
+  /// Forgets every event and the dropped count, then records.
+  void start(size_t capacity = kDefaultCapacity);
+  void stop() noexcept { enabled_.store(false, std::memory_order_relaxed); }
+  /// Keeps `event` when recording and there is room; counts it dropped when
+  /// the buffer is full; ignores it when not recording.
+  void record(TraceEvent event);
+  /// Stops recording and moves the oldest min(maxEvents, kMaxDrainEvents)
+  /// events into `chunk` (events, dropped, remaining).
+  void drain(size_t maxEvents, TraceChunk &chunk);
+  size_t size() const;
+
+private:
+  std::atomic<bool> enabled_{false};
+  mutable std::mutex mutex_;
+  std::deque<TraceEvent> events_;
+  size_t capacity_ = kDefaultCapacity;
+  uint64_t dropped_ = 0;
+};
+
+/// Records one span on `lane` from construction to destruction when `buffer`
+/// is recording at construction (nullptr: never).
+class TraceSpan {
+public:
+  TraceSpan(TraceBuffer *buffer, TraceLane lane, const char *category,
+            std::string name, std::string detail = {}, int64_t bytes = -1);
+  ~TraceSpan();
+  TraceSpan(TraceSpan &&other) noexcept
+      : buffer_(other.buffer_), event_(std::move(other.event_)) {
+    other.buffer_ = nullptr;
+  }
+  TraceSpan(const TraceSpan &) = delete;
+  TraceSpan &operator=(const TraceSpan &) = delete;
+  TraceSpan &operator=(TraceSpan &&) = delete;
+  bool active() const { return buffer_ != nullptr; }
+  void setDetail(std::string detail) { event_.detail = std::move(detail); }
+  void setBytes(int64_t bytes) { event_.bytes = bytes; }
+
+private:
+  TraceBuffer *buffer_;
+  TraceEvent event_;
+};
+
+/// The executor's record of instruction `index` of `program`, run on `lane`
+/// from `startNs` to now: kernels count the bytes of their outputs,
+/// collectives the bytes they move for this rank (the larger of its input
+/// and output).
+void recordInstruction(TraceBuffer &buffer,
+                       const ::dtorch::wire::Program &program, int index,
+                       TraceLane lane, int64_t startNs,
+                       const std::vector<const Tensor *> &inputs,
+                       const std::vector<Tensor *> &outputs);
+
+} // namespace dtorch::rt
