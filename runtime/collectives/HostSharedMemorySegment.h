@@ -41,6 +41,10 @@ struct SegmentHeader {
   int64_t ranks[kMaxMembers];
 };
 static_assert(sizeof(SegmentHeader) <= kPage, "header fits a page");
+// test/python/test_host_shared_memory.py reads the counters at this offset.
+static_assert(offsetof(SegmentHeader, calls) == 704 &&
+                  offsetof(SegmentHeader, bytes) == 712,
+              "the counters' offsets are read from outside");
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
                   std::atomic<uint64_t>::is_always_lock_free,
               "shared atomics must be lock free");

@@ -11,6 +11,7 @@
 #include "dtorch/runtime/Transport.h"
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sys/wait.h>
 
@@ -348,7 +349,27 @@ TEST(Cluster, ClassProgramResolvesPerRankOnAPermutedMesh) {
   }
 }
 
-TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
+// Sets an environment variable (inherited by the workers a Cluster starts)
+// for a scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char *key, const char *value) : name(key) {
+    if (const char *previous = std::getenv(key))
+      old = previous;
+    setenv(key, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old)
+      setenv(name.c_str(), old->c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+// Every collective between the two worker processes (groups spanning both):
+// through shared memory by default, through Gloo with DTORCH_HOST_SHM=0.
+void everyCollectiveOnTwoProcessesMatchesTheFakeBackend() {
   std::vector<Program> programs;
   std::vector<std::vector<Tensor>> inputs(4);
   for (int rank = 0; rank < 4; ++rank)
@@ -380,6 +401,15 @@ TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
       EXPECT_TRUE(sameBits(got, expected[rank][i]))
           << "rank " << rank << " output " << i << " " << got.describe();
     }
+}
+
+TEST(Cluster, EveryCollectiveOnHostSharedMemoryMatchesTheFakeBackend) {
+  everyCollectiveOnTwoProcessesMatchesTheFakeBackend();
+}
+
+TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
+  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  everyCollectiveOnTwoProcessesMatchesTheFakeBackend();
 }
 
 TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
@@ -418,7 +448,7 @@ TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
             (std::vector<int64_t>{2, 2}));
 }
 
-TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
+void missingPeerIsAnErrorNamingTheRank() {
   ClusterOptions options = localOptions();
   options.collectiveTimeout = Ms(300);
   Cluster cluster(options);
@@ -443,6 +473,15 @@ TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
     EXPECT_NE(what.find("rank(s) 2"), std::string::npos) << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(5000));
+}
+
+TEST(Cluster, MissingPeerOnHostSharedMemoryIsAnErrorNamingTheRank) {
+  missingPeerIsAnErrorNamingTheRank();
+}
+
+TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
+  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  missingPeerIsAnErrorNamingTheRank();
 }
 
 TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {
