@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
       argc > 1 ? argv[1]
                : std::string(DTORCH_BENCH_DIR) + "/results/runtime_bench.json";
   std::vector<Row> rows;
-  rows.push_back(benchCluster("dtorch, 2 procs x 2 ranks (gloo)", 2));
+  rows.push_back(benchCluster("dtorch, 2 procs x 2 ranks (host shm)", 2));
   rows.push_back(benchCluster("dtorch, 1 proc x 4 ranks (shm)", 1));
   Row gloo = benchGlooDirect(argv[0]);
   rows.push_back(gloo);

@@ -105,7 +105,7 @@ struct Channel {
   std::unique_ptr<Segment> segment;
   Group group;
   size_t me = 0;
-  uint32_t round = 0; // rounds completed on this segment
+  uint64_t round = 0; // rounds completed on this segment
   uint64_t calls = 0;
   std::string broken;
 };
@@ -586,8 +586,8 @@ private:
     }
   }
 
-  void writeHeader(Channel &ch, size_t half, const StreamPlan &plan) {
-    RoundHeader &h = ch.segment->roundHeader(ch.me, half);
+  void writeHeader(Channel &ch, size_t slot, const StreamPlan &plan) {
+    RoundHeader &h = ch.segment->roundHeader(ch.me, slot);
     h.op = plan.op;
     h.dtype = static_cast<uint32_t>(plan.dtype);
     h.reduce = plan.reduce;
@@ -600,10 +600,10 @@ private:
 
   // The members must run the same call: same collective, dtype and call
   // number (the lengths are checked by each plan).
-  void checkAgreement(Channel &ch, size_t half, const StreamPlan &plan,
+  void checkAgreement(Channel &ch, size_t slot, const StreamPlan &plan,
                       std::vector<const RoundHeader *> &headers) {
     for (size_t j = 0; j < ch.group.size(); ++j) {
-      const RoundHeader &h = ch.segment->roundHeader(j, half);
+      const RoundHeader &h = ch.segment->roundHeader(j, slot);
       headers[j] = &h;
       if (h.op != plan.op || h.dtype != static_cast<uint32_t>(plan.dtype) ||
           h.call != ch.calls)
@@ -625,20 +625,20 @@ private:
     std::vector<const char *> windows(n);
     uint64_t rounds = 1;
     for (uint64_t k = 0; k < rounds; ++k) {
-      uint32_t g = ch.round;
-      size_t half = g & 1;
-      if (g >= 2)
-        waitAll(ch, &MemberControl::done, g - 1, op);
+      uint64_t g = ch.round;
+      size_t slot = g % kSlots;
+      if (g >= kSlots) // round g - kSlots, the slot's last use, consumed
+        waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1), op);
       uint64_t offset = k * chunk;
       if (k == 0)
-        writeHeader(ch, half, plan);
+        writeHeader(ch, slot, plan);
       if (offset < plan.length)
-        plan.produce(offset, seg.input(ch.me, half),
+        plan.produce(offset, seg.input(ch.me, slot),
                      std::min(chunk, plan.length - offset));
-      seg.publish(seg.control(ch.me).posted, g + 1);
-      waitAll(ch, &MemberControl::posted, g + 1, op);
+      seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
+      waitAll(ch, &MemberControl::posted, uint32_t(g + 1), op);
       if (k == 0) {
-        checkAgreement(ch, half, plan, headers);
+        checkAgreement(ch, slot, plan, headers);
         plan.check(headers);
         uint64_t longest = 0;
         for (size_t j = 0; j < n; ++j) {
@@ -648,20 +648,24 @@ private:
         rounds = std::max<uint64_t>(1, (longest + chunk - 1) / chunk);
       }
       for (size_t j = 0; j < n; ++j) {
-        windows[j] = seg.input(j, half);
+        windows[j] = seg.input(j, slot);
         windowLengths[j] =
             lengths[j] > offset ? std::min(chunk, lengths[j] - offset) : 0;
       }
       plan.consume(offset, windows, windowLengths);
-      seg.publish(seg.control(ch.me).done, g + 1);
+      seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
       ch.round = g + 1;
     }
     finishCall(ch, plan.length);
   }
 
-  // Per round: post my window of x; reduce my share of the window over every
-  // member's input (group order) into my reduced chunk; copy every member's
-  // reduced share into out.
+  // Per round: post my window of x; then, in groups of up to
+  // kDirectMembers, reduce the whole window over every member's input (group
+  // order) straight into out (one wait per round, the inputs read from
+  // cache); in larger groups, reduce my share of the window into my reduced
+  // chunk and copy every member's reduced share into out.
+  static constexpr size_t kDirectMembers = 4;
+
   void allReduce(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op) {
     Segment &seg = *ch.segment;
     size_t n = ch.group.size(), esize = dtypeSize(x.dtype());
@@ -679,19 +683,20 @@ private:
     const char *xData = static_cast<const char *>(x.data());
     char *outData = static_cast<char *>(out.data());
     for (uint64_t k = 0; k < rounds; ++k) {
-      uint32_t g = ch.round;
-      size_t half = g & 1;
-      if (g >= 2)
-        waitAll(ch, &MemberControl::done, g - 1, "all_reduce");
+      uint64_t g = ch.round;
+      size_t slot = g % kSlots;
+      if (g >= kSlots)
+        waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1),
+                "all_reduce");
       uint64_t begin = k * window, len = std::min(window, count - begin);
       if (k == 0)
-        writeHeader(ch, half, plan);
+        writeHeader(ch, slot, plan);
       if (len)
-        std::memcpy(seg.input(ch.me, half), xData + begin * esize, len * esize);
-      seg.publish(seg.control(ch.me).posted, g + 1);
-      waitAll(ch, &MemberControl::posted, g + 1, "all_reduce");
+        std::memcpy(seg.input(ch.me, slot), xData + begin * esize, len * esize);
+      seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
+      waitAll(ch, &MemberControl::posted, uint32_t(g + 1), "all_reduce");
       if (k == 0) {
-        checkAgreement(ch, half, plan, headers);
+        checkAgreement(ch, slot, plan, headers);
         for (size_t j = 0; j < n; ++j)
           if (headers[j]->length != total || headers[j]->reduce != plan.reduce)
             throw RuntimeError("rank " + std::to_string(ch.group[j]) +
@@ -700,22 +705,32 @@ private:
                                " bytes with another reduction or size (" +
                                std::to_string(total) + " bytes here)");
       }
+      if (n <= kDirectMembers) {
+        for (size_t j = 0; j < n; ++j) // my own piece from x, not the copy
+          pieces[j] = j == ch.me ? xData + begin * esize : seg.input(j, slot);
+        if (len)
+          reducePieces(outData + begin * esize, pieces,
+                       static_cast<int64_t>(len), x.dtype(), op);
+        seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
+        ch.round = g + 1;
+        continue;
+      }
       auto share = [&](size_t j) { return len * j / n; };
       uint64_t b = share(ch.me), l = share(ch.me + 1) - b;
       for (size_t j = 0; j < n; ++j)
-        pieces[j] = seg.input(j, half) + b * esize;
+        pieces[j] = seg.input(j, slot) + b * esize;
       if (l)
-        reducePieces(seg.reduced(ch.me, half) + b * esize, pieces,
+        reducePieces(seg.reduced(ch.me, slot) + b * esize, pieces,
                      static_cast<int64_t>(l), x.dtype(), op);
-      seg.publish(seg.control(ch.me).reduced, g + 1);
-      waitAll(ch, &MemberControl::reduced, g + 1, "all_reduce");
+      seg.publish(seg.control(ch.me).reduced, uint32_t(g + 1));
+      waitAll(ch, &MemberControl::reduced, uint32_t(g + 1), "all_reduce");
       for (size_t j = 0; j < n; ++j) {
         uint64_t bj = share(j), lj = share(j + 1) - bj;
         if (lj)
           std::memcpy(outData + (begin + bj) * esize,
-                      seg.reduced(j, half) + bj * esize, lj * esize);
+                      seg.reduced(j, slot) + bj * esize, lj * esize);
       }
-      seg.publish(seg.control(ch.me).done, g + 1);
+      seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
       ch.round = g + 1;
     }
     finishCall(ch, total);

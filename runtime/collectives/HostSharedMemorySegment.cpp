@@ -94,7 +94,7 @@ bool processAlive(int32_t pid, uint64_t startTime) {
 
 size_t groupSegmentBytes(size_t members, size_t chunkBytes) {
   size_t controls = roundUp(kPage + members * sizeof(MemberControl), kPage);
-  return controls + members * 2 * (kPage + 2 * chunkBytes);
+  return controls + members * kSlots * (kPage + 2 * chunkBytes);
 }
 
 void Segment::layout(SegmentKind kind, size_t members, size_t chunkBytes) {
@@ -102,9 +102,10 @@ void Segment::layout(SegmentKind kind, size_t members, size_t chunkBytes) {
   chunkBytes_ = chunkBytes;
   controlsOffset_ = kPage;
   dataOffset_ = roundUp(kPage + members * sizeof(MemberControl), kPage);
-  halfStride_ = kPage + 2 * chunkBytes;
-  bytes_ = kind == SegmentKind::Group ? dataOffset_ + members * 2 * halfStride_
-                                      : dataOffset_ + chunkBytes;
+  slotStride_ = kPage + 2 * chunkBytes;
+  bytes_ = kind == SegmentKind::Group
+               ? dataOffset_ + members * kSlots * slotStride_
+               : dataOffset_ + chunkBytes;
 }
 
 void Segment::map(int fd, size_t bytes) {
@@ -223,17 +224,17 @@ MemberControl &Segment::control(size_t member) {
   return reinterpret_cast<MemberControl *>(base_ + controlsOffset_)[member];
 }
 
-RoundHeader &Segment::roundHeader(size_t member, size_t half) {
-  return *reinterpret_cast<RoundHeader *>(base_ + dataOffset_ +
-                                          (member * 2 + half) * halfStride_);
+RoundHeader &Segment::roundHeader(size_t member, size_t slot) {
+  return *reinterpret_cast<RoundHeader *>(
+      base_ + dataOffset_ + (member * kSlots + slot) * slotStride_);
 }
 
-char *Segment::input(size_t member, size_t half) {
-  return base_ + dataOffset_ + (member * 2 + half) * halfStride_ + kPage;
+char *Segment::input(size_t member, size_t slot) {
+  return base_ + dataOffset_ + (member * kSlots + slot) * slotStride_ + kPage;
 }
 
-char *Segment::reduced(size_t member, size_t half) {
-  return input(member, half) + chunkBytes_;
+char *Segment::reduced(size_t member, size_t slot) {
+  return input(member, slot) + chunkBytes_;
 }
 
 char *Segment::ring() { return base_ + dataOffset_; }

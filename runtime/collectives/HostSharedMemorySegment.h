@@ -21,6 +21,8 @@ namespace dtorch::rt::hostshm {
 constexpr uint64_t kMagic = 0x6873686374726f74ull; // "torchshh"
 constexpr size_t kMaxMembers = 255;
 constexpr size_t kPage = 4096;
+// Rounds a member may run ahead of the slowest one (slots per member).
+constexpr size_t kSlots = 4;
 
 enum class SegmentKind : uint32_t { Group = 1, Pair = 2 };
 
@@ -61,7 +63,7 @@ struct MemberControl {
   alignas(64) std::atomic<uint64_t> position; // pair: bytes written / read
 };
 
-// What each member writes at the start of each half it posts: the call it
+// What each member writes at the start of each slot it posts: the call it
 // belongs to, so that members that disagree fail instead of mixing data.
 struct RoundHeader {
   uint32_t op;
@@ -79,7 +81,8 @@ bool processAlive(int32_t pid, uint64_t startTime);
 uint64_t processStartTime(int32_t pid);
 
 // A mapped segment. Group segments: `members` controls, then for every
-// member two halves of (RoundHeader page, input chunk, reduced chunk). Pair
+// member kSlots slots of (RoundHeader page, input chunk, reduced chunk);
+// round g uses slot g % kSlots. Pair
 // segments: two controls (0 sender, 1 receiver) and a ring.
 class Segment {
 public:
@@ -102,9 +105,9 @@ public:
   size_t chunkBytes() const { return chunkBytes_; }
   MemberControl &control(size_t member);
   // Group segments.
-  RoundHeader &roundHeader(size_t member, size_t half);
-  char *input(size_t member, size_t half);
-  char *reduced(size_t member, size_t half);
+  RoundHeader &roundHeader(size_t member, size_t slot);
+  char *input(size_t member, size_t slot);
+  char *reduced(size_t member, size_t slot);
   // Pair segments.
   char *ring();
 
@@ -139,7 +142,7 @@ private:
   size_t chunkBytes_ = 0;
   size_t controlsOffset_ = 0;
   size_t dataOffset_ = 0;
-  size_t halfStride_ = 0;
+  size_t slotStride_ = 0;
   SegmentHeader *header_ = nullptr;
 };
 
