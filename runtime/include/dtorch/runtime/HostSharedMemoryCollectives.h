@@ -36,7 +36,7 @@ struct HostSharedMemoryOptions {
   std::chrono::milliseconds deadline{30000};
   // Bytes each member moves per round (rounded up to 4 KiB); every member of
   // a group must use the same value.
-  size_t chunkBytes = size_t(1) << 20;
+  size_t chunkBytes = size_t(256) << 10;
   // Capacity of the ring of one sender -> receiver pair (send/recv).
   size_t ringBytes = size_t(4) << 20;
   // Prefix of this world's keys in the rendezvous store.
