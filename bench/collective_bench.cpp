@@ -80,7 +80,7 @@ int child(const std::string &transport, int rank, int ranks,
     float *values = x.data_as<float>();
     for (int64_t i = 0; i < n; ++i)
       values[i] = static_cast<float>(rank + i % 7);
-    std::memset(y.data(), 0, y.nbytes()); // touched before timing
+    std::memset(y.data(), 0, y.nbytes());         // touched before timing
     comm->all_reduce(x, y, group, ReduceOp::Sum); // warm-up
     float expected = static_cast<float>(ranks * (ranks - 1) / 2 + ranks * 1);
     if (n > 1 && y.data_as<float>()[1] != expected) {
@@ -151,8 +151,7 @@ double median(std::vector<double> values) {
     return 0;
   std::sort(values.begin(), values.end());
   size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid]
-                           : (values[mid - 1] + values[mid]) / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
 } // namespace
@@ -210,8 +209,8 @@ int main(int argc, char **argv) {
     std::printf("], \"bus_gbps\": [");
     for (size_t i = 0; i < sizeList.size(); ++i) {
       double s = median(all[transports[t]][sizeList[i]]);
-      double bus = s > 0 ? 2.0 * (ranks - 1) / ranks * sizeList[i] / s / 1e9
-                         : 0;
+      double bus =
+          s > 0 ? 2.0 * (ranks - 1) / ranks * sizeList[i] / s / 1e9 : 0;
       std::printf("%s%.6g", i ? ", " : "", bus);
     }
     std::printf("]}");

@@ -3,8 +3,8 @@
 //
 //   runtime_bench [out.json]      (default: bench/results/runtime_bench.json)
 //
-// Rows: 4 ranks in 2 worker processes (Gloo between them), 4 ranks in one
-// worker process (shared memory), and gloo::allreduce in 4 plain processes.
+// Rows: 4 ranks in 2 worker processes (shared memory between them), 4 ranks in
+// one worker process (shared memory), and gloo::allreduce in 4 plain processes.
 // Bandwidth is algorithm bandwidth: tensor bytes / time per all_reduce.
 #include "dtorch/runtime/Cluster.h"
 
