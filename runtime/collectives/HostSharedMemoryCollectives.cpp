@@ -659,11 +659,14 @@ private:
     finishCall(ch, plan.length);
   }
 
-  // Per round: post my window of x; then, in groups of up to
-  // kDirectMembers, reduce the whole window over every member's input (group
-  // order) straight into out (one wait per round, the inputs read from
-  // cache); in larger groups, reduce my share of the window into my reduced
-  // chunk and copy every member's reduced share into out.
+  // Rounds over windows of x; two ways, with the same bits (every element
+  // is reduced over the members in group order by reducePieces):
+  //  * direct (small tensors, few members): post the whole window; every
+  //    member reduces the whole window straight into out. One wait per round.
+  //  * by shares (otherwise): the window is cut into one share per member;
+  //    post only the shares the others reduce, reduce my share (mine read
+  //    from x) into my reduced chunk, then copy every member's reduced share
+  //    into out. Less memory traffic, one more wait per round.
   static constexpr size_t kDirectMembers = 4;
 
   void allReduce(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op) {
@@ -673,10 +676,11 @@ private:
     uint64_t window = seg.chunkBytes() / esize; // elements per round
     uint64_t count = static_cast<uint64_t>(x.numel());
     uint64_t rounds = std::max<uint64_t>(1, (count + window - 1) / window);
+    bool direct = n <= kDirectMembers && total <= options_.directReduceBytes;
     StreamPlan plan;
     plan.op = kAllReduce;
     plan.dtype = x.dtype();
-    plan.reduce = static_cast<uint32_t>(op);
+    plan.reduce = static_cast<uint32_t>(op) | (direct ? 0x100u : 0u);
     plan.length = total;
     std::vector<const RoundHeader *> headers(n);
     std::vector<const void *> pieces(n);
@@ -689,10 +693,21 @@ private:
         waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1),
                 "all_reduce");
       uint64_t begin = k * window, len = std::min(window, count - begin);
+      auto share = [&](size_t j) { return len * j / n; };
       if (k == 0)
         writeHeader(ch, slot, plan);
-      if (len)
-        std::memcpy(seg.input(ch.me, slot), xData + begin * esize, len * esize);
+      char *staged = seg.input(ch.me, slot);
+      if (direct) {
+        if (len)
+          std::memcpy(staged, xData + begin * esize, len * esize);
+      } else {
+        for (size_t j = 0; j < n; ++j) {
+          uint64_t bj = share(j), lj = share(j + 1) - bj;
+          if (j != ch.me && lj)
+            std::memcpy(staged + bj * esize, xData + (begin + bj) * esize,
+                        lj * esize);
+        }
+      }
       seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
       waitAll(ch, &MemberControl::posted, uint32_t(g + 1), "all_reduce");
       if (k == 0) {
@@ -705,7 +720,7 @@ private:
                                " bytes with another reduction or size (" +
                                std::to_string(total) + " bytes here)");
       }
-      if (n <= kDirectMembers) {
+      if (direct) {
         for (size_t j = 0; j < n; ++j) // my own piece from x, not the copy
           pieces[j] = j == ch.me ? xData + begin * esize : seg.input(j, slot);
         if (len)
@@ -715,18 +730,20 @@ private:
         ch.round = g + 1;
         continue;
       }
-      auto share = [&](size_t j) { return len * j / n; };
       uint64_t b = share(ch.me), l = share(ch.me + 1) - b;
       for (size_t j = 0; j < n; ++j)
-        pieces[j] = seg.input(j, slot) + b * esize;
+        pieces[j] = j == ch.me ? xData + (begin + b) * esize
+                               : seg.input(j, slot) + b * esize;
+      char *mine = seg.reduced(ch.me, slot) + b * esize;
       if (l)
-        reducePieces(seg.reduced(ch.me, slot) + b * esize, pieces,
-                     static_cast<int64_t>(l), x.dtype(), op);
+        reducePieces(mine, pieces, static_cast<int64_t>(l), x.dtype(), op);
       seg.publish(seg.control(ch.me).reduced, uint32_t(g + 1));
+      if (l)
+        std::memcpy(outData + (begin + b) * esize, mine, l * esize);
       waitAll(ch, &MemberControl::reduced, uint32_t(g + 1), "all_reduce");
       for (size_t j = 0; j < n; ++j) {
         uint64_t bj = share(j), lj = share(j + 1) - bj;
-        if (lj)
+        if (j != ch.me && lj)
           std::memcpy(outData + (begin + bj) * esize,
                       seg.reduced(j, slot) + bj * esize, lj * esize);
       }

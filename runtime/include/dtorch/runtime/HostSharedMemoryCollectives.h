@@ -37,6 +37,10 @@ struct HostSharedMemoryOptions {
   // Bytes each member moves per round (rounded up to 4 KiB); every member of
   // a group must use the same value.
   size_t chunkBytes = size_t(256) << 10;
+  // all_reduce of at most this many bytes in groups of up to 4: every member
+  // reduces every element (one wait per round) instead of its share (less
+  // memory traffic). Every member of a group must use the same value.
+  size_t directReduceBytes = size_t(64) << 10;
   // Capacity of the ring of one sender -> receiver pair (send/recv).
   size_t ringBytes = size_t(4) << 20;
   // Prefix of this world's keys in the rendezvous store.
