@@ -197,6 +197,31 @@ TEST(HostSharedMemoryCollectives, LargeTensorsGoThroughTheBoundedBuffer) {
   expectAllSucceeded(codes);
 }
 
+// Five members (beyond the direct reduction's four), small and large
+// tensors: the same bits as the reference either way.
+TEST(HostSharedMemoryCollectives, FiveMembersReduceLikeTheReference) {
+  StoreDirectory dir;
+  auto codes = runProcesses(5, [&](int rank) {
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comm = makeHostSharedMemoryCommunicator(rank, store, smallChunks());
+    const Group group = {4, 1, 3, 0, 2};
+    for (int64_t n : {int64_t(3), int64_t(70001)})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+        std::vector<Tensor> inputs;
+        for (int64_t member : group)
+          inputs.push_back(
+              sampleTensor(::dtorch::wire::F16, {n}, 5 * member + 2));
+        Tensor x = sampleTensor(::dtorch::wire::F16, {n}, 5 * rank + 2);
+        Tensor out = Tensor::empty(::dtorch::wire::F16, {n});
+        comm->all_reduce(x, out, group, op);
+        expectSameBits(out, referenceReduce(inputs, op),
+                       std::string("five members ") + reduceOpName(op) +
+                           " of " + std::to_string(n));
+      }
+  });
+  expectAllSucceeded(codes);
+}
+
 // Messages larger than the ring, taken in another order than sent.
 TEST(HostSharedMemoryCollectives, PointToPointThroughASmallRing) {
   StoreDirectory dir;
