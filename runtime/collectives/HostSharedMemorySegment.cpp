@@ -274,7 +274,7 @@ void Segment::waitFor(
     return;
   // Spinning only pays when the peer runs on another core right now; on a
   // busy host it steals the peer's time, so it is short.
-  constexpr int kSpins = 256, kYields = 64;
+  constexpr int kSpins = 64, kYields = 0;
   auto abortedWhy = [&]() -> std::string {
     uint32_t state = header_->aborted.load(std::memory_order_acquire);
     if (state == 0)
