@@ -663,26 +663,45 @@ private:
   // is reduced over the members in group order by reducePieces):
   //  * direct (small tensors, few members): post the whole window; every
   //    member reduces the whole window straight into out. One wait per round.
-  //  * by shares (otherwise): the window is cut into one share per member;
-  //    post only the shares the others reduce, reduce my share (mine read
-  //    from x) into my reduced chunk, then copy every member's reduced share
-  //    into out. Less memory traffic, one more wait per round.
+  //  * by shares (otherwise, allReduceByShares).
   static constexpr size_t kDirectMembers = 4;
 
   void allReduce(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op) {
-    Segment &seg = *ch.segment;
-    size_t n = ch.group.size(), esize = dtypeSize(x.dtype());
-    uint64_t total = x.nbytes();
-    uint64_t window = seg.chunkBytes() / esize; // elements per round
-    uint64_t count = static_cast<uint64_t>(x.numel());
-    uint64_t rounds = std::max<uint64_t>(1, (count + window - 1) / window);
-    bool direct = n <= kDirectMembers && total <= options_.directReduceBytes;
+    size_t n = ch.group.size();
+    bool direct =
+        n <= kDirectMembers && x.nbytes() <= options_.directReduceBytes;
     StreamPlan plan;
     plan.op = kAllReduce;
     plan.dtype = x.dtype();
     plan.reduce = static_cast<uint32_t>(op) | (direct ? 0x100u : 0u);
-    plan.length = total;
-    std::vector<const RoundHeader *> headers(n);
+    plan.length = x.nbytes();
+    if (direct)
+      allReduceDirect(ch, x, out, op, plan);
+    else
+      allReduceByShares(ch, x, out, op, plan);
+    finishCall(ch, x.nbytes());
+  }
+
+  void checkAllReduceAgreement(Channel &ch, size_t slot,
+                               const StreamPlan &plan) {
+    std::vector<const RoundHeader *> headers(ch.group.size());
+    checkAgreement(ch, slot, plan, headers);
+    for (size_t j = 0; j < headers.size(); ++j)
+      if (headers[j]->length != plan.length ||
+          headers[j]->reduce != plan.reduce)
+        throw RuntimeError("rank " + std::to_string(ch.group[j]) + " reduces " +
+                           std::to_string(headers[j]->length) +
+                           " bytes with another reduction or size (" +
+                           std::to_string(plan.length) + " bytes here)");
+  }
+
+  void allReduceDirect(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op,
+                       const StreamPlan &plan) {
+    Segment &seg = *ch.segment;
+    size_t n = ch.group.size(), esize = dtypeSize(x.dtype());
+    uint64_t window = seg.chunkBytes() / esize; // elements per round
+    uint64_t count = static_cast<uint64_t>(x.numel());
+    uint64_t rounds = std::max<uint64_t>(1, (count + window - 1) / window);
     std::vector<const void *> pieces(n);
     const char *xData = static_cast<const char *>(x.data());
     char *outData = static_cast<char *>(out.data());
@@ -693,64 +712,132 @@ private:
         waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1),
                 "all_reduce");
       uint64_t begin = k * window, len = std::min(window, count - begin);
-      auto share = [&](size_t j) { return len * j / n; };
       if (k == 0)
         writeHeader(ch, slot, plan);
-      char *staged = seg.input(ch.me, slot);
-      if (direct) {
-        if (len)
-          std::memcpy(staged, xData + begin * esize, len * esize);
-      } else {
+      if (len)
+        std::memcpy(seg.input(ch.me, slot), xData + begin * esize, len * esize);
+      seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
+      waitAll(ch, &MemberControl::posted, uint32_t(g + 1), "all_reduce");
+      if (k == 0)
+        checkAllReduceAgreement(ch, slot, plan);
+      for (size_t j = 0; j < n; ++j) // my own piece from x, not the copy
+        pieces[j] = j == ch.me ? xData + begin * esize : seg.input(j, slot);
+      if (len)
+        reducePieces(outData + begin * esize, pieces, static_cast<int64_t>(len),
+                     x.dtype(), op);
+      seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
+      ch.round = g + 1;
+    }
+  }
+
+  // True when every other member's `counter` reached `target` (no wait).
+  bool othersReached(Channel &ch, std::atomic<uint32_t> MemberControl::*counter,
+                     uint32_t target) {
+    for (size_t j = 0; j < ch.group.size(); ++j)
+      if (j != ch.me && !reached(ch.segment->control(j).*counter, target))
+        return false;
+    return true;
+  }
+
+  // Each window is cut into one share per member. Three phases per round:
+  // post (copy the shares the others reduce into my slot), reduce (my share
+  // over every member, mine read from x, into my reduced chunk, then into
+  // out), gather (the others' reduced shares into out; then `done`). The
+  // phases of different rounds run ahead of each other as far as the data
+  // allows (posting up to kSlots rounds ahead), and a member blocks only
+  // when no phase can move: on a busy host, each time it runs it does all it
+  // can, so the members hand over to each other a few times per tensor, not
+  // a few times per round.
+  void allReduceByShares(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op,
+                         const StreamPlan &plan) {
+    Segment &seg = *ch.segment;
+    size_t n = ch.group.size(), esize = dtypeSize(x.dtype());
+    uint64_t window = seg.chunkBytes() / esize; // elements per round
+    uint64_t count = static_cast<uint64_t>(x.numel());
+    uint64_t rounds = std::max<uint64_t>(1, (count + window - 1) / window);
+    std::vector<const void *> pieces(n);
+    const char *xData = static_cast<const char *>(x.data());
+    char *outData = static_cast<char *>(out.data());
+    auto lengthOf = [&](uint64_t k) {
+      return std::min(window, count - k * window);
+    };
+    auto share = [&](uint64_t len, size_t j) { return len * j / n; };
+    uint64_t base = ch.round;
+    uint64_t posted = 0, reduced = 0, gathered = 0; // rounds per phase
+    MemberControl &mine = seg.control(ch.me);
+    while (gathered < rounds) {
+      bool moved = false;
+      while (posted < rounds && posted < gathered + kSlots) {
+        uint64_t g = base + posted;
+        if (g >= kSlots &&
+            !othersReached(ch, &MemberControl::done, uint32_t(g - kSlots + 1)))
+          break;
+        size_t slot = g % kSlots;
+        uint64_t begin = posted * window, len = lengthOf(posted);
+        if (posted == 0)
+          writeHeader(ch, slot, plan);
+        char *staged = seg.input(ch.me, slot);
         for (size_t j = 0; j < n; ++j) {
-          uint64_t bj = share(j), lj = share(j + 1) - bj;
+          uint64_t bj = share(len, j), lj = share(len, j + 1) - bj;
           if (j != ch.me && lj)
             std::memcpy(staged + bj * esize, xData + (begin + bj) * esize,
                         lj * esize);
         }
+        seg.publish(mine.posted, uint32_t(g + 1));
+        ++posted;
+        moved = true;
       }
-      seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
-      waitAll(ch, &MemberControl::posted, uint32_t(g + 1), "all_reduce");
-      if (k == 0) {
-        checkAgreement(ch, slot, plan, headers);
+      while (reduced < posted) {
+        uint64_t g = base + reduced;
+        if (!othersReached(ch, &MemberControl::posted, uint32_t(g + 1)))
+          break;
+        size_t slot = g % kSlots;
+        if (reduced == 0)
+          checkAllReduceAgreement(ch, slot, plan);
+        uint64_t begin = reduced * window, len = lengthOf(reduced);
+        uint64_t b = share(len, ch.me), l = share(len, ch.me + 1) - b;
         for (size_t j = 0; j < n; ++j)
-          if (headers[j]->length != total || headers[j]->reduce != plan.reduce)
-            throw RuntimeError("rank " + std::to_string(ch.group[j]) +
-                               " reduces " +
-                               std::to_string(headers[j]->length) +
-                               " bytes with another reduction or size (" +
-                               std::to_string(total) + " bytes here)");
+          pieces[j] = j == ch.me ? xData + (begin + b) * esize
+                                 : seg.input(j, slot) + b * esize;
+        char *result = seg.reduced(ch.me, slot) + b * esize;
+        if (l)
+          reducePieces(result, pieces, static_cast<int64_t>(l), x.dtype(), op);
+        seg.publish(mine.reduced, uint32_t(g + 1));
+        if (l)
+          std::memcpy(outData + (begin + b) * esize, result, l * esize);
+        ++reduced;
+        moved = true;
       }
-      if (direct) {
-        for (size_t j = 0; j < n; ++j) // my own piece from x, not the copy
-          pieces[j] = j == ch.me ? xData + begin * esize : seg.input(j, slot);
-        if (len)
-          reducePieces(outData + begin * esize, pieces,
-                       static_cast<int64_t>(len), x.dtype(), op);
-        seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
-        ch.round = g + 1;
+      while (gathered < reduced) {
+        uint64_t g = base + gathered;
+        if (!othersReached(ch, &MemberControl::reduced, uint32_t(g + 1)))
+          break;
+        size_t slot = g % kSlots;
+        uint64_t begin = gathered * window, len = lengthOf(gathered);
+        for (size_t j = 0; j < n; ++j) {
+          uint64_t bj = share(len, j), lj = share(len, j + 1) - bj;
+          if (j != ch.me && lj)
+            std::memcpy(outData + (begin + bj) * esize,
+                        seg.reduced(j, slot) + bj * esize, lj * esize);
+        }
+        seg.publish(mine.done, uint32_t(g + 1));
+        ++gathered;
+        moved = true;
+      }
+      if (moved)
         continue;
-      }
-      uint64_t b = share(ch.me), l = share(ch.me + 1) - b;
-      for (size_t j = 0; j < n; ++j)
-        pieces[j] = j == ch.me ? xData + (begin + b) * esize
-                               : seg.input(j, slot) + b * esize;
-      char *mine = seg.reduced(ch.me, slot) + b * esize;
-      if (l)
-        reducePieces(mine, pieces, static_cast<int64_t>(l), x.dtype(), op);
-      seg.publish(seg.control(ch.me).reduced, uint32_t(g + 1));
-      if (l)
-        std::memcpy(outData + (begin + b) * esize, mine, l * esize);
-      waitAll(ch, &MemberControl::reduced, uint32_t(g + 1), "all_reduce");
-      for (size_t j = 0; j < n; ++j) {
-        uint64_t bj = share(j), lj = share(j + 1) - bj;
-        if (j != ch.me && lj)
-          std::memcpy(outData + (begin + bj) * esize,
-                      seg.reduced(j, slot) + bj * esize, lj * esize);
-      }
-      seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
-      ch.round = g + 1;
+      // Nothing can move: wait for what the earliest phase needs.
+      if (gathered < reduced)
+        waitAll(ch, &MemberControl::reduced, uint32_t(base + gathered + 1),
+                "all_reduce");
+      else if (reduced < posted)
+        waitAll(ch, &MemberControl::posted, uint32_t(base + reduced + 1),
+                "all_reduce");
+      else
+        waitAll(ch, &MemberControl::done, uint32_t(base + posted - kSlots + 1),
+                "all_reduce");
     }
-    finishCall(ch, total);
+    ch.round = base + rounds;
   }
 
   void finishCall(Channel &ch, uint64_t bytes) {
