@@ -10,6 +10,7 @@
 //   collective_bench [--sizes 4096,65536,...] [--repeats 3] [--ranks 2]
 //                    [--chunk-bytes B]   (shared memory's chunk per round)
 //                    [--only shared_memory|gloo] [--direct-bytes B]
+//                    [--streaming-bytes B]
 //
 // bench/collective_bench.py drives it and writes the table and the plot.
 #include "dtorch/runtime/GlooCollectives.h"
@@ -65,6 +66,8 @@ int child(const std::string &transport, int rank, int ranks,
     options.prefix = "bench";
     if (const char *chunk = std::getenv("DTORCH_BENCH_CHUNK_BYTES"))
       options.chunkBytes = std::strtoull(chunk, nullptr, 10);
+    if (const char *streaming = std::getenv("DTORCH_BENCH_STREAMING_BYTES"))
+      options.streamingBytes = std::strtoull(streaming, nullptr, 10);
     if (const char *direct = std::getenv("DTORCH_BENCH_DIRECT_BYTES"))
       options.directReduceBytes = std::strtoull(direct, nullptr, 10);
     comm = makeHostSharedMemoryCommunicator(rank, store, options);
@@ -182,6 +185,8 @@ int main(int argc, char **argv) {
       ranks = std::atoi(argv[i + 1]);
     else if (flag == "--only")
       transports = {argv[i + 1]};
+    else if (flag == "--streaming-bytes") // inherited by the children
+      setenv("DTORCH_BENCH_STREAMING_BYTES", argv[i + 1], 1);
     else if (flag == "--direct-bytes") // inherited by the children
       setenv("DTORCH_BENCH_DIRECT_BYTES", argv[i + 1], 1);
     else if (flag == "--chunk-bytes") // inherited by the children

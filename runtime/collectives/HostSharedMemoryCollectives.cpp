@@ -14,6 +14,9 @@
 #include <mutex>
 #include <thread>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace dtorch::rt {
 
@@ -85,6 +88,44 @@ void gatherRows(char *dst, uint64_t offset, uint64_t len, uint64_t rowBytes,
     offset += n;
     len -= n;
   }
+}
+
+// memcpy into memory that will not be read again soon (the output of a
+// large all_reduce): non-temporal stores, so the destination is not read
+// into the cache first. The caller ends with streamFence().
+void streamCopy(char *dst, const char *src, size_t bytes) {
+#if defined(__SSE2__)
+  size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
+  if (bytes < 256 || head >= bytes) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  bytes -= head;
+  size_t blocks = bytes / 64;
+  for (size_t i = 0; i < blocks; ++i, dst += 64, src += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 48), d);
+  }
+  std::memcpy(dst, src, bytes % 64);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+// Orders the non-temporal stores before anything that follows.
+void streamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 std::string readFirstLine(const std::string &path) {
@@ -762,6 +803,14 @@ private:
       return std::min(window, count - k * window);
     };
     auto share = [&](uint64_t len, size_t j) { return len * j / n; };
+    // Outputs larger than a core's share of the cache are written around it.
+    bool streaming = x.nbytes() >= options_.streamingBytes;
+    auto copyOut = [&](char *dst, const char *src, size_t bytes) {
+      if (streaming)
+        streamCopy(dst, src, bytes);
+      else
+        std::memcpy(dst, src, bytes);
+    };
     uint64_t base = ch.round;
     uint64_t posted = 0, reduced = 0, gathered = 0; // rounds per phase
     MemberControl &mine = seg.control(ch.me);
@@ -804,7 +853,7 @@ private:
           reducePieces(result, pieces, static_cast<int64_t>(l), x.dtype(), op);
         seg.publish(mine.reduced, uint32_t(g + 1));
         if (l)
-          std::memcpy(outData + (begin + b) * esize, result, l * esize);
+          copyOut(outData + (begin + b) * esize, result, l * esize);
         ++reduced;
         moved = true;
       }
@@ -817,8 +866,8 @@ private:
         for (size_t j = 0; j < n; ++j) {
           uint64_t bj = share(len, j), lj = share(len, j + 1) - bj;
           if (j != ch.me && lj)
-            std::memcpy(outData + (begin + bj) * esize,
-                        seg.reduced(j, slot) + bj * esize, lj * esize);
+            copyOut(outData + (begin + bj) * esize,
+                    seg.reduced(j, slot) + bj * esize, lj * esize);
         }
         seg.publish(mine.done, uint32_t(g + 1));
         ++gathered;
@@ -837,6 +886,8 @@ private:
         waitAll(ch, &MemberControl::done, uint32_t(base + posted - kSlots + 1),
                 "all_reduce");
     }
+    if (streaming)
+      streamFence();
     ch.round = base + rounds;
   }
 

@@ -142,13 +142,15 @@ TEST(HostSharedMemoryCollectives, EveryCollectiveOnTwoProcessesOfTwoRanks) {
 }
 
 // Tensors of hundreds of chunks: every reduction of all_reduce (in place
-// too) and reduce_scatter, all_gather along an inner dim, broadcast.
+// too, output written with non-temporal stores) and reduce_scatter,
+// all_gather along an inner dim, broadcast.
 TEST(HostSharedMemoryCollectives, LargeTensorsGoThroughTheBoundedBuffer) {
   StoreDirectory dir;
   auto codes = runProcesses(3, [&](int rank) {
     auto store = std::make_shared<FileKeyValueStore>(dir.path);
     HostSharedMemoryOptions options = smallChunks();
     options.chunkBytes = 64 << 10;
+    options.streamingBytes = 1 << 20; // outputs of 4 MB: non-temporal stores
     auto comm = makeHostSharedMemoryCommunicator(rank, store, options);
     const Group group = {2, 0, 1};
     const int64_t n = 1000003; // ~4 MB of float32: 62 chunks

@@ -41,6 +41,9 @@ struct HostSharedMemoryOptions {
   // reduces every element (one wait per round) instead of its share (less
   // memory traffic). Every member of a group must use the same value.
   size_t directReduceBytes = size_t(64) << 10;
+  // all_reduce of at least this many bytes writes its output with
+  // non-temporal stores (it would not stay in the cache anyway).
+  size_t streamingBytes = size_t(4) << 20;
   // Capacity of the ring of one sender -> receiver pair (send/recv).
   size_t ringBytes = size_t(4) << 20;
   // Prefix of this world's keys in the rendezvous store.
