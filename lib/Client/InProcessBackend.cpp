@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Client/Errors.h"
+#include "dtorch/runtime/Blas.h"
 #include "dtorch/runtime/FakeCollectives.h"
 #include "dtorch/runtime/RankState.h"
 
@@ -91,6 +92,9 @@ class InProcessBackend : public Backend {
 public:
   explicit InProcessBackend(int worldSize)
       : hub_(worldSize, std::chrono::seconds(30)) {
+    // Every rank is a thread of this process: each gets its share of the
+    // cores for its GEMMs (or DTORCH_BLAS_THREADS).
+    rt::blas::configureForHost(worldSize);
     for (int r = 0; r < worldSize; ++r)
       ranks_.push_back(std::make_unique<RankThread>(r, hub_));
   }

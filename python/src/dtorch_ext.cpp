@@ -5,6 +5,7 @@
 // Python package (python/dtorch) builds the PyTorch-style API on top.
 //
 //===----------------------------------------------------------------------===//
+#include "dtorch/Client/BlasInfo.h"
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
@@ -542,6 +543,22 @@ NB_MODULE(_C, m) {
   m.def("pending_ops", [] { return session().pendingNodes(); });
   m.def("live_tensors", [] { return session().liveTensors(); });
   m.def("compile_count", [] { return session().compiles(); });
+  // The BLAS of this process (the in-process backend's ranks); worker
+  // processes print theirs with DTORCH_BLAS_VERBOSE=1 (runtime/Blas.h).
+  m.def("blas_info", [] {
+    BlasInfo info = blasInfo();
+    nb::dict d;
+    d["sgemm"] = info.sgemm;
+    d["dgemm"] = info.dgemm;
+    d["openblas_core"] = info.openBlasCore;
+    d["openblas_chosen"] = info.openBlasChosen;
+    d["openblas_preloaded"] = info.openBlasPreloaded;
+    d["onednn_isa"] = info.oneDnnIsa;
+    d["blis_arch"] = info.blisArch;
+    d["threads"] = info.threads;
+    d["description"] = info.description;
+    return d;
+  });
   m.def(
       "controller_stats",
       [] {

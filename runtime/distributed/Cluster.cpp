@@ -584,6 +584,8 @@ void Cluster::Impl::ioMain() {
                   std::to_string(w.firstRank) + "-" +
                       std::to_string(w.firstRank + w.numRanks - 1),
                   "--world-size", std::to_string(worldSize),
+                  // Every embedded worker runs on this host.
+                  "--ranks-on-host", std::to_string(worldSize),
                   "--controller-timeout-ms", std::to_string(controllerTimeout),
                   "--collective-timeout-ms",
                   std::to_string(options.collectiveTimeout.count())});

@@ -1,5 +1,6 @@
 #include "dtorch/runtime/Worker.h"
 
+#include "dtorch/runtime/Blas.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
 #include "dtorch/runtime/RankState.h"
@@ -720,7 +721,8 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
                              "ADDR) --token T --ranks A-B "
                              "--world-size N [--collective-timeout-ms MS] "
                              "[--controller-timeout-ms MS] "
-                             "[--max-message-bytes B] [--gloo-host HOST]";
+                             "[--max-message-bytes B] [--gloo-host HOST] "
+                             "[--ranks-on-host N]";
   WorkerOptions options;
   bool haveRanks = false, haveWorld = false;
   for (int i = 1; i < argc; ++i) {
@@ -748,6 +750,8 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
           parseInt(value, "--max-message-bytes");
     else if (flag == "--gloo-host")
       options.glooHost = value;
+    else if (flag == "--ranks-on-host")
+      options.ranksOnHost = parseInt(value, "--ranks-on-host");
     else if (flag == "--ranks") {
       size_t dash = value.find('-');
       int first = parseInt(value.substr(0, dash), "--ranks");
@@ -775,12 +779,30 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
         "--ranks must be a non-empty range inside [0, world-size)");
   if (options.collectiveTimeout.count() <= 0 ||
       options.controllerTimeout.count() <= 0 ||
-      options.transport.maxMessageBytes <= 0)
-    throw RuntimeError("timeouts and --max-message-bytes must be positive");
+      options.transport.maxMessageBytes <= 0 || options.ranksOnHost < 0)
+    throw RuntimeError("timeouts, --max-message-bytes and --ranks-on-host "
+                       "must be positive");
   return options;
 }
 
 int runWorker(const WorkerOptions &options) {
+  // The BLAS is chosen and loaded before any rank thread exists (OpenBLAS's
+  // core type goes through the environment), with this rank's core share.
+  int ranksOnHost =
+      options.ranksOnHost > 0 ? options.ranksOnHost : options.numRanks;
+  blas::configureForHost(ranksOnHost);
+  std::string blasLine;
+  try {
+    blas::load();
+    blasLine = blas::describe();
+  } catch (const std::exception &e) {
+    blasLine = std::string("unavailable: ") + e.what();
+  }
+  const char *verbose = std::getenv("DTORCH_BLAS_VERBOSE");
+  if (!options.listen.empty() || (verbose && *verbose && *verbose != '0'))
+    std::fprintf(stderr, "dtorch-worker (ranks %d-%d, %d on this host): %s\n",
+                 options.firstRank, options.firstRank + options.numRanks - 1,
+                 ranksOnHost, blasLine.c_str());
   // Deliberately leaked: a rank stuck in a collective may still use it, and
   // the process exits right after.
   auto *worker = new Worker(options);

@@ -1,14 +1,12 @@
-// matmul and bmm: cblas GEMM for float32/float64 (float16/bfloat16 convert to
-// float32 around an sgemm), a plain loop for int32/int64.
+// matmul and bmm: the runtime's BLAS (Blas.h: oneDNN or OpenBLAS chosen from
+// CPUID, threads from the rank's core share) for float32/float64;
+// float16/bfloat16 convert to float32 around the same sgemm; a plain loop for
+// int32/int64.
 #include "KernelSupport.h"
 
-#include <cblas.h>
+#include "dtorch/runtime/Blas.h"
 
 #include <algorithm>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -17,26 +15,6 @@ namespace dtorch::rt {
 using namespace detail;
 
 namespace {
-
-std::once_flag blasThreadsFromEnvironment;
-std::mutex blasThreadsMutex;
-bool blasThreadsSetExplicitly = false;
-
-void applyBlasThreadsFromEnvironment() {
-  std::call_once(blasThreadsFromEnvironment, [] {
-    std::lock_guard<std::mutex> lock(blasThreadsMutex);
-    if (blasThreadsSetExplicitly)
-      return;
-    int threads = 1;
-    if (const char *text = std::getenv("DTORCH_BLAS_THREADS")) {
-      char *end = nullptr;
-      long parsed = std::strtol(text, &end, 10);
-      if (end != text && *end == '\0' && parsed >= 1 && parsed <= 1024)
-        threads = static_cast<int>(parsed);
-    }
-    openblas_set_num_threads(threads);
-  });
-}
 
 // out[M,N] = a[M,K] * b[K,N], all dense row-major.
 template <class T>
@@ -53,17 +31,10 @@ void gemm(const T *a, const T *b, T *out, int64_t m, int64_t k, int64_t n) {
     for (int64_t i = 0; i < m * n; ++i)
       out[i] = T(out32[i]);
   } else if constexpr (std::is_floating_point_v<T>) {
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-      throw RuntimeError("GEMM dimension exceeds the BLAS integer range");
-    applyBlasThreadsFromEnvironment();
-    int M = static_cast<int>(m), N = static_cast<int>(n),
-        K = static_cast<int>(k);
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a,
-                  K, b, N, 0.0f, out, N);
+      blas::sgemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, out, n);
     else
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, a, K,
-                  b, N, 0.0, out, N);
+      blas::dgemm(false, false, m, n, k, 1.0, a, k, b, n, 0.0, out, n);
   } else {
     // Integers wrap around on overflow: the sums are done in the unsigned
     // type of the same width. i-k-j order keeps rows of b contiguous.
@@ -149,13 +120,7 @@ template <class T> void registerGemmKernels(KernelRegistry &registry) {
 
 } // namespace
 
-void setBlasThreads(int threads) {
-  if (threads < 1)
-    throw RuntimeError("BLAS thread count must be at least 1");
-  std::lock_guard<std::mutex> lock(blasThreadsMutex);
-  blasThreadsSetExplicitly = true;
-  openblas_set_num_threads(threads);
-}
+void setBlasThreads(int threads) { blas::setThreads(threads); }
 
 void registerLinalgKernels(KernelRegistry &registry) {
   forEachType(NumericTypes{}, [&](auto tag) {

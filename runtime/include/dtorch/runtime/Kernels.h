@@ -76,8 +76,9 @@ const Kernel *lookupKernel(const std::string &op, DType dtype,
 void registerKernel(const std::string &op, DType dtype,
                     const std::string &device, Kernel kernel);
 
-// Sets OpenBLAS's thread count. Until called, the first GEMM applies
-// DTORCH_BLAS_THREADS from the environment (default 1).
+// Sets the thread count of every later GEMM (blas::setThreads, Blas.h).
+// Until called (or blas::configureForHost), GEMMs use DTORCH_BLAS_THREADS
+// from the environment (default 1).
 void setBlasThreads(int threads);
 
 // The elementwise-random hash (docs/program-format.md, `random`).

@@ -26,6 +26,10 @@ struct WorkerOptions {
   int firstRank = 0;
   int numRanks = 1;
   int worldSize = 1;
+  // Ranks on this host, all processes together (the embedded cluster passes
+  // its world size); 0: this process's ranks. Each rank's BLAS gets
+  // max(1, cores / ranksOnHost) threads (Blas.h).
+  int ranksOnHost = 0;
   // Address the Gloo TCP device binds.
   std::string glooHost = "127.0.0.1";
   std::chrono::milliseconds collectiveTimeout{30000};
@@ -37,7 +41,8 @@ struct WorkerOptions {
 
 // Parses dtorch-worker's command line (--connect ADDR | --listen ADDR,
 // --token T, --ranks a-b, --world-size N, --collective-timeout-ms MS,
-// --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H).
+// --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H,
+// --ranks-on-host N).
 // Throws RuntimeError with a usage message on errors.
 WorkerOptions parseWorkerArgs(int argc, char **argv);
 
