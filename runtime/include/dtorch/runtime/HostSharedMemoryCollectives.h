@@ -6,10 +6,10 @@
 // segment's descriptor; the others open /proc/PID/fd/FD). memfd segments have
 // no name in /dev/shm, so nothing is left behind when a process dies.
 //
-// Data moves in rounds through a bounded per-member buffer (two halves of
-// `chunkBytes`, double-buffered), so memory does not grow with message size
-// and large tensors are pipelined. Members synchronise by counters in the
-// segment: a short spin, then yield, then a futex wait. Reductions combine
+// Data moves in rounds through a bounded per-member buffer (four slots of
+// `chunkBytes`; members may run a few rounds apart), so memory does not grow
+// with message size and large tensors are pipelined. Members synchronise by
+// counters in the segment: a short spin, then a futex wait. Reductions combine
 // members in group order with reducePieces, so results are bitwise the same
 // as the Gloo backend, SharedMemoryHub and FakeCollectiveHub.
 //
