@@ -3,8 +3,8 @@
 //
 //   runtime_bench [out.json]      (default: bench/results/runtime_bench.json)
 //
-// Rows: 4 ranks in 2 worker processes (Gloo between them), 4 ranks in one
-// worker process (shared memory), and gloo::allreduce in 4 plain processes.
+// Rows: 4 ranks in 2 worker processes (shared memory between them), 4 ranks in
+// one worker process (shared memory), and gloo::allreduce in 4 plain processes.
 // Bandwidth is algorithm bandwidth: tensor bytes / time per all_reduce.
 #include "dtorch/runtime/Cluster.h"
 
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
       argc > 1 ? argv[1]
                : std::string(DTORCH_BENCH_DIR) + "/results/runtime_bench.json";
   std::vector<Row> rows;
-  rows.push_back(benchCluster("dtorch, 2 procs x 2 ranks (gloo)", 2));
+  rows.push_back(benchCluster("dtorch, 2 procs x 2 ranks (host shm)", 2));
   rows.push_back(benchCluster("dtorch, 1 proc x 4 ranks (shm)", 1));
   Row gloo = benchGlooDirect(argv[0]);
   rows.push_back(gloo);

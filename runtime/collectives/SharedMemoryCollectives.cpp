@@ -391,12 +391,35 @@ RoutingCommunicator::RoutingCommunicator(int rank, std::set<int64_t> localRanks,
     : rank_(rank), localRanks_(std::move(localRanks)), local_(std::move(local)),
       remoteFactory_(std::move(remote)) {}
 
+void RoutingCommunicator::setHostTransport(
+    Communicator *host, std::function<bool(const Group &)> onHost) {
+  host_ = host;
+  onHost_ = std::move(onHost);
+  hostGroups_.clear();
+}
+
+RoutingCommunicator::Routes RoutingCommunicator::routes() const {
+  return Routes{localCalls_.load(), hostCalls_.load(), remoteCalls_.load()};
+}
+
 Communicator &RoutingCommunicator::pick(const Group &group) {
   bool allLocal = !group.empty();
   for (int64_t member : group)
     allLocal = allLocal && localRanks_.count(member) > 0;
-  if (allLocal)
+  if (allLocal) {
+    ++localCalls_;
     return *local_;
+  }
+  if (host_) {
+    auto known = hostGroups_.find(group);
+    if (known == hostGroups_.end())
+      known = hostGroups_.emplace(group, onHost_(group)).first;
+    if (known->second) {
+      ++hostCalls_;
+      return *host_;
+    }
+  }
+  ++remoteCalls_;
   if (!remote_) {
     if (!remoteFactory_)
       throw RuntimeError(

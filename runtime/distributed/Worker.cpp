@@ -2,6 +2,7 @@
 
 #include "dtorch/runtime/Blas.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/HostSharedMemoryCollectives.h"
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
@@ -27,6 +28,13 @@ namespace wire = ::dtorch::wire;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// $DTORCH_HOST_SHM=0 turns the shared-memory transport between the processes
+// of one host off (Gloo carries those groups, as between hosts).
+bool hostSharedMemoryEnabled() {
+  const char *value = std::getenv("DTORCH_HOST_SHM");
+  return !value || std::string(value) != "0";
+}
 
 // Messages for the controller, produced by any thread, sent by the I/O thread
 // (which owns the socket) when the eventfd wakes it.
@@ -133,6 +141,9 @@ struct Rank {
   std::condition_variable wake;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+  // Groups spanning processes of this host; declared before `comm`, which
+  // routes to it, so that it outlives it.
+  std::unique_ptr<HostSharedMemoryCommunicator> hostComm;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<RankState> state; // owned by the rank thread
 };
@@ -149,6 +160,14 @@ public:
     hub_ = std::make_unique<SharedMemoryHub>(local, options.worldSize,
                                              options.collectiveTimeout);
     needsGloo_ = options.numRanks < options.worldSize;
+    HostSharedMemoryOptions hostShm;
+    hostShm.deadline = options.collectiveTimeout;
+    hostShm.prefix = "hostshm/world";
+    if (!hostSharedMemoryEnabled())
+      // A unique identity: no group with this process counts as one host,
+      // and every member of such a group agrees on that.
+      hostShm.hostIdentity =
+          "no-shared-memory|" + host_ + "|" + std::to_string(getpid());
     for (int r : local) {
       auto rank = std::make_unique<Rank>();
       rank->rank = r;
@@ -167,6 +186,14 @@ public:
               throw RuntimeError("gloo mesh unavailable: " + slot->error);
             return slot->comm.get();
           });
+      if (needsGloo_) {
+        rank->hostComm = makeHostSharedMemoryCommunicator(r, store_, hostShm);
+        HostSharedMemoryCommunicator *hostComm = rank->hostComm.get();
+        static_cast<RoutingCommunicator &>(*rank->comm)
+            .setHostTransport(hostComm, [hostComm](const Group &group) {
+              return hostComm->sameHost(group);
+            });
+      }
       rank->state = std::make_unique<RankState>(r, rank->comm.get());
       ranks_.push_back(std::move(rank));
     }
@@ -251,6 +278,10 @@ void Worker::startGloo() {
   if (!needsGloo_ || glooStarted_)
     return;
   glooStarted_ = true;
+  // Before any collective can run: peers decide from these identities
+  // whether a group shares this host.
+  for (auto &rank : ranks_)
+    rank->hostComm->publishIdentity();
   for (size_t i = 0; i < ranks_.size(); ++i) {
     int rank = ranks_[i]->rank;
     auto slot = glooSlots_[i];

@@ -11,6 +11,8 @@
 #include "dtorch/runtime/Transport.h"
 
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <random>
 #include <sys/wait.h>
 
@@ -413,7 +415,27 @@ TEST(Cluster, ClassProgramResolvesPerRankOnAPermutedMesh) {
   }
 }
 
-TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
+// Sets an environment variable (inherited by the workers a Cluster starts)
+// for a scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char *key, const char *value) : name(key) {
+    if (const char *previous = std::getenv(key))
+      old = previous;
+    setenv(key, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old)
+      setenv(name.c_str(), old->c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+// Every collective between the two worker processes (groups spanning both):
+// through shared memory by default, through Gloo with DTORCH_HOST_SHM=0.
+void everyCollectiveOnTwoProcessesMatchesTheFakeBackend() {
   std::vector<Program> programs;
   std::vector<std::vector<Tensor>> inputs(4);
   for (int rank = 0; rank < 4; ++rank)
@@ -445,6 +467,15 @@ TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
       EXPECT_TRUE(sameBits(got, expected[rank][i]))
           << "rank " << rank << " output " << i << " " << got.describe();
     }
+}
+
+TEST(Cluster, EveryCollectiveOnHostSharedMemoryMatchesTheFakeBackend) {
+  everyCollectiveOnTwoProcessesMatchesTheFakeBackend();
+}
+
+TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
+  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  everyCollectiveOnTwoProcessesMatchesTheFakeBackend();
 }
 
 TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
@@ -483,7 +514,7 @@ TEST(Cluster, ErrorsNameTheInstructionPoisonHandlesAndKeepRanksUsable) {
             (std::vector<int64_t>{2, 2}));
 }
 
-TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
+void missingPeerIsAnErrorNamingTheRank() {
   ClusterOptions options = localOptions();
   options.collectiveTimeout = Ms(300);
   Cluster cluster(options);
@@ -508,6 +539,81 @@ TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
     EXPECT_NE(what.find("rank(s) 2"), std::string::npos) << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(5000));
+}
+
+TEST(Cluster, MissingPeerOnHostSharedMemoryIsAnErrorNamingTheRank) {
+  missingPeerIsAnErrorNamingTheRank();
+}
+
+TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
+  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  missingPeerIsAnErrorNamingTheRank();
+}
+
+// Group segments of the shared-memory transport a process created.
+int sharedMemorySegmentsOf(pid_t pid) {
+  int count = 0;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
+    std::error_code error;
+    auto target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (!error && target.rfind("/memfd:dtorch-hostshm:", 0) == 0)
+      ++count;
+  }
+  return count;
+}
+
+// Two workers started by hand, each with its own host identity (as on two
+// machines) or the same one: the all_reduce between them gives the same
+// result, through Gloo or through shared memory.
+void allReduceBetweenWorkersStartedByHand(const char *hostA, const char *hostB,
+                                          bool expectSharedMemory) {
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<ProcessGuard>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    addresses.push_back("tcp://127.0.0.1:" + std::to_string(freePort()));
+    ScopedEnv host("DTORCH_HOST_ID", rank == 0 ? hostA : hostB);
+    workers.push_back(std::make_unique<ProcessGuard>(detail::spawnProcess(
+        DTORCH_WORKER_PATH,
+        {"--listen", addresses.back(), "--token", "hosts", "--ranks",
+         std::to_string(rank), "--world-size", "2"})));
+  }
+  ClusterOptions options;
+  options.workerAddresses = addresses;
+  options.token = "hosts";
+  Cluster cluster(options);
+  ProgramBuilder b;
+  int x = b.input(wire::F32, {3});
+  int y = b.buffer(wire::F32, {3});
+  auto &reduce = b.add("all_reduce", {x}, {y}, wire::COMM);
+  setInts(reduce, "group", {0, 1});
+  setString(reduce, "reduce", "sum");
+  b.output(y);
+  for (int rank = 0; rank < 2; ++rank) {
+    uploadTo(cluster, rank, 4, b.program());
+    cluster.put(rank, 1,
+                makeTensor<float>(wire::F32, {3}, {1.f, 2.f, 3.f + rank}));
+    cluster.run(rank, 4, {1}, {2});
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    Tensor got = cluster.fetch(rank, 2).get();
+    EXPECT_TRUE(
+        sameBits(got, makeTensor<float>(wire::F32, {3}, {2.f, 4.f, 7.f})))
+        << got.describe();
+  }
+  int segments = 0;
+  for (auto &worker : workers)
+    segments += sharedMemorySegmentsOf(worker->pid);
+  EXPECT_EQ(segments > 0, expectSharedMemory) << segments << " segment(s)";
+  cluster.shutdown();
+}
+
+TEST(Cluster, WorkersOnDifferentHostsUseGloo) {
+  allReduceBetweenWorkersStartedByHand("host-a", "host-b", false);
+}
+
+TEST(Cluster, WorkersOnOneHostUseSharedMemory) {
+  allReduceBetweenWorkersStartedByHand("host-c", "host-c", true);
 }
 
 TEST(Cluster, KilledWorkerBecomesWorkerErrorNamingTheRank) {

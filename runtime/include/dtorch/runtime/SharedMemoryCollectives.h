@@ -10,8 +10,10 @@
 
 #include "dtorch/runtime/Collectives.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -44,13 +46,26 @@ private:
 };
 
 // Routes each call to `local` when the group (or the peer) lies entirely in
-// `localRanks`, otherwise to the communicator `remote()` returns (called on
-// first use; it may block, e.g. while a Gloo mesh connects, and may throw).
+// `localRanks`; otherwise to the host transport when one is set and
+// `onHost(group)` holds (every member on this host: shared memory between
+// processes), else to the communicator `remote()` returns (called on first
+// use; it may block, e.g. while a Gloo mesh connects, and may throw).
 class RoutingCommunicator final : public Communicator {
 public:
   RoutingCommunicator(int rank, std::set<int64_t> localRanks,
                       std::unique_ptr<Communicator> local,
                       std::function<Communicator *()> remote);
+
+  // `host` must outlive this communicator; `onHost` is asked once per group
+  // (the answer is kept).
+  void setHostTransport(Communicator *host,
+                        std::function<bool(const Group &)> onHost);
+
+  // Which transport served how many calls.
+  struct Routes {
+    uint64_t local = 0, host = 0, remote = 0;
+  };
+  Routes routes() const;
 
   int rank() const override { return rank_; }
   void all_reduce(const Tensor &x, Tensor &out, const Group &group,
@@ -78,6 +93,10 @@ private:
   std::unique_ptr<Communicator> local_;
   std::function<Communicator *()> remoteFactory_;
   Communicator *remote_ = nullptr;
+  Communicator *host_ = nullptr;
+  std::function<bool(const Group &)> onHost_;
+  std::map<Group, bool> hostGroups_;
+  std::atomic<uint64_t> localCalls_{0}, hostCalls_{0}, remoteCalls_{0};
 };
 
 } // namespace dtorch::rt

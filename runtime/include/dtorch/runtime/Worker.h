@@ -1,8 +1,12 @@
 // The dtorch-worker process: one process hosting a block of ranks, each a
 // thread with its RankState (RankState.h: tensors, uploaded programs,
 // poisoned handles), running what the controller sends in arrival order.
-// Collectives among the ranks of this process go through shared memory, the
-// others through Gloo (whose rendezvous goes through the controller).
+// Collectives among the ranks of this process go through shared memory
+// (SharedMemoryHub); groups whose members all run on this host (same host
+// identity, published in the controller's store) through shared memory
+// between processes (HostSharedMemoryCollectives.h; $DTORCH_HOST_SHM=0 turns
+// it off); the others through Gloo (whose rendezvous also goes through the
+// controller).
 #pragma once
 
 #include "dtorch/runtime/Transport.h"

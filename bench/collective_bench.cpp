@@ -1,0 +1,229 @@
+// all_reduce (sum, float32) between 2 processes of this host: the runtime's
+// shared-memory communicator between processes next to the Gloo
+// communicator the runtime builds (connectGloo, over loopback TCP), in one
+// run. Each transport runs in 2 fresh processes (one rank each, rendezvous
+// through a file store); the transports alternate `--repeats` times so that
+// both see the same noise; per size, the median time of one all_reduce over
+// the iterations of every repeat. Prints one JSON object (sizes, per
+// transport the seconds per call and bus bandwidth in GB/s).
+//
+//   collective_bench [--sizes 4096,65536,...] [--repeats 3] [--ranks 2]
+//                    [--chunk-bytes B]   (shared memory's chunk per round)
+//                    [--only shared_memory|gloo] [--direct-bytes B]
+//                    [--streaming-bytes B]
+//
+// bench/collective_bench.py drives it and writes the table and the plot.
+#include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/HostSharedMemoryCollectives.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace dtorch::rt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<int64_t> parseSizes(const std::string &text) {
+  std::vector<int64_t> sizes;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ','))
+    sizes.push_back(std::stoll(item));
+  return sizes;
+}
+
+int iterationsFor(int64_t bytes) {
+  // About 64 MiB moved per size and transport, at least 5 calls.
+  return static_cast<int>(
+      std::clamp<int64_t>((int64_t(64) << 20) / bytes, 5, 2000));
+}
+
+// One rank: connects, then per size a warm-up and the timed calls; rank 0
+// writes "bytes seconds seconds ..." lines to `result`.
+int child(const std::string &transport, int rank, int ranks,
+          const std::string &dir, const std::vector<int64_t> &sizes,
+          const std::string &result) {
+  auto store = std::make_shared<FileKeyValueStore>(dir);
+  std::unique_ptr<Communicator> comm;
+  if (transport == "gloo") {
+    GlooOptions options;
+    options.prefix = "bench";
+    comm = connectGloo(rank, ranks, store, options);
+  } else {
+    HostSharedMemoryOptions options;
+    options.prefix = "bench";
+    if (const char *chunk = std::getenv("DTORCH_BENCH_CHUNK_BYTES"))
+      options.chunkBytes = std::strtoull(chunk, nullptr, 10);
+    if (const char *streaming = std::getenv("DTORCH_BENCH_STREAMING_BYTES"))
+      options.streamingBytes = std::strtoull(streaming, nullptr, 10);
+    if (const char *direct = std::getenv("DTORCH_BENCH_DIRECT_BYTES"))
+      options.directReduceBytes = std::strtoull(direct, nullptr, 10);
+    comm = makeHostSharedMemoryCommunicator(rank, store, options);
+  }
+  Group group;
+  for (int r = 0; r < ranks; ++r)
+    group.push_back(r);
+  std::ofstream out;
+  if (rank == 0)
+    out.open(result);
+  for (int64_t bytes : sizes) {
+    int64_t n = bytes / 4;
+    Tensor x = Tensor::empty(::dtorch::wire::F32, {n});
+    Tensor y = Tensor::empty(::dtorch::wire::F32, {n});
+    float *values = x.data_as<float>();
+    for (int64_t i = 0; i < n; ++i)
+      values[i] = static_cast<float>(rank + i % 7);
+    std::memset(y.data(), 0, y.nbytes());         // touched before timing
+    comm->all_reduce(x, y, group, ReduceOp::Sum); // warm-up
+    float expected = static_cast<float>(ranks * (ranks - 1) / 2 + ranks * 1);
+    if (n > 1 && y.data_as<float>()[1] != expected) {
+      std::fprintf(stderr, "%s: wrong all_reduce result\n", transport.c_str());
+      return 3;
+    }
+    int iterations = iterationsFor(bytes);
+    std::vector<double> seconds;
+    for (int i = 0; i < iterations; ++i) {
+      auto start = Clock::now();
+      comm->all_reduce(x, y, group, ReduceOp::Sum);
+      seconds.push_back(
+          std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    if (rank == 0) {
+      out << bytes;
+      for (double s : seconds)
+        out << " " << s;
+      out << "\n";
+    }
+  }
+  return 0;
+}
+
+// Runs one transport on `ranks` fresh processes; {bytes: seconds...}.
+std::map<int64_t, std::vector<double>>
+runTransport(const char *self, const std::string &transport, int ranks,
+             const std::string &sizes) {
+  char pattern[] = "/tmp/dtorch-collective-bench-XXXXXX";
+  std::string dir = mkdtemp(pattern);
+  std::string result = dir + "/result.txt";
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(self, self, "--child", transport.c_str(), std::to_string(r).c_str(),
+            std::to_string(ranks).c_str(), dir.c_str(), sizes.c_str(),
+            result.c_str(), static_cast<char *>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  std::map<int64_t, std::vector<double>> times;
+  std::ifstream in(result);
+  std::string line;
+  while (ok && std::getline(in, line)) {
+    std::stringstream fields(line);
+    int64_t bytes;
+    fields >> bytes;
+    double s;
+    while (fields >> s)
+      times[bytes].push_back(s);
+  }
+  std::filesystem::remove_all(dir);
+  if (!ok)
+    std::fprintf(stderr, "%s run failed\n", transport.c_str());
+  return times;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0;
+  std::sort(values.begin(), values.end());
+  size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc == 8 && std::string(argv[1]) == "--child") {
+    try {
+      return child(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), argv[5],
+                   parseSizes(argv[6]), argv[7]);
+    } catch (const std::exception &error) {
+      std::fprintf(stderr, "%s rank %s: %s\n", argv[2], argv[3], error.what());
+      return 2;
+    }
+  }
+  std::string sizes = "4096,16384,65536,262144,1048576,4194304,16777216,"
+                      "67108864";
+  int repeats = 3, ranks = 2;
+  std::vector<std::string> transports = {"shared_memory", "gloo"};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--sizes")
+      sizes = argv[i + 1];
+    else if (flag == "--repeats")
+      repeats = std::atoi(argv[i + 1]);
+    else if (flag == "--ranks")
+      ranks = std::atoi(argv[i + 1]);
+    else if (flag == "--only")
+      transports = {argv[i + 1]};
+    else if (flag == "--streaming-bytes") // inherited by the children
+      setenv("DTORCH_BENCH_STREAMING_BYTES", argv[i + 1], 1);
+    else if (flag == "--direct-bytes") // inherited by the children
+      setenv("DTORCH_BENCH_DIRECT_BYTES", argv[i + 1], 1);
+    else if (flag == "--chunk-bytes") // inherited by the children
+      setenv("DTORCH_BENCH_CHUNK_BYTES", argv[i + 1], 1);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  std::map<std::string, std::map<int64_t, std::vector<double>>> all;
+  for (int r = 0; r < repeats; ++r)
+    for (const auto &transport : transports)
+      for (auto &[bytes, times] :
+           runTransport(argv[0], transport, ranks, sizes)) {
+        auto &into = all[transport][bytes];
+        into.insert(into.end(), times.begin(), times.end());
+      }
+  std::vector<int64_t> sizeList = parseSizes(sizes);
+  std::printf("{\"ranks\": %d, \"repeats\": %d, \"sizes\": [", ranks, repeats);
+  for (size_t i = 0; i < sizeList.size(); ++i)
+    std::printf("%s%lld", i ? ", " : "", static_cast<long long>(sizeList[i]));
+  std::printf("], \"transports\": {");
+  for (size_t t = 0; t < transports.size(); ++t) {
+    std::printf("%s\"%s\": {\"seconds\": [", t ? ", " : "",
+                transports[t].c_str());
+    for (size_t i = 0; i < sizeList.size(); ++i)
+      std::printf("%s%.9g", i ? ", " : "",
+                  median(all[transports[t]][sizeList[i]]));
+    std::printf("], \"bus_gbps\": [");
+    for (size_t i = 0; i < sizeList.size(); ++i) {
+      double s = median(all[transports[t]][sizeList[i]]);
+      double bus =
+          s > 0 ? 2.0 * (ranks - 1) / ranks * sizeList[i] / s / 1e9 : 0;
+      std::printf("%s%.6g", i ? ", " : "", bus);
+    }
+    std::printf("]}");
+  }
+  std::printf("}}\n");
+  return 0;
+}

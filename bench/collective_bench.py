@@ -1,0 +1,155 @@
+"""all_reduce between 2 processes of this host: DTorch's shared-memory
+transport between processes next to Gloo used directly (the Gloo
+communicator the runtime builds for ranks on different hosts), in one run.
+
+Sizes 4 KiB to 64 MiB (powers of 4), float32, sum. Each transport runs in 2
+fresh processes; the transports alternate --repeats times so that both see
+the same noise, and each size reports the median time of one all_reduce over
+every iteration of every repeat. Bus bandwidth = 2 (n - 1) / n * bytes /
+time (n = 2: bytes / time). The goal is at least 5x Gloo at every size.
+
+    python3 bench/collective_bench.py [--repeats 5] [--out bench/results/collectives]
+                                      [--quick]   (2 small sizes, 1 repeat: a smoke test)
+
+The measuring is done by build/bin/collective_bench (bench/collective_bench.cpp).
+Writes table.md, results.json and collectives.png into --out. Not run by the
+tests (test/python/test_collective_bench.py runs --quick).
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_BINARY = os.path.join(ROOT, "build", "bin", "collective_bench")
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+GOAL = 5.0
+
+
+def human(nbytes):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def measure(binary, sizes, repeats, chunk_bytes=None):
+    cmd = [binary, "--sizes", ",".join(str(s) for s in sizes), "--repeats", str(repeats)]
+    if chunk_bytes:
+        cmd += ["--chunk-bytes", str(chunk_bytes)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rows_of(raw):
+    shm = raw["transports"]["shared_memory"]
+    gloo = raw["transports"]["gloo"]
+    rows = []
+    for i, size in enumerate(raw["sizes"]):
+        rows.append({
+            "bytes": size,
+            "shared_memory_us": shm["seconds"][i] * 1e6,
+            "gloo_us": gloo["seconds"][i] * 1e6,
+            "shared_memory_bus_gbps": shm["bus_gbps"][i],
+            "gloo_bus_gbps": gloo["bus_gbps"][i],
+            "ratio": gloo["seconds"][i] / shm["seconds"][i] if shm["seconds"][i] > 0 else 0.0,
+        })
+    return rows
+
+
+def table(rows, meta):
+    lines = [
+        "# all_reduce between 2 processes of one host (float32, sum)",
+        "",
+        f"{meta['when']}, {meta['cpus']} CPUs, load average {meta['load']}; "
+        f"median over {meta['repeats']} alternating runs of each transport.",
+        "",
+        "| size | shared memory us | Gloo us | shared memory GB/s | Gloo GB/s | speed-up |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mark = "" if r["ratio"] >= GOAL else " (below 5x)"
+        lines.append(
+            f"| {human(r['bytes'])} | {r['shared_memory_us']:.1f} | {r['gloo_us']:.1f} | "
+            f"{r['shared_memory_bus_gbps']:.2f} | {r['gloo_bus_gbps']:.2f} | "
+            f"{r['ratio']:.1f}x{mark} |")
+    lines += ["", "GB/s is bus bandwidth (2 (n - 1) / n * bytes / time; n = 2)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    sizes = [r["bytes"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(sizes, [r["shared_memory_bus_gbps"] for r in rows], "o-", label="DTorch shared memory")
+    left.plot(sizes, [r["gloo_bus_gbps"] for r in rows], "s-", label="Gloo (TCP loopback)")
+    left.set_xscale("log", base=2)
+    left.set_yscale("log")
+    left.set_xlabel("bytes per rank")
+    left.set_ylabel("bus bandwidth GB/s")
+    left.set_title("all_reduce, 2 processes, float32")
+    left.legend()
+    right.bar(range(len(rows)), [r["ratio"] for r in rows])
+    right.axhline(GOAL, color="red", linestyle="--", label="goal 5x")
+    right.set_xticks(range(len(rows)))
+    right.set_xticklabels([human(s) for s in sizes], rotation=45)
+    right.set_ylabel("speed-up over Gloo")
+    right.set_title("shared memory / Gloo")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--binary", default=DEFAULT_BINARY)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--chunk-bytes", type=int, default=None,
+                        help="shared memory's bytes per round (default: the runtime's)")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "collectives"))
+    parser.add_argument("--quick", action="store_true", help="2 small sizes, 1 repeat")
+    args = parser.parse_args()
+    if not os.path.exists(args.binary):
+        raise SystemExit(f"{args.binary} is missing: build it (cmake --build build "
+                         "--target collective_bench)")
+    sizes = [4 << 10, 64 << 10] if args.quick else SIZES
+    repeats = 1 if args.quick else args.repeats
+    start = time.time()
+    raw = measure(args.binary, sizes, repeats, args.chunk_bytes)
+    rows = rows_of(raw)
+    meta = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "repeats": repeats,
+        "machine": platform.machine(),
+        "seconds": round(time.time() - start, 1),
+        "goal_ratio": GOAL,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows, "raw": raw}, f, indent=2)
+    text = table(rows, meta)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text)
+    png = plot(rows, os.path.join(args.out, "collectives.png"))
+    print(text)
+    print(f"wrote {args.out}/table.md, results.json" + (", collectives.png" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
