@@ -47,6 +47,13 @@ struct CompiledFunction {
 bool programRunsAt(const wire::Program &program,
                    const std::vector<int64_t> &coords);
 
+/// False when the environment variable DTORCH_FUSION is "0".
+bool fusionEnabledByEnvironment();
+
+/// How many fused kernels this process generated (compiled to native code;
+/// a kernel whose signature was compiled before is reused).
+int64_t generatedKernelCompiles();
+
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
   /// "rank") in CompileResult::stages (printed at the pipeline's stage
@@ -59,6 +66,10 @@ struct CompileOptions {
   /// manager, every pass, emission) into CompileResult::timings, in CPU seconds
   /// of the compiling thread.
   bool profile = false;
+  /// Group elementwise chains into rank.fused (--rank-fuse-elementwise) and
+  /// compile each group to native code shipped in the program. On unless
+  /// the environment sets DTORCH_FUSION=0 (read when the options are made).
+  bool fuseElementwise = fusionEnabledByEnvironment();
 };
 
 struct CompileResult {

@@ -16,6 +16,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <cstdlib>
 #include <ctime>
 #include <map>
 
@@ -166,7 +167,7 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   Clock::time_point setupStart = Clock::now();
   PassManager pm(ctx);
   pm.enableVerifier(false);
-  dtensor::buildDTensorToRankPipeline(pm);
+  dtensor::buildDTensorToRankPipeline(pm, options.fuseElementwise);
   if (options.profile)
     result.timings.emplace_back("pipeline setup", secondsSince(setupStart));
   if (options.recordStages || options.explain)
@@ -209,6 +210,11 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
 }
 
 } // namespace
+
+bool fusionEnabledByEnvironment() {
+  const char *value = std::getenv("DTORCH_FUSION");
+  return !(value && std::string(value) == "0");
+}
 
 CompileResult compileModule(const std::string &source,
                             const std::string &sourceName,
