@@ -164,6 +164,7 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
     one of them computing, becomes one `rank.fused` placed at its last
     member: its inputs are the values it reads from outside, its results
     the values of the group used outside it (by later ops or the return).
+    Empty pieces and groups whose values nobody reads stay as they are.
     The emitter compiles each `rank.fused` body to native code. A group
     holds at most `max-ops` ops: a longer chain becomes several groups of
     the same structure, which share one generated kernel (constants are
