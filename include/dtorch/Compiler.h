@@ -50,6 +50,12 @@ bool programRunsAt(const wire::Program &program,
 /// Whether compiles plan buffers by default: true unless the environment
 /// variable DTORCH_BUFFER_PLANNING is "0" (read at each call).
 bool bufferPlanningDefault();
+/// False when the environment variable DTORCH_FUSION is "0".
+bool fusionEnabledByEnvironment();
+
+/// How many fused kernels this process generated (compiled to native code;
+/// a kernel whose signature was compiled before is reused).
+int64_t generatedKernelCompiles();
 
 struct CompileOptions {
   /// Keep the IR after each stage ("input", "sharded", "redistributed",
@@ -67,6 +73,10 @@ struct CompileOptions {
   /// program gets an offset in one per-rank arena (Program.buffer_offsets);
   /// off, every buffer has its own storage.
   bool planBuffers = bufferPlanningDefault();
+  /// Group elementwise chains into rank.fused (--rank-fuse-elementwise) and
+  /// compile each group to native code shipped in the program. On unless
+  /// the environment sets DTORCH_FUSION=0 (read when the options are made).
+  bool fuseElementwise = fusionEnabledByEnvironment();
 };
 
 struct CompileResult {

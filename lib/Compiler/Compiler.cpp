@@ -167,7 +167,7 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   Clock::time_point setupStart = Clock::now();
   PassManager pm(ctx);
   pm.enableVerifier(false);
-  dtensor::buildDTensorToRankPipeline(pm);
+  dtensor::buildDTensorToRankPipeline(pm, options.fuseElementwise);
   if (options.planBuffers)
     pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
   if (options.profile)
@@ -215,6 +215,11 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
 
 bool bufferPlanningDefault() {
   const char *value = std::getenv("DTORCH_BUFFER_PLANNING");
+  return !(value && std::string(value) == "0");
+}
+
+bool fusionEnabledByEnvironment() {
+  const char *value = std::getenv("DTORCH_FUSION");
   return !(value && std::string(value) == "0");
 }
 

@@ -1,6 +1,8 @@
 //===- ProgramEmitter.cpp - rank-dialect functions to wire programs ------===//
 #include "ProgramEmitter.h"
 
+#include "KernelCodegen.h"
+
 #include "rank/IR/Rank.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -184,6 +186,29 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     inst.set_location(locationString(op.getLoc()));
     if (auto k = dyn_cast<rank::KernelOp>(op)) {
       inst.set_op(k.getKernel().str());
+      inst.set_stream(wire::COMPUTE);
+    } else if (auto fused = dyn_cast<rank::FusedOp>(op)) {
+      // One call of a generated kernel; a kernel used twice in the program
+      // is shipped once.
+      FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
+          generateFusedKernel(fused);
+      if (failed(kernel))
+        return failure();
+      int index = -1;
+      for (int e = 0; e < program.executables_size() && index < 0; ++e)
+        if (program.executables(e).content_hash() == (*kernel)->content_hash())
+          index = e;
+      if (index < 0) {
+        index = program.executables_size();
+        *program.add_executables() = **kernel;
+      }
+      inst.set_op("fused");
+      inst.set_executable(index);
+      std::vector<double> scalars = fusedKernelScalars(fused);
+      if (!scalars.empty())
+        (*inst.mutable_attrs())["scalars"].set_data(
+            std::string(reinterpret_cast<const char *>(scalars.data()),
+                        scalars.size() * sizeof(double)));
       inst.set_stream(wire::COMPUTE);
     } else if (op.getDialect() && isa<rank::RankDialect>(op.getDialect())) {
       inst.set_op(op.getName().stripDialect().str());

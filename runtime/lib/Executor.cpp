@@ -1,11 +1,14 @@
 #include "dtorch/runtime/Executor.h"
 
+#include "dtorch/runtime/Executable.h"
+
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Shape.h"
 #include "dtorch/runtime/Trace.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <mutex>
@@ -114,6 +117,10 @@ std::vector<Tensor> Executor::run(const Program &program,
 
 void Executor::validate(const Program &program) const {
   validateProgram(program, comm_ ? comm_->rank() : -1);
+  // Generated kernels load when the program arrives: a corrupt one is an
+  // error of the upload, not of a later run.
+  for (const auto &exe : program.executables())
+    loadExecutable(exe);
 }
 
 Program Executor::prepare(const Program &program,
@@ -200,9 +207,24 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   // Resolve kernels up front (validation guarantees they exist).
   std::vector<const Kernel *> kernels(
       static_cast<size_t>(program.instructions_size()), nullptr);
+  std::vector<GeneratedKernelFn> generated(
+      static_cast<size_t>(program.instructions_size()), nullptr);
+  std::vector<std::vector<double>> scalars(
+      static_cast<size_t>(program.instructions_size()));
   for (int i = 0; i < program.instructions_size(); ++i) {
     const Instruction &inst = program.instructions(i);
-    if (inst.stream() == ::dtorch::wire::COMPUTE)
+    if (inst.stream() != ::dtorch::wire::COMPUTE)
+      continue;
+    if (inst.op() == kFusedOp) {
+      generated[i] = loadExecutable(program.executables(inst.executable()));
+      auto it = inst.attrs().find("scalars");
+      if (it != inst.attrs().end()) {
+        const std::string &bytes = it->second.data();
+        scalars[i].resize(bytes.size() / sizeof(double));
+        std::memcpy(scalars[i].data(), bytes.data(),
+                    scalars[i].size() * sizeof(double));
+      }
+    } else
       kernels[i] =
           lookupKernel(inst.op(), buffers[inst.outputs(0)].dtype(), kCpuDevice);
   }
@@ -226,7 +248,14 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         for (int id : inst.outputs())
           out.push_back(&buffers[id]);
         int64_t traceStart = trace_ && trace_->enabled() ? traceClockNs() : -1;
-        if (stream == ::dtorch::wire::COMPUTE)
+        if (generated[i]) {
+          std::vector<void *> inData, outData;
+          for (const Tensor *t : in)
+            inData.push_back(const_cast<void *>(t->data()));
+          for (Tensor *t : out)
+            outData.push_back(t->data());
+          generated[i](inData.data(), outData.data(), scalars[i].data());
+        } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else
           runCollective(*comm_, inst, in, out);

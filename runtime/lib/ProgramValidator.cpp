@@ -266,6 +266,10 @@ struct Validator {
       }
       if (inst.stream() != ::dtorch::wire::COMPUTE)
         throw RuntimeError("kernels run on the COMPUTE stream");
+      if (inst.op() == kFusedOp) {
+        checkFused(inst, in, out);
+        return;
+      }
       const KernelRegistry &registry = KernelRegistry::global();
       if (!registry.hasOp(inst.op()))
         throw RuntimeError("unknown op '" + inst.op() + "'");
@@ -292,6 +296,52 @@ struct Validator {
     } catch (const RuntimeError &error) {
       failAt(index, error.what());
     }
+  }
+
+  // A call of a generated kernel: its buffers match the executable's
+  // declared signature exactly (count, dtype, shape).
+  void checkFused(const Instruction &inst, const std::vector<TensorDesc> &in,
+                  const std::vector<TensorDesc> &out) const {
+    if (inst.executable() < 0 ||
+        inst.executable() >= program.executables_size())
+      throw RuntimeError("calls executable " +
+                         std::to_string(inst.executable()) + " outside [0, " +
+                         std::to_string(program.executables_size()) + ")");
+    const ::dtorch::wire::Executable &exe =
+        program.executables(inst.executable());
+    if (in.size() != static_cast<size_t>(exe.inputs_size()) ||
+        out.size() != static_cast<size_t>(exe.outputs_size()))
+      throw RuntimeError("executable '" + exe.symbol() + "' takes " +
+                         std::to_string(exe.inputs_size()) + " input(s) and " +
+                         std::to_string(exe.outputs_size()) +
+                         " output(s), got " + std::to_string(in.size()) +
+                         " and " + std::to_string(out.size()));
+    if (out.empty())
+      throw RuntimeError("a fused kernel needs at least one output");
+    auto check = [&](const TensorDesc &d,
+                     const ::dtorch::wire::TensorSpec &spec,
+                     const std::string &what) {
+      Shape shape(spec.shape().begin(), spec.shape().end());
+      if (d.dtype != spec.dtype() || d.shape != shape)
+        throw RuntimeError(what + " is " + dtypeName(d.dtype) +
+                           shapeToString(d.shape) + " but executable '" +
+                           exe.symbol() + "' declares " +
+                           dtypeName(spec.dtype()) + shapeToString(shape));
+    };
+    auto scalars = inst.attrs().find("scalars");
+    size_t scalarBytes =
+        scalars == inst.attrs().end() ? 0 : scalars->second.data().size();
+    if (scalarBytes != static_cast<size_t>(exe.num_scalars()) * 8)
+      throw RuntimeError("executable '" + exe.symbol() + "' takes " +
+                         std::to_string(exe.num_scalars()) +
+                         " scalar(s), the 'scalars' attribute holds " +
+                         std::to_string(scalarBytes) + " bytes");
+    for (size_t i = 0; i < in.size(); ++i)
+      check(in[i], exe.inputs(static_cast<int>(i)),
+            "input " + std::to_string(i));
+    for (size_t i = 0; i < out.size(); ++i)
+      check(out[i], exe.outputs(static_cast<int>(i)),
+            "output " + std::to_string(i));
   }
 
   // Single writer per buffer, single recorder per event, every read ordered

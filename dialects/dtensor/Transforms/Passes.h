@@ -59,7 +59,11 @@ inline constexpr llvm::StringLiteral kStageRank = "rank";
 /// the module, so the IR is verified between phases even when the pass
 /// manager's own verifier (after every pass) is off, and a
 /// StageObserver sees the module there.
-void buildDTensorToRankPipeline(mlir::OpPassManager &pm);
+/// With `fuseElementwise`, --rank-fuse-elementwise runs on the class
+/// functions before the "rank" stage boundary (the compiler's default; the
+/// registered `dtensor-to-rank` pipeline leaves it out).
+void buildDTensorToRankPipeline(mlir::OpPassManager &pm,
+                                bool fuseElementwise = false);
 
 /// A module pass that ends the stage `stage` of the pipeline: it verifies
 /// the module (failing the pipeline on invalid IR) and changes nothing.

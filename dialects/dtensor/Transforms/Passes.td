@@ -270,4 +270,47 @@ def ScheduleCollectives : Pass<"rank-schedule-collectives", "::mlir::ModuleOp"> 
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
+  let summary = "Group chains of elementwise rank.kernel ops into rank.fused";
+  let description = [{
+    Runs on a class function (rank dialect). Walks its ops in order and
+    grows a group of fusible kernels (rank/IR/FusibleKernels.h: elementwise
+    kernels, `full`, and `broadcast_to`, whose input becomes a broadcast
+    operand of the group) that share one result shape and element type. An
+    op outside the group that reads a value of the group, a collective, or a
+    kernel of another shape or element type ends the group; ops the group
+    does not feed may sit between its members. A group of at least two ops,
+    one of them computing, becomes one `rank.fused` placed at its last
+    member: its inputs are the values it reads from outside, its results
+    the values of the group used outside it (by later ops or the return).
+    Empty pieces and groups whose values nobody reads stay as they are.
+    The emitter compiles each `rank.fused` body to native code. A group
+    holds at most `max-ops` ops: a longer chain becomes several groups of
+    the same structure, which share one generated kernel (constants are
+    kernel arguments), so compile time stays bounded.
+
+    Before:
+    ```mlir
+    %1 = rank.kernel "full"() {value = 2.0 : f64} : () -> tensor<4xf32>
+    %2 = rank.kernel "mul"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %3 = rank.kernel "relu"(%2) : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+    After:
+    ```mlir
+    %3 = rank.fused(%0) : (tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%a: tensor<4xf32>):
+      %1 = rank.kernel "full"() {value = 2.0 : f64} : () -> tensor<4xf32>
+      %2 = rank.kernel "mul"(%a, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      %r = rank.kernel "relu"(%2) : (tensor<4xf32>) -> tensor<4xf32>
+      rank.yield %r : tensor<4xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+  let options = [
+    Option<"maxOps", "max-ops", "unsigned", /*default=*/"128",
+           "The most ops one group holds">,
+  ];
+}
+
 #endif // DTENSOR_PASSES

@@ -19,13 +19,16 @@ void dtorch::dtensor::StageObserver::runAfterPass(Pass *pass, Operation *op) {
     onStage(*stage, cast<ModuleOp>(op));
 }
 
-void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm) {
+void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm,
+                                                 bool fuseElementwise) {
   pm.addNestedPass<func::FuncOp>(createPropagateSharding());
   pm.addNestedPass<func::FuncOp>(createCSEPass());
   pm.addPass(createStageBoundary(kStageSharded));
   pm.addNestedPass<func::FuncOp>(createLowerRedistribute());
   pm.addPass(createStageBoundary(kStageRedistributed));
   pm.addPass(createLowerToRank());
+  if (fuseElementwise)
+    pm.addNestedPass<func::FuncOp>(createFuseElementwise());
   if (std::optional<ScheduleCollectivesOptions> schedule =
           collectiveScheduleFromEnvironment())
     pm.addPass(createScheduleCollectives(*schedule));
@@ -84,5 +87,5 @@ void dtorch::dtensor::registerDTensorPipelines() {
   PassPipelineRegistration<>(
       "dtensor-to-rank",
       "Sharding propagation, redistribution lowering and SPMD lowering",
-      buildDTensorToRankPipeline);
+      [](OpPassManager &pm) { buildDTensorToRankPipeline(pm); });
 }

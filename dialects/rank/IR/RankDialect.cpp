@@ -259,3 +259,26 @@ LogicalResult AllToAllOp::verify() {
                                         getConcatSizes(), in.getDimSize(c),
                                         out.getDimSize(c), "concat_sizes")));
 }
+
+LogicalResult FusedOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("body has ")
+           << body.getNumArguments() << " arguments for " << getInputs().size()
+           << " inputs";
+  for (auto [arg, input] : llvm::zip(body.getArguments(), getInputs()))
+    if (arg.getType() != input.getType())
+      return emitOpError("body argument type ")
+             << arg.getType() << " differs from input type " << input.getType();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with rank.yield");
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError("yields ")
+           << yield.getValues().size()
+           << " value(s) whose types differ from the results";
+  for (Operation &op : body.without_terminator())
+    if (!isa<KernelOp>(op))
+      return op.emitOpError("cannot be inside rank.fused (only rank.kernel)");
+  return success();
+}

@@ -159,4 +159,38 @@ def Rank_AllToAllOp : Rank_CollectiveOp<"all_to_all"> {
                        I64Attr:$concat_dim, DenseI64ArrayAttr:$concat_sizes);
 }
 
+def Rank_FusedOp : Rank_Op<"fused", [IsolatedFromAbove, Pure]> {
+  let summary = "A group of elementwise kernels run as one generated kernel";
+  let description = [{
+    Made by `--rank-fuse-elementwise`. The body holds the original
+    `rank.kernel` ops (elementwise, all of the same shape) on the block's
+    arguments (one per input) and ends with `rank.yield` of the values the
+    group makes that are used outside it (one per result). The emitter
+    compiles the body through MLIR to native code (KernelCodegen.h) and the
+    program calls it as one instruction (docs/program-format.md, "Fused
+    kernels").
+
+    ```mlir
+    %2 = rank.fused(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%a: tensor<4xf32>, %b: tensor<4xf32>):
+      %s = rank.kernel "add"(%a, %b) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+      %r = rank.kernel "relu"(%s) : (tensor<4xf32>) -> tensor<4xf32>
+      rank.yield %r : tensor<4xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "`(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+}
+
+def Rank_YieldOp : Rank_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
+  let summary = "The values a fused group returns";
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
 #endif // RANK_OPS

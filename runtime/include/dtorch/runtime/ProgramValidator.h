@@ -14,6 +14,10 @@ namespace dtorch::rt {
 // Names of the collective ops handled by the COMM stream.
 bool isCollectiveOp(const std::string &op);
 
+// The op of an instruction that calls a generated kernel of the program
+// (wire::Instruction::executable names it).
+inline constexpr const char *kFusedOp = "fused";
+
 // Throws RuntimeError("invalid program '<name>': ...") naming the instruction
 // (index, op, location) where relevant. `communicatorRank` is the rank of
 // the communicator that will run the collectives (it must be in each

@@ -1,0 +1,241 @@
+"""Fusion with generated kernels (issue 10 item 1), side by side in one run:
+
+  (a) a cached N-op elementwise chain on 4 ranks, microseconds per op to its
+      fetched result: DTorch fused, DTorch unfused (DTORCH_FUSION=0), JAX jit
+      and JAX eager on arrays sharded over 4 host devices;
+  (b) y = gelu(x*w+b)*s on 16M float32 on 1 rank, cached: effective
+      bandwidth (x read + y written, over the time until the workers are
+      done; best repetition per process, as STREAM reports), fused and
+      unfused, next to a STREAM triad (bench/stream_triad.c, one thread)
+      measured in the same run.
+
+    python3 bench/fusion_bench.py [--out bench/results/fusion] [--ops 2000] [--n 16777216]
+
+Writes table.md, results.json and fusion.png into --out. Every DTorch
+measurement runs in a fresh interpreter (bench/fusion_children.py); the JAX
+peers in build/torch-venv (bench/setup_torch.sh; --peer-python), a missing
+one reads "not installed". Each measurement is repeated --runs times and
+the median reported (the machine is shared and noisy). Not run by the tests
+(test_fusion_bench.py runs it with tiny sizes).
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+MAIN_PEER_PYTHON = "/work/main/build/torch-venv/bin/python"
+
+
+def run_json(cmd, timeout, env=None):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    if r.returncode != 0 or not lines:
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"failed (exit {r.returncode}): {tail[:300]}"}
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"error": f"bad output: {lines[-1][:200]}"}
+
+
+def median_of(rows, key):
+    values = [r[key] for r in rows if key in r]
+    if not values:
+        errors = [r.get("error") for r in rows if "error" in r]
+        return {"error": errors[0] if errors else "no result"}
+    out = dict(rows[[r.get(key) for r in rows].index(values[0])])
+    out[key] = statistics.median(values)
+    out["runs"] = values
+    return out
+
+
+def dtorch_child(kind, spec, fusion, timeout, runs, key):
+    env = dict(os.environ)
+    env["DTORCH_CACHE_DIR"] = ""
+    env["DTORCH_FUSION"] = "1" if fusion else "0"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(ROOT, "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                          if p])
+    rows = []
+    for _ in range(runs):
+        print(f"  dtorch {kind} fusion={'on' if fusion else 'off'} {json.dumps(spec)}", flush=True)
+        rows.append(run_json([sys.executable, os.path.join(HERE, "fusion_children.py"), kind,
+                              json.dumps(spec)], timeout, env))
+    return median_of(rows, key)
+
+
+def peer(python, kind, spec, timeout, runs, key):
+    if not python or not os.path.exists(python) or subprocess.run(
+            [python, "-c", "import jax"], capture_output=True).returncode != 0:
+        return {"error": "not installed"}
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    rows = []
+    for _ in range(runs):
+        print(f"  peer {kind}", flush=True)
+        rows.append(run_json([python, os.path.join(HERE, "fusion_peers.py"), kind,
+                              json.dumps(spec)], timeout, env))
+    return median_of(rows, key)
+
+
+def stream_triad(n, reps, runs, timeout):
+    cc = next((c for c in ("clang-22", "cc", "gcc") if subprocess.run(
+        ["sh", "-c", f"command -v {c}"], capture_output=True).returncode == 0), None)
+    if not cc:
+        return {"error": "no C compiler"}
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "stream_triad")
+        built = subprocess.run([cc, "-O3", "-march=native", "-o", exe,
+                                os.path.join(HERE, "stream_triad.c")], capture_output=True, text=True)
+        if built.returncode != 0:
+            return {"error": "build failed: " + built.stderr[-200:]}
+        rows = []
+        for _ in range(runs):
+            print("  stream triad", flush=True)
+            rows.append(run_json([exe, str(n), str(reps)], timeout))
+    out = median_of(rows, "gb_per_s")
+    out["compiler"] = cc + " -O3 -march=native"
+    return out
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def fmt(v, digits=2):
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def table(res):
+    a, b = res["chain"], res["gelu"]
+    fused, plain = a["dtorch_fused"], a["dtorch_unfused"]
+    jit, eager = a["jax_jit"], a["jax_eager"]
+    lines = [f"# Fusion with generated kernels ({res['date']}, {res['git']})", "",
+             f"## (a) cached {res['ops']}-op elementwise chain on 4 ranks, to its result", "",
+             "| system | us per op | fused / system |", "|---|---|---|"]
+    f = fused.get("cached_us_per_op")
+
+    def row(name, r, key):
+        v = r.get(key)
+        note = r.get("error", "")
+        lines.append(f"| {name} | {fmt(v)} {note} | {fmt(ratio(f, v))} |")
+
+    row("DTorch fused", fused, "cached_us_per_op")
+    row("DTorch unfused (DTORCH_FUSION=0)", plain, "cached_us_per_op")
+    row("JAX jit (4 host devices)", jit, "cached_us_per_op")
+    row("JAX eager, sharded arrays", eager, "us_per_op")
+    lines += ["",
+              f"DTorch fused: client recording {fmt(fused.get('cached_record_us_per_op'))} us/op of "
+              f"the total; {fused.get('fused_instructions', 'n/a')} fused instruction(s) in the "
+              f"program; cache miss (compile incl. kernel generation) "
+              f"{fmt(fused.get('miss_us_per_op'))} us/op (unfused "
+              f"{fmt(plain.get('miss_us_per_op'))}). Goal: <= 2 us/op cached: "
+              f"{'met' if f is not None and f <= 2 else 'not met'}.", "",
+              f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
+              "| what | GB/s | / STREAM triad |", "|---|---|---|"]
+    tri = b["stream_triad"].get("gb_per_s")
+    for name, r in (("STREAM triad (1 thread, C)", b["stream_triad"]),
+                    ("DTorch fused", b["dtorch_fused"]),
+                    ("DTorch unfused (DTORCH_FUSION=0)", b["dtorch_unfused"])):
+        v = r.get("gb_per_s")
+        lines.append(f"| {name} | {fmt(v)} {r.get('error', '')} | {fmt(ratio(v, tri))} |")
+    fb = ratio(b["dtorch_fused"].get("gb_per_s"), tri)
+    lines += ["", f"Effective bandwidth counts x read and y written (8 bytes per element); "
+              f"each process reports its best repetition (as STREAM does), the table the "
+              f"median over processes. "
+              f"Goal: fused >= 0.70 of the triad: {'met' if fb and fb >= 0.7 else 'not met'}. "
+              f"Medians of {res['runs']} runs each.", ""]
+    return "\n".join(lines)
+
+
+def plot(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    a, b = res["chain"], res["gelu"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = ["DTorch\nfused", "DTorch\nunfused", "JAX jit", "JAX eager"]
+    vals = [a["dtorch_fused"].get("cached_us_per_op"), a["dtorch_unfused"].get("cached_us_per_op"),
+            a["jax_jit"].get("cached_us_per_op"), a["jax_eager"].get("us_per_op")]
+    left.bar(names, [v or 0 for v in vals], color=["C0", "C7", "C2", "C3"])
+    left.set_yscale("log")
+    left.set_ylabel("us per op (log)")
+    left.set_title(f"cached {res['ops']}-op chain, 4 ranks")
+    names = ["STREAM\ntriad", "DTorch\nfused", "DTorch\nunfused"]
+    vals = [b["stream_triad"].get("gb_per_s"), b["dtorch_fused"].get("gb_per_s"),
+            b["dtorch_unfused"].get("gb_per_s")]
+    right.bar(names, [v or 0 for v in vals], color=["C1", "C0", "C7"])
+    right.set_ylabel("GB/s")
+    right.set_title("gelu(x*w+b)*s, 16M float32, 1 rank")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def git_rev():
+    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    return r.stdout.strip() or "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "fusion"))
+    ap.add_argument("--ops", type=int, default=2000)
+    ap.add_argument("--n", type=int, default=16 << 20, help="elements of (b)")
+    ap.add_argument("--reps", type=int, default=10, help="timed repetitions per process")
+    ap.add_argument("--runs", type=int, default=3, help="processes per measurement (median)")
+    ap.add_argument("--timeout", type=float, default=600)
+    default_peer = DEFAULT_PEER_PYTHON if os.path.exists(DEFAULT_PEER_PYTHON) else MAIN_PEER_PYTHON
+    ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON", default_peer))
+    args = ap.parse_args()
+    chain = {"world": 4, "ops": args.ops, "reps": args.reps}
+    gelu = {"n": args.n, "reps": args.reps}
+    t = time.perf_counter()
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "git": git_rev(), "ops": args.ops, "n": args.n, "runs": args.runs,
+           "chain": {
+               "dtorch_fused": dtorch_child("chain", chain, True, args.timeout, args.runs,
+                                            "cached_us_per_op"),
+               "dtorch_unfused": dtorch_child("chain", chain, False, args.timeout, args.runs,
+                                              "cached_us_per_op"),
+               "jax_jit": peer(args.peer_python, "jax_jit", chain, args.timeout, args.runs,
+                               "cached_us_per_op"),
+               "jax_eager": peer(args.peer_python, "jax_eager", chain, args.timeout, args.runs,
+                                 "us_per_op"),
+           },
+           "gelu": {
+               "stream_triad": stream_triad(args.n, max(args.reps, 5), args.runs, args.timeout),
+               "dtorch_fused": dtorch_child("gelu", gelu, True, args.timeout, args.runs,
+                                            "gb_per_s"),
+               "dtorch_unfused": dtorch_child("gelu", gelu, False, args.timeout, args.runs,
+                                              "gb_per_s"),
+           }}
+    res["seconds"] = time.perf_counter() - t
+    os.makedirs(args.out, exist_ok=True)
+    text = table(res)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    plotted = plot(res, os.path.join(args.out, "fusion.png"))
+    print(text)
+    print(f"wrote {args.out}/table.md, results.json" + (", fusion.png" if plotted else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+//===- FusibleKernels.cpp - kernels a fused group may hold ---------------===//
+#include "rank/IR/FusibleKernels.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+
+namespace dtorch::rank {
+namespace {
+
+constexpr FusibleKind E = FusibleKind::Elementwise;
+constexpr unsigned kNumeric = kFloatTypes | kIntegerTypes;
+
+// Integer `div` and `pow` are left out: they raise on a zero divisor or a
+// negative exponent, which a generated loop cannot report.
+const FusibleKernel kKernels[] = {
+    {"neg", E, 1, kNumeric},
+    {"abs", E, 1, kNumeric},
+    {"relu", E, 1, kNumeric},
+    {"exp", E, 1, kFloatTypes},
+    {"log", E, 1, kFloatTypes},
+    {"sqrt", E, 1, kFloatTypes},
+    {"rsqrt", E, 1, kFloatTypes},
+    {"tanh", E, 1, kFloatTypes},
+    {"sigmoid", E, 1, kFloatTypes},
+    {"gelu", E, 1, kFloatTypes},
+    {"silu", E, 1, kFloatTypes},
+    {"sin", E, 1, kFloatTypes},
+    {"cos", E, 1, kFloatTypes},
+    {"add", E, 2, kNumeric},
+    {"sub", E, 2, kNumeric},
+    {"mul", E, 2, kNumeric},
+    {"div", E, 2, kFloatTypes},
+    {"pow", E, 2, kFloatTypes},
+    {"maximum", E, 2, kAllTypes},
+    {"minimum", E, 2, kAllTypes},
+    {"full", FusibleKind::Creation, 0, kAllTypes},
+    {"broadcast_to", FusibleKind::Broadcast, 1, kAllTypes},
+};
+
+unsigned typeBit(Type t) {
+  if (t.isF32() || t.isF64() || t.isF16() || t.isBF16())
+    return kFloatTypes;
+  if (t.isInteger(32) || t.isInteger(64))
+    return kIntegerTypes;
+  if (t.isInteger(1))
+    return kBoolType;
+  return 0;
+}
+
+} // namespace
+
+llvm::ArrayRef<FusibleKernel> fusibleKernels() { return kKernels; }
+
+const FusibleKernel *lookupFusibleKernel(llvm::StringRef name,
+                                         Type elementType) {
+  unsigned bit = typeBit(elementType);
+  for (const FusibleKernel &k : kKernels)
+    if (k.name == name)
+      return (k.types & bit) ? &k : nullptr;
+  return nullptr;
+}
+
+} // namespace dtorch::rank

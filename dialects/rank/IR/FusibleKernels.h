@@ -1,0 +1,50 @@
+//===- FusibleKernels.h - kernels a fused group may hold -------*- C++ -*-===//
+//
+// The one list of the runtime kernels that `--rank-fuse-elementwise` groups
+// and that the controller's kernel generator (lib/Compiler/KernelCodegen.cpp)
+// compiles: one declaration per kernel, with the element types it is fused
+// for. A kernel absent here is never fused; a test generates every entry for
+// every element type it names and compares it with the runtime's kernel.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DTORCH_DIALECTS_RANK_IR_FUSIBLEKERNELS_H
+#define DTORCH_DIALECTS_RANK_IR_FUSIBLEKERNELS_H
+
+#include "mlir/IR/Types.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace dtorch::rank {
+
+/// How a fusible kernel relates its operands to its result.
+enum class FusibleKind {
+  Elementwise, // operands and result share shape and element type
+  Creation,    // no operands (`full`: one value everywhere)
+  Broadcast,   // one operand broadcast (numpy rules) to the result's shape
+};
+
+/// The element types a kernel is fused for.
+enum FusibleTypes : unsigned {
+  kFloatTypes = 1,   // f32, f64, f16, bf16
+  kIntegerTypes = 2, // i32, i64
+  kBoolType = 4,     // i1
+  kAllTypes = kFloatTypes | kIntegerTypes | kBoolType,
+};
+
+struct FusibleKernel {
+  llvm::StringLiteral name;
+  FusibleKind kind;
+  unsigned numOperands;
+  unsigned types; // FusibleTypes bits
+};
+
+/// Every fusible kernel.
+llvm::ArrayRef<FusibleKernel> fusibleKernels();
+
+/// The entry for `name` when it is fused for `elementType`, else nullptr.
+const FusibleKernel *lookupFusibleKernel(llvm::StringRef name,
+                                         mlir::Type elementType);
+
+} // namespace dtorch::rank
+
+#endif // DTORCH_DIALECTS_RANK_IR_FUSIBLEKERNELS_H

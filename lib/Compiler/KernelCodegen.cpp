@@ -1,0 +1,682 @@
+//===- KernelCodegen.cpp - rank.fused bodies to native code --------------===//
+//
+// rank ops -> one linalg.generic on memrefs -> loops -> LLVM dialect ->
+// LLVM IR -> -O3 for the host CPU -> object -> shared object (ld.lld).
+//
+// Target: the controller's own CPU, its triple and every feature
+// llvm::sys::getHostCPUFeatures reports (AVX-512 where the host has it):
+// workers on the controller's host run the code as fast as it can. Workers
+// on another host must have the same features (the executable records them
+// in `target`).
+//
+// Numerics follow the runtime's hand-written kernels: float16 and bfloat16
+// are computed in float32 and rounded after every op, integers wrap, and
+// float32 exp, log, tanh and erf use MLIR's polynomial approximations (a few
+// ulp from libm, and vectorizable); float64 calls libm.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelCodegen.h"
+
+#include "ProgramEmitter.h"
+#include "dtorch/runtime/Executable.h"
+#include "rank/IR/FusibleKernels.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+using namespace mlir;
+
+namespace dtorch {
+namespace {
+
+constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
+
+std::atomic<int64_t> compiles{0};
+
+// ---- the scalar body ---------------------------------------------------===//
+
+/// How the generated code holds one element type: in memory (`storage`,
+/// i8 for bool) and while computing (`compute`, f32 for the 16-bit floats).
+struct ElementTypes {
+  Type storage;
+  Type compute;
+  bool isFloat = false;
+  bool isBool = false;
+};
+
+ElementTypes elementTypesFor(Type t, MLIRContext *ctx) {
+  ElementTypes e;
+  if (t.isF32())
+    e.storage = e.compute = Float32Type::get(ctx);
+  else if (t.isF64())
+    e.storage = e.compute = Float64Type::get(ctx);
+  else if (t.isF16()) {
+    e.storage = Float16Type::get(ctx);
+    e.compute = Float32Type::get(ctx);
+  } else if (t.isBF16()) {
+    e.storage = BFloat16Type::get(ctx);
+    e.compute = Float32Type::get(ctx);
+  } else if (t.isInteger(1)) {
+    e.storage = e.compute = IntegerType::get(ctx, 8);
+    e.isBool = true;
+    return e;
+  } else if (t.isInteger(32) || t.isInteger(64))
+    e.storage = e.compute =
+        IntegerType::get(ctx, cast<IntegerType>(t).getWidth());
+  e.isFloat = isa<FloatType>(e.storage);
+  return e;
+}
+
+/// Emits the scalar computation of one kernel on values of the compute
+/// type; null for a kernel the generator does not know.
+Value emitScalar(OpBuilder &b, Location loc, StringRef name, ValueRange x,
+                 const ElementTypes &et) {
+  Type c = et.compute;
+  if (et.isBool) {
+    if (name == "maximum")
+      return arith::OrIOp::create(b, loc, x[0], x[1]);
+    if (name == "minimum")
+      return arith::AndIOp::create(b, loc, x[0], x[1]);
+    return {};
+  }
+  if (!et.isFloat) {
+    Value zero = arith::ConstantOp::create(b, loc, b.getIntegerAttr(c, 0));
+    if (name == "neg")
+      return arith::SubIOp::create(b, loc, zero, x[0]);
+    if (name == "abs" || name == "relu") {
+      Value negative =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x[0], zero);
+      Value other = name == "abs"
+                        ? arith::SubIOp::create(b, loc, zero, x[0]).getResult()
+                        : zero;
+      return arith::SelectOp::create(b, loc, negative, other, x[0]);
+    }
+    if (name == "add")
+      return arith::AddIOp::create(b, loc, x[0], x[1]);
+    if (name == "sub")
+      return arith::SubIOp::create(b, loc, x[0], x[1]);
+    if (name == "mul")
+      return arith::MulIOp::create(b, loc, x[0], x[1]);
+    if (name == "maximum")
+      return arith::MaxSIOp::create(b, loc, x[0], x[1]);
+    if (name == "minimum")
+      return arith::MinSIOp::create(b, loc, x[0], x[1]);
+    return {};
+  }
+  auto constant = [&](double v) -> Value {
+    return arith::ConstantOp::create(b, loc, b.getFloatAttr(c, v));
+  };
+  auto sigmoid = [&](Value v) -> Value {
+    // exp of minus |v|, as the kernel: 1/(1+e^-v) for v >= 0, e^v/(1+e^v)
+    // below.
+    Value zero = constant(0.0), one = constant(1.0);
+    Value nonNegative =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGE, v, zero);
+    Value negated = arith::NegFOp::create(b, loc, v);
+    Value e = math::ExpOp::create(
+        b, loc, arith::SelectOp::create(b, loc, nonNegative, negated, v));
+    Value denominator = arith::AddFOp::create(b, loc, one, e);
+    Value numerator = arith::SelectOp::create(b, loc, nonNegative, one, e);
+    return arith::DivFOp::create(b, loc, numerator, denominator);
+  };
+  if (name == "neg")
+    return arith::NegFOp::create(b, loc, x[0]);
+  if (name == "abs")
+    return math::AbsFOp::create(b, loc, x[0]);
+  if (name == "exp")
+    return math::ExpOp::create(b, loc, x[0]);
+  if (name == "log")
+    return math::LogOp::create(b, loc, x[0]);
+  if (name == "sqrt")
+    return math::SqrtOp::create(b, loc, x[0]);
+  if (name == "rsqrt")
+    return arith::DivFOp::create(b, loc, constant(1.0),
+                                 math::SqrtOp::create(b, loc, x[0]));
+  if (name == "relu") {
+    Value negative = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT,
+                                           x[0], constant(0.0));
+    return arith::SelectOp::create(b, loc, negative, constant(0.0), x[0]);
+  }
+  if (name == "tanh")
+    return math::TanhOp::create(b, loc, x[0]);
+  if (name == "sigmoid")
+    return sigmoid(x[0]);
+  if (name == "silu")
+    return arith::MulFOp::create(b, loc, x[0], sigmoid(x[0]));
+  if (name == "gelu") {
+    Value scaled = arith::MulFOp::create(b, loc, x[0], constant(M_SQRT1_2));
+    Value erf = math::ErfOp::create(b, loc, scaled);
+    Value half = arith::MulFOp::create(b, loc, constant(0.5), x[0]);
+    return arith::MulFOp::create(
+        b, loc, half, arith::AddFOp::create(b, loc, constant(1.0), erf));
+  }
+  if (name == "sin")
+    return math::SinOp::create(b, loc, x[0]);
+  if (name == "cos")
+    return math::CosOp::create(b, loc, x[0]);
+  if (name == "add")
+    return arith::AddFOp::create(b, loc, x[0], x[1]);
+  if (name == "sub")
+    return arith::SubFOp::create(b, loc, x[0], x[1]);
+  if (name == "mul")
+    return arith::MulFOp::create(b, loc, x[0], x[1]);
+  if (name == "div")
+    return arith::DivFOp::create(b, loc, x[0], x[1]);
+  if (name == "pow")
+    return math::PowFOp::create(b, loc, x[0], x[1]);
+  if (name == "maximum")
+    return arith::MaximumFOp::create(b, loc, x[0], x[1]);
+  if (name == "minimum")
+    return arith::MinimumFOp::create(b, loc, x[0], x[1]);
+  return {};
+}
+
+/// The indexing map of an operand of shape `shape` in a loop nest over
+/// `group` (numpy broadcasting: trailing dims aligned, extent 1 repeated).
+AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> group,
+                       MLIRContext *ctx) {
+  SmallVector<AffineExpr> results;
+  size_t lead = group.size() - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    results.push_back(shape[d] == 1 && group[lead + d] != 1
+                          ? getAffineConstantExpr(0, ctx)
+                          : getAffineDimExpr(lead + d, ctx));
+  return AffineMap::get(group.size(), 0, results, ctx);
+}
+
+// ---- MLIR: the kernel function -----------------------------------------===//
+
+MLIRContext &codegenContext() {
+  thread_local std::unique_ptr<MLIRContext> ctx;
+  if (!ctx) {
+    DialectRegistry registry;
+    registry.insert<affine::AffineDialect, arith::ArithDialect,
+                    cf::ControlFlowDialect, func::FuncDialect,
+                    linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
+    registerBuiltinDialectTranslation(registry);
+    registerLLVMDialectTranslation(registry);
+    ctx = std::make_unique<MLIRContext>(registry);
+    ctx->loadAllAvailableDialects();
+    ctx->disableMultithreading();
+  }
+  return *ctx;
+}
+
+/// Builds `func.func @dtorch_fused_impl(inputs..., outputs...)` over
+/// memrefs holding one linalg.generic whose body computes `op`'s kernels.
+FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
+                                                   MLIRContext *ctx) {
+  Block &body = op.getBody().front();
+  auto yield = cast<rank::YieldOp>(body.getTerminator());
+  if (yield.getValues().empty())
+    return op.emitOpError("has no results to generate code for");
+  auto groupType = cast<RankedTensorType>(yield.getValues()[0].getType());
+  ArrayRef<int64_t> group = groupType.getShape();
+  ElementTypes et = elementTypesFor(groupType.getElementType(), ctx);
+  if (!et.storage)
+    return op.emitOpError("cannot generate code for element type ")
+           << groupType.getElementType();
+
+  Location loc = UnknownLoc::get(ctx);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module->getBody());
+  SmallVector<Type> argTypes;
+  for (Value in : op.getInputs())
+    argTypes.push_back(MemRefType::get(
+        cast<RankedTensorType>(in.getType()).getShape(), et.storage));
+  for (Type t : op.getResultTypes())
+    argTypes.push_back(
+        MemRefType::get(cast<RankedTensorType>(t).getShape(), et.storage));
+  // The group's constants (`full` values), in body order, as float64
+  // arguments: kernels differing only in constants are one kernel.
+  SmallVector<rank::KernelOp> fulls;
+  for (Operation &inner : body.without_terminator())
+    if (cast<rank::KernelOp>(inner).getKernel() == "full")
+      fulls.push_back(cast<rank::KernelOp>(inner));
+  Type f64 = Float64Type::get(ctx);
+  argTypes.push_back(
+      MemRefType::get({static_cast<int64_t>(fulls.size())}, f64));
+  auto fn =
+      func::FuncOp::create(b, loc, kImplName, b.getFunctionType(argTypes, {}));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+
+  size_t numInputs = op.getInputs().size();
+  size_t numOutputs = op.getNumResults();
+  SmallVector<Value> ins(entry->getArguments().take_front(numInputs));
+  SmallVector<Value> outs(entry->getArguments().slice(numInputs, numOutputs));
+  Value scalarArg = entry->getArguments().back();
+  // Each constant converted once, before the loops, to the storage type, as
+  // the `full` kernel stores it.
+  llvm::DenseMap<Operation *, Value> constants;
+  for (auto [j, full] : llvm::enumerate(fulls)) {
+    Value index = arith::ConstantIndexOp::create(b, loc, j);
+    Value v = memref::LoadOp::create(b, loc, scalarArg, ValueRange{index});
+    if (et.isBool) {
+      Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
+      Value nonZero =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, zero);
+      v = arith::ExtUIOp::create(b, loc, et.storage, nonZero);
+    } else if (!et.isFloat) {
+      v = arith::FPToSIOp::create(b, loc, et.storage, v);
+    } else {
+      // float64 -> float32 -> 16-bit, as the `full` kernel converts (and
+      // no float64 -> 16-bit runtime library call).
+      if (et.storage != f64)
+        v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
+      if (et.storage != f64 && !et.storage.isF32())
+        v = arith::TruncFOp::create(b, loc, et.storage, v);
+    }
+    constants[full] = v;
+  }
+  SmallVector<AffineMap> maps;
+  for (Value in : op.getInputs())
+    maps.push_back(broadcastMap(cast<RankedTensorType>(in.getType()).getShape(),
+                                group, ctx));
+  for (size_t i = 0; i < outs.size(); ++i)
+    maps.push_back(AffineMap::getMultiDimIdentityMap(group.size(), ctx));
+  SmallVector<utils::IteratorType> iterators(group.size(),
+                                             utils::IteratorType::parallel);
+
+  LogicalResult status = success();
+  linalg::GenericOp::create(
+      b, loc, TypeRange{}, ins, outs, maps, iterators,
+      [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
+        // Every value of the group as an element of the storage type.
+        llvm::DenseMap<Value, Value> stored;
+        for (size_t i = 0; i < numInputs; ++i)
+          stored[body.getArgument(i)] = scalars[i];
+        auto toCompute = [&](Value v) -> Value {
+          if (v.getType() == et.compute)
+            return v;
+          return arith::ExtFOp::create(nb, nloc, et.compute, v);
+        };
+        for (Operation &inner : body.without_terminator()) {
+          auto kernel = cast<rank::KernelOp>(inner);
+          StringRef name = kernel.getKernel();
+          if (name == "broadcast_to") {
+            stored[kernel.getResult()] = stored.lookup(kernel.getInputs()[0]);
+            continue;
+          }
+          if (name == "full") {
+            stored[kernel.getResult()] = constants.lookup(kernel);
+            continue;
+          }
+          SmallVector<Value> args;
+          for (Value v : kernel.getInputs())
+            args.push_back(toCompute(stored.lookup(v)));
+          Value r = emitScalar(nb, nloc, name, args, et);
+          if (!r) {
+            kernel.emitOpError("has no generated form for ")
+                << groupType.getElementType();
+            status = failure();
+            r = arith::ConstantOp::create(nb, nloc, nb.getZeroAttr(et.compute));
+          }
+          if (r.getType() != et.storage)
+            r = arith::TruncFOp::create(nb, nloc, et.storage, r);
+          stored[kernel.getResult()] = r;
+        }
+        SmallVector<Value> results;
+        for (Value v : yield.getValues())
+          results.push_back(stored.lookup(v));
+        linalg::YieldOp::create(nb, nloc, results);
+      });
+  func::ReturnOp::create(b, loc);
+  if (failed(status))
+    return failure();
+  return module;
+}
+
+/// MLIR to the LLVM dialect: loops, polynomial approximations of the
+/// float32 transcendental functions, libm for the rest.
+LogicalResult lowerToLLVMDialect(ModuleOp module) {
+  MLIRContext *ctx = module.getContext();
+  PassManager pm(ctx);
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  if (failed(pm.run(module)))
+    return failure();
+
+  RewritePatternSet patterns(ctx);
+  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+    name.consume_front("math.");
+    return name == "exp" || name == "log" || name == "tanh" || name == "erf";
+  });
+  if (failed(applyPatternsGreedily(module, std::move(patterns))))
+    return failure();
+
+  PassManager lower(ctx);
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  lower.addPass(arith::createArithExpandOpsPass(expand));
+  lower.addPass(createConvertMathToLLVMPass());
+  lower.addPass(createConvertMathToLibmPass());
+  lower.addPass(createFinalizeMemRefToLLVMConversionPass());
+  lower.addPass(createArithToLLVMConversionPass());
+  lower.addPass(createConvertIndexToLLVMPass());
+  lower.addPass(createConvertControlFlowToLLVMPass());
+  ConvertFuncToLLVMPassOptions funcOptions;
+  funcOptions.useBarePtrCallConv = true;
+  lower.addPass(createConvertFuncToLLVMPass(funcOptions));
+  lower.addPass(createReconcileUnrealizedCastsPass());
+  return lower.run(module);
+}
+
+// ---- LLVM: optimize, emit, link ----------------------------------------===//
+
+struct HostTarget {
+  std::string triple;
+  std::string cpu;
+  std::string features;
+};
+
+const HostTarget &hostTarget() {
+  static const HostTarget target = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    HostTarget t;
+    t.triple = llvm::sys::getProcessTriple();
+    t.cpu = llvm::sys::getHostCPUName().str();
+    llvm::SubtargetFeatures features;
+    for (const auto &feature : llvm::sys::getHostCPUFeatures())
+      features.AddFeature(feature.getKey(), feature.getValue());
+    t.features = features.getString();
+    return t;
+  }();
+  return target;
+}
+
+/// Adds the exported entry point that unpacks the pointer arrays and calls
+/// the kernel function.
+void addEntryPoint(llvm::Module &m, StringRef symbol, unsigned numInputs,
+                   unsigned numOutputs) {
+  // void symbol(void *const *in, void *const *out, const double *scalars)
+  llvm::LLVMContext &c = m.getContext();
+  llvm::Function *impl = m.getFunction(kImplName);
+  impl->setLinkage(llvm::GlobalValue::InternalLinkage);
+  auto *ptr = llvm::PointerType::getUnqual(c);
+  auto *type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr, ptr}, false);
+  auto *entry = llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage,
+                                       symbol, m);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
+  SmallVector<llvm::Value *> args;
+  for (unsigned i = 0; i < numInputs; ++i)
+    args.push_back(b.CreateLoad(
+        ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), i)));
+  for (unsigned i = 0; i < numOutputs; ++i)
+    args.push_back(b.CreateLoad(
+        ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(1), i)));
+  args.push_back(entry->getArg(2));
+  b.CreateCall(impl, args);
+  b.CreateRetVoid();
+}
+
+FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
+  const HostTarget &host = hostTarget();
+  llvm::Triple triple(host.triple);
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return failure();
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, host.cpu, host.features, options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
+  if (!tm) {
+    error = "cannot make a target machine for " + host.triple;
+    return failure();
+  }
+  m.setTargetTriple(triple);
+  m.setDataLayout(tm->createDataLayout());
+  for (llvm::Function &f : m)
+    if (!f.isDeclaration()) {
+      f.addFnAttr("target-cpu", host.cpu);
+      f.addFnAttr("target-features", host.features);
+    }
+
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(tm.get());
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager codegen;
+  if (tm->addPassesToEmitFile(codegen, os, nullptr,
+                              llvm::CodeGenFileType::ObjectFile)) {
+    error = "the target cannot emit object files";
+    return failure();
+  }
+  codegen.run(m);
+  return std::string(object.begin(), object.end());
+}
+
+/// Links an object into a shared object with ld.lld in a private temporary
+/// folder, removed afterwards.
+FailureOr<std::string> linkSharedObject(const std::string &object,
+                                        std::string &error) {
+  llvm::ErrorOr<std::string> lld = llvm::sys::findProgramByName("ld.lld-22");
+  if (!lld)
+    lld = llvm::sys::findProgramByName("ld.lld");
+  if (!lld) {
+    error = "ld.lld (lld-22) is not installed";
+    return failure();
+  }
+  SmallString<128> dir;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory("dtorch-kernel", dir)) {
+    error = "cannot make a temporary folder: " + ec.message();
+    return failure();
+  }
+  SmallString<128> objPath(dir), soPath(dir);
+  llvm::sys::path::append(objPath, "kernel.o");
+  llvm::sys::path::append(soPath, "kernel.so");
+  FailureOr<std::string> result = failure();
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(objPath, ec);
+    if (!ec) {
+      out << object;
+      out.close();
+    }
+    if (ec)
+      error = "cannot write " + objPath.str().str() + ": " + ec.message();
+    else {
+      SmallVector<StringRef> args = {*lld, "-shared",    "--hash-style=gnu",
+                                     "-o", soPath.str(), objPath.str()};
+      std::string message;
+      int rc = llvm::sys::ExecuteAndWait(*lld, args, std::nullopt, {}, 0, 0,
+                                         &message);
+      if (rc != 0)
+        error = "ld.lld failed (" + std::to_string(rc) + "): " + message;
+      else if (auto buffer = llvm::MemoryBuffer::getFile(soPath))
+        result = (*buffer)->getBuffer().str();
+      else
+        error = "cannot read " + soPath.str().str();
+    }
+  }
+  llvm::sys::fs::remove(objPath);
+  llvm::sys::fs::remove(soPath);
+  llvm::sys::fs::remove(dir);
+  return result;
+}
+
+wire::TensorSpec specOf(Type t) {
+  auto tensor = cast<RankedTensorType>(t);
+  wire::TensorSpec spec;
+  spec.set_dtype(toWireDType(tensor.getElementType()));
+  for (int64_t s : tensor.getShape())
+    spec.add_shape(s);
+  return spec;
+}
+
+FailureOr<std::shared_ptr<const GeneratedKernel>>
+compileFusedKernel(rank::FusedOp op, const std::string &signature) {
+  MLIRContext &ctx = codegenContext();
+  // Diagnostics of the kernel module go to the fused op's context.
+  std::string error;
+  FailureOr<OwningOpRef<ModuleOp>> module = buildKernelModule(op, &ctx);
+  if (failed(module))
+    return failure();
+  {
+    std::string diagnostics;
+    llvm::raw_string_ostream os(diagnostics);
+    ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+      os << d << "\n";
+      return success();
+    });
+    if (failed((**module).verify()) || failed(lowerToLLVMDialect(**module)))
+      return op.emitOpError("kernel generation failed: ") << diagnostics;
+  }
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(**module, llvmContext, "dtorch_fused");
+  if (!llvmModule)
+    return op.emitOpError("kernel generation failed: no LLVM IR");
+
+  auto kernel = std::make_shared<GeneratedKernel>();
+  kernel->set_symbol("dtorch_fused_" + rt::executableHash(signature));
+  addEntryPoint(*llvmModule, kernel->symbol(), op.getInputs().size(),
+                op.getNumResults());
+  FailureOr<std::string> object = emitObject(*llvmModule, error);
+  if (failed(object))
+    return op.emitOpError("kernel generation failed: ") << error;
+  FailureOr<std::string> shared = linkSharedObject(*object, error);
+  if (failed(shared))
+    return op.emitOpError("kernel generation failed: ") << error;
+  kernel->set_object(std::move(*shared));
+  // For inspection (objdump): DTORCH_KERNEL_DUMP_DIR=<folder> keeps a copy
+  // of every generated shared object, named by its symbol.
+  if (const char *dump = std::getenv("DTORCH_KERNEL_DUMP_DIR"); dump && *dump) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(std::string(dump) + "/" + kernel->symbol() + ".so",
+                             ec);
+    if (!ec)
+      out << kernel->object();
+  }
+  kernel->set_content_hash(rt::executableHash(kernel->object()));
+  for (Value in : op.getInputs())
+    *kernel->add_inputs() = specOf(in.getType());
+  for (Type t : op.getResultTypes())
+    *kernel->add_outputs() = specOf(t);
+  kernel->set_num_scalars(static_cast<int32_t>(fusedKernelScalars(op).size()));
+  const HostTarget &host = hostTarget();
+  kernel->set_target(host.triple + " " + host.cpu + " " + host.features);
+  ++compiles;
+  return std::shared_ptr<const GeneratedKernel>(std::move(kernel));
+}
+
+} // namespace
+
+std::string fusedKernelSignature(rank::FusedOp op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  Block &body = op.getBody().front();
+  llvm::DenseMap<Value, unsigned> number;
+  for (BlockArgument arg : body.getArguments()) {
+    number[arg] = number.size();
+    os << "arg " << arg.getType() << ";";
+  }
+  for (Operation &inner : body) {
+    os << inner.getName();
+    if (auto kernel = dyn_cast<rank::KernelOp>(inner))
+      os << " " << kernel.getKernel();
+    os << "(";
+    for (Value v : inner.getOperands())
+      os << number.lookup(v) << ",";
+    os << ")";
+    // `full` values are arguments (fusedKernelScalars), not code.
+    for (NamedAttribute a : inner.getAttrs())
+      if (a.getName() != "kernel" && a.getName() != "value")
+        os << " " << a.getName().getValue() << "=" << a.getValue();
+    for (Value r : inner.getResults()) {
+      number[r] = number.size();
+      os << " : " << r.getType();
+    }
+    os << ";";
+  }
+  return os.str();
+}
+
+std::vector<double> fusedKernelScalars(rank::FusedOp op) {
+  std::vector<double> values;
+  for (Operation &inner : op.getBody().front().without_terminator())
+    if (auto kernel = dyn_cast<rank::KernelOp>(inner);
+        kernel && kernel.getKernel() == "full")
+      values.push_back(
+          cast<FloatAttr>(kernel->getAttr("value")).getValueAsDouble());
+  return values;
+}
+
+FailureOr<std::shared_ptr<const GeneratedKernel>>
+generateFusedKernel(rank::FusedOp op) {
+  static std::mutex mutex;
+  static auto *cache =
+      new std::unordered_map<std::string,
+                             std::shared_ptr<const GeneratedKernel>>();
+  std::string signature = fusedKernelSignature(op);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache->find(signature);
+  if (it != cache->end())
+    return it->second;
+  FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
+      compileFusedKernel(op, signature);
+  if (failed(kernel))
+    return failure();
+  cache->emplace(signature, *kernel);
+  return kernel;
+}
+
+int64_t generatedKernelCompiles() { return compiles.load(); }
+
+} // namespace dtorch

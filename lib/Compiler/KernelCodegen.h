@@ -1,0 +1,48 @@
+//===- KernelCodegen.h - rank.fused bodies to native code ------*- C++ -*-===//
+//
+// The controller's kernel generator: the body of a rank.fused (elementwise
+// rank.kernel ops of one shape) becomes one linalg.generic on memrefs, which
+// MLIR lowers to loops and the LLVM dialect; LLVM optimizes it at -O3 for
+// the host's CPU features (vectorizing the loops), emits an object file,
+// and ld.lld links it into a shared object that workers load (runtime
+// Executable.h). Compiled once per signature (the body's ops, attributes,
+// dtypes and shapes) per process.
+//
+//===----------------------------------------------------------------------===//
+#ifndef DTORCH_LIB_COMPILER_KERNELCODEGEN_H
+#define DTORCH_LIB_COMPILER_KERNELCODEGEN_H
+
+#include "dtorch/Compiler.h"
+#include "rank/IR/Rank.h"
+
+#include "dtorch_program.pb.h"
+
+#include "mlir/Support/LLVM.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtorch {
+
+/// A generated kernel, ready to be put into a program as-is.
+using GeneratedKernel = wire::Executable;
+
+/// The kernel of `op`'s body: from the process-wide cache when a body with
+/// the same signature was compiled before, else compiled now. Emits an
+/// error on `op` and fails when the body holds a kernel the generator does
+/// not know or the toolchain fails.
+mlir::FailureOr<std::shared_ptr<const GeneratedKernel>>
+generateFusedKernel(rank::FusedOp op);
+
+/// The constants of `op`'s group (its `full` values, in body order): the
+/// `scalars` the calling instruction passes to the kernel.
+std::vector<double> fusedKernelScalars(rank::FusedOp op);
+
+/// The structural signature generateFusedKernel caches by (constants'
+/// values excluded).
+std::string fusedKernelSignature(rank::FusedOp op);
+
+} // namespace dtorch
+
+#endif // DTORCH_LIB_COMPILER_KERNELCODEGEN_H

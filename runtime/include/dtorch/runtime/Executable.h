@@ -1,0 +1,43 @@
+// Generated kernels shipped inside a program (wire::Executable): loaded once
+// per process from their bytes, keyed by content hash, and called by the
+// executor for a "fused" instruction. MLIR-free.
+#pragma once
+
+#include "dtorch_program.pb.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dtorch::rt {
+
+// The entry point every generated kernel exports; `scalars` are the
+// calling instruction's `scalars` (num_scalars float64 values).
+using GeneratedKernelFn = void (*)(void *const *inputs, void *const *outputs,
+                                   const double *scalars);
+
+// FNV-1a 64-bit of `bytes` as 16 lowercase hex digits: the content hash the
+// controller writes into wire::Executable::content_hash.
+inline std::string executableHash(std::string_view bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  static const char digits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4)
+    out[i] = digits[h & 15];
+  return out;
+}
+
+// The entry of `executable`, loading it the first time its content hash is
+// seen in this process (a private temporary file + dlopen). Throws RuntimeError
+// when the bytes do not match the hash, are not a loadable shared object, or
+// lack the symbol. Thread-safe.
+GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &executable);
+
+// How many distinct executables this process has loaded (for tests).
+int64_t loadedExecutableCount();
+
+} // namespace dtorch::rt

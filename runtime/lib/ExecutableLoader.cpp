@@ -1,0 +1,108 @@
+// Loads generated kernels (wire::Executable) into the process: the bytes go
+// into a private temporary file that dlopen maps and that is removed at
+// once. Each content hash is loaded once per process and kept until exit.
+#include "dtorch/runtime/Executable.h"
+#include "dtorch/runtime/Tensor.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace dtorch::rt {
+namespace {
+
+struct Loaded {
+  void *handle = nullptr;
+  std::unordered_map<std::string, GeneratedKernelFn> symbols;
+};
+
+std::mutex &loaderMutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::unordered_map<std::string, Loaded> &loadedByHash() {
+  static auto *table = new std::unordered_map<std::string, Loaded>();
+  return *table;
+}
+
+// dlopen knows a library by its path: a path that was opened before returns
+// the library loaded then. So each object gets a fresh file name (mkstemp),
+// removed as soon as it is mapped.
+void *openSharedObject(const std::string &bytes, const std::string &hash) {
+  const char *tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") +
+                        "/dtorch-kernel-" + hash + "-XXXXXX";
+  std::vector<char> path(pattern.begin(), pattern.end());
+  path.push_back('\0');
+  int fd = mkstemp(path.data());
+  if (fd < 0)
+    throw RuntimeError("cannot make a file for generated kernel " + hash +
+                       ": " + std::strerror(errno));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      int error = errno;
+      ::close(fd);
+      ::unlink(path.data());
+      throw RuntimeError(std::string("writing a generated kernel failed: ") +
+                         std::strerror(error));
+    }
+    written += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  void *handle = dlopen(path.data(), RTLD_NOW | RTLD_LOCAL);
+  const char *error = handle ? nullptr : dlerror();
+  ::unlink(path.data()); // the mapping outlives the file's name
+  if (!handle)
+    throw RuntimeError("generated kernel " + hash +
+                       " cannot be loaded: " + (error ? error : "dlopen"));
+  return handle;
+}
+
+} // namespace
+
+GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &exe) {
+  std::lock_guard<std::mutex> lock(loaderMutex());
+  auto &table = loadedByHash();
+  auto it = table.find(exe.content_hash());
+  if (it == table.end()) {
+    std::string actual = executableHash(exe.object());
+    if (actual != exe.content_hash())
+      throw RuntimeError("generated kernel '" + exe.symbol() +
+                         "' is corrupt: its bytes hash to " + actual +
+                         ", declared " + exe.content_hash());
+    if (exe.object().empty())
+      throw RuntimeError("generated kernel '" + exe.symbol() + "' has no code");
+    Loaded loaded;
+    loaded.handle = openSharedObject(exe.object(), actual);
+    it = table.emplace(actual, std::move(loaded)).first;
+  }
+  auto sym = it->second.symbols.find(exe.symbol());
+  if (sym != it->second.symbols.end())
+    return sym->second;
+  dlerror();
+  void *address = dlsym(it->second.handle, exe.symbol().c_str());
+  if (!address)
+    throw RuntimeError("generated kernel " + exe.content_hash() +
+                       " has no symbol '" + exe.symbol() + "'");
+  auto fn = reinterpret_cast<GeneratedKernelFn>(address);
+  it->second.symbols.emplace(exe.symbol(), fn);
+  return fn;
+}
+
+int64_t loadedExecutableCount() {
+  std::lock_guard<std::mutex> lock(loaderMutex());
+  return static_cast<int64_t>(loadedByHash().size());
+}
+
+} // namespace dtorch::rt

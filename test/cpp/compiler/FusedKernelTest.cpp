@@ -1,0 +1,402 @@
+//===- FusedKernelTest.cpp - generated kernels against hand-written ones -===//
+//
+// Every fusible kernel (rank/IR/FusibleKernels.h), for every element type
+// it is fused for, is compiled twice from one dtensor program: with fusion
+// (a rank.fused whose body the controller compiles to native code) and
+// without (the runtime's hand-written kernels). Both programs run on the
+// runtime's executor on the same random inputs and must agree: exactly for
+// integers, bools and the correctly rounded float ops, within a few ulp for
+// the transcendental functions. Shapes are not multiples of any vector
+// width; broadcasting and chains are covered too. Then the worker's side:
+// a corrupt executable, a missing symbol or a mismatched signature is an
+// error, never a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ProgramsByPosition.h"
+#include "dtorch/Compiler.h"
+#include "dtorch/runtime/Executable.h"
+#include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/Half.h"
+#include "dtorch/runtime/ProgramValidator.h"
+#include "rank/IR/FusibleKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace dtorch;
+
+namespace {
+
+struct DtypeCase {
+  const char *mlir;
+  wire::DType wire;
+  unsigned typeBit; // rank::FusibleTypes
+};
+
+const DtypeCase kDtypes[] = {
+    {"f32", wire::F32, rank::kFloatTypes},
+    {"f64", wire::F64, rank::kFloatTypes},
+    {"f16", wire::F16, rank::kFloatTypes},
+    {"bf16", wire::BF16, rank::kFloatTypes},
+    {"i32", wire::I32, rank::kIntegerTypes},
+    {"i64", wire::I64, rank::kIntegerTypes},
+    {"i1", wire::BOOL, rank::kBoolType},
+};
+
+std::string tensorType(const std::string &shape, const char *dtype) {
+  return "!dtensor.tensor<" + shape + "x" + dtype + ", #m, [R]>";
+}
+
+/// Element i of `t` as a double.
+double valueAt(const rt::Tensor &t, int64_t i) {
+  switch (t.dtype()) {
+  case wire::F32:
+    return t.data_as<float>()[i];
+  case wire::F64:
+    return t.data_as<double>()[i];
+  case wire::F16:
+    return static_cast<float>(t.data_as<rt::Half>()[i]);
+  case wire::BF16:
+    return static_cast<float>(t.data_as<rt::BFloat16>()[i]);
+  case wire::I32:
+    return t.data_as<int32_t>()[i];
+  case wire::I64:
+    return static_cast<double>(t.data_as<int64_t>()[i]);
+  case wire::BOOL:
+    return t.data_as<bool>()[i] ? 1 : 0;
+  default:
+    return NAN;
+  }
+}
+
+/// Random values in [lo, hi] (integers: whole numbers; bools: 0 or 1).
+rt::Tensor randomTensor(const wire::TensorSpec &spec, double lo, double hi,
+                        std::mt19937 &rng) {
+  rt::Tensor t = rt::Tensor::emptyLike(spec);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = u(rng);
+    switch (t.dtype()) {
+    case wire::F32:
+      t.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case wire::F64:
+      t.data_as<double>()[i] = v;
+      break;
+    case wire::F16:
+      t.data_as<rt::Half>()[i] = rt::Half(static_cast<float>(v));
+      break;
+    case wire::BF16:
+      t.data_as<rt::BFloat16>()[i] = rt::BFloat16(static_cast<float>(v));
+      break;
+    case wire::I32:
+      t.data_as<int32_t>()[i] = static_cast<int32_t>(std::lround(v * 20));
+      break;
+    case wire::I64:
+      t.data_as<int64_t>()[i] = std::lround(v * 20);
+      break;
+    case wire::BOOL:
+      t.data_as<bool>()[i] = v > (lo + hi) / 2;
+      break;
+    default:
+      break;
+    }
+  }
+  return t;
+}
+
+bool transcendental(const std::string &kernel) {
+  for (const char *k : {"exp", "log", "tanh", "sigmoid", "gelu", "silu", "sin",
+                        "cos", "pow", "rsqrt"})
+    if (kernel == k)
+      return true;
+  return false;
+}
+
+/// Allowed |fused - reference| relative to max(1, |reference|).
+double tolerance(wire::DType dtype, bool approximate) {
+  switch (dtype) {
+  case wire::F32:
+    return approximate ? 4e-6 : 0;
+  case wire::F64:
+    return approximate ? 1e-13 : 0;
+  case wire::F16:
+    return approximate ? 1e-3 : 0; // one ulp of float16
+  case wire::BF16:
+    return approximate ? 8e-3 : 0; // one ulp of bfloat16
+  default:
+    return 0;
+  }
+}
+
+struct RunResult {
+  std::vector<rt::Tensor> outputs;
+  wire::Program program;
+};
+
+RunResult compileAndRun(const std::string &source, bool fuse,
+                        const std::vector<rt::Tensor> &inputs) {
+  CompileOptions options;
+  options.fuseElementwise = fuse;
+  CompileResult result = compileModule(source, "fused.mlir", options);
+  EXPECT_TRUE(result.ok) << result.error << "\n" << source;
+  if (!result.ok)
+    return {};
+  std::vector<wire::Program> programs =
+      emitted::programsByPosition(result.functions[0]);
+  rt::Executor executor(nullptr);
+  RunResult run;
+  run.program = programs[0];
+  run.outputs = executor.run(programs[0], inputs);
+  return run;
+}
+
+int countOp(const wire::Program &program, const std::string &op) {
+  int n = 0;
+  for (const auto &inst : program.instructions())
+    n += inst.op() == op;
+  return n;
+}
+
+/// Compiles `source` (its function takes `inputs`) with and without fusion
+/// and checks that both programs agree; the fused one must call one
+/// generated kernel.
+void expectFusedMatches(const std::string &source,
+                        const std::vector<rt::Tensor> &inputs, double tol,
+                        const std::string &what) {
+  RunResult fused = compileAndRun(source, true, inputs);
+  RunResult plain = compileAndRun(source, false, inputs);
+  ASSERT_EQ(countOp(fused.program, "fused"), 1) << what;
+  ASSERT_EQ(fused.program.executables_size(), 1) << what;
+  ASSERT_EQ(countOp(plain.program, "fused"), 0) << what;
+  ASSERT_LT(fused.program.instructions_size(),
+            plain.program.instructions_size())
+      << what;
+  ASSERT_EQ(fused.outputs.size(), plain.outputs.size()) << what;
+  for (size_t o = 0; o < fused.outputs.size(); ++o) {
+    const rt::Tensor &f = fused.outputs[o], &p = plain.outputs[o];
+    ASSERT_EQ(f.dtype(), p.dtype()) << what;
+    ASSERT_EQ(f.numel(), p.numel()) << what;
+    int bad = 0;
+    for (int64_t i = 0; i < f.numel() && bad < 5; ++i) {
+      double a = valueAt(f, i), b = valueAt(p, i);
+      if (std::isnan(a) && std::isnan(b))
+        continue;
+      if (!(std::abs(a - b) <= tol * std::max(1.0, std::abs(b)))) {
+        ++bad;
+        ADD_FAILURE() << what << ": output " << o << " element " << i
+                      << ": generated " << a << ", hand-written " << b;
+      }
+    }
+  }
+}
+
+TEST(FusedKernels, EveryKernelEveryDtypeMatchesTheHandWrittenKernel) {
+  std::mt19937 rng(7);
+  int cases = 0;
+  for (const rank::FusibleKernel &k : rank::fusibleKernels()) {
+    if (k.kind != rank::FusibleKind::Elementwise)
+      continue;
+    for (const DtypeCase &d : kDtypes) {
+      if (!(k.types & d.typeBit))
+        continue;
+      std::string t = tensorType("3x37", d.mlir);
+      std::string args = k.numOperands == 2 ? "%a, %b" : "%a";
+      std::string argTypes = k.numOperands == 2 ? t + ", " + t : t;
+      // The kernel and a constant: a group of two ops with two results.
+      std::string source = "#m = #dtensor.mesh<[1]>\n"
+                           "func.func @f(%a: " +
+                           t + ", %b: " + t + ") -> (" + t + ", " + t +
+                           ") {\n"
+                           "  %r = dtensor." +
+                           std::string(k.name) + " " + args + " : (" +
+                           argTypes + ") -> " + t +
+                           "\n"
+                           "  %c = dtensor.full 1.0 : " +
+                           t + "\n  return %r, %c : " + t + ", " + t + "\n}\n";
+      bool positive =
+          std::string(k.name) == "log" || std::string(k.name) == "sqrt" ||
+          std::string(k.name) == "rsqrt" || std::string(k.name) == "pow";
+      wire::TensorSpec spec;
+      spec.set_dtype(d.wire);
+      spec.add_shape(3);
+      spec.add_shape(37);
+      std::vector<rt::Tensor> inputs = {
+          randomTensor(spec, positive ? 0.05 : -4, 4, rng),
+          randomTensor(spec, positive ? 0.05 : -4, 4, rng)};
+      expectFusedMatches(source, inputs,
+                         tolerance(d.wire, transcendental(std::string(k.name))),
+                         std::string(k.name) + " " + d.mlir);
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 60);
+}
+
+TEST(FusedKernels, BroadcastChainMatches) {
+  // y = gelu(x * w + b) * 2 with w a row and b a column, on a shape of 1001
+  // elements per row (not a multiple of any vector width).
+  std::mt19937 rng(11);
+  for (const char *dtype : {"f32", "f64", "f16", "bf16"}) {
+    std::string x = tensorType("3x1001", dtype);
+    std::string w = tensorType("1001", dtype);
+    std::string b = tensorType("3x1", dtype);
+    std::string source = "#m = #dtensor.mesh<[1]>\n"
+                         "func.func @f(%x: " +
+                         x + ", %w: " + w + ", %b: " + b + ") -> " + x +
+                         " {\n"
+                         "  %wb = dtensor.broadcast_to %w : (" +
+                         w + ") -> " + x +
+                         "\n"
+                         "  %m = dtensor.mul %x, %wb : (" +
+                         x + ", " + x + ") -> " + x +
+                         "\n"
+                         "  %bb = dtensor.broadcast_to %b : (" +
+                         b + ") -> " + x +
+                         "\n"
+                         "  %s = dtensor.add %m, %bb : (" +
+                         x + ", " + x + ") -> " + x +
+                         "\n"
+                         "  %g = dtensor.gelu %s : (" +
+                         x + ") -> " + x +
+                         "\n"
+                         "  %c = dtensor.full 2.0 : " +
+                         x +
+                         "\n"
+                         "  %y = dtensor.mul %g, %c : (" +
+                         x + ", " + x + ") -> " + x + "\n  return %y : " + x +
+                         "\n}\n";
+    wire::DType wd = std::string(dtype) == "f32"   ? wire::F32
+                     : std::string(dtype) == "f64" ? wire::F64
+                     : std::string(dtype) == "f16" ? wire::F16
+                                                   : wire::BF16;
+    auto spec = [&](std::vector<int64_t> shape) {
+      wire::TensorSpec s;
+      s.set_dtype(wd);
+      for (int64_t e : shape)
+        s.add_shape(e);
+      return s;
+    };
+    std::vector<rt::Tensor> inputs = {randomTensor(spec({3, 1001}), -3, 3, rng),
+                                      randomTensor(spec({1001}), -2, 2, rng),
+                                      randomTensor(spec({3, 1}), -1, 1, rng)};
+    // Rounding after each op can move a 16-bit result by one ulp.
+    expectFusedMatches(source, inputs, tolerance(wd, true),
+                       std::string("gelu chain ") + dtype);
+  }
+}
+
+/// A fused program compiled from a small chain (with the constant `c`), for
+/// the cache and robustness tests.
+wire::Program fusedProgram(double c = 2.0, const std::string &unary = "exp") {
+  std::string t = tensorType("5", "f32");
+  std::string source = "#m = #dtensor.mesh<[1]>\n"
+                       "func.func @f(%a: " +
+                       t + ") -> " + t +
+                       " {\n"
+                       "  %e = dtensor." +
+                       unary + " %a : (" + t + ") -> " + t +
+                       "\n  %c = dtensor.full " + std::to_string(c) + " : " +
+                       t + "\n  %n = dtensor.mul %e, %c : (" + t + ", " + t +
+                       ") -> " + t + "\n  return %n : " + t + "\n}\n";
+  CompileOptions options;
+  options.fuseElementwise = true;
+  CompileResult result = compileModule(source, "small.mlir", options);
+  EXPECT_TRUE(result.ok) << result.error;
+  return emitted::programsByPosition(result.functions[0])[0];
+}
+
+TEST(FusedKernels, KernelsDifferingOnlyInConstantsAreCompiledOnce) {
+  wire::Program first = fusedProgram(2.0);
+  int64_t compiles = generatedKernelCompiles();
+  wire::Program second = fusedProgram(2.0);
+  wire::Program third = fusedProgram(-3.5);
+  EXPECT_EQ(generatedKernelCompiles(), compiles);
+  ASSERT_EQ(first.executables_size(), 1);
+  EXPECT_EQ(first.executables(0).content_hash(),
+            third.executables(0).content_hash());
+  EXPECT_EQ(first.executables(0).num_scalars(), 1);
+  // The constant travels with the call, and the kernel uses it.
+  rt::Executor executor(nullptr);
+  wire::TensorSpec spec;
+  spec.set_dtype(wire::F32);
+  spec.add_shape(5);
+  rt::Tensor a = rt::Tensor::emptyLike(spec);
+  for (int i = 0; i < 5; ++i)
+    a.data_as<float>()[i] = 0.25f * i;
+  rt::Tensor y2 = executor.run(second, {a})[0];
+  rt::Tensor y3 = executor.run(third, {a})[0];
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(y2.data_as<float>()[i], 2.0 * std::exp(0.25 * i), 1e-5);
+    EXPECT_NEAR(y3.data_as<float>()[i], -3.5 * std::exp(0.25 * i), 1e-5);
+  }
+}
+
+TEST(FusedKernels, ACorruptExecutableIsAnError) {
+  // A kernel this process has not loaded yet (a loaded one is known by its
+  // hash: the worker keeps using its own copy).
+  wire::Program program = fusedProgram(2.0, "sqrt");
+  ASSERT_EQ(program.executables_size(), 1);
+  rt::Executor executor(nullptr);
+  // Bytes that do not match the declared hash.
+  wire::Program tampered = program;
+  std::string *object = tampered.mutable_executables(0)->mutable_object();
+  (*object)[object->size() / 2] ^= 0x5a;
+  EXPECT_THROW(executor.validate(tampered), rt::RuntimeError);
+  // Bytes that match their hash but are not a shared object.
+  wire::Program garbage = program;
+  garbage.mutable_executables(0)->set_object("not an ELF file at all");
+  garbage.mutable_executables(0)->set_content_hash(
+      rt::executableHash("not an ELF file at all"));
+  try {
+    executor.validate(garbage);
+    ADD_FAILURE() << "a non-ELF executable loaded";
+  } catch (const rt::RuntimeError &error) {
+    EXPECT_NE(std::string(error.what()).find("cannot be loaded"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(FusedKernels, AMissingSymbolIsAnError) {
+  wire::Program program = fusedProgram();
+  program.mutable_executables(0)->set_symbol("no_such_kernel");
+  rt::Executor executor(nullptr);
+  try {
+    executor.validate(program);
+    ADD_FAILURE() << "a missing symbol was accepted";
+  } catch (const rt::RuntimeError &error) {
+    EXPECT_NE(std::string(error.what()).find("no_such_kernel"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(FusedKernels, TheValidatorChecksTheSignature) {
+  wire::Program program = fusedProgram();
+  rt::Executor executor(nullptr);
+  EXPECT_NO_THROW(executor.validate(program));
+  wire::Program wrongShape = program;
+  wrongShape.mutable_executables(0)->mutable_inputs(0)->set_shape(0, 6);
+  EXPECT_THROW(executor.validate(wrongShape), rt::RuntimeError);
+  wire::Program wrongDtype = program;
+  wrongDtype.mutable_executables(0)->mutable_outputs(0)->set_dtype(wire::F64);
+  EXPECT_THROW(executor.validate(wrongDtype), rt::RuntimeError);
+  wire::Program wrongScalars = program;
+  for (auto &inst : *wrongScalars.mutable_instructions())
+    if (inst.op() == "fused")
+      (*inst.mutable_attrs())["scalars"].set_data("1234");
+  EXPECT_THROW(executor.validate(wrongScalars), rt::RuntimeError);
+  wire::Program wrongIndex = program;
+  for (auto &inst : *wrongIndex.mutable_instructions())
+    if (inst.op() == "fused")
+      inst.set_executable(3);
+  EXPECT_THROW(executor.validate(wrongIndex), rt::RuntimeError);
+}
+
+} // namespace
