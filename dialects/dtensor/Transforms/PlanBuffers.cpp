@@ -78,7 +78,7 @@ struct PlanBuffersPass
         op.removeDiscardableAttr(rank::kArenaOffsetAttrName);
       bp::Step step;
       auto kernel = dyn_cast<rank::KernelOp>(op);
-      step.stream = kernel ? 0 : 1;
+      step.stream = rank::runsOnComputeStream(&op) ? 0 : 1;
       int index = static_cast<int>(steps.size());
       for (Value v : op.getOperands()) {
         step.reads.push_back(bufferOf.lookup(v));

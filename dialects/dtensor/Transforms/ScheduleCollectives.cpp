@@ -29,7 +29,8 @@ namespace {
 
 bool isCollective(Operation *op) {
   return op->getDialect() && isa<dtorch::rank::RankDialect>(op->getDialect()) &&
-         !isa<dtorch::rank::KernelOp>(op);
+         !dtorch::rank::runsOnComputeStream(op) &&
+         !isa<dtorch::rank::YieldOp>(op);
 }
 
 int64_t bytesOf(Type type) {
@@ -170,7 +171,7 @@ private:
     if (!visited.insert(op).second)
       return;
     Operation *after = bound;
-    if (isa<dtorch::rank::KernelOp>(op))
+    if (dtorch::rank::runsOnComputeStream(op))
       after = later(after, waitPoint.lookup(op));
     for (Value v : op->getOperands()) {
       Operation *def = v.getDefiningOp();
@@ -178,7 +179,7 @@ private:
         continue;
       // A kernel goes as early as its own operands allow, whatever the
       // bound; each op is hoisted once (its operands were before it).
-      if (isa<dtorch::rank::KernelOp>(def))
+      if (dtorch::rank::runsOnComputeStream(def))
         hoist(def, nullptr);
       after = later(after, def);
     }

@@ -32,6 +32,13 @@ inline constexpr llvm::StringLiteral kArenaBytesAttrName = "rank.arena_bytes";
 /// --rank-schedule-collectives: the emitter makes each collective also wait
 /// for the compute instruction right before it.
 inline constexpr llvm::StringLiteral kScheduledAttrName = "rank.scheduled";
+
+/// True for the ops the emitter puts on the COMPUTE stream (a registry
+/// kernel or a generated fused kernel); every other op of the function body
+/// that belongs to the rank dialect is a collective on the COMM stream.
+inline bool runsOnComputeStream(mlir::Operation *op) {
+  return mlir::isa<KernelOp, FusedOp>(op);
+}
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H
