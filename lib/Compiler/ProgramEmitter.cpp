@@ -244,8 +244,6 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       if (it != producer.end() && it->second.second != inst.stream())
         waitFor(it->second.first);
     }
-    auto arenaOffset =
-        op.getAttrOfType<IntegerAttr>(rank::kArenaOffsetAttrName);
     // Collectives placed by --rank-schedule-collectives run no earlier than
     // the compute before them (what bounds prefetched gathers).
     if (scheduled && inst.stream() == wire::COMM && lastCompute >= 0)
@@ -257,7 +255,8 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       if (failed(id))
         return failure();
       if (planned)
-        offsets[*id] = arenaOffset ? arenaOffset.getInt() : -1;
+        offsets[*id] =
+            rank::arenaOffsetOf(&op, cast<OpResult>(r).getResultNumber());
       inst.add_outputs(*id);
       producer[*id] = {program.instructions_size(), inst.stream()};
     }

@@ -110,17 +110,25 @@ struct PlanBuffersPass
 
     Builder b(fn.getContext());
     int64_t ownBytes = 0, planned = 0;
-    for (Operation *op : stepOps)
+    for (Operation *op : stepOps) {
+      SmallVector<int64_t> offsets;
       for (Value r : op->getResults()) {
         int64_t offset = plan.offsets[bufferOf.lookup(r)];
-        if (offset >= 0) {
-          op->setDiscardableAttr(rank::kArenaOffsetAttrName,
-                                 b.getI64IntegerAttr(offset));
+        offsets.push_back(offset);
+        if (offset >= 0)
           ++planned;
-        } else {
+        else
           ownBytes += std::max<int64_t>(tensorBytes(r.getType()), 0);
-        }
       }
+      // One result: an i64; several (a rank.fused): one entry per result.
+      if (offsets.size() == 1 && offsets[0] >= 0)
+        op->setDiscardableAttr(rank::kArenaOffsetAttrName,
+                               b.getI64IntegerAttr(offsets[0]));
+      else if (offsets.size() > 1 &&
+               llvm::any_of(offsets, [](int64_t o) { return o >= 0; }))
+        op->setDiscardableAttr(rank::kArenaOffsetAttrName,
+                               b.getDenseI64ArrayAttr(offsets));
+    }
     fn->setAttr(rank::kArenaBytesAttrName,
                 b.getI64IntegerAttr(plan.arenaBytes));
     if (report) {

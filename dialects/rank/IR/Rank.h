@@ -33,6 +33,12 @@ inline constexpr llvm::StringLiteral kArenaBytesAttrName = "rank.arena_bytes";
 /// for the compute instruction right before it.
 inline constexpr llvm::StringLiteral kScheduledAttrName = "rank.scheduled";
 
+/// The arena offset `--rank-plan-buffers` gave result `index` of `op`: an
+/// i64 `rank.arena_offset` for an op with one result, an i64 array with one
+/// entry per result for an op with several (e.g. a rank.fused); -1 when the
+/// result keeps its own storage.
+int64_t arenaOffsetOf(mlir::Operation *op, unsigned index);
+
 /// True for the ops the emitter puts on the COMPUTE stream (a registry
 /// kernel or a generated fused kernel); every other op of the function body
 /// that belongs to the rank dialect is a collective on the COMM stream.

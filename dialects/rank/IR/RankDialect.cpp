@@ -68,6 +68,19 @@ LogicalResult verifyMeshAxis(Operation *op, const ClassInfo &info,
 LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
+  if (name == kArenaOffsetAttrName) {
+    if (auto perResult = dyn_cast<DenseI64ArrayAttr>(attr.getValue())) {
+      if (static_cast<int64_t>(perResult.size()) != op->getNumResults())
+        return op->emitOpError("'")
+               << name << "' has " << perResult.size() << " entries for "
+               << op->getNumResults() << " results";
+      for (int64_t offset : perResult.asArrayRef())
+        if (offset < -1 || (offset >= 0 && offset % 64 != 0))
+          return op->emitOpError("'")
+                 << name << "' entries must be -1 or multiples of 64";
+      return success();
+    }
+  }
   if (name == kArenaOffsetAttrName || name == kArenaBytesAttrName) {
     auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
     if (!bytes || !bytes.getType().isInteger(64) || bytes.getInt() < 0)
@@ -281,4 +294,13 @@ LogicalResult FusedOp::verify() {
     if (!isa<KernelOp>(op))
       return op.emitOpError("cannot be inside rank.fused (only rank.kernel)");
   return success();
+}
+
+int64_t dtorch::rank::arenaOffsetOf(mlir::Operation *op, unsigned index) {
+  mlir::Attribute attr = op->getDiscardableAttr(kArenaOffsetAttrName);
+  if (auto perResult = mlir::dyn_cast_or_null<mlir::DenseI64ArrayAttr>(attr))
+    return index < perResult.size() ? perResult[index] : -1;
+  if (auto single = mlir::dyn_cast_or_null<mlir::IntegerAttr>(attr))
+    return index == 0 ? single.getInt() : -1;
+  return -1;
 }

@@ -128,3 +128,26 @@ func.func @classes(%x: !dtensor.tensor<5x4xf32, #m, [S(0)]>) -> !dtensor.tensor<
   %3 = dtensor.sum %2 dims = [1] : (!dtensor.tensor<5x4xf32, #m, [R]>) -> !dtensor.tensor<5xf32, #m, [R]>
   return %3 : !dtensor.tensor<5xf32, #m, [R]>
 }
+
+// -----
+
+// A rank.fused with two results runs on the compute stream; both results
+// are live at once, so they get two offsets, one per result, and a later
+// kernel reuses the memory of the first once it is dead.
+// CHECK-LABEL: func @fused_two_results
+// CHECK-SAME: rank.arena_bytes = 128 : i64
+// CHECK: rank.fused{{.*}}rank.arena_offset = array<i64: {{0, 64|64, 0}}>
+// CHECK: rank.kernel "add"{{.*}}rank.arena_offset
+// CHECK: return
+// REPORT: remark: arena 128 bytes for 3 temporaries
+func.func @fused_two_results(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0:2 = rank.fused(%x) : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    %e = rank.kernel "exp"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    %n = rank.kernel "neg"(%e) : (tensor<4xf32>) -> tensor<4xf32>
+    rank.yield %e, %n : tensor<4xf32>, tensor<4xf32>
+  }
+  %1 = rank.kernel "add"(%0#0, %0#1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %2 = rank.kernel "exp"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
