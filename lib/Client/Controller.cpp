@@ -165,6 +165,10 @@ void Controller::runSegment(Segment &seg) {
         controllerSpan(trace_, "controller", "compile");
     bucket.push_back(obtain(seg, mesh));
     c = bucket.back().get();
+  } else if (!c->fused && fusionTier_ == FusionTier::FromSecondRun) {
+    std::optional<rt::TraceSpan> compileSpan =
+        controllerSpan(trace_, "controller", "compile with fusion");
+    promoteToFused(*c);
   }
   last_ = c;
   if (!c->uploaded) {
@@ -220,15 +224,22 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   c->structure.resultNodes = seg.resultNodes;
   c->structure.structureHash = seg.structureHash;
   c->mesh = mesh;
+  // The first compile generates fused kernels only when asked from the
+  // first run; the disk may hold a segment already compiled with them.
+  bool fuse = fusionTier_ == FusionTier::FromFirstRun;
   uint64_t diskKey = 0;
   std::string structure;
   if (disk_.enabled()) {
     auto start = std::chrono::steady_clock::now();
-    diskKey = mixHash(mixHash(compilerVersionKey(), seg.structureHash),
-                      meshHash(mesh));
     structure = structureBytes(seg, mesh);
-    std::optional<std::vector<wire::Program>> programs =
-        disk_.load(diskKey, structure);
+    std::optional<std::vector<wire::Program>> programs;
+    if (fusionTier_ != FusionTier::Never) {
+      programs = disk_.load(diskKeyOf(seg, mesh, true), structure);
+      c->fused = programs && !programs->empty();
+    }
+    if (!c->fused && !fuse)
+      programs = disk_.load(diskKeyOf(seg, mesh, false), structure);
+    diskKey = diskKeyOf(seg, mesh, fuse);
     bool found = programs && !programs->empty();
     if (found)
       c->programs = std::move(*programs);
@@ -242,7 +253,8 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   }
   auto start = std::chrono::steady_clock::now();
   ++compiles_;
-  compileInto(*c, seg, mesh, false);
+  compileInto(*c, seg, mesh, false, fuse);
+  c->fused = fuse;
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.compiles;
@@ -258,13 +270,57 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   return c;
 }
 
+Controller::FusionTier Controller::fusionTierFromEnvironment() {
+  const char *value = std::getenv("DTORCH_FUSION");
+  std::string v = value ? value : "";
+  if (v == "0")
+    return FusionTier::Never;
+  if (v == "1")
+    return FusionTier::FromFirstRun;
+  return FusionTier::FromSecondRun;
+}
+
+uint64_t Controller::diskKeyOf(const Segment &seg, const Mesh &mesh,
+                               bool fused) const {
+  return mixHash(
+      mixHash(mixHash(compilerVersionKey(), seg.structureHash), meshHash(mesh)),
+      fused ? 2 : 1);
+}
+
+void Controller::promoteToFused(Compiled &c) {
+  auto start = std::chrono::steady_clock::now();
+  Compiled fresh;
+  compileInto(fresh, c.structure, c.mesh, false, true);
+  // A new id: the workers keep the unfused programs under the old one.
+  c.programId = nextProgramId_++;
+  c.programs = std::move(fresh.programs);
+  c.fused = true;
+  c.uploaded = false;
+  // The IR stages shown so far were those of the unfused compile.
+  c.hasStages = false;
+  c.stages.clear();
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.fusedRecompiles;
+    stats_.fusedRecompileSeconds += secondsSince(start);
+  }
+  if (disk_.enabled()) {
+    auto diskStart = std::chrono::steady_clock::now();
+    disk_.store(diskKeyOf(c.structure, c.mesh, true),
+                structureBytes(c.structure, c.mesh), c.programs);
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    stats_.diskSeconds += secondsSince(diskStart);
+  }
+}
+
 void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
-                             bool withStages) {
+                             bool withStages, bool fused) {
   // The module is built from the segment's description (no text printed or
   // parsed); random ops get their slot number as seed.
   std::vector<int64_t> slots;
   CompileOptions options;
   options.recordStages = withStages;
+  options.fuseElementwise = fused;
   options.explain = true;
   CompileResult result =
       compileGraph(segmentGraph(seg, mesh, "segment", &slots), options);
@@ -288,7 +344,7 @@ void Controller::ensureIr(Compiled &c, bool stages) {
   // stages are printed only when asked (printing them costs more than the
   // compile on large meshes), and programs from the disk have neither.
   Compiled fresh;
-  compileInto(fresh, c.structure, c.mesh, stages);
+  compileInto(fresh, c.structure, c.mesh, stages, c.fused);
   if (stages) {
     c.stages = std::move(fresh.stages);
     c.hasStages = true;

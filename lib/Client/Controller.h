@@ -81,9 +81,19 @@ public:
   void shutdown();
 
 private:
+  /// When a segment's elementwise chains become generated kernels: code
+  /// generation costs far more than the rest of a compile, so by default a
+  /// segment's first compile leaves fusion out (a segment that never repeats
+  /// stays cheap) and its second run compiles it again with fusion, which
+  /// every later run uses. DTORCH_FUSION=0: never; DTORCH_FUSION=1: from
+  /// the first compile.
+  enum class FusionTier { Never, FromFirstRun, FromSecondRun };
+  static FusionTier fusionTierFromEnvironment();
+
   struct Compiled {
     uint64_t programId;
-    Segment structure; // what the hit compares (and recompiles IR from)
+    bool fused = false; // the programs were compiled with fusion
+    Segment structure;  // what the hit compares (and recompiles IR from)
     Mesh mesh;
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
@@ -100,14 +110,19 @@ private:
   void loop();
   /// Runs `segment`; on a miss its nodes move into the cache entry.
   void runSegment(Segment &segment);
-  /// A cache entry for `segment` from the disk or the compiler.
   /// A cache entry for `segment` from the disk or the compiler; takes the
   /// segment's nodes (the entry keeps them to compare later segments with).
   std::unique_ptr<Compiled> obtain(Segment &segment, const Mesh &mesh);
-  /// Compiles `segment`'s text; fills programs and explanation, and the IR
-  /// stages `withStages`.
+  /// A cached segment's second run: compiled again with fusion, under a new
+  /// program id (uploaded by the caller), and stored on disk.
+  void promoteToFused(Compiled &c);
+  /// The on-disk cache's key of `segment` compiled with or without fusion.
+  uint64_t diskKeyOf(const Segment &segment, const Mesh &mesh,
+                     bool fused) const;
+  /// Compiles `segment`; fills programs and explanation, and the IR stages
+  /// `withStages`; generates fused kernels when `fused`.
   void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh,
-                   bool withStages);
+                   bool withStages, bool fused);
   /// Makes sure c's explanation (and its IR stages with `stages`) are known
   /// (controller thread).
   void ensureIr(Compiled &c, bool stages);
@@ -127,6 +142,7 @@ private:
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
+  FusionTier fusionTier_ = fusionTierFromEnvironment();
   Compiled *last_ = nullptr;
   ProgramDiskCache disk_;
   mutable std::mutex statsMutex_;

@@ -628,6 +628,8 @@ NB_MODULE(_C, m) {
         d["disk_hits"] = st.diskHits;
         d["compiles"] = st.compiles;
         d["compile_seconds"] = st.compileSeconds;
+        d["fused_recompiles"] = st.fusedRecompiles;
+        d["fused_recompile_seconds"] = st.fusedRecompileSeconds;
         d["disk_seconds"] = st.diskSeconds;
         d["hit_seconds"] = st.hitSeconds;
         d["last_hit_seconds"] = st.lastHitSeconds;

@@ -194,6 +194,10 @@ struct ControllerStats {
   uint64_t diskHits = 0;     // loaded from the on-disk program cache
   uint64_t compiles = 0;     // compiled (misses of both caches)
   double compileSeconds = 0; // segment text + compile, over all compiles
+  /// Segments compiled again with fused kernels on their second run (the
+  /// first compile leaves fusion out: see Controller's FusionTier).
+  uint64_t fusedRecompiles = 0;
+  double fusedRecompileSeconds = 0;
   double diskSeconds = 0;    // on-disk cache lookups, loads and stores
   double hitSeconds = 0;     // lookup + dispatch of the in-memory hits
   double lastHitSeconds = 0; // ... of the last one
