@@ -291,14 +291,20 @@ void Controller::promoteToFused(Compiled &c) {
   auto start = std::chrono::steady_clock::now();
   Compiled fresh;
   compileInto(fresh, c.structure, c.mesh, false, true);
-  // A new id: the workers keep the unfused programs under the old one.
-  c.programId = nextProgramId_++;
-  c.programs = std::move(fresh.programs);
   c.fused = true;
-  c.uploaded = false;
-  // The IR stages shown so far were those of the unfused compile.
-  c.hasStages = false;
-  c.stages.clear();
+  bool generated = false;
+  for (const wire::Program &p : fresh.programs)
+    generated |= p.executables_size() > 0;
+  // Nothing fused: the programs uploaded already are the same ones.
+  if (generated) {
+    // A new id: the workers keep the unfused programs under the old one.
+    c.programId = nextProgramId_++;
+    c.programs = std::move(fresh.programs);
+    c.uploaded = false;
+    // The IR stages shown so far were those of the unfused compile.
+    c.hasStages = false;
+    c.stages.clear();
+  }
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.fusedRecompiles;

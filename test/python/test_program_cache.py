@@ -111,6 +111,8 @@ def test_a_cached_step_sends_one_run_message_per_worker_process(dt, meshes):
     dt.synchronize()
     z = x * 1.5
     dt.synchronize()  # compiled and uploaded
+    z = x * 1.5
+    dt.synchronize()  # compiled again with its generated kernel and uploaded
     before = dt._C.messages_sent()
     z2 = x * 1.5
     dt.synchronize()
