@@ -368,10 +368,11 @@ def spans(trace, process=None, thread=None):
         >>> with profile() as prof:
         ...     _ = (dtorch.ones(8, device_mesh=mesh, placements=[dtorch.Shard(0)]) + 1).numpy()
         >>> [e["name"] for e in spans(prof.trace, 0, "compute") if e["cat"] == "kernel"]
-        ['fused']
+        ['full', 'add']
 
-        (``full`` and ``add`` ran as one generated kernel: see the fusion
-        section of docs/architecture.md.)
+        (From the segment's second run, ``full`` and ``add`` run as one
+        generated kernel, named ``fused``: see the fusion section of
+        docs/architecture.md.)
     """
     if isinstance(process, int):
         process = f"rank {process}"
