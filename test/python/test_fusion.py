@@ -74,19 +74,24 @@ def test_fused_chain_matches_unfused_with_fewer_instructions():
 def test_a_segment_is_fused_from_its_second_run(dt, meshes):
     """By default (DTORCH_FUSION unset) a segment's first compile leaves
     fusion out, so code that never repeats pays no code generation; its
-    second run compiles it again with generated kernels, used from then on."""
+    second run starts compiling it with generated kernels in the background
+    and a later run switches to them; every run gives the right values."""
+    import time
     from dtorch import Shard
     mesh = meshes["4"]
     rng = np.random.default_rng(5)
-    fused_recompiles, fused_in_ir = [], []
-    for step in range(3):
+    fused_in_ir = []
+    before = dt._C.controller_stats()["fused_recompiles"]
+    for step in range(200):
         xv = rng.standard_normal((16, 8)).astype(np.float32)
         x = dt.tensor(xv, device_mesh=mesh, placements=[Shard(0)])
         y = ((x * 2.0 + 1.0).tanh() * x).exp()
         got = y.numpy()
         np.testing.assert_allclose(got, np.exp(np.tanh(xv * 2 + 1) * xv), rtol=1e-5, atol=1e-6)
-        fused_recompiles.append(dt._C.controller_stats()["fused_recompiles"])
         fused_in_ir.append("rank.fused" in dt.last_ir("rank"))
-    assert fused_in_ir == [False, True, True]
-    assert fused_recompiles[1] == fused_recompiles[0] + 1
-    assert fused_recompiles[2] == fused_recompiles[1]
+        if fused_in_ir[-1]:
+            break
+        time.sleep(0.02)
+    assert fused_in_ir[0] is False
+    assert fused_in_ir[-1] is True, "the segment never switched to fused kernels"
+    assert dt._C.controller_stats()["fused_recompiles"] == before + 1

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -111,8 +112,14 @@ def test_a_cached_step_sends_one_run_message_per_worker_process(dt, meshes):
     dt.synchronize()
     z = x * 1.5
     dt.synchronize()  # compiled and uploaded
-    z = x * 1.5
-    dt.synchronize()  # compiled again with its generated kernel and uploaded
+    # From its second run the segment is compiled again with its generated
+    # kernel in the background; wait until a run has switched to it.
+    for _ in range(500):
+        z = x * 1.5
+        dt.synchronize()
+        if dt._C.controller_stats()["fused_recompiles"] >= 1:
+            break
+        time.sleep(0.01)
     before = dt._C.messages_sent()
     z2 = x * 1.5
     dt.synchronize()
