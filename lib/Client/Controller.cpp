@@ -7,7 +7,6 @@
 #include "dtorch/Compiler.h"
 
 #include <chrono>
-#include <cstdio>
 #include <future>
 
 namespace dtorch::client {
@@ -58,14 +57,7 @@ ControllerStats Controller::stats() const {
   return stats_;
 }
 
-Controller::~Controller() {
-  shutdown();
-  // Compiles with fusion still running in the background end first.
-  for (auto &[key, bucket] : cache_)
-    for (auto &entry : bucket)
-      if (entry->fusing.valid())
-        entry->fusing.wait();
-}
+Controller::~Controller() { shutdown(); }
 
 void Controller::shutdown() {
   {
@@ -174,11 +166,9 @@ void Controller::runSegment(Segment &seg) {
     bucket.push_back(obtain(seg, mesh));
     c = bucket.back().get();
   } else if (!c->fused && fusionTier_ == FusionTier::FromSecondRun) {
-    if (!c->fusing.valid())
-      startFusing(*c);
-    else if (c->fusing.wait_for(std::chrono::seconds(0)) ==
-             std::future_status::ready)
-      finishFusing(*c);
+    std::optional<rt::TraceSpan> compileSpan =
+        controllerSpan(trace_, "controller", "compile with fusion");
+    promoteToFused(*c);
   }
   last_ = c;
   if (!c->uploaded) {
@@ -297,32 +287,11 @@ uint64_t Controller::diskKeyOf(const Segment &seg, const Mesh &mesh,
       fused ? 2 : 1);
 }
 
-void Controller::startFusing(Compiled &c) {
-  c.fusingStart = std::chrono::steady_clock::now();
-  // The entry's structure and mesh do not change while it is cached; the
-  // compiler keeps one MLIRContext per thread.
-  const Segment *structure = &c.structure;
-  const Mesh *mesh = &c.mesh;
-  c.fusing = std::async(std::launch::async, [this, structure, mesh] {
-    Compiled fresh;
-    compileInto(fresh, *structure, *mesh, false, true);
-    return std::move(fresh.programs);
-  });
-}
-
-void Controller::finishFusing(Compiled &c) {
-  c.fused = true;
+void Controller::promoteToFused(Compiled &c) {
+  auto start = std::chrono::steady_clock::now();
   Compiled fresh;
-  try {
-    fresh.programs = c.fusing.get();
-  } catch (const std::exception &error) {
-    // The unfused programs stay: they are correct, only slower.
-    std::fprintf(stderr,
-                 "dtorch: compiling a segment with fused kernels failed; it "
-                 "keeps running unfused: %s\n",
-                 error.what());
-    return;
-  }
+  compileInto(fresh, c.structure, c.mesh, false, true);
+  c.fused = true;
   bool generated = false;
   for (const wire::Program &p : fresh.programs)
     generated |= p.executables_size() > 0;
@@ -339,7 +308,7 @@ void Controller::finishFusing(Compiled &c) {
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.fusedRecompiles;
-    stats_.fusedRecompileSeconds += secondsSince(c.fusingStart);
+    stats_.fusedRecompileSeconds += secondsSince(start);
   }
   if (disk_.enabled()) {
     auto diskStart = std::chrono::steady_clock::now();

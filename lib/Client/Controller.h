@@ -20,7 +20,6 @@
 #include <deque>
 #include <exception>
 #include <functional>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -94,12 +93,7 @@ private:
   struct Compiled {
     uint64_t programId;
     bool fused = false; // the programs were compiled with fusion
-    /// The compile with fusion running in the background (FromSecondRun),
-    /// started by the entry's first hit, swapped in by the first run after
-    /// it is done.
-    std::future<std::vector<wire::Program>> fusing;
-    std::chrono::steady_clock::time_point fusingStart;
-    Segment structure; // what the hit compares (and recompiles IR from)
+    Segment structure;  // what the hit compares (and recompiles IR from)
     Mesh mesh;
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
@@ -119,12 +113,9 @@ private:
   /// A cache entry for `segment` from the disk or the compiler; takes the
   /// segment's nodes (the entry keeps them to compare later segments with).
   std::unique_ptr<Compiled> obtain(Segment &segment, const Mesh &mesh);
-  /// A cached segment's second run starts compiling it again with fusion
-  /// on another thread (the controller goes on with the unfused programs);
-  /// a later run that finds it done takes the fused programs under a new
-  /// program id (uploaded by the caller) and stores them on disk.
-  void startFusing(Compiled &c);
-  void finishFusing(Compiled &c);
+  /// A cached segment's second run: compiled again with fusion, under a new
+  /// program id (uploaded by the caller), and stored on disk.
+  void promoteToFused(Compiled &c);
   /// The on-disk cache's key of `segment` compiled with or without fusion.
   uint64_t diskKeyOf(const Segment &segment, const Mesh &mesh,
                      bool fused) const;

@@ -74,8 +74,8 @@ def test_fused_chain_matches_unfused_with_fewer_instructions():
 def test_a_segment_is_fused_from_its_second_run(dt, meshes):
     """By default (DTORCH_FUSION unset) a segment's first compile leaves
     fusion out, so code that never repeats pays no code generation; its
-    second run starts compiling it with generated kernels in the background
-    and a later run switches to them; every run gives the right values."""
+    second run compiles it again with generated kernels, used from then on;
+    every run gives the right values."""
     import time
     from dtorch import Shard
     mesh = meshes["4"]
@@ -92,6 +92,5 @@ def test_a_segment_is_fused_from_its_second_run(dt, meshes):
         if fused_in_ir[-1]:
             break
         time.sleep(0.02)
-    assert fused_in_ir[0] is False
-    assert fused_in_ir[-1] is True, "the segment never switched to fused kernels"
+    assert fused_in_ir == [False, True], "fused from the second run"
     assert dt._C.controller_stats()["fused_recompiles"] == before + 1

@@ -112,8 +112,8 @@ def test_a_cached_step_sends_one_run_message_per_worker_process(dt, meshes):
     dt.synchronize()
     z = x * 1.5
     dt.synchronize()  # compiled and uploaded
-    # From its second run the segment is compiled again with its generated
-    # kernel in the background; wait until a run has switched to it.
+    # The segment's second run compiles it again with its generated kernel
+    # and uploads that (the loop also holds if that ever moves later).
     for _ in range(500):
         z = x * 1.5
         dt.synchronize()
