@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 
+from bench_support import run_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
@@ -43,26 +45,6 @@ STEP_MLP = {"d_in": 32, "hidden": 64, "layers": 2, "classes": 10, "batch": 8192}
 CLIENT_MLP = {"d_in": 32, "hidden": 64, "layers": 2, "classes": 10, "batch": 64}
 LOOP_MLP = {"d_in": 64, "hidden": 256, "layers": 2, "classes": 10, "batch": 512}
 INPROCESS_MAX_RANKS = 64  # the in-process fallback: a thread per rank
-
-
-def run_json(cmd, timeout, env=None):
-    """Runs a measurement subprocess; its last stdout line is JSON. On
-    failure, {"error": why}."""
-    t = time.perf_counter()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    if r.returncode != 0 or not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"failed (exit {r.returncode}): {tail[:200]}"}
-    try:
-        out = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return {"error": f"bad output: {lines[-1][:200]}"}
-    out["wall_s"] = time.perf_counter() - t
-    return out
 
 
 def dtorch_env(cache_dir=""):

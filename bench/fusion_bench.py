@@ -28,25 +28,12 @@ import sys
 import tempfile
 import time
 
+from bench_support import run_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 MAIN_PEER_PYTHON = "/work/main/build/torch-venv/bin/python"
-
-
-def run_json(cmd, timeout, env=None):
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    if r.returncode != 0 or not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"failed (exit {r.returncode}): {tail[:300]}"}
-    try:
-        return json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return {"error": f"bad output: {lines[-1][:200]}"}
 
 
 def median_of(rows, key):

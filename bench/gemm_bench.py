@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from bench_support import run_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
@@ -133,24 +135,14 @@ def child_peer(spec):
 
 # ---- the parent ------------------------------------------------------------
 
-def run_json(cmd, timeout, env):
-    """Runs a child; its last stdout line is JSON. The BLAS lines its worker
-    processes print (DTORCH_BLAS_VERBOSE=1) land in "blas"."""
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    if r.returncode != 0 or not lines:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"failed (exit {r.returncode}): {tail[:300]}"}
-    try:
-        out = json.loads(lines[-1])
-    except json.JSONDecodeError:
-        return {"error": f"bad output: {lines[-1][:200]}"}
-    blas = sorted(line.split(": ", 1)[1] for line in r.stderr.splitlines()
+def run_json_with_blas(cmd, timeout, env):
+    """run_json, with the BLAS lines its worker processes print
+    (DTORCH_BLAS_VERBOSE=1) in "blas"."""
+    errors = []
+    out = run_json(cmd, timeout, env, errors)
+    blas = sorted(line.split(": ", 1)[1] for line in errors
                   if line.startswith("dtorch-worker (ranks") and ": " in line)
-    if blas:
+    if blas and "error" not in out:
         out["blas"] = blas
     return out
 
@@ -163,7 +155,7 @@ def dtorch_run(spec, extra_env, timeout):
     env["DTORCH_BLAS_VERBOSE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return run_json([sys.executable, __file__, "--child", "dtorch", json.dumps(spec)], timeout, env)
+    return run_json_with_blas([sys.executable, __file__, "--child", "dtorch", json.dumps(spec)], timeout, env)
 
 
 def peer_run(python, spec, timeout):
@@ -172,7 +164,7 @@ def peer_run(python, spec, timeout):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     env["MKL_NUM_THREADS"] = str(spec["threads"])
-    return run_json([python, __file__, "--child", "peer", json.dumps(spec)], timeout, env)
+    return run_json_with_blas([python, __file__, "--child", "peer", json.dumps(spec)], timeout, env)
 
 
 def median_of(rows, key):
