@@ -90,6 +90,51 @@ void forEachReduced(const Shape &inShape, const std::vector<bool> &mask,
   }
 }
 
+// The reduction as at most three dims after merging neighbours that are
+// both reduced or both kept: [outer kept, reduced, inner kept] (a missing
+// part has extent 1). False when the dims alternate more often.
+bool collapseReduction(const Shape &shape, const std::vector<bool> &mask,
+                       int64_t &outer, int64_t &reduced, int64_t &inner) {
+  std::vector<std::pair<bool, int64_t>> runs; // (reduced?, extent)
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1)
+      continue;
+    if (!runs.empty() && runs.back().first == mask[d])
+      runs.back().second *= shape[d];
+    else
+      runs.push_back({mask[d], shape[d]});
+  }
+  outer = reduced = inner = 1;
+  size_t i = 0;
+  if (i < runs.size() && !runs[i].first)
+    outer = runs[i++].second;
+  if (i < runs.size() && runs[i].first)
+    reduced = runs[i++].second;
+  if (i < runs.size() && !runs[i].first)
+    inner = runs[i++].second;
+  return i == runs.size();
+}
+
+// Calls visit(inputLinear, outLinear) for every input element, in the
+// order forEachReduced does for each output element (increasing input
+// index), so sums come out bitwise the same; loops over contiguous memory
+// when the reduction collapses to [outer, reduced, inner].
+template <class Visit>
+void forEachReducedFast(const Shape &inShape, const std::vector<bool> &mask,
+                        Visit visit) {
+  int64_t outer, reduced, inner;
+  if (!collapseReduction(inShape, mask, outer, reduced, inner)) {
+    forEachReduced(inShape, mask, visit);
+    return;
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < reduced; ++r) {
+      int64_t base = (o * reduced + r) * inner;
+      for (int64_t k = 0; k < inner; ++k)
+        visit(base + k, o * inner + k);
+    }
+}
+
 // Floats (16-bit ones included) accumulate in double; integers wrap around
 // in their own width (the sum is done in uint64_t and truncated).
 template <class T>
@@ -115,7 +160,7 @@ template <class T> void registerSum(KernelRegistry &registry) {
     double scale = attrs.getFloat("scale", 1.0);
     std::vector<SumAccumulator<T>> acc(static_cast<size_t>(out.numel()), 0);
     const T *xs = x.data_as<T>();
-    forEachReduced(x.shape(), mask, [&](int64_t in, int64_t o) {
+    forEachReducedFast(x.shape(), mask, [&](int64_t in, int64_t o) {
       if constexpr (isFloatType<T>)
         acc[o] += static_cast<double>(static_cast<ComputeType<T>>(xs[in]));
       else
@@ -174,7 +219,7 @@ template <class T> void registerMaxMin(KernelRegistry &registry, bool isMax) {
     std::vector<S> best(static_cast<size_t>(out.numel()),
                         static_cast<S>(reductionIdentity<T>(isMax)));
     const T *xs = x.data_as<T>();
-    forEachReduced(x.shape(), mask, [&](int64_t in, int64_t o) {
+    forEachReducedFast(x.shape(), mask, [&](int64_t in, int64_t o) {
       S value = static_cast<S>(static_cast<C>(xs[in]));
       S &slot = best[o];
       if constexpr (isFloatType<T>) {

@@ -322,6 +322,55 @@ TYPED_TEST(NumericKernels, Sum) {
   }
 }
 
+// Every subset of dims of a 5-D float32 tensor (with a size-1 dim), summed
+// by the kernel, equals bit for bit a double sum over each output's inputs
+// in increasing input order (what the contiguous fast path must keep).
+TEST(ReductionKernels, SumOverEveryDimSubsetIsBitwiseTheOrderedSum) {
+  const std::vector<int64_t> shape = {2, 1, 3, 4, 5};
+  const int64_t numel = 2 * 3 * 4 * 5;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> xs(numel);
+  for (float &v : xs)
+    v = dist(gen) * 1000.0f;
+  Tensor x = makeTensor<float>(wire::F32, shape, xs);
+  for (int m = 1; m < 32; ++m) {
+    std::vector<int64_t> dims, outShape;
+    for (int d = 0; d < 5; ++d) {
+      if (m & (1 << d))
+        dims.push_back(d);
+      else
+        outShape.push_back(shape[d]);
+    }
+    // Reference: for each input in row-major order, add it to its output.
+    int64_t outNumel = 1;
+    for (int64_t e : outShape)
+      outNumel *= e;
+    std::vector<double> acc(outNumel, 0.0);
+    std::vector<int64_t> index(5, 0);
+    for (int64_t i = 0; i < numel; ++i) {
+      int64_t o = 0;
+      for (int d = 0; d < 5; ++d)
+        if (!(m & (1 << d)))
+          o = o * shape[d] + index[d];
+      acc[o] += static_cast<double>(xs[i]);
+      for (int d = 4; d >= 0; --d) {
+        if (++index[d] < shape[d])
+          break;
+        index[d] = 0;
+      }
+    }
+    Tensor out =
+        runKernel("sum", {x}, wire::F32, outShape,
+                  [&](Instruction &inst) { setInts(inst, "dims", dims); });
+    std::vector<float> got = valuesOf<float>(out);
+    ASSERT_EQ(got.size(), acc.size());
+    for (size_t i = 0; i < acc.size(); ++i)
+      EXPECT_EQ(got[i], static_cast<float>(acc[i]))
+          << "mask " << m << " at " << i;
+  }
+}
+
 TYPED_TEST(IntegerKernels, SumWithScaleTruncates) {
   using T = typename TypeParam::T;
   Tensor out =
