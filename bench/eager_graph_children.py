@@ -57,6 +57,14 @@ def chain(x, n, a, b):
     return y
 
 
+def check_chain_value(value, n, a, b):
+    """Asserts that `value` (the chain of ones) is what chain() computes."""
+    want = 1.0
+    for i in range(n):
+        want = want * a if i % 2 == 0 else want + b
+    assert abs(float(value) - want) < 1e-3 * abs(want), (value, want)
+
+
 def chain_constants(rep):
     """Constants that differ per repetition, so each chain's segment text
     (which holds them) is new to the program cache."""
@@ -85,10 +93,7 @@ def run_chain(args):
         misses.append(time.perf_counter() - t)
         records.append(recorded - t)
         compiles.append(dtorch._C.compile_count() - before)
-    want = 1.0
-    for i in range(n):
-        want = want * a if i % 2 == 0 else want + b
-    assert abs(float(value[0, 0]) - want) < 1e-3 * abs(want), (value[0, 0], want)
+    check_chain_value(value[0, 0], n, a, b)
     hits, hit_records = [], []
     before = dtorch._C.compile_count()
     for _ in range(reps):
