@@ -107,3 +107,63 @@ func.func @coord_axis(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, 
   %0 = rank.kernel "lead_or_zero"(%x) {coord = #rank.mesh_coord<axis = 1>} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @fused_yield_types(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{yields 1 value(s) whose types differ from the results}}
+  %0 = rank.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %e = rank.kernel "sum"(%a) {dims = array<i64: 0>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4xf32>) -> tensor<f32>
+    rank.yield %e : tensor<f32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_body_argument(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{body argument type 'tensor<4xf64>' differs from input type 'tensor<4xf32>'}}
+  %0 = rank.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf64>):
+    %e = rank.kernel "exp"(%a) : (tensor<4xf64>) -> tensor<4xf32>
+    rank.yield %e : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_arena_offsets_per_result(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'rank.arena_offset' has 1 entries for 2 results}}
+  %0:2 = rank.fused(%x) {rank.arena_offset = array<i64: 0>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    %e = rank.kernel "exp"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    rank.yield %e, %e : tensor<4xf32>, tensor<4xf32>
+  }
+  return %0#0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_arena_offset_alignment(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'rank.arena_offset' entries must be -1 or multiples of 64}}
+  %0:2 = rank.fused(%x) {rank.arena_offset = array<i64: 0, 8>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    %e = rank.kernel "exp"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    rank.yield %e, %e : tensor<4xf32>, tensor<4xf32>
+  }
+  return %0#0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_holds_a_collective(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0 = rank.fused(%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    // expected-error @+1 {{cannot be inside rank.fused (only rank.kernel)}}
+    %r = rank.all_reduce %a {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+    rank.yield %r : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}

@@ -30,3 +30,20 @@ func.func @mesh_values(%x: tensor<3x4xi64>) attributes {rank.mesh = array<i64: 4
   %2 = rank.kernel "lead_or_zero"(%x) {coord = #rank.mesh_coord<axis = 1>} : (tensor<3x4xi64>) -> tensor<3x4xi64>
   return
 }
+
+// A generated-kernel group: its body holds rank.kernel ops and ends in
+// rank.yield; a multi-result op's arena offsets are one per result.
+// CHECK-LABEL: func @fused_group
+// CHECK: %[[F:.*]]:2 = rank.fused(%arg0) {rank.arena_offset = array<i64: 0, -1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+// CHECK: rank.kernel "exp"
+// CHECK: rank.kernel "neg"
+// CHECK: rank.yield %{{.*}}, %{{.*}} : tensor<4xf32>, tensor<4xf32>
+func.func @fused_group(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0:2 = rank.fused(%x) {rank.arena_offset = array<i64: 0, -1>} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>):
+    %e = rank.kernel "exp"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    %n = rank.kernel "neg"(%e) : (tensor<4xf32>) -> tensor<4xf32>
+    rank.yield %e, %n : tensor<4xf32>, tensor<4xf32>
+  }
+  return %0#1 : tensor<4xf32>
+}
