@@ -82,6 +82,10 @@ public:
   void shutdown() override {
     translated([&] { cluster_->shutdown(); });
   }
+  std::vector<int> restart(std::chrono::milliseconds idleBound) override {
+    return translated(
+        [&] { return cluster_->restart(idleBound).replacedRanks; });
+  }
   uint64_t messagesSent() const override { return cluster_->messagesSent(); }
   uint64_t roundTrips() const override { return cluster_->roundTrips(); }
 

@@ -142,6 +142,15 @@ void Controller::runSegment(Segment &seg) {
   std::optional<rt::TraceSpan> lookupSpan =
       controllerSpan(trace_, "controller", "cache lookup");
   const Mesh &mesh = meshes_.at(seg.meshId);
+  if (!lost_.empty())
+    for (Handle h : seg.args)
+      if (auto it = lost_.find(h); it != lost_.end()) {
+        // Its results can never exist either.
+        LostValue lost = it->second;
+        for (Handle r : seg.results)
+          lost_[r] = lost;
+        throw WorkerError(lost.rank, lost.host, lost.message);
+      }
   for (Handle h : seg.args)
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
@@ -385,6 +394,7 @@ void Controller::free(int meshId, Handle handle) {
           controllerSpan(trace_, "controller", "free");
       backend_->free(meshes_.at(meshId).ranks, {handle});
       live_.erase(handle);
+      lost_.erase(handle);
       liveCount_ = live_.size();
     });
   });
@@ -403,6 +413,9 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
     std::optional<rt::TraceSpan> span =
         controllerSpan(trace_, "controller", "fetch request");
     try {
+      if (auto lost = lost_.find(handle); lost != lost_.end())
+        throw WorkerError(lost->second.rank, lost->second.host,
+                          lost->second.message);
       PieceFutures futures;
       for (int64_t r : meshes_.at(meshId).ranks)
         futures.push_back(backend_->fetch(static_cast<int>(r), handle));

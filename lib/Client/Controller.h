@@ -47,6 +47,18 @@ public:
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
   void synchronize();
+  struct RestartOutcome {
+    std::vector<int> replacedRanks;
+    /// The values that had a piece on a replaced rank, now lost.
+    std::unordered_map<Handle, LostValue> lost;
+  };
+  /// Backend::restart, queued behind every request before it (waits). The
+  /// values with a piece on a replaced rank become lost (their fetches and
+  /// the segments reading them fail with a WorkerError naming the rank,
+  /// and so do those segments' results); every compiled program is uploaded
+  /// again before its next run (a new process holds none); the error of a
+  /// request before is dropped.
+  RestartOutcome restart(std::chrono::milliseconds idleBound);
   /// Every global rank's buffer table (rt::MemoryStats), by rank, queued
   /// behind every request before it (so it reflects all work submitted so
   /// far); get() waits (from any thread) and throws a WorkerError.
@@ -139,6 +151,8 @@ private:
   std::unordered_map<int, uint64_t> meshKeys_;
   std::unordered_map<Handle, int>
       live_; // handle -> mesh; controller thread only
+  /// Values lost by a restart, until freed; controller thread only.
+  std::unordered_map<Handle, LostValue> lost_;
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;

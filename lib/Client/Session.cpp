@@ -138,6 +138,30 @@ static const char *const kMetaMessage =
     "a meta tensor has no value: give it one first (module.to_empty() then "
     "reset_parameters(), load_state_dict(), or _assign())";
 
+void Session::checkNotLost(const TensorStorage &s) const {
+  if (lost_.empty())
+    return;
+  auto it = lost_.find(s.id);
+  if (it != lost_.end())
+    throw WorkerError(it->second.rank, it->second.host, it->second.message);
+}
+
+RestartInfo Session::restart(std::chrono::milliseconds idleBound) {
+  if (shutDown_)
+    throw DTorchError("dtorch has been shut down");
+  auto start = std::chrono::steady_clock::now();
+  Controller::RestartOutcome outcome = controller_->restart(idleBound);
+  RestartInfo info;
+  info.replacedRanks = std::move(outcome.replacedRanks);
+  info.lostTensors = outcome.lost.size();
+  for (auto &[handle, lost] : outcome.lost)
+    lost_[handle] = std::move(lost);
+  info.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return info;
+}
+
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)
     throw ValueError("tensor belongs to another dtorch session");
@@ -145,6 +169,7 @@ Handle Session::useValue(const Tensor &t) {
   if (s.meta)
     throw ValueError(kMetaMessage);
   if (s.segmentEpoch != segmentEpoch_) {
+    checkNotLost(s);
     if (!s.materialized)
       throw DTorchError("internal error: tensor " + std::to_string(s.id) +
                         " is neither on the workers nor pending");
@@ -252,6 +277,8 @@ void Session::flush() {
 void Session::release(const TensorStorage &s) {
   if (!s.materialized || shutDown_)
     return;
+  if (!lost_.empty())
+    lost_.erase(s.id);
   try {
     controller_->free(s.meshId, s.id);
   } catch (...) {
@@ -783,6 +810,7 @@ void Session::rebind(const Tensor &target, const Tensor &value) {
 std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
+  checkNotLost(*x->storage_);
   if (!x->storage_->materialized)
     flush();
   std::vector<rt::Tensor> pieces =
@@ -807,6 +835,7 @@ rt::Tensor Session::fetch(const Tensor &x) {
 std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
+  checkNotLost(*x->storage_);
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   // Only a value the pending segment makes needs it cut; an earlier value

@@ -10,9 +10,9 @@
 import numpy as _np
 
 from . import _C
-from ._runtime import init, shutdown
+from ._runtime import RestartInfo, init, restart, shutdown
 from .device_mesh import DeviceMesh, init_device_mesh
-from .errors import CollectiveTimeout, DTorchError, OutOfMemoryError, WorkerError
+from .errors import CollectiveTimeout, DTorchError, LostTensorError, OutOfMemoryError, WorkerError
 from .placement_types import Partial, Placement, Replicate, Shard
 from ._tensor import Tensor
 from . import _creation

@@ -3,6 +3,7 @@ and its workers (started here, or started by hand and connected to)."""
 import atexit
 import os
 import shutil
+from typing import NamedTuple
 
 from . import _C
 
@@ -145,6 +146,78 @@ def shutdown():
     device_mesh._reset()
     _C.shutdown()
     _state["started"] = False
+
+
+class RestartInfo(NamedTuple):
+    """What `restart` did.
+
+    Attributes:
+        replaced_ranks (tuple[int, ...]): the global ranks whose worker
+            process was replaced (it had died, or was stuck); their tensors
+            are lost.
+        lost_tensors (int): tensors on the workers that had a piece on one
+            of those ranks.
+        seconds (float): how long the restart took.
+    """
+    replaced_ranks: tuple
+    lost_tensors: int
+    seconds: float
+
+
+def restart(idle_timeout=2.0):
+    """Recovers the session after a `WorkerError`: replaces the lost worker
+    processes and makes every rank usable again, without a new session.
+
+    Every surviving worker first finishes the work sent before, then drops
+    its communicators and builds new ones with a new rendezvous generation
+    (so nothing of the failed world is ever matched again); it keeps its
+    tensors and compiled programs. A survivor that does not become idle
+    within ``idle_timeout`` seconds (stuck in a collective or a kernel) is
+    killed and replaced too. Each dead worker process of the embedded
+    cluster is replaced by a fresh one hosting the same ranks. Errors of the
+    work submitted before are dropped.
+
+    Afterwards every tensor with a piece on a replaced rank is lost: an op
+    on it, or fetching it, raises `LostTensorError` (a `WorkerError`) naming
+    the rank. Tensors entirely on surviving ranks keep their values. New
+    tensors, collectives and compiled programs work on all ranks (programs
+    are uploaded again on their next use). The random seed state
+    (`manual_seed`) and everything held in Python (optimizer step counts)
+    are unchanged; give lost parameters a value again, e.g. with
+    ``load_state_dict``.
+
+    Workers started by hand (``init(workers=...)``) cannot be replaced by
+    the controller: when one of them is gone, `restart` raises a
+    `WorkerError` naming it and its address; start it again and begin a new
+    session (`shutdown`, `init`). When none is gone it resets them as
+    above.
+
+    Args:
+        idle_timeout (float): seconds a survivor may take to finish its
+            current work before it is replaced (default 2).
+
+    Returns:
+        RestartInfo: the replaced ranks, the number of lost tensors and the
+        time taken.
+
+    Raises:
+        DTorchError: dtorch is not initialized.
+        WorkerError: a worker started by hand is gone, or a replacement
+            process could not be started.
+
+    Example:
+        >>> import dtorch
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> dtorch.restart().replaced_ranks  # nothing had failed
+        ()
+        >>> dtorch.ones(4, device_mesh=mesh).sum().item()
+        4.0
+    """
+    if not _C.is_initialized():
+        from .errors import DTorchError
+        raise DTorchError("dtorch is not initialized: nothing to restart")
+    replaced, lost, seconds = _C.restart(float(idle_timeout))
+    return RestartInfo(tuple(replaced), int(lost), float(seconds))
 
 
 atexit.register(shutdown)

@@ -21,7 +21,8 @@ class WorkerError(DTorchError):
     """A worker died, stopped answering, refused the connection or failed.
 
     The tensors of the failed run are lost; the error is reported once. After
-    a worker died, start a new session (`dtorch.shutdown`, `dtorch.init`).
+    a worker died, `dtorch.restart` replaces it in the same session (or start
+    a new one: `dtorch.shutdown`, `dtorch.init`).
 
     Args:
         message (str): what happened, starting with ``rank R (host H):``.
@@ -70,6 +71,18 @@ class OutOfMemoryError(WorkerError):
     """
 
 
+class LostTensorError(WorkerError):
+    """A tensor had a piece on a rank whose worker process `dtorch.restart`
+    replaced: its value is gone. Raised when it is used (an op, a fetch);
+    create it again, e.g. from a checkpoint or a copy.
+
+    Example:
+        >>> import dtorch
+        >>> issubclass(dtorch.LostTensorError, dtorch.WorkerError)
+        True
+    """
+
+
 def worker_error_class(message):
     """The most specific error class for a worker's error message.
 
@@ -78,7 +91,11 @@ def worker_error_class(message):
         'OutOfMemoryError'
         >>> worker_error_class("rank 0 (host a): waiting for rank(s) 3").__name__
         'CollectiveTimeout'
+        >>> worker_error_class("rank 2 (host a): tensor lost: ...").__name__
+        'LostTensorError'
     """
+    if "): tensor lost: " in message:
+        return LostTensorError
     if "out of memory" in message:
         return OutOfMemoryError
     if "waiting for rank(s)" in message or "timed out" in message:

@@ -472,6 +472,20 @@ NB_MODULE(_C, m) {
       retired->push_back(std::move(g_session));
     }
   });
+  m.def(
+      "restart",
+      [](double idleTimeoutSeconds) {
+        Session &s = session();
+        RestartInfo info;
+        {
+          nb::gil_scoped_release release;
+          info = s.restart(std::chrono::milliseconds(
+              static_cast<int64_t>(idleTimeoutSeconds * 1000)));
+        }
+        return std::make_tuple(info.replacedRanks, info.lostTensors,
+                               info.seconds);
+      },
+      nb::arg("idle_timeout"));
   m.def("world_size", [] { return session().worldSize(); });
   m.def("add_mesh",
         [](std::vector<int64_t> shape, std::vector<std::string> names,

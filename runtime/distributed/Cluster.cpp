@@ -4,6 +4,7 @@
 #include "ClusterProcesses.h"
 #include "dtorch/runtime/Transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -137,6 +138,17 @@ struct Cluster::Impl {
   std::atomic<uint64_t> sent{0};
   std::atomic<uint64_t> trips{0};
   std::thread io;
+  // Rounds of the I/O loop completed (restart waits for the outbox to drain).
+  std::atomic<uint64_t> ioRounds{0};
+
+  // Restart (guarded by `mutex`): the workers' rendezvous generation, the
+  // survivors that have not answered the current ResetCommunicators, and
+  // the request id of each one's reset. Set by the I/O thread before the
+  // workers start: where embedded workers connect and what they run.
+  uint64_t generation = 0;
+  std::set<size_t> resetWaiting;
+  std::map<uint64_t, size_t> resetRequests;
+  std::string endpoint, workerExe;
 
   // I/O thread only.
   std::unique_ptr<zmq::context_t> context;
@@ -230,6 +242,40 @@ struct Cluster::Impl {
     }
     changed.notify_all();
   }
+
+  /// Starts the embedded worker process of `w`'s ranks (caller holds
+  /// `mutex`; `endpoint` and `workerExe` are set).
+  void spawnWorker(WorkerInfo &w) {
+    int controllerTimeout =
+        static_cast<int>(std::min<int64_t>(3000, options.peerTimeout.count()));
+    w.child = detail::spawnProcess(
+        workerExe,
+        {"--connect", endpoint, "--token", token, "--ranks",
+         std::to_string(w.firstRank) + "-" +
+             std::to_string(w.firstRank + w.numRanks - 1),
+         "--world-size", std::to_string(worldSize),
+         // Every embedded worker runs on this host.
+         "--ranks-on-host", std::to_string(worldSize),
+         "--controller-timeout-ms", std::to_string(controllerTimeout),
+         "--collective-timeout-ms",
+         std::to_string(options.collectiveTimeout.count()), "--generation",
+         std::to_string(generation)});
+  }
+  /// Returns once every message posted before the call has been sent (or
+  /// dropped, for a dead worker) by the I/O thread.
+  void drainOutbox() {
+    uint64_t target = ioRounds.load() + 2;
+    auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (ioRounds.load() < target && Clock::now() < deadline) {
+      uint64_t one = 1;
+      ssize_t ignored = write(wakeFd, &one, sizeof(one));
+      (void)ignored;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  /// Cluster::restart's steps.
+  void resetSurvivors(std::chrono::milliseconds idleBound);
+  std::vector<int> replaceDeadWorkers();
 
   void ioMain();
   void onMessage(const std::string &id, const zmq::message_t &payload);
@@ -390,6 +436,17 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       promise->set_value(traceChunkFromWire(e.trace_reply()));
     return;
   }
+  case wire::Envelope::kResetReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = resetRequests.find(requestId);
+    if (it != resetRequests.end() && it->second == index &&
+        e.reset_reply().generation() == generation) {
+      resetWaiting.erase(index);
+      resetRequests.erase(it);
+    }
+    changed.notify_all();
+    return;
+  }
   case wire::Envelope::kSyncReply: {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = syncs.find(requestId);
@@ -542,6 +599,111 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
   }
 }
 
+void Cluster::Impl::resetSurvivors(std::chrono::milliseconds idleBound) {
+  // Each round resets every live worker to a new generation; a worker that
+  // does not answer within the bound is killed and the round repeats, so
+  // that no key of the final generation comes from a killed process.
+  while (true) {
+    std::unique_lock<std::mutex> lock(mutex);
+    uint64_t round = ++generation;
+    resetWaiting.clear();
+    resetRequests.clear();
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const WorkerInfo &w = workers[i];
+      if (w.dead || !w.authenticated)
+        continue;
+      uint64_t id = nextRequest++;
+      resetRequests[id] = i;
+      resetWaiting.insert(i);
+      wire::Envelope e = envelope();
+      e.set_request_id(id);
+      e.mutable_reset()->set_generation(round);
+      post(i, e);
+      ++sent;
+      ++trips;
+    }
+    auto deadline = Clock::now() + idleBound;
+    changed.wait_until(lock, deadline, [&] {
+      for (auto it = resetWaiting.begin(); it != resetWaiting.end();)
+        it = workers[*it].dead ? resetWaiting.erase(it) : std::next(it);
+      return resetWaiting.empty() || stopping;
+    });
+    if (stopping)
+      throw RuntimeError("restart: the cluster is shutting down");
+    if (resetWaiting.empty())
+      return;
+    std::string reason = "did not become idle within " +
+                         std::to_string(idleBound.count()) +
+                         " ms of the restart (stuck in a collective or a "
+                         "kernel?)";
+    for (size_t index : resetWaiting) {
+      WorkerInfo &w = workers[index];
+      if (!embedded) {
+        markDead(index, reason);
+        throw WorkerError(w.firstRank, w.host,
+                          "restart: " + w.deathReason +
+                              "; a worker started by hand is not replaced: "
+                              "start a new session");
+      }
+      detail::killAndReap(w.child);
+      w.child = -1;
+      markDead(index, reason + ", killed");
+    }
+  }
+}
+
+std::vector<int> Cluster::Impl::replaceDeadWorkers() {
+  std::unique_lock<std::mutex> lock(mutex);
+  std::vector<size_t> replaced;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    WorkerInfo &w = workers[i];
+    if (!w.dead)
+      continue;
+    if (w.child > 0)
+      detail::killAndReap(w.child);
+    w.id.clear();
+    w.authenticated = false;
+    w.dead = false;
+    w.deathReason.clear();
+    w.pid = 0;
+    w.child = -1;
+    spawnWorker(w);
+    replaced.push_back(i);
+  }
+  std::string failure;
+  bool done = changed.wait_for(lock, std::chrono::seconds(30), [&] {
+    if (stopping)
+      return true;
+    for (size_t i : replaced) {
+      if (workers[i].dead) {
+        failure = workers[i].deathReason;
+        return true;
+      }
+      if (!workers[i].authenticated)
+        return false;
+    }
+    return true;
+  });
+  if (stopping)
+    throw RuntimeError("restart: the cluster is shutting down");
+  for (size_t i : replaced) {
+    const WorkerInfo &w = workers[i];
+    if (!done && !w.authenticated)
+      failure = describe(w) + " did not complete the handshake within 30 s";
+    if (!failure.empty())
+      throw WorkerError(w.firstRank, w.host,
+                        "restart: the replacement of " + failure);
+  }
+  std::vector<int> ranks;
+  for (size_t i : replaced)
+    for (int r = 0; r < workers[i].numRanks; ++r)
+      ranks.push_back(workers[i].firstRank + r);
+  std::sort(ranks.begin(), ranks.end());
+  // What the dead workers' peers reported is now history.
+  errors.clear();
+  return ranks;
+}
+
 void Cluster::Impl::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -587,23 +749,11 @@ void Cluster::Impl::ioMain() {
     configureSocket(*socket, transport);
     if (embedded) {
       socket->bind("tcp://127.0.0.1:0");
-      std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
-      std::string exe = detail::findWorkerExecutable(options.workerExecutable);
-      int controllerTimeout = static_cast<int>(
-          std::min<int64_t>(3000, options.peerTimeout.count()));
       std::lock_guard<std::mutex> lock(mutex);
-      for (auto &w : workers) {
-        w.child = detail::spawnProcess(
-            exe, {"--connect", endpoint, "--token", token, "--ranks",
-                  std::to_string(w.firstRank) + "-" +
-                      std::to_string(w.firstRank + w.numRanks - 1),
-                  "--world-size", std::to_string(worldSize),
-                  // Every embedded worker runs on this host.
-                  "--ranks-on-host", std::to_string(worldSize),
-                  "--controller-timeout-ms", std::to_string(controllerTimeout),
-                  "--collective-timeout-ms",
-                  std::to_string(options.collectiveTimeout.count())});
-      }
+      endpoint = socket->get(zmq::sockopt::last_endpoint);
+      workerExe = detail::findWorkerExecutable(options.workerExecutable);
+      for (auto &w : workers)
+        spawnWorker(w);
     } else {
       std::lock_guard<std::mutex> lock(mutex);
       for (size_t i = 0; i < workers.size(); ++i) {
@@ -681,6 +831,7 @@ void Cluster::Impl::ioMain() {
           sendTo(w.id, bytes);
     }
     checkHealth(started);
+    ++ioRounds;
   }
   if (socket)
     stopWorkers();
@@ -988,6 +1139,46 @@ void Cluster::shutdown() {
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;
+}
+
+RestartReport Cluster::restart(std::chrono::milliseconds idleBound) {
+  Impl &impl = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    if (impl.stopped || impl.stopping)
+      throw RuntimeError("restart: the cluster was shut down");
+    for (size_t i = 0; i < impl.workers.size(); ++i) {
+      WorkerInfo &w = impl.workers[i];
+      if (!w.dead && w.child > 0) {
+        std::string how = detail::pollExit(w.child);
+        if (!how.empty()) {
+          w.child = -1;
+          impl.markDead(i, how);
+        }
+      }
+    }
+    if (!impl.embedded)
+      for (const WorkerInfo &w : impl.workers)
+        if (w.dead)
+          throw WorkerError(
+              w.firstRank, w.host,
+              "restart: " + w.deathReason +
+                  "; a worker started by hand cannot be replaced by the "
+                  "controller: start it again (dtorch-worker --listen " +
+                  w.address +
+                  " ...) and start a new session "
+                  "(dtorch.shutdown(), dtorch.init())");
+  }
+  // Whatever was sent before reaches the survivors ahead of their reset
+  // (the same socket keeps the order), and nothing of it reaches a
+  // replacement.
+  impl.drainOutbox();
+  impl.resetSurvivors(idleBound);
+  RestartReport report;
+  report.replacedRanks = impl.replaceDeadWorkers();
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  report.generation = impl.generation;
+  return report;
 }
 
 uint64_t Cluster::messagesSent() const { return impl_->sent; }

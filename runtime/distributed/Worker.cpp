@@ -1,5 +1,7 @@
 #include "dtorch/runtime/Worker.h"
 
+#include "ReplaceableCommunicator.h"
+
 #include "dtorch/runtime/Blas.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
@@ -141,62 +143,46 @@ struct Rank {
   std::condition_variable wake;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
-  // Groups spanning processes of this host; declared before `comm`, which
-  // routes to it, so that it outlives it.
-  std::unique_ptr<HostSharedMemoryCommunicator> hostComm;
-  std::unique_ptr<Communicator> comm;
+  // Forwards to the transports of the current generation (Generation).
+  std::unique_ptr<ReplaceableCommunicator> comm;
   std::unique_ptr<RankState> state; // owned by the rank thread
 };
+
+// The transports of every hosted rank for one rendezvous generation: the
+// worker starts with the generation it was given and builds a new one when
+// the controller's restart resets it (ResetCommunicators). Members are
+// destroyed in reverse order: the routing communicators before the host
+// shared-memory ones and the hub they route to.
+struct Generation {
+  uint64_t number = 0;
+  std::unique_ptr<SharedMemoryHub> hub;
+  // Groups spanning processes of this host, by hosted rank.
+  std::vector<std::unique_ptr<HostSharedMemoryCommunicator>> hostComms;
+  std::vector<std::shared_ptr<GlooSlot>> glooSlots;
+  std::vector<std::unique_ptr<Communicator>> routing;
+  bool glooStarted = false;
+};
+
+// The rendezvous keys of generation `number` start with this prefix.
+std::string generationPrefix(const char *transport, uint64_t number) {
+  return std::string(transport) + "/g" + std::to_string(number) + "/world";
+}
 
 class Worker {
 public:
   explicit Worker(const WorkerOptions &options)
       : options_(options), host_(localHostName()),
         store_(std::make_shared<ControllerStore>(outbox_)) {
-    std::set<int64_t> local;
-    for (int r = options.firstRank; r < options.firstRank + options.numRanks;
-         ++r)
-      local.insert(r);
-    hub_ = std::make_unique<SharedMemoryHub>(local, options.worldSize,
-                                             options.collectiveTimeout);
     needsGloo_ = options.numRanks < options.worldSize;
-    HostSharedMemoryOptions hostShm;
-    hostShm.deadline = options.collectiveTimeout;
-    hostShm.prefix = "hostshm/world";
-    if (!hostSharedMemoryEnabled())
-      // A unique identity: no group with this process counts as one host,
-      // and every member of such a group agrees on that.
-      hostShm.hostIdentity =
-          "no-shared-memory|" + host_ + "|" + std::to_string(getpid());
-    for (int r : local) {
+    for (int r = options.firstRank; r < options.firstRank + options.numRanks;
+         ++r) {
       auto rank = std::make_unique<Rank>();
       rank->rank = r;
-      auto slot = std::make_shared<GlooSlot>();
-      glooSlots_.push_back(slot);
-      auto timeout = options.collectiveTimeout;
-      rank->comm = std::make_unique<RoutingCommunicator>(
-          r, local, hub_->communicator(r),
-          [slot, timeout, r]() -> Communicator * {
-            std::unique_lock<std::mutex> lock(slot->mutex);
-            if (!slot->ready.wait_for(lock, timeout + std::chrono::seconds(1),
-                                      [&] { return slot->done; }))
-              throw RuntimeError("rank " + std::to_string(r) +
-                                 ": gloo mesh not connected in time");
-            if (!slot->comm)
-              throw RuntimeError("gloo mesh unavailable: " + slot->error);
-            return slot->comm.get();
-          });
-      if (needsGloo_) {
-        rank->hostComm = makeHostSharedMemoryCommunicator(r, store_, hostShm);
-        HostSharedMemoryCommunicator *hostComm = rank->hostComm.get();
-        static_cast<RoutingCommunicator &>(*rank->comm)
-            .setHostTransport(hostComm, [hostComm](const Group &group) {
-              return hostComm->sameHost(group);
-            });
-      }
+      rank->comm = std::make_unique<ReplaceableCommunicator>(r);
       rank->state = std::make_unique<RankState>(r, rank->comm.get());
       ranks_.push_back(std::move(rank));
     }
+    buildGeneration(options.generation);
   }
 
   int run();
@@ -225,6 +211,13 @@ private:
   void sendHello(const std::string &peer);
   void dispatch(wire::Envelope &envelope);
   void startGloo();
+  /// Replaces every rank's transports by new ones of generation `number`
+  /// (nothing may run on any rank meanwhile); the old ones are destroyed.
+  void buildGeneration(uint64_t number);
+  /// Handles ResetCommunicators: once every rank has finished the work
+  /// queued before it, builds generation `number`, starts its Gloo mesh and
+  /// answers ResetReply.
+  void resetCommunicators(uint64_t requestId, uint64_t number);
 
   // ---- rank threads ----
   void enqueue(int rank, std::function<void()> task) {
@@ -254,11 +247,12 @@ private:
   std::string host_;
   Outbox outbox_;
   std::shared_ptr<ControllerStore> store_;
-  std::unique_ptr<SharedMemoryHub> hub_;
   std::vector<std::unique_ptr<Rank>> ranks_;
-  std::vector<std::shared_ptr<GlooSlot>> glooSlots_;
+  // Guards the switch of generation_ against startGloo (I/O thread).
+  std::mutex generationMutex_;
+  std::unique_ptr<Generation> generation_;
   bool needsGloo_ = false;
-  bool glooStarted_ = false;
+  bool authenticatedOnce_ = false;
 
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
@@ -274,22 +268,78 @@ private:
   std::condition_variable finishedCv_;
 };
 
+void Worker::buildGeneration(uint64_t number) {
+  auto next = std::make_unique<Generation>();
+  next->number = number;
+  std::set<int64_t> local;
+  for (auto &rank : ranks_)
+    local.insert(rank->rank);
+  next->hub = std::make_unique<SharedMemoryHub>(local, options_.worldSize,
+                                                options_.collectiveTimeout);
+  HostSharedMemoryOptions hostShm;
+  hostShm.deadline = options_.collectiveTimeout;
+  hostShm.prefix = generationPrefix("hostshm", number);
+  if (!hostSharedMemoryEnabled())
+    // A unique identity: no group with this process counts as one host,
+    // and every member of such a group agrees on that.
+    hostShm.hostIdentity =
+        "no-shared-memory|" + host_ + "|" + std::to_string(getpid());
+  for (auto &rank : ranks_) {
+    int r = rank->rank;
+    auto slot = std::make_shared<GlooSlot>();
+    next->glooSlots.push_back(slot);
+    auto timeout = options_.collectiveTimeout;
+    auto routing = std::make_unique<RoutingCommunicator>(
+        r, local, next->hub->communicator(r),
+        [slot, timeout, r]() -> Communicator * {
+          std::unique_lock<std::mutex> lock(slot->mutex);
+          if (!slot->ready.wait_for(lock, timeout + std::chrono::seconds(1),
+                                    [&] { return slot->done; }))
+            throw RuntimeError("rank " + std::to_string(r) +
+                               ": gloo mesh not connected in time");
+          if (!slot->comm)
+            throw RuntimeError("gloo mesh unavailable: " + slot->error);
+          return slot->comm.get();
+        });
+    if (needsGloo_) {
+      next->hostComms.push_back(
+          makeHostSharedMemoryCommunicator(r, store_, hostShm));
+      HostSharedMemoryCommunicator *hostComm = next->hostComms.back().get();
+      routing->setHostTransport(hostComm, [hostComm](const Group &group) {
+        return hostComm->sameHost(group);
+      });
+    }
+    rank->comm->replace(routing.get());
+    next->routing.push_back(std::move(routing));
+  }
+  std::unique_ptr<Generation> old;
+  {
+    std::lock_guard<std::mutex> lock(generationMutex_);
+    old = std::move(generation_);
+    generation_ = std::move(next);
+  }
+  // `old` goes here: a Gloo mesh of it still connecting in the background
+  // keeps its slot alive until it gives up.
+}
+
 void Worker::startGloo() {
-  if (!needsGloo_ || glooStarted_)
+  std::lock_guard<std::mutex> lock(generationMutex_);
+  Generation &g = *generation_;
+  if (!needsGloo_ || g.glooStarted)
     return;
-  glooStarted_ = true;
+  g.glooStarted = true;
   // Before any collective can run: peers decide from these identities
   // whether a group shares this host.
-  for (auto &rank : ranks_)
-    rank->hostComm->publishIdentity();
+  for (auto &hostComm : g.hostComms)
+    hostComm->publishIdentity();
   for (size_t i = 0; i < ranks_.size(); ++i) {
     int rank = ranks_[i]->rank;
-    auto slot = glooSlots_[i];
+    auto slot = g.glooSlots[i];
     auto store = store_;
     GlooOptions gloo;
     gloo.hostname = options_.glooHost;
     gloo.deadline = options_.collectiveTimeout;
-    gloo.prefix = "gloo/world";
+    gloo.prefix = generationPrefix("gloo", g.number);
     int worldSize = options_.worldSize;
     std::thread([slot, store, gloo, rank, worldSize] {
       std::unique_ptr<Communicator> comm;
@@ -308,6 +358,38 @@ void Worker::startGloo() {
   }
 }
 
+void Worker::resetCommunicators(uint64_t requestId, uint64_t number) {
+  // Every rank thread takes the barrier below after the work queued before
+  // it; the last one to arrive builds the new generation while the others
+  // wait, so no rank runs anything on the transports being replaced.
+  struct Barrier {
+    std::mutex mutex;
+    std::condition_variable done;
+    size_t remaining;
+    bool built = false;
+  };
+  auto barrier = std::make_shared<Barrier>();
+  barrier->remaining = ranks_.size();
+  for (auto &rank : ranks_)
+    enqueue(rank->rank, [this, barrier, requestId, number] {
+      std::unique_lock<std::mutex> lock(barrier->mutex);
+      if (--barrier->remaining != 0) {
+        barrier->done.wait(lock, [&] { return barrier->built; });
+        return;
+      }
+      buildGeneration(number);
+      if (authenticatedOnce_)
+        startGloo();
+      barrier->built = true;
+      barrier->done.notify_all();
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      reply.mutable_reset_reply()->set_generation(number);
+      outbox_.push(reply);
+    });
+}
+
 void Worker::sendHello(const std::string &peer) {
   wire::Envelope envelope;
   envelope.set_protocol_version(wire::PROTOCOL_VERSION);
@@ -322,6 +404,7 @@ void Worker::sendHello(const std::string &peer) {
 
 void Worker::onAuthenticated(const std::string &peer) {
   authenticated_ = true;
+  authenticatedOnce_ = true;
   controller_ = peer;
   lastHeard_ = Clock::now();
   if (!helloSent_)
@@ -589,6 +672,9 @@ void Worker::dispatch(wire::Envelope &envelope) {
   case wire::Envelope::kShutdown:
     stop_ = true;
     return;
+  case wire::Envelope::kReset:
+    resetCommunicators(requestId, shared->reset().generation());
+    return;
   case wire::Envelope::kKvReply:
     store_->deliver(requestId, shared->kv_reply().value());
     return;
@@ -746,7 +832,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
                              "--world-size N [--collective-timeout-ms MS] "
                              "[--controller-timeout-ms MS] "
                              "[--max-message-bytes B] [--gloo-host HOST] "
-                             "[--ranks-on-host N]";
+                             "[--ranks-on-host N] [--generation G]";
   WorkerOptions options;
   bool haveRanks = false, haveWorld = false;
   for (int i = 1; i < argc; ++i) {
@@ -776,6 +862,9 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       options.glooHost = value;
     else if (flag == "--ranks-on-host")
       options.ranksOnHost = parseInt(value, "--ranks-on-host");
+    else if (flag == "--generation")
+      options.generation =
+          static_cast<uint64_t>(parseInt(value, "--generation"));
     else if (flag == "--ranks") {
       size_t dash = value.find('-');
       int first = parseInt(value.substr(0, dash), "--ranks");

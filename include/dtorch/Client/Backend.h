@@ -12,6 +12,7 @@
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
 
+#include <chrono>
 #include <future>
 #include <memory>
 #include <string>
@@ -67,6 +68,15 @@ public:
   }
   virtual void synchronize() = 0;
   virtual void shutdown() = 0;
+  /// Makes the backend whole after a worker failed (rt::Cluster::restart):
+  /// survivors keep their values and programs, replaced worker processes
+  /// lose theirs. Returns the global ranks that lost them (sorted); errors
+  /// queued before are dropped. A survivor not idle within `idleBound` is
+  /// replaced too. Backends without worker processes lose nothing.
+  virtual std::vector<int> restart(std::chrono::milliseconds idleBound) {
+    (void)idleBound;
+    return {};
+  }
   virtual uint64_t messagesSent() const = 0;
   virtual uint64_t roundTrips() const = 0;
 };

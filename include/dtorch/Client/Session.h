@@ -18,6 +18,7 @@
 #include "dtorch/Layout.h"
 #include "dtorch/ShardingRule.h"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -185,6 +186,24 @@ struct Segment {
 };
 
 class Controller;
+
+/// A value whose pieces on some ranks were lost when dtorch.restart()
+/// replaced their worker processes: using it raises WorkerError(rank, host,
+/// message), naming the first lost rank.
+struct LostValue {
+  int rank = -1;
+  std::string host;
+  std::string message;
+};
+
+/// What Session::restart did.
+struct RestartInfo {
+  /// Global ranks whose worker process was replaced, sorted.
+  std::vector<int> replacedRanks;
+  /// Values on the workers that had a piece on one of those ranks.
+  size_t lostTensors = 0;
+  double seconds = 0;
+};
 
 /// What the controller did so far and how long it took (its own thread's
 /// time, not the workers').
@@ -403,6 +422,14 @@ public:
   ControllerStats controllerStats() const;
   size_t pendingNodes() const { return segment_.nodes.size(); }
   void shutdown();
+  /// Recovery after a WorkerError (Backend::restart): replaces the lost
+  /// worker processes (and survivors not idle within `idleBound`), resets
+  /// the survivors' communicators and drops the errors queued so far.
+  /// Every value with a piece on a replaced rank is lost from then on:
+  /// recording an op on it, fetching it or assigning it raises WorkerError
+  /// naming the rank; the other values, the pending ops and the random
+  /// seed state are kept. Waits until the workers are ready.
+  RestartInfo restart(std::chrono::milliseconds idleBound);
 
   // Called by ~TensorStorage.
   void release(const TensorStorage &s);
@@ -411,6 +438,8 @@ private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
+  /// Throws the WorkerError of a value lost by restart().
+  void checkNotLost(const TensorStorage &s) const;
   /// The autograd hook of addNode: records a GradRecord on `result` when
   /// grad mode is on and a differentiable operand requires grad.
   void recordGrad(const Tensor &result, const std::string &op,
@@ -450,6 +479,8 @@ private:
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
   bool shutDown_ = false;
+  /// Values lost by restart(), until their storage is released.
+  std::unordered_map<Handle, LostValue> lost_;
 };
 
 /// For tests: ANDed into every segment's structural hash before the

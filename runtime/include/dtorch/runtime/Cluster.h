@@ -61,6 +61,15 @@ struct ClusterOptions {
   std::chrono::milliseconds collectiveTimeout{30000};
 };
 
+/// What Cluster::restart did.
+struct RestartReport {
+  /// Global ranks whose worker process was replaced (it had died, or did not
+  /// become idle in time): their tensors and programs are gone. Sorted.
+  std::vector<int> replacedRanks;
+  /// The rendezvous generation every worker uses from now on.
+  uint64_t generation = 0;
+};
+
 class Cluster {
 public:
   explicit Cluster(const ClusterOptions &options);
@@ -110,6 +119,21 @@ public:
   void synchronize();
   /// Stops the workers this cluster started (within 2 s) and closes sockets.
   void shutdown();
+  /// Makes the cluster whole again after a worker died (or at any time):
+  /// every surviving worker finishes the work sent before, then rebuilds its
+  /// communicators under a new rendezvous generation and keeps its tensors
+  /// and programs; a survivor that does not do so within `idleBound` (it is
+  /// stuck, e.g. in a collective with a dead peer) is killed. Every dead or
+  /// killed worker process is then replaced by a fresh one hosting the same
+  /// ranks (new handshake, nothing uploaded), and errors queued so far are
+  /// dropped. Waits for all of it (up to 30 s for a new process's handshake).
+  /// Workers started by hand cannot be replaced: when one of them is gone,
+  /// this throws WorkerError naming it and its address before doing
+  /// anything (when none is gone their communicators are reset as above,
+  /// and one that is stuck makes it throw). Throws WorkerError when a
+  /// replacement fails to start.
+  RestartReport restart(
+      std::chrono::milliseconds idleBound = std::chrono::milliseconds(2000));
 
   /// For tests: messages sent to workers, and requests whose reply was awaited.
   uint64_t messagesSent() const;

@@ -36,6 +36,10 @@ struct WorkerOptions {
   // Exit when no message arrived from the controller for this long (after a
   // controller authenticated; in connect mode also before).
   std::chrono::milliseconds controllerTimeout{3000};
+  // The rendezvous generation of its communicators: every key of the Gloo
+  // and host shared-memory rendezvous carries it. A process started by a
+  // restart of the cluster gets the survivors' new generation.
+  uint64_t generation = 0;
   TransportOptions transport;
 };
 
