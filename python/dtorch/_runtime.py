@@ -7,7 +7,9 @@ from typing import NamedTuple
 
 from . import _C
 
-_state = {"started": False}
+# "restarts": how many times `restart` ran in this process (caches of
+# tensors on the workers, such as the optimizers' scalars, compare it).
+_state = {"started": False, "restarts": 0}
 
 
 def _worker_executable():
@@ -217,6 +219,7 @@ def restart(idle_timeout=2.0):
         from .errors import DTorchError
         raise DTorchError("dtorch is not initialized: nothing to restart")
     replaced, lost, seconds = _C.restart(float(idle_timeout))
+    _state["restarts"] += 1
     return RestartInfo(tuple(replaced), int(lost), float(seconds))
 
 
