@@ -160,6 +160,12 @@ class RestartInfo(NamedTuple):
         lost_tensors (int): tensors on the workers that had a piece on one
             of those ranks.
         seconds (float): how long the restart took.
+
+    Example:
+        >>> from dtorch import RestartInfo
+        >>> info = RestartInfo(replaced_ranks=(2, 3), lost_tensors=5, seconds=0.05)
+        >>> info.replaced_ranks, info.lost_tensors
+        ((2, 3), 5)
     """
     replaced_ranks: tuple
     lost_tensors: int
