@@ -86,6 +86,7 @@ public:
     return translated(
         [&] { return cluster_->restart(idleBound).replacedRanks; });
   }
+  bool hasDeadWorker() const override { return cluster_->hasDeadWorker(); }
   uint64_t messagesSent() const override { return cluster_->messagesSent(); }
   uint64_t roundTrips() const override { return cluster_->roundTrips(); }
 

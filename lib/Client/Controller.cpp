@@ -94,6 +94,7 @@ void Controller::loop() {
       queue_.pop_front();
     }
     auto start = std::chrono::steady_clock::now();
+    autoRestartIfNeeded();
     task();
     double seconds = secondsSince(start);
     std::lock_guard<std::mutex> lock(statsMutex_);
@@ -428,7 +429,15 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
   return std::async(
       std::launch::deferred,
       [this](std::future<PieceFutures> requested) {
-        PieceFutures futures = requested.get();
+        PieceFutures futures;
+        try {
+          futures = requested.get();
+        } catch (...) {
+          // A failure of an earlier request is reported first (once).
+          autoRestartBeforeReporting();
+          rethrowIfFailed();
+          throw;
+        }
         std::vector<rt::Tensor> pieces;
         std::exception_ptr firstError;
         for (auto &f : futures) {
@@ -453,6 +462,8 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
                          (firstError ? ", failed" : "");
           trace_->record(std::move(reply));
         }
+        if (firstError)
+          autoRestartBeforeReporting();
         rethrowIfFailed();
         if (firstError)
           std::rethrow_exception(firstError);
@@ -528,8 +539,13 @@ void Controller::synchronize() {
       promise->set_exception(std::current_exception());
     }
   });
-  done.get();
-  rethrowIfFailed();
+  try {
+    done.get();
+    rethrowIfFailed();
+  } catch (...) {
+    autoRestartBeforeReporting();
+    throw;
+  }
 }
 
 std::optional<std::vector<RedistributionExplanation>>

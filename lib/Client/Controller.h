@@ -59,6 +59,20 @@ public:
   /// again before its next run (a new process holds none); the error of a
   /// request before is dropped.
   RestartOutcome restart(std::chrono::milliseconds idleBound);
+  /// With `on`, the controller restarts by itself (idle bound 2 s) before
+  /// handling a request when the backend knows of a dead worker; the values
+  /// lost become lost as above (their fetches and the segments reading them
+  /// fail). The failure itself is still reported as usual (a fetch of the
+  /// failed run's result raises WorkerError or LostTensorError). An
+  /// automatic restart that fails is reported at the next fetch or
+  /// synchronize and turns automatic restarts off. Set before any request.
+  void setAutoRestart(bool on) { autoRestart_ = on; }
+  /// With automatic restarts, a failure reaches the user only once the
+  /// session is whole again: the fetch or synchronize about to raise it
+  /// waits for this restart first (any thread; no-op without a dead worker).
+  void autoRestartBeforeReporting();
+  /// Restarts so far (explicit and automatic).
+  uint64_t restartCount() const { return restartCount_; }
   /// Every global rank's buffer table (rt::MemoryStats), by rank, queued
   /// behind every request before it (so it reflects all work submitted so
   /// far); get() waits (from any thread) and throws a WorkerError.
@@ -139,6 +153,11 @@ private:
   /// (controller thread).
   void ensureIr(Compiled &c, bool stages);
   void rethrowIfFailed();
+  /// restart()'s work on the controller thread.
+  RestartOutcome restartNow(std::chrono::milliseconds idleBound);
+  /// The automatic restart (controller thread): when on and a worker is
+  /// known dead; a failure is kept for the next fetch and turns it off.
+  void autoRestartIfNeeded();
   /// Runs `fn` and, on failure, remembers the first error for later fetches.
   void guarded(const std::function<void()> &fn);
 
@@ -153,6 +172,8 @@ private:
       live_; // handle -> mesh; controller thread only
   /// Values lost by a restart, until freed; controller thread only.
   std::unordered_map<Handle, LostValue> lost_;
+  std::atomic<bool> autoRestart_{false};
+  std::atomic<uint64_t> restartCount_{0};
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;

@@ -34,39 +34,51 @@ std::string joinRanks(const std::vector<int64_t> &ranks) {
 } // namespace
 
 Controller::RestartOutcome
+Controller::restartNow(std::chrono::milliseconds idleBound) {
+  RestartOutcome outcome;
+  outcome.replacedRanks = backend_->restart(idleBound);
+  ++restartCount_;
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.restarts;
+  }
+  std::set<int> gone(outcome.replacedRanks.begin(),
+                     outcome.replacedRanks.end());
+  if (!gone.empty()) {
+    for (auto it = live_.begin(); it != live_.end();) {
+      std::vector<int64_t> ranks = ranksIn(meshes_.at(it->second), gone);
+      if (ranks.empty()) {
+        ++it;
+        continue;
+      }
+      LostValue lost;
+      lost.rank = static_cast<int>(ranks.front());
+      lost.host = backend_->hostOf(lost.rank);
+      lost.message = "rank " + std::to_string(lost.rank) + " (host " +
+                     lost.host + "): tensor lost: its piece(s) on rank(s) " +
+                     joinRanks(ranks) +
+                     " were held by worker processes that dtorch.restart() "
+                     "replaced; create it again (e.g. load it from a "
+                     "checkpoint)";
+      lost_[it->first] = lost;
+      outcome.lost.emplace(it->first, std::move(lost));
+      it = live_.erase(it);
+    }
+    liveCount_ = live_.size();
+    for (auto &[key, bucket] : cache_)
+      for (auto &compiled : bucket)
+        compiled->uploaded = false;
+  }
+  return outcome;
+}
+
+Controller::RestartOutcome
 Controller::restart(std::chrono::milliseconds idleBound) {
   auto promise = std::make_shared<std::promise<RestartOutcome>>();
   auto result = promise->get_future();
   enqueue([this, promise, idleBound] {
     try {
-      RestartOutcome outcome;
-      outcome.replacedRanks = backend_->restart(idleBound);
-      std::set<int> gone(outcome.replacedRanks.begin(),
-                         outcome.replacedRanks.end());
-      if (!gone.empty()) {
-        for (auto it = live_.begin(); it != live_.end();) {
-          std::vector<int64_t> ranks = ranksIn(meshes_.at(it->second), gone);
-          if (ranks.empty()) {
-            ++it;
-            continue;
-          }
-          LostValue lost;
-          lost.rank = static_cast<int>(ranks.front());
-          lost.host = backend_->hostOf(lost.rank);
-          lost.message =
-              "rank " + std::to_string(lost.rank) + " (host " + lost.host +
-              "): tensor lost: its piece(s) on rank(s) " + joinRanks(ranks) +
-              " were held by worker processes that dtorch.restart() "
-              "replaced; create it again (e.g. load it from a checkpoint)";
-          lost_[it->first] = lost;
-          outcome.lost.emplace(it->first, std::move(lost));
-          it = live_.erase(it);
-        }
-        liveCount_ = live_.size();
-        for (auto &[key, bucket] : cache_)
-          for (auto &compiled : bucket)
-            compiled->uploaded = false;
-      }
+      RestartOutcome outcome = restartNow(idleBound);
       {
         // A failure of the work before the restart is not reported later.
         std::lock_guard<std::mutex> lock(mutex_);
@@ -78,6 +90,36 @@ Controller::restart(std::chrono::milliseconds idleBound) {
     }
   });
   return result.get();
+}
+
+void Controller::autoRestartIfNeeded() {
+  if (!autoRestart_ || !backend_->hasDeadWorker())
+    return;
+  try {
+    restartNow(std::chrono::milliseconds(2000));
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.autoRestarts;
+  } catch (...) {
+    autoRestart_ = false; // not again at every request
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
+}
+
+void Controller::autoRestartBeforeReporting() {
+  if (!autoRestart_ || !backend_->hasDeadWorker())
+    return;
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> restarted = done->get_future();
+  try {
+    enqueue([this, done] {
+      autoRestartIfNeeded();
+      done->set_value();
+    });
+  } catch (...) {
+    return; // shutting down
+  }
+  restarted.wait();
 }
 
 } // namespace dtorch::client

@@ -73,6 +73,7 @@ Session::Session(const SessionOptions &options) : options_(options) {
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);
   controller_->setTrace(trace_.get());
+  controller_->setAutoRestart(options.autoRestart);
 }
 
 Session::~Session() { shutdown(); }
@@ -161,6 +162,8 @@ RestartInfo Session::restart(std::chrono::milliseconds idleBound) {
           .count();
   return info;
 }
+
+uint64_t Session::restartCount() const { return controller_->restartCount(); }
 
 Handle Session::useValue(const Tensor &t) {
   if (t->session_ != this)

@@ -7,9 +7,7 @@ from typing import NamedTuple
 
 from . import _C
 
-# "restarts": how many times `restart` ran in this process (caches of
-# tensors on the workers, such as the optimizers' scalars, compare it).
-_state = {"started": False, "restarts": 0}
+_state = {"started": False}
 
 
 def _worker_executable():
@@ -42,7 +40,7 @@ def _program_cache_dir(cache_dir):
 
 
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
-         cache_dir=None):
+         cache_dir=None, auto_restart=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -76,11 +74,17 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             the on-disk cache off.
         token (str, optional): the workers' token when connecting to
             ``workers``; else ``$DTORCH_TOKEN``.
+        auto_restart (bool, optional): the embedded cluster replaces a
+            worker process that died by itself, as `restart` does, before
+            the controller's next request (the failure is still raised
+            once, by a `WorkerError` or the `LostTensorError` of a tensor
+            it cost); else ``$DTORCH_AUTO_RESTART=1``; off by default.
+            Not with ``workers`` (they cannot be replaced).
 
     Raises:
         RuntimeError: a session is already running (call `shutdown` first).
-        ValueError: ``world_size`` is not a positive int, or ``workers`` are
-            given without a token.
+        ValueError: ``world_size`` is not a positive int, ``workers`` are
+            given without a token, or with ``auto_restart``.
         WorkerError: the workers could not be started or reached, or refused
             the token.
 
@@ -109,8 +113,13 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
         token = os.environ.get("DTORCH_TOKEN")
         if not token:
             raise ValueError("connecting to workers needs their token: init(token=...) or $DTORCH_TOKEN")
+    if auto_restart is None:
+        auto_restart = os.environ.get("DTORCH_AUTO_RESTART", "0") not in ("", "0")
+    if auto_restart and workers:
+        raise ValueError("auto_restart needs the embedded cluster: workers started by hand "
+                         "cannot be replaced")
     _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
-            _program_cache_dir(cache_dir))
+            _program_cache_dir(cache_dir), bool(auto_restart))
     _state["started"] = True
 
 
@@ -225,7 +234,6 @@ def restart(idle_timeout=2.0):
         from .errors import DTorchError
         raise DTorchError("dtorch is not initialized: nothing to restart")
     replaced, lost, seconds = _C.restart(float(idle_timeout))
-    _state["restarts"] += 1
     return RestartInfo(tuple(replaced), int(lost), float(seconds))
 
 

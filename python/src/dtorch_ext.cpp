@@ -440,10 +440,12 @@ NB_MODULE(_C, m) {
       "init",
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
-         const std::string &token, const std::string &programCacheDir) {
+         const std::string &token, const std::string &programCacheDir,
+         bool autoRestart) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
+        o.autoRestart = autoRestart;
         o.programCacheDir = programCacheDir;
         o.worldSize = worldSize;
         o.numProcesses = numProcesses;
@@ -458,7 +460,7 @@ NB_MODULE(_C, m) {
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
-      nb::arg("program_cache_dir") = "");
+      nb::arg("program_cache_dir") = "", nb::arg("auto_restart") = false);
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {
@@ -486,6 +488,7 @@ NB_MODULE(_C, m) {
                                info.seconds);
       },
       nb::arg("idle_timeout"));
+  m.def("restart_count", [] { return session().restartCount(); });
   m.def("world_size", [] { return session().worldSize(); });
   m.def("add_mesh",
         [](std::vector<int64_t> shape, std::vector<std::string> names,
@@ -649,6 +652,8 @@ NB_MODULE(_C, m) {
         d["last_hit_seconds"] = st.lastHitSeconds;
         d["busy_seconds"] = st.busySeconds;
         d["requests"] = st.requests;
+        d["restarts"] = st.restarts;
+        d["auto_restarts"] = st.autoRestarts;
         return d;
       },
       "The controller's counters and its own time: segments run, in-memory "

@@ -148,6 +148,8 @@ struct Cluster::Impl {
   uint64_t generation = 0;
   std::set<size_t> resetWaiting;
   std::map<uint64_t, size_t> resetRequests;
+  // Workers marked dead and not yet replaced (read without the lock).
+  std::atomic<int> deadWorkers{0};
   std::string endpoint, workerExe;
 
   // I/O thread only.
@@ -228,6 +230,7 @@ struct Cluster::Impl {
     if (w.dead)
       return;
     w.dead = true;
+    ++deadWorkers;
     w.deathReason = describe(w) + " " + reason;
     fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
@@ -664,6 +667,7 @@ std::vector<int> Cluster::Impl::replaceDeadWorkers() {
     w.id.clear();
     w.authenticated = false;
     w.dead = false;
+    --deadWorkers;
     w.deathReason.clear();
     w.pid = 0;
     w.child = -1;
@@ -1180,6 +1184,8 @@ RestartReport Cluster::restart(std::chrono::milliseconds idleBound) {
   report.generation = impl.generation;
   return report;
 }
+
+bool Cluster::hasDeadWorker() const { return impl_->deadWorkers.load() > 0; }
 
 uint64_t Cluster::messagesSent() const { return impl_->sent; }
 uint64_t Cluster::roundTrips() const { return impl_->trips; }

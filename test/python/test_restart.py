@@ -221,8 +221,8 @@ def test_training_continues_with_the_losses_of_a_run_without_the_fault():
     # redoes the step.
     script = """
         import sys
-        fault_at = int(sys.argv[1])
-        dtorch.init(world_size=4, num_processes=2, cache_dir="")
+        fault_at, auto = int(sys.argv[1]), sys.argv[2] == "auto"
+        dtorch.init(world_size=4, num_processes=2, cache_dir="", auto_restart=auto)
         import dtorch.nn as nn
         import dtorch.nn.functional as F
         mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
@@ -255,17 +255,19 @@ def test_training_continues_with_the_losses_of_a_run_without_the_fault():
                 if faulted > 2:
                     raise
                 faulted += 1
-                info = dtorch.restart()
-                print("restarted at", step, info.replaced_ranks, f"{info.seconds:.3f}")
+                if not auto:
+                    info = dtorch.restart()
+                    print("restarted at", step, info.replaced_ranks, f"{info.seconds:.3f}")
                 opt.zero_grad()
                 model.load_state_dict(copies)
         print("losses", " ".join(repr(l) for l in losses))
+        print("auto_restarts", dtorch._C.controller_stats()["auto_restarts"])
         report_seen()
         dtorch.shutdown()
     """
-    def run(fault_at):
+    def run(fault_at, mode="manual"):
         body = textwrap.dedent(script)
-        r = subprocess.run([sys.executable, "-c", PRELUDE + body, str(fault_at)],
+        r = subprocess.run([sys.executable, "-c", PRELUDE + body, str(fault_at), mode],
                            capture_output=True, text=True, timeout=180, cwd="/",
                            env=subprocess_env())
         assert lines_starting(r.stdout, "losses"), r.stdout + r.stderr
@@ -280,6 +282,59 @@ def test_training_continues_with_the_losses_of_a_run_without_the_fault():
     got = lines_starting(faulty, "losses")[0].split()[1:]
     assert len(want) == 8 and float(want[-1]) < float(want[0]), clean
     assert got == want, (got, want)
+    # The same with automatic restarts: the loop only restores its values.
+    auto = run(4, "auto")
+    assert "restarted at" not in auto and "auto_restarts 1" in auto, auto
+    assert lines_starting(auto, "losses")[0].split()[1:] == want, auto
+
+
+def test_automatic_restart_replaces_a_dead_worker_before_the_next_request():
+    r = run_script("""
+        dtorch.init(world_size=4, num_processes=2, cache_dir="", auto_restart=True)
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        low = dtorch.DeviceMesh("cpu", [0, 1])
+        x = dtorch.ones(8, 8, device_mesh=mesh, placements=[Shard(0)])
+        keep = dtorch.full((4,), 2.0, device_mesh=low, placements=[Shard(0)])
+        print("first", (x @ x).sum().item(), keep.sum().item())
+        kill_worker_of(3)
+        try:
+            (x @ x).sum().item()
+            print("noerror")
+        except dtorch.WorkerError as e:
+            print("error", type(e).__name__, e.rank)
+        y = dtorch.ones(8, 8, device_mesh=mesh, placements=[Shard(1)])
+        print("after", (y @ y).sum().item(), keep.sum().item())
+        try:
+            x.numpy()
+            print("notlost")
+        except dtorch.LostTensorError as e:
+            print("lost", e.rank)
+        stats = dtorch._C.controller_stats()
+        print("stats", stats["auto_restarts"], stats["restarts"], len(workers()))
+        report_seen()
+        t = time.time()
+        dtorch.shutdown()
+        print("shutdown", f"{time.time() - t:.3f}")
+    """)
+    out = r.stdout
+    assert "first 512.0 8.0" in out, out + r.stderr
+    err = lines_starting(out, "error")[0].split()
+    assert err[1] in ("WorkerError", "LostTensorError") and err[2] in ("2", "3"), out
+    assert "after 512.0 8.0" in out, out + r.stderr
+    assert "lost 2" in out, out
+    assert "stats 1 1 2" in out, out
+    assert float(value_of(out, "shutdown")) < 2, out
+    assert_all_gone(out)
+
+
+def test_auto_restart_is_refused_with_workers_started_by_hand():
+    r = run_script("""
+        try:
+            dtorch.init(workers=["tcp://127.0.0.1:1"], token="t", auto_restart=True)
+        except ValueError as e:
+            print("refused", e)
+    """)
+    assert "refused auto_restart needs the embedded cluster" in r.stdout, r.stdout + r.stderr
 
 
 def test_restart_names_a_gone_worker_started_by_hand():

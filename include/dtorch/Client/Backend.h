@@ -77,6 +77,10 @@ public:
     (void)idleBound;
     return {};
   }
+  /// Whether a worker is known to be dead and not yet replaced (what an
+  /// automatic restart waits for). Called before every controller request:
+  /// must be cheap.
+  virtual bool hasDeadWorker() const { return false; }
   virtual uint64_t messagesSent() const = 0;
   virtual uint64_t roundTrips() const = 0;
 };

@@ -224,6 +224,10 @@ struct ControllerStats {
   /// waits for real workers): the controller thread's busy time.
   double busySeconds = 0;
   uint64_t requests = 0;
+  /// Restarts (Session::restart and automatic ones) and, of those, the
+  /// automatic ones (SessionOptions::autoRestart).
+  uint64_t restarts = 0;
+  uint64_t autoRestarts = 0;
 };
 
 /// A fetch in flight (Session::fetchAsync): the request is queued behind the
@@ -269,6 +273,9 @@ struct SessionOptions {
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.
   std::string programCacheDir;
+  /// Restart automatically (Controller::setAutoRestart) once a worker is
+  /// known to be dead: before the controller's next request.
+  bool autoRestart = false;
 };
 
 class Session {
@@ -430,6 +437,9 @@ public:
   /// naming the rank; the other values, the pending ops and the random
   /// seed state are kept. Waits until the workers are ready.
   RestartInfo restart(std::chrono::milliseconds idleBound);
+  /// Restarts so far, automatic ones included (cheap: caches of values on
+  /// the workers compare it to know when to drop them).
+  uint64_t restartCount() const;
 
   // Called by ~TensorStorage.
   void release(const TensorStorage &s);

@@ -17,7 +17,7 @@ import copy
 
 import numpy as np
 
-from .. import _C, _runtime
+from .. import _C
 from ..nn._grad import grad_of, no_grad
 
 Tensor = _C.Tensor
@@ -164,7 +164,7 @@ class Optimizer:
         """A 0-d tensor holding `value` on `like`'s mesh (replicated); one put
         per new value, reused while the value stays the same."""
         dtype = dtype or like.dtype
-        restarts = _runtime._state["restarts"]
+        restarts = _C.restart_count()
         if getattr(self, "_scalar_restarts", 0) != restarts:
             # dtorch.restart() may have lost the cached tensors' pieces.
             self._scalar_cache.clear()

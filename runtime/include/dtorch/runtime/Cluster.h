@@ -134,6 +134,9 @@ public:
   /// replacement fails to start.
   RestartReport restart(
       std::chrono::milliseconds idleBound = std::chrono::milliseconds(2000));
+  /// Whether a worker process is known to be dead (died, or was declared
+  /// dead as silent) and not yet replaced by restart(). Cheap: no lock.
+  bool hasDeadWorker() const;
 
   /// For tests: messages sent to workers, and requests whose reply was awaited.
   uint64_t messagesSent() const;
