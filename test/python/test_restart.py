@@ -15,7 +15,7 @@ import pytest
 
 from conftest import backend_name, subprocess_env
 
-pytestmark = pytest.mark.skipif(backend_name() != "cluster", reason="needs worker processes")
+needs_workers = pytest.mark.skipif(backend_name() != "cluster", reason="needs worker processes")
 
 # Helpers for the child scripts: the worker processes of this interpreter,
 # the ranks each hosts, and a kill that returns the victim's ranks.
@@ -77,6 +77,7 @@ def assert_all_gone(out, seconds=5):
     raise AssertionError(f"worker processes left behind: {alive}")
 
 
+@needs_workers
 def test_killed_worker_is_replaced_lost_tensors_raise_and_survivors_keep_values():
     r = run_script("""
         dtorch.init(world_size=4, num_processes=2, cache_dir="")
@@ -153,6 +154,7 @@ def test_killed_worker_is_replaced_lost_tensors_raise_and_survivors_keep_values(
     assert_all_gone(out)
 
 
+@needs_workers
 def test_restart_without_a_failure_keeps_everything():
     r = run_script("""
         dtorch.init(world_size=4, num_processes=2, cache_dir="")
@@ -177,6 +179,7 @@ def test_restart_without_a_failure_keeps_everything():
     assert_all_gone(out)
 
 
+@needs_workers
 def test_stopped_worker_is_replaced_after_the_idle_timeout():
     r = run_script("""
         dtorch.init(world_size=4, num_processes=2, cache_dir="")
@@ -214,6 +217,7 @@ def test_stopped_worker_is_replaced_after_the_idle_timeout():
     assert_all_gone(out)
 
 
+@needs_workers
 def test_training_continues_with_the_losses_of_a_run_without_the_fault():
     # A small MLP, data parallel on "dp" and tensor parallel on "tp", trained
     # with SGD; the fault run kills a worker before step 4, restarts, puts the
@@ -288,6 +292,7 @@ def test_training_continues_with_the_losses_of_a_run_without_the_fault():
     assert lines_starting(auto, "losses")[0].split()[1:] == want, auto
 
 
+@needs_workers
 def test_automatic_restart_replaces_a_dead_worker_before_the_next_request():
     r = run_script("""
         dtorch.init(world_size=4, num_processes=2, cache_dir="", auto_restart=True)
@@ -327,6 +332,7 @@ def test_automatic_restart_replaces_a_dead_worker_before_the_next_request():
     assert_all_gone(out)
 
 
+@needs_workers
 def test_auto_restart_is_refused_with_workers_started_by_hand():
     r = run_script("""
         try:
@@ -337,6 +343,7 @@ def test_auto_restart_is_refused_with_workers_started_by_hand():
     assert "refused auto_restart needs the embedded cluster" in r.stdout, r.stdout + r.stderr
 
 
+@needs_workers
 def test_restart_names_a_gone_worker_started_by_hand():
     import socket
     from dtorch import _runtime
@@ -385,3 +392,29 @@ def test_restart_names_a_gone_worker_started_by_hand():
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_restart_on_the_in_process_backend_replaces_nothing():
+    # Runs whatever the test backend: ranks that are threads cannot be lost.
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import numpy as np
+        import dtorch
+        from dtorch import Shard
+        dtorch.init(world_size=4, backend="inprocess", cache_dir="")
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        x = dtorch.ones(8, 8, device_mesh=mesh, placements=[Shard(0)])
+        print("first", (x @ x).sum().item())
+        info = dtorch.restart()
+        print("restart", info.replaced_ranks, info.lost_tensors, dtorch._C.restart_count())
+        print("again", (x @ x).sum().item())
+        dtorch.shutdown()
+        try:
+            dtorch.restart()
+        except dtorch.DTorchError as e:
+            print("after shutdown", e)
+    """)], capture_output=True, text=True, timeout=60, cwd="/", env=subprocess_env())
+    out = r.stdout
+    assert "first 512.0" in out and "again 512.0" in out, out + r.stderr
+    assert "restart () 0 1" in out, out
+    assert "after shutdown dtorch is not initialized" in out, out
+
