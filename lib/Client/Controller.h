@@ -73,6 +73,11 @@ public:
   void autoRestartBeforeReporting();
   /// Restarts so far (explicit and automatic).
   uint64_t restartCount() const { return restartCount_; }
+  /// Automatic restarts whose lost values are ready for takeAutoLost().
+  uint64_t autoRestartEpoch() const { return autoRestartEpoch_; }
+  /// The values lost by automatic restarts since the last call (any
+  /// thread): the session raises at an op on them, as after restart().
+  std::unordered_map<Handle, LostValue> takeAutoLost();
   /// Every global rank's buffer table (rt::MemoryStats), by rank, queued
   /// behind every request before it (so it reflects all work submitted so
   /// far); get() waits (from any thread) and throws a WorkerError.
@@ -173,6 +178,9 @@ private:
   /// Values lost by a restart, until freed; controller thread only.
   std::unordered_map<Handle, LostValue> lost_;
   std::atomic<bool> autoRestart_{false};
+  std::mutex autoLostMutex_;
+  std::unordered_map<Handle, LostValue> autoLost_; // guarded by autoLostMutex_
+  std::atomic<uint64_t> autoRestartEpoch_{0};
   std::atomic<uint64_t> restartCount_{0};
   std::atomic<size_t> liveCount_{0};
   std::atomic<size_t> compiles_{0};

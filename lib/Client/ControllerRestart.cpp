@@ -96,7 +96,13 @@ void Controller::autoRestartIfNeeded() {
   if (!autoRestart_ || !backend_->hasDeadWorker())
     return;
   try {
-    restartNow(std::chrono::milliseconds(2000));
+    RestartOutcome outcome = restartNow(std::chrono::milliseconds(2000));
+    {
+      std::lock_guard<std::mutex> lock(autoLostMutex_);
+      for (auto &[handle, lost] : outcome.lost)
+        autoLost_[handle] = std::move(lost);
+    }
+    ++autoRestartEpoch_;
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.autoRestarts;
   } catch (...) {
@@ -104,6 +110,13 @@ void Controller::autoRestartIfNeeded() {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::current_exception();
   }
+}
+
+std::unordered_map<Handle, LostValue> Controller::takeAutoLost() {
+  std::lock_guard<std::mutex> lock(autoLostMutex_);
+  std::unordered_map<Handle, LostValue> taken;
+  taken.swap(autoLost_);
+  return taken;
 }
 
 void Controller::autoRestartBeforeReporting() {

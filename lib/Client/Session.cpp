@@ -139,7 +139,13 @@ static const char *const kMetaMessage =
     "a meta tensor has no value: give it one first (module.to_empty() then "
     "reset_parameters(), load_state_dict(), or _assign())";
 
-void Session::checkNotLost(const TensorStorage &s) const {
+void Session::checkNotLost(const TensorStorage &s) {
+  uint64_t autoRestarts = controller_->autoRestartEpoch();
+  if (autoRestarts != seenAutoRestarts_) {
+    seenAutoRestarts_ = autoRestarts;
+    for (auto &[handle, lost] : controller_->takeAutoLost())
+      lost_[handle] = std::move(lost);
+  }
   if (lost_.empty())
     return;
   auto it = lost_.find(s.id);

@@ -307,6 +307,11 @@ def test_automatic_restart_replaces_a_dead_worker_before_the_next_request():
             print("noerror")
         except dtorch.WorkerError as e:
             print("error", type(e).__name__, e.rank)
+        try:
+            x * 2
+            print("op notlost")
+        except dtorch.LostTensorError as e:
+            print("op lost", e.rank)
         y = dtorch.ones(8, 8, device_mesh=mesh, placements=[Shard(1)])
         print("after", (y @ y).sum().item(), keep.sum().item())
         try:
@@ -326,7 +331,7 @@ def test_automatic_restart_replaces_a_dead_worker_before_the_next_request():
     err = lines_starting(out, "error")[0].split()
     assert err[1] in ("WorkerError", "LostTensorError") and err[2] in ("2", "3"), out
     assert "after 512.0 8.0" in out, out + r.stderr
-    assert "lost 2" in out, out
+    assert "op lost 2" in out and "\nlost 2" in out, out
     assert "stats 1 1 2" in out, out
     assert float(value_of(out, "shutdown")) < 2, out
     assert_all_gone(out)

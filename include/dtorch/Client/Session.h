@@ -448,8 +448,9 @@ private:
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
-  /// Throws the WorkerError of a value lost by restart().
-  void checkNotLost(const TensorStorage &s) const;
+  /// Throws the WorkerError of a value lost by restart() or an automatic
+  /// restart.
+  void checkNotLost(const TensorStorage &s);
   /// The autograd hook of addNode: records a GradRecord on `result` when
   /// grad mode is on and a differentiable operand requires grad.
   void recordGrad(const Tensor &result, const std::string &op,
@@ -491,6 +492,8 @@ private:
   bool shutDown_ = false;
   /// Values lost by restart(), until their storage is released.
   std::unordered_map<Handle, LostValue> lost_;
+  /// Automatic restarts whose lost values lost_ holds.
+  uint64_t seenAutoRestarts_ = 0;
 };
 
 /// For tests: ANDed into every segment's structural hash before the
