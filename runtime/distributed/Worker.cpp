@@ -862,10 +862,12 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       options.glooHost = value;
     else if (flag == "--ranks-on-host")
       options.ranksOnHost = parseInt(value, "--ranks-on-host");
-    else if (flag == "--generation")
-      options.generation =
-          static_cast<uint64_t>(parseInt(value, "--generation"));
-    else if (flag == "--ranks") {
+    else if (flag == "--generation") {
+      int generation = parseInt(value, "--generation");
+      if (generation < 0)
+        throw RuntimeError("--generation must not be negative");
+      options.generation = static_cast<uint64_t>(generation);
+    } else if (flag == "--ranks") {
       size_t dash = value.find('-');
       int first = parseInt(value.substr(0, dash), "--ranks");
       int last = dash == std::string::npos

@@ -7,6 +7,7 @@
 #include "TestSupport.h"
 
 #include "dtorch/runtime/Cluster.h"
+#include "dtorch/runtime/Worker.h"
 
 #include <csignal>
 #include <optional>
@@ -203,6 +204,30 @@ TEST(ClusterRestart, StoppedSurvivorIsReplacedAfterTheIdleBound) {
   }
   for (int64_t pid : pids)
     EXPECT_FALSE(processAlive(pid)) << "pid " << pid << " left behind";
+}
+
+WorkerOptions parseArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), "dtorch-worker");
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  return parseWorkerArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ClusterRestart, WorkerTakesTheGenerationOfARestart) {
+  std::vector<std::string> base = {
+      "--connect", "tcp://127.0.0.1:1", "--token", "t", "--ranks",
+      "0-1",       "--world-size",      "4"};
+  EXPECT_EQ(parseArgs(base).generation, 0u);
+  std::vector<std::string> restarted = base;
+  restarted.insert(restarted.end(), {"--generation", "7"});
+  EXPECT_EQ(parseArgs(restarted).generation, 7u);
+  std::vector<std::string> invalid = base;
+  invalid.insert(invalid.end(), {"--generation", "x"});
+  EXPECT_THROW(parseArgs(invalid), RuntimeError);
+  std::vector<std::string> negative = base;
+  negative.insert(negative.end(), {"--generation", "-1"});
+  EXPECT_THROW(parseArgs(negative), RuntimeError);
 }
 
 } // namespace
