@@ -635,11 +635,25 @@ void Cluster::Impl::resetSurvivors(std::chrono::milliseconds idleBound) {
       throw RuntimeError("restart: the cluster is shutting down");
     if (resetWaiting.empty())
       return;
+    // Silent ones (no heartbeat either: stopped, or hung whole) go first: a
+    // survivor waiting for them in a collective becomes idle once they are
+    // gone, and answers the next round. Busy ones that still beat go only
+    // when no silent one is left.
+    auto now = Clock::now();
+    std::vector<size_t> silent, busy;
+    for (size_t index : resetWaiting)
+      (now - workers[index].lastHeard > 2 * options.heartbeatInterval ? silent
+                                                                      : busy)
+          .push_back(index);
+    bool stopped = !silent.empty();
     std::string reason = "did not become idle within " +
                          std::to_string(idleBound.count()) +
-                         " ms of the restart (stuck in a collective or a "
-                         "kernel?)";
-    for (size_t index : resetWaiting) {
+                         " ms of the restart (" +
+                         (stopped ? "silent: stopped or hung"
+                                  : "stuck in a collective or a "
+                                    "kernel?") +
+                         ")";
+    for (size_t index : stopped ? silent : busy) {
       WorkerInfo &w = workers[index];
       if (!embedded) {
         markDead(index, reason);

@@ -218,6 +218,46 @@ def test_stopped_worker_is_replaced_after_the_idle_timeout():
 
 
 @needs_workers
+def test_survivor_waiting_for_a_stopped_worker_is_kept():
+    # Ranks 2-3's process is stopped while ranks 0-1 wait for it in a
+    # collective: the silent one is replaced, the waiting one then becomes
+    # idle (its peer is gone) and keeps its tensors.
+    r = run_script("""
+        dtorch.init(world_size=4, num_processes=2, cache_dir="")
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        low = dtorch.DeviceMesh("cpu", [0, 1])
+        x = dtorch.ones(64, 64, device_mesh=mesh, placements=[Shard(0)])
+        keep = dtorch.full((4,), 2.0, device_mesh=low, placements=[Shard(0)])
+        print("first", (x @ x).sum().item(), keep.sum().item())
+        kill_worker_of(3, signal.SIGSTOP)
+        pending = (x @ x).sum().numpy_async()   # ranks 0-1 wait for 2-3
+        time.sleep(0.3)
+        t = time.time()
+        info = dtorch.restart(idle_timeout=2.0)
+        print("restart", f"{time.time() - t:.3f}", info.replaced_ranks)
+        try:
+            pending.result(timeout=10)
+        except dtorch.WorkerError as e:
+            print("pending", e.rank, "silent" in str(e))
+        print("keep", keep.sum().item())
+        x = dtorch.ones(64, 64, device_mesh=mesh, placements=[Shard(0)])
+        print("after", (x @ x).sum().item())
+        report_seen()
+        dtorch.shutdown()
+    """)
+    out = r.stdout
+    print(out)
+    assert "first 262144.0 8.0" in out, out + r.stderr
+    line = lines_starting(out, "restart")[0]
+    assert line.endswith("(2, 3)"), out + r.stderr
+    assert float(line.split()[1]) < 6, line
+    assert "pending 2 True" in out, out
+    assert "keep 8.0" in out, out
+    assert "after 262144.0" in out, out + r.stderr
+    assert_all_gone(out)
+
+
+@needs_workers
 def test_training_continues_with_the_losses_of_a_run_without_the_fault():
     # A small MLP, data parallel on "dp" and tensor parallel on "tp", trained
     # with SGD; the fault run kills a worker before step 4, restarts, puts the

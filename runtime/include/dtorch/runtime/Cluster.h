@@ -123,7 +123,9 @@ public:
   /// every surviving worker finishes the work sent before, then rebuilds its
   /// communicators under a new rendezvous generation and keeps its tensors
   /// and programs; a survivor that does not do so within `idleBound` (it is
-  /// stuck, e.g. in a collective with a dead peer) is killed. Every dead or
+  /// stuck, e.g. in a collective with a dead peer) is killed: the silent
+  /// ones (no heartbeat) first, then, when a further round still leaves
+  /// some unanswered, the busy ones. Every dead or
   /// killed worker process is then replaced by a fresh one hosting the same
   /// ranks (new handshake, nothing uploaded), and errors queued so far are
   /// dropped. Waits for all of it (up to 30 s for a new process's handshake).
