@@ -163,9 +163,12 @@ struct Generation {
   bool glooStarted = false;
 };
 
-// The rendezvous keys of generation `number` start with this prefix.
+// The rendezvous keys of generation `number` start with this prefix: the
+// first generation's are those of a world that never restarted, and a later
+// one's add a component that no key of the transports starts with.
 std::string generationPrefix(const char *transport, uint64_t number) {
-  return std::string(transport) + "/g" + std::to_string(number) + "/world";
+  std::string prefix = std::string(transport) + "/world";
+  return number == 0 ? prefix : prefix + "/g" + std::to_string(number);
 }
 
 class Worker {
