@@ -45,7 +45,9 @@ def _curve_keys(curve, workers):
     is off."""
     if curve is None:
         secret_file = os.environ.get("DTORCH_CURVE_SECRET_KEY_FILE")
-        if not secret_file:
+        if not secret_file or not workers:
+            # The environment's keys are for workers started by hand; the
+            # embedded cluster stays on loopback without them.
             return "", []
         files = [f for f in os.environ.get("DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES", "").split(",") if f]
         curve = {"secret_key_file": secret_file, "worker_public_key_files": files}

@@ -119,6 +119,8 @@ def test_embedded_cluster_is_loopback_only_and_its_token_is_not_on_any_command_l
         assert worker["sockets"], f"worker {pid} has no TCP socket"
         for ip, port, state in worker["sockets"]:
             assert ip == "127.0.0.1", (pid, ip, port, state)
+        # Connected groups leave no collective port open for a stray process.
+        assert not [s for s in worker["sockets"] if s[2] == "LISTEN"], worker["sockets"]
     listening = [s for s in report["client"] if s[2] == "LISTEN"]
     assert listening, "the controller's socket listens"
     for ip, port, state in report["client"]:
@@ -249,6 +251,13 @@ def test_curve_settings_are_checked_before_connecting(tmp_path):
     import dtorch
     with pytest.raises(ValueError, match="workers started by hand"):
         dtorch._runtime._curve_keys({"secret_key_file": "x", "worker_public_key_files": ["y"]}, [])
+    # Keys in the environment are for workers started by hand: the embedded
+    # cluster ignores them.
+    os.environ["DTORCH_CURVE_SECRET_KEY_FILE"] = str(tmp_path / "absent.key")
+    try:
+        assert dtorch._runtime._curve_keys(None, []) == ("", [])
+    finally:
+        del os.environ["DTORCH_CURVE_SECRET_KEY_FILE"]
     with pytest.raises(ValueError, match="one per worker"):
         dtorch._runtime._curve_keys({"secret_key_file": "x", "worker_public_key_files": ["a", "b"]},
                                     ["tcp://h:1", "tcp://h:2", "tcp://h:3"])

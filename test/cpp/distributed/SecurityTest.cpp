@@ -391,6 +391,16 @@ TEST_F(HandStartedWorker, RefusesAbsurdSizesWithErrorRepliesAndStaysUp) {
   EXPECT_EQ(synced.body_case(), wire::Envelope::kSyncReply);
   EXPECT_EQ(synced.request_id(), 14u);
   EXPECT_TRUE(processAlive(worker_.pid));
+  // Nothing of those sizes was allocated: the worker's peak resident memory
+  // stays far below them.
+  std::ifstream status("/proc/" + std::to_string(worker_.pid) + "/status");
+  std::string line;
+  int64_t peakKiB = -1;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      peakKiB = std::stoll(line.substr(6));
+  EXPECT_GT(peakKiB, 0);
+  EXPECT_LT(peakKiB, int64_t(2) << 20) << "peak resident KiB";
 }
 
 // Polls `monitor` until a handshake failure shows up (or `limit` passes).
