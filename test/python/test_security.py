@@ -235,6 +235,7 @@ def test_curve_worker_serves_only_the_controllers_key(tmp_path):
                                 "worker_public_key_files": [str(tmp_path / "stranger.pub")]})
         assert "WorkerError" in wrong_server and "handshake" in wrong_server, wrong_server
         for text in (stranger, plain, wrong_server):
+            print("\n" + text.strip())
             seconds = float(text.split("WorkerError", 1)[1].split()[0])
             assert seconds < 10, text
             assert "curve-tok" not in text
