@@ -98,6 +98,8 @@ std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &c) {
   o.workerExecutable = c.workerExecutable;
   o.workerAddresses = c.workerAddresses;
   o.token = c.token;
+  o.curveSecretKey = c.curveSecretKey;
+  o.curveWorkerPublicKeys = c.curveWorkerPublicKeys;
   return std::make_unique<ClusterBackend>(o);
 }
 

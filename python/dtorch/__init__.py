@@ -10,7 +10,7 @@
 import numpy as _np
 
 from . import _C
-from ._runtime import init, shutdown
+from ._runtime import generate_curve_keypair, init, shutdown
 from .device_mesh import DeviceMesh, init_device_mesh
 from .errors import CollectiveTimeout, DTorchError, OutOfMemoryError, WorkerError
 from .placement_types import Partial, Placement, Replicate, Shard

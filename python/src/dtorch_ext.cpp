@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/BlasInfo.h"
+#include "dtorch/Client/CurveKeys.h"
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
@@ -440,7 +441,9 @@ NB_MODULE(_C, m) {
       "init",
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
-         const std::string &token, const std::string &programCacheDir) {
+         const std::string &token, const std::string &programCacheDir,
+         const std::string &curveSecretKey,
+         const std::vector<std::string> &curveWorkerPublicKeys) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -451,6 +454,8 @@ NB_MODULE(_C, m) {
         o.workerExecutable = workerExe;
         o.workerAddresses = workers;
         o.token = token;
+        o.curveSecretKey = curveSecretKey;
+        o.curveWorkerPublicKeys = curveWorkerPublicKeys;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -458,7 +463,22 @@ NB_MODULE(_C, m) {
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
-      nb::arg("program_cache_dir") = "");
+      nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
+      nb::arg("curve_worker_public_keys") = std::vector<std::string>{});
+  // CURVE keys (runtime/include/dtorch/runtime/Security.h).
+  m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
+  m.def(
+      "write_curve_keypair",
+      [](const std::string &prefix) {
+        return dtorch::client::writeCurveKeyPair(prefix);
+      },
+      nb::arg("prefix"));
+  m.def(
+      "read_curve_key_file",
+      [](const std::string &path, const std::string &what) {
+        return dtorch::client::readCurveKeyFile(path, what);
+      },
+      nb::arg("path"), nb::arg("what"));
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {

@@ -2,7 +2,9 @@
 #include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
+#include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -144,6 +146,8 @@ struct Cluster::Impl {
   std::map<std::string, std::string> store;
   std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>
       parkedGets;
+  size_t storeBytes = 0;
+  std::unique_ptr<HandshakeMonitor> handshakes; // manual mode
 
   void post(size_t worker, const wire::Envelope &message) {
     postBytes(worker, encodeEnvelope(message));
@@ -231,6 +235,26 @@ struct Cluster::Impl {
     changed.notify_all();
   }
 
+  /// Empty when a worker may set `key` to `value` in the store; else why
+  /// not (the collective secret is the controller's, sizes are bounded).
+  std::string checkStoreSet(const std::string &key,
+                            const std::string &value) const {
+    if (key == kCollectiveSecretKey)
+      return "store key '" + key + "' is reserved for the controller";
+    if (key.size() > kMaxStoreKeyBytes || value.size() > kMaxStoreValueBytes)
+      return "store entry refused: key of " + std::to_string(key.size()) +
+             " bytes or value of " + std::to_string(value.size()) +
+             " bytes exceeds the limits (" + std::to_string(kMaxStoreKeyBytes) +
+             ", " + std::to_string(kMaxStoreValueBytes) + ")";
+    if (!store.count(key) &&
+        (store.size() >= kMaxStoreKeys ||
+         storeBytes + key.size() + value.size() > kMaxStoreTotalBytes))
+      return "store entry refused: the store is full";
+    return "";
+  }
+  /// Manual mode: a worker's refused handshake (wrong CURVE key, mechanism
+  /// mismatch) fails the start, naming the worker's address.
+  void checkHandshakes();
   void ioMain();
   void onMessage(const std::string &id, const zmq::message_t &payload);
   void onHello(const std::string &id, const wire::Hello &hello);
@@ -430,7 +454,14 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
   }
   case wire::Envelope::kKvSet: {
     const std::string &key = e.kv_set().key();
-    store[key] = e.kv_set().value();
+    if (std::string refused = checkStoreSet(key, e.kv_set().value());
+        !refused.empty()) {
+      replyError(workers[index].id, requestId, refused);
+      return;
+    }
+    std::string &slot = store[key];
+    storeBytes += key.size() + e.kv_set().value().size() - slot.size();
+    slot = e.kv_set().value();
     auto parked = parkedGets.find(key);
     if (parked == parkedGets.end())
       return;
@@ -448,6 +479,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     const std::string &key = e.kv_get().key();
     auto found = store.find(key);
     std::string peer = workers[index].id;
+    if (key.size() > kMaxStoreKeyBytes ||
+        (found == store.end() && parkedGets.size() >= kMaxStoreKeys)) {
+      replyError(peer, requestId,
+                 "store request refused: key too long or "
+                 "too many waiting keys");
+      return;
+    }
     if (found == store.end()) {
       parkedGets[key].emplace_back(peer, requestId);
       return;
@@ -542,6 +580,34 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
   }
 }
 
+void Cluster::Impl::checkHandshakes() {
+  if (!handshakes)
+    return;
+  std::vector<HandshakeMonitor::Failure> failures = handshakes->poll();
+  if (failures.empty())
+    return;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const HandshakeMonitor::Failure &failure : failures) {
+    if (ready || !startupError.empty())
+      break;
+    // The worker connected to at that endpoint; else the first one still
+    // waiting (an endpoint may be spelled differently once resolved).
+    const WorkerInfo *failed = nullptr;
+    for (const WorkerInfo &w : workers)
+      if (!w.authenticated && w.address == failure.endpoint)
+        failed = &w;
+    for (const WorkerInfo &w : workers)
+      if (!failed && !w.authenticated)
+        failed = &w;
+    if (!failed)
+      continue;
+    startupError = "the connection to the worker at " + failed->address +
+                   " failed its handshake: " + failure.reason;
+    startupErrorRank = std::max(0, failed->firstRank);
+  }
+  changed.notify_all();
+}
+
 void Cluster::Impl::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -585,6 +651,13 @@ void Cluster::Impl::ioMain() {
     transport.heartbeatInterval = options.heartbeatInterval;
     transport.peerTimeout = options.peerTimeout;
     configureSocket(*socket, transport);
+    {
+      // The secret of the workers' collective data links: only workers that
+      // authenticated can read it (GlooOptions::pairSecret).
+      std::string secret = randomToken() + randomToken();
+      storeBytes += secret.size();
+      store[kCollectiveSecretKey] = std::move(secret);
+    }
     if (embedded) {
       socket->bind("tcp://127.0.0.1:0");
       std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
@@ -593,22 +666,38 @@ void Cluster::Impl::ioMain() {
           std::min<int64_t>(3000, options.peerTimeout.count()));
       std::lock_guard<std::mutex> lock(mutex);
       for (auto &w : workers) {
+        // The token travels through a pipe on descriptor 3: the command
+        // line is visible to every user (`ps`).
         w.child = detail::spawnProcess(
-            exe, {"--connect", endpoint, "--token", token, "--ranks",
-                  std::to_string(w.firstRank) + "-" +
-                      std::to_string(w.firstRank + w.numRanks - 1),
-                  "--world-size", std::to_string(worldSize),
-                  // Every embedded worker runs on this host.
-                  "--ranks-on-host", std::to_string(worldSize),
-                  "--controller-timeout-ms", std::to_string(controllerTimeout),
-                  "--collective-timeout-ms",
-                  std::to_string(options.collectiveTimeout.count())});
+            exe,
+            {"--connect", endpoint, "--token-fd", "3", "--ranks",
+             std::to_string(w.firstRank) + "-" +
+                 std::to_string(w.firstRank + w.numRanks - 1),
+             "--world-size", std::to_string(worldSize),
+             // Every embedded worker runs on this host.
+             "--ranks-on-host", std::to_string(worldSize),
+             "--controller-timeout-ms", std::to_string(controllerTimeout),
+             "--collective-timeout-ms",
+             std::to_string(options.collectiveTimeout.count())},
+            token);
       }
     } else {
       std::lock_guard<std::mutex> lock(mutex);
+      handshakes =
+          std::make_unique<HandshakeMonitor>(*context, *socket, "controller");
+      const auto &keys = options.curveWorkerPublicKeys;
+      if (!options.curveSecretKey.empty() && keys.size() != 1 &&
+          keys.size() != workers.size())
+        throw RuntimeError("CURVE needs one worker public key, or one per "
+                           "worker address (" +
+                           std::to_string(workers.size()) + "), got " +
+                           std::to_string(keys.size()));
       for (size_t i = 0; i < workers.size(); ++i) {
         workers[i].id = "w" + std::to_string(i);
         socket->set(zmq::sockopt::connect_routing_id, workers[i].id);
+        if (!options.curveSecretKey.empty())
+          makeCurveClient(*socket, options.curveSecretKey,
+                          keys.size() == 1 ? keys[0] : keys[i]);
         socket->connect(workers[i].address);
         wire::Envelope hello = envelope();
         *hello.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
@@ -681,6 +770,7 @@ void Cluster::Impl::ioMain() {
           sendTo(w.id, bytes);
     }
     checkHealth(started);
+    checkHandshakes();
   }
   if (socket)
     stopWorkers();
@@ -689,6 +779,7 @@ void Cluster::Impl::ioMain() {
       if (w.child > 0)
         detail::killAndReap(w.child);
   }
+  handshakes.reset(); // before the context, which waits for its sockets
   socket.reset();
   context.reset();
 }

@@ -81,6 +81,8 @@ struct ClusterConfig {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token;
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 

@@ -246,6 +246,10 @@ struct SessionOptions {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token; // shared secret of workers started by hand
+  /// CURVE with workers started by hand (rt::ClusterOptions): this
+  /// controller's secret key and the workers' public keys (Z85).
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
   size_t maxSegmentNodes = 2048;
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.
