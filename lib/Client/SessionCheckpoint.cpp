@@ -8,6 +8,7 @@
 
 #include "Controller.h"
 #include "SessionSupport.h"
+#include "dtorch/Client/CheckpointFiles.h"
 
 #include <cstdio>
 #include <map>
@@ -209,6 +210,45 @@ Session::loadShards(const std::vector<wire::CheckpointTensor> &saved,
   flush();
   sendAll(*controller_, requests, std::move(created), "load");
   return out;
+}
+
+namespace {
+
+template <class Fn> auto asDTorchError(Fn &&fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const rt::CheckpointError &e) {
+    throw DTorchError(e.what());
+  }
+}
+
+} // namespace
+
+uint32_t checkpointFormatVersion() { return rt::kCheckpointFormatVersion; }
+
+wire::CheckpointMetadata readCheckpointMetadata(std::string_view bytes) {
+  return asDTorchError([&] { return rt::readCheckpointMetadata(bytes); });
+}
+
+void writeCheckpointMetadata(const std::string &path,
+                             const wire::CheckpointMetadata &metadata) {
+  asDTorchError([&] {
+    rt::writeFileSynced(path, rt::writeCheckpointMetadata(metadata));
+  });
+}
+
+void writeCheckpointFile(const std::string &path, std::string_view bytes) {
+  asDTorchError([&] { rt::writeFileSynced(path, bytes); });
+}
+
+uint64_t checkpointChecksum(std::string_view bytes) {
+  return rt::checksumBytes(bytes.data(), bytes.size());
+}
+
+std::string commitCheckpointFolder(const std::string &staging,
+                                   const std::string &target) {
+  return asDTorchError(
+      [&] { return rt::commitCheckpointFolder(staging, target); });
 }
 
 } // namespace dtorch::client

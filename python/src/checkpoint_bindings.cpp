@@ -9,9 +9,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dtorch/Client/CheckpointFiles.h"
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
-#include "dtorch/runtime/Checkpoint.h"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
@@ -74,16 +74,6 @@ wire::CheckpointTensor fromDict(const nb::dict &d) {
   return t;
 }
 
-/// The runtime's checkpoint errors are the user's ValueError only where
-/// the input is theirs; a bad file is a DTorchError with its message.
-template <class Fn> auto asDTorchError(Fn &&fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const rt::CheckpointError &e) {
-    throw DTorchError(e.what());
-  }
-}
-
 } // namespace
 
 void bindCheckpoint(nb::module_ &m, Session &(*session)()) {
@@ -122,10 +112,8 @@ void bindCheckpoint(nb::module_ &m, Session &(*session)()) {
   m.def(
       "checkpoint_read_metadata",
       [](nb::bytes data) {
-        wire::CheckpointMetadata metadata = asDTorchError([&] {
-          return rt::readCheckpointMetadata(
-              std::string_view(data.c_str(), data.size()));
-        });
+        wire::CheckpointMetadata metadata =
+            readCheckpointMetadata(std::string_view(data.c_str(), data.size()));
         nb::list tensors;
         for (const wire::CheckpointTensor &t : metadata.tensors())
           tensors.append(toDict(t));
@@ -137,14 +125,12 @@ void bindCheckpoint(nb::module_ &m, Session &(*session)()) {
       [](const std::string &path, const nb::list &entries,
          const std::string &objectsJson) {
         wire::CheckpointMetadata metadata;
-        metadata.set_format_version(rt::kCheckpointFormatVersion);
+        metadata.set_format_version(checkpointFormatVersion());
         for (nb::handle h : entries)
           *metadata.add_tensors() = fromDict(nb::cast<nb::dict>(h));
         metadata.set_objects_json(objectsJson);
-        std::string text = asDTorchError(
-            [&] { return rt::writeCheckpointMetadata(metadata); });
         nb::gil_scoped_release release;
-        asDTorchError([&] { rt::writeFileSynced(path, text); });
+        writeCheckpointMetadata(path, metadata);
       },
       "Validates the entries and writes the metadata file, synced.");
   m.def(
@@ -152,21 +138,20 @@ void bindCheckpoint(nb::module_ &m, Session &(*session)()) {
       [](const std::string &path, nb::bytes data) {
         std::string bytes(data.c_str(), data.size());
         nb::gil_scoped_release release;
-        asDTorchError([&] { rt::writeFileSynced(path, bytes); });
+        writeCheckpointFile(path, bytes);
       },
       "Writes a file and syncs it.");
   m.def(
       "checkpoint_checksum",
       [](nb::bytes data) {
-        return rt::checksumBytes(data.c_str(), data.size());
+        return checkpointChecksum(std::string_view(data.c_str(), data.size()));
       },
       "The chunk checksum (FNV-1a, 64 bits) of some bytes.");
   m.def(
       "checkpoint_commit",
       [](const std::string &staging, const std::string &target) {
         nb::gil_scoped_release release;
-        return asDTorchError(
-            [&] { return rt::commitCheckpointFolder(staging, target); });
+        return commitCheckpointFolder(staging, target);
       },
       "Moves a complete staging folder to `target` atomically; returns the "
       "path now holding the previous checkpoint ('' when none).");
