@@ -143,6 +143,14 @@ def load_safetensors(path):
 
     Raises:
         ValueError: the file is not a valid safetensors file.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np, dtorch
+        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        >>> dtorch.save_safetensors({"w": np.eye(2, dtype=np.float32)}, path)
+        >>> dtorch.load_safetensors(path)["w"].tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
     """
     with open(os.fspath(path), "rb") as f:
         raw = f.read()
@@ -203,6 +211,14 @@ def set_rng_state(new_state):
 
     Raises:
         ValueError: not two non-negative integers.
+
+    Example:
+        >>> import dtorch
+        >>> state = dtorch.get_rng_state()
+        >>> first = dtorch.rand(2).numpy()
+        >>> dtorch.set_rng_state(state)
+        >>> bool((dtorch.rand(2).numpy() == first).all())
+        True
     """
     from . import _runtime
     values = np.asarray(new_state).reshape(-1)

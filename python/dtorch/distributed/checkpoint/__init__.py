@@ -151,7 +151,17 @@ def read_metadata(checkpoint_id):
     the tensor entries by key (dtype, shape, chunks) and the saved state's
     structure with `TensorRef` leaves. Raises FileNotFoundError when there
     is no complete checkpoint there, DTorchError or ValueError when its
-    metadata is corrupt."""
+    metadata is corrupt.
+
+    Example:
+        >>> import tempfile, os, numpy as np
+        >>> import dtorch.distributed.checkpoint as dcp
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+        >>> dcp.save({"a": np.zeros((2, 3), np.float32), "lr": 0.1}, checkpoint_id=path)
+        >>> entries, structure = dcp.read_metadata(path)
+        >>> entries["a"]["shape"], structure["lr"]
+        ([2, 3], 0.1)
+    """
     folder = os.path.abspath(os.fspath(checkpoint_id))
     path = os.path.join(folder, METADATA_FILE)
     if not os.path.isdir(folder):
@@ -300,7 +310,7 @@ def load(state_dict, *, checkpoint_id, storage_reader=None, planner=None,
         >>> import dtorch, dtorch.distributed.checkpoint as dcp
         >>> from dtorch import Shard, Replicate
         >>> mesh = dtorch.init_device_mesh("cpu", (2,))
-        >>> w = dtorch.distribute_tensor(np.arange(6.0).reshape(3, 2), mesh, [Shard(0)])
+        >>> w = dtorch.distribute_tensor(np.arange(6, dtype=np.float32).reshape(3, 2), mesh, [Shard(0)])
         >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
         >>> dcp.save({"w": w, "step": 3}, checkpoint_id=path)
         >>> state = {"w": dtorch.zeros(3, 2, device_mesh=mesh, placements=[Shard(1)]),
