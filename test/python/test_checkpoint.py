@@ -174,35 +174,32 @@ def test_optimizer_state_and_python_values_round_trip(meshes, tmp_path):
     randomize(model, 4)
     parallelize_module(model, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
     opt = dtorch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    sched = dtorch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5) \
-        if hasattr(dtorch.optim, "lr_scheduler") and hasattr(dtorch.optim.lr_scheduler, "StepLR") \
-        else None
+    sched = dtorch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
     x = dtorch.distribute_tensor(np.random.default_rng(5).standard_normal((4, 7)), mesh,
                                  [Shard(0), Replicate()])
     for _ in range(2):
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
-        if sched:
-            sched.step()
+        sched.step()
     state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 2,
              "note": "hello", "nested": {"t": (1, 2.5), 3: [None, True, float("inf")]},
-             "rng": dtorch.get_rng_state()}
-    if sched:
-        state["sched"] = sched.state_dict()
+             "rng": dtorch.get_rng_state(), "sched": sched.state_dict()}
     dcp.save(state, checkpoint_id=tmp_path / "opt")
     want_optim = {i: {k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in s.items()}
                   for i, s in opt.state_dict()["state"].items()}
 
     fresh = MLP()
     fully_shard(fresh, mesh=meshes["4"])
-    fresh_opt = dtorch.optim.AdamW(fresh.parameters(), lr=1.0)
+    fresh_opt = dtorch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    fresh_sched = dtorch.optim.lr_scheduler.CosineAnnealingLR(fresh_opt, T_max=10)
     target = {"model": fresh.state_dict(), "optim": fresh_opt.state_dict(), "step": 0,
-              "note": None, "nested": {}, "rng": None}
-    if sched:
-        target["sched"] = None
+              "note": None, "nested": {}, "rng": None, "sched": fresh_sched.state_dict()}
     dcp.load(target, checkpoint_id=tmp_path / "opt")
     fresh_opt.load_state_dict(target["optim"])
+    fresh_sched.load_state_dict(target["sched"])
+    assert fresh_sched.last_epoch == sched.last_epoch == 2
+    assert fresh_sched.get_last_lr() == sched.get_last_lr()
     assert target["step"] == 2 and target["note"] == "hello"
     assert target["nested"] == {"t": (1, 2.5), 3: [None, True, float("inf")]}
     assert target["rng"].tolist() == state["rng"].tolist()
