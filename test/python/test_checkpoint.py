@@ -296,7 +296,8 @@ def test_safetensors_are_read_by_the_safetensors_package(meshes, tmp_path):
     w = rng.standard_normal((6, 5)).astype(np.float32)
     half = rng.standard_normal(7).astype(ml_dtypes.bfloat16)
     state = {"layer": {"w": dtorch.distribute_tensor(w, mesh, [Shard(0), Shard(1)]),
-                       "b": dtorch.tensor(half, device_mesh=mesh, placements=[Shard(0), Replicate()],
+                       "b": dtorch.tensor(half, device_mesh=mesh,
+                                          placements=[Shard(0), Replicate()],
                                           dtype=dtorch.bfloat16)},
              "ids": np.arange(4, dtype=np.int64),
              "mask": dtorch.tensor(np.array([True, False, True]), device_mesh=mesh)}
@@ -499,3 +500,18 @@ def test_resumed_training_gives_bitwise_the_same_losses(tmp_path, fusion):
     assert sorted(resumed) == [4, 5, 6, 7]
     assert {s: full[s] for s in resumed} == resumed, (full, resumed)
     assert len(set(full.values())) == 8  # the losses move
+
+
+def test_arrays_and_dtensors_load_into_each_other(meshes, tmp_path):
+    mesh = meshes["2x2"]
+    a = np.arange(30, dtype=np.float32).reshape(6, 5)
+    b = np.arange(12, dtype=np.int64).reshape(3, 4)
+    dcp.save({"from_array": a,
+              "from_dtensor": dtorch.distribute_tensor(b, mesh, [Shard(1), Shard(0)])},
+             checkpoint_id=tmp_path / "c")
+    target = {"from_array": dtorch.zeros(6, 5, device_mesh=mesh, placements=[Shard(1), Shard(0)]),
+              "from_dtensor": np.zeros((3, 4), np.int64)}
+    dcp.load(target, checkpoint_id=tmp_path / "c")
+    np.testing.assert_array_equal(target["from_array"].numpy(), a)
+    assert isinstance(target["from_dtensor"], np.ndarray)
+    np.testing.assert_array_equal(target["from_dtensor"], b)

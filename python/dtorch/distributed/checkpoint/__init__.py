@@ -310,7 +310,8 @@ def load(state_dict, *, checkpoint_id, storage_reader=None, planner=None,
         >>> import dtorch, dtorch.distributed.checkpoint as dcp
         >>> from dtorch import Shard, Replicate
         >>> mesh = dtorch.init_device_mesh("cpu", (2,))
-        >>> w = dtorch.distribute_tensor(np.arange(6, dtype=np.float32).reshape(3, 2), mesh, [Shard(0)])
+        >>> a = np.arange(6, dtype=np.float32).reshape(3, 2)
+        >>> w = dtorch.distribute_tensor(a, mesh, [Shard(0)])
         >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
         >>> dcp.save({"w": w, "step": 3}, checkpoint_id=path)
         >>> state = {"w": dtorch.zeros(3, 2, device_mesh=mesh, placements=[Shard(1)]),
