@@ -166,7 +166,7 @@ std::string writeCheckpointMetadata(const wire::CheckpointMetadata &metadata) {
   validateMetadata(metadata, CheckpointLimits{});
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
+  options.add_whitespace = false; // one line: compact for large meshes
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
   auto status =

@@ -73,7 +73,7 @@ std::string errorOf(const wire::CheckpointMetadata &m) {
 TEST(CheckpointMetadata, RoundTripsThroughTheJsonFile) {
   wire::CheckpointMetadata m = validMetadata();
   std::string text = writeCheckpointMetadata(m);
-  EXPECT_NE(text.find("\"format_version\": 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"format_version\":1"), std::string::npos) << text;
   wire::CheckpointMetadata back = readCheckpointMetadata(text);
   EXPECT_EQ(back.SerializeAsString(), m.SerializeAsString());
 }
