@@ -515,3 +515,20 @@ def test_arrays_and_dtensors_load_into_each_other(meshes, tmp_path):
     np.testing.assert_array_equal(target["from_array"].numpy(), a)
     assert isinstance(target["from_dtensor"], np.ndarray)
     np.testing.assert_array_equal(target["from_dtensor"], b)
+
+
+def test_load_gives_a_meta_initialized_model_its_values_in_its_layout(meshes, tmp_path):
+    mesh = meshes["2x2"]
+    model = MLP()
+    randomize(model, 8)
+    want = values_of(model.state_dict())
+    dcp.save({"model": model.state_dict()}, checkpoint_id=tmp_path / "c")
+    with nn.meta_init():
+        big = MLP()
+    parallelize_module(big, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    with pytest.raises(ValueError, match="meta tensor"):
+        big.fc1.weight.numpy()
+    dcp.load({"model": big.state_dict()}, checkpoint_id=tmp_path / "c")
+    assert big.fc2.weight.placements == (Shard(1),)  # on mesh["tp"]
+    for k, v in want.items():
+        np.testing.assert_array_equal(big.state_dict()[k].numpy(), v, err_msg=k)
