@@ -146,7 +146,7 @@ void bindCheckpoint(nb::module_ &m, Session &(*session)()) {
       [](nb::bytes data) {
         return checkpointChecksum(std::string_view(data.c_str(), data.size()));
       },
-      "The chunk checksum (FNV-1a, 64 bits) of some bytes.");
+      "The chunk checksum (CRC-32, as zlib.crc32) of some bytes.");
   m.def(
       "checkpoint_commit",
       [](const std::string &staging, const std::string &target) {

@@ -9,6 +9,7 @@
 #include "dtorch/runtime/Checkpoint.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <limits>
@@ -135,13 +136,9 @@ bool isPlainFileName(std::string_view name) {
   return true;
 }
 
-uint64_t checksumBytes(const void *data, size_t size, uint64_t hash) {
-  const auto *bytes = static_cast<const unsigned char *>(data);
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= bytes[i];
-    hash *= 1099511628211ULL;
-  }
-  return hash;
+uint64_t checksumBytes(const void *data, size_t size, uint64_t crc) {
+  return crc32_z(static_cast<uLong>(crc),
+                 static_cast<const Bytef *>(size ? data : nullptr), size);
 }
 
 wire::CheckpointMetadata

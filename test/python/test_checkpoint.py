@@ -532,3 +532,24 @@ def test_load_gives_a_meta_initialized_model_its_values_in_its_layout(meshes, tm
     assert big.fc2.weight.placements == (Shard(1),)  # on mesh["tp"]
     for k, v in want.items():
         np.testing.assert_array_equal(big.state_dict()[k].numpy(), v, err_msg=k)
+
+
+def test_chunk_checksums_are_zlib_crc32_of_the_file_bytes(meshes, tmp_path):
+    import zlib
+    t = dtorch.distribute_tensor(np.arange(40.0).reshape(8, 5), meshes["2x2"],
+                                 [Shard(0), Shard(1)])
+    dcp.save({"t": t, "a": np.arange(3, dtype=np.int32)}, checkpoint_id=tmp_path / "c")
+    entries, _ = dcp.read_metadata(tmp_path / "c")
+    chunks = entries["t"]["chunks"] + entries["a"]["chunks"]
+    assert len(chunks) == 5
+    for chunk in chunks:
+        with open(tmp_path / "c" / chunk["file"], "rb") as f:
+            f.seek(chunk["byte_offset"])
+            data = f.read(chunk["byte_size"])
+        assert zlib.crc32(data) == chunk["checksum"]
+        piece = np.frombuffer(data, dtype=np.float64 if chunk in entries["t"]["chunks"]
+                              else np.int32).reshape(chunk["sizes"])
+        box = tuple(slice(o, o + s) for o, s in zip(chunk["offsets"], chunk["sizes"]))
+        want = np.arange(40.0).reshape(8, 5) if chunk in entries["t"]["chunks"] \
+            else np.arange(3, dtype=np.int32)
+        np.testing.assert_array_equal(piece, want[box])

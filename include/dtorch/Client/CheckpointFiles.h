@@ -28,7 +28,7 @@ void writeCheckpointMetadata(const std::string &path,
                              const wire::CheckpointMetadata &metadata);
 /// Writes `bytes` to `path` and syncs the file.
 void writeCheckpointFile(const std::string &path, std::string_view bytes);
-/// The chunk checksum (FNV-1a, 64 bits).
+/// The chunk checksum (CRC-32, as zlib.crc32).
 uint64_t checkpointChecksum(std::string_view bytes);
 /// rt::commitCheckpointFolder: `staging` replaces `target` atomically;
 /// returns the folder now holding the previous checkpoint ("" if none).

@@ -69,9 +69,9 @@ writeCheckpointMetadata(const ::dtorch::wire::CheckpointMetadata &metadata);
 /// Whether `name` may name a data file inside a checkpoint folder.
 bool isPlainFileName(std::string_view name);
 
-/// FNV-1a, 64 bits, of `size` bytes, continuing from `hash`.
-uint64_t checksumBytes(const void *data, size_t size,
-                       uint64_t hash = 14695981039346656037ULL);
+/// The CRC-32 (zlib's, as Python's zlib.crc32) of `size` bytes, continuing
+/// from `crc` (0 to start).
+uint64_t checksumBytes(const void *data, size_t size, uint64_t crc = 0);
 
 /// A box of a global tensor: [offsets, offsets + sizes).
 struct Box {
