@@ -13,7 +13,7 @@ APT_PACKAGES=(
   # request (DTORCH_BLAS=blis).
   libopenblas-dev libdnnl-dev libblis-dev
 )
-PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib)
+PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib safetensors)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

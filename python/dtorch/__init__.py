@@ -125,6 +125,8 @@ from . import nn  # noqa: E402
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
 from . import profiler  # noqa: E402,F401  (dtorch.profiler.profile)
+from ._serialization import (get_rng_state, load_safetensors,  # noqa: E402,F401
+                             save_safetensors, set_rng_state)
 
 
 def op_registry():

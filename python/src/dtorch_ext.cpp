@@ -403,6 +403,9 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
 
 } // namespace
 
+// python/src/checkpoint_bindings.cpp: dcp's entry points.
+void bindCheckpoint(nb::module_ &m, Session &(*session)());
+
 NB_MODULE(_C, m) {
   m.doc() = "DTorch's C++ core: the client session and its symbolic tensors";
 
@@ -617,6 +620,7 @@ NB_MODULE(_C, m) {
       "a dict with the client's events and every rank's, on the client's "
       "CLOCK_MONOTONIC (ns). An event is (name, category, location, detail, "
       "start_ns, end_ns, bytes, lane).");
+  bindCheckpoint(m, &session);
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

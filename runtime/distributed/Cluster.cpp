@@ -123,6 +123,7 @@ struct Cluster::Impl {
   PendingReplies<Tensor> fetches;
   PendingReplies<MemoryStats> statsRequests;
   PendingReplies<TraceChunk> traceRequests;
+  PendingReplies<wire::CheckpointReply> checkpointRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
   bool ready = false;
@@ -224,6 +225,8 @@ struct Cluster::Impl {
     fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     traceRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
+    checkpointRequests.failRanks(w.firstRank, w.numRanks, w.host,
+                                 w.deathReason);
     for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
@@ -414,6 +417,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       promise->set_value(traceChunkFromWire(e.trace_reply()));
     return;
   }
+  case wire::Envelope::kCheckpointReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::optional<std::promise<wire::CheckpointReply>> promise =
+            checkpointRequests.take(requestId))
+      promise->set_value(e.checkpoint_reply());
+    return;
+  }
   case wire::Envelope::kSyncReply: {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = syncs.find(requestId);
@@ -444,6 +454,11 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       }
       if (auto trace = traceRequests.take(requestId)) {
         trace->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
+      if (auto checkpoint = checkpointRequests.take(requestId)) {
+        checkpoint->set_exception(
             std::make_exception_ptr(WorkerError(rank, host, message)));
         return;
       }
@@ -992,6 +1007,13 @@ std::future<TraceChunk> Cluster::trace(int rank, TraceAction action,
                      });
 }
 
+std::future<wire::CheckpointReply>
+Cluster::checkpoint(const wire::CheckpointRequest &request) {
+  return sendRequest(
+      *impl_, request.rank(), &Impl::checkpointRequests,
+      [&](wire::Envelope &e) { *e.mutable_checkpoint() = request; });
+}
+
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   free(std::vector<int64_t>{rank}, handles);
 }
@@ -1076,6 +1098,7 @@ void Cluster::shutdown() {
   impl.fetches.failAll(hostOf, "the cluster was shut down");
   impl.statsRequests.failAll(hostOf, "the cluster was shut down");
   impl.traceRequests.failAll(hostOf, "the cluster was shut down");
+  impl.checkpointRequests.failAll(hostOf, "the cluster was shut down");
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;

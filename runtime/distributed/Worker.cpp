@@ -1,6 +1,7 @@
 #include "dtorch/runtime/Worker.h"
 
 #include "dtorch/runtime/Blas.h"
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
 #include "dtorch/runtime/RankState.h"
@@ -626,6 +627,24 @@ void Worker::dispatch(wire::Envelope &envelope) {
       reply.set_protocol_version(wire::PROTOCOL_VERSION);
       reply.set_request_id(requestId);
       traceChunkToWire(chunk, reply.mutable_trace_reply());
+      outbox_.push(reply);
+    });
+    return;
+  }
+  case wire::Envelope::kCheckpoint: {
+    // Queued behind the rank's earlier work: a save writes the values of
+    // every run sent before it, and a loaded tensor exists for every run
+    // sent after it (runtime/lib/CheckpointIO.cpp).
+    int rank = shared->checkpoint().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, shared, rank, requestId] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      *reply.mutable_checkpoint_reply() =
+          serveCheckpointRequest(*r.state, shared->checkpoint());
       outbox_.push(reply);
     });
     return;

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -112,6 +113,12 @@ public:
   /// worker's host and its clock when it answered.
   std::future<TraceChunk> trace(int rank, TraceAction action, size_t capacity,
                                 size_t maxEvents);
+  /// A checkpoint request for `request.rank()` (Checkpoint.h: write its
+  /// pieces, or read regions of saved chunks), answered after every request
+  /// sent to that rank before this one. A failed write or read is a reply
+  /// with ok = false; a dead worker fails the future with WorkerError.
+  std::future<::dtorch::wire::CheckpointReply>
+  checkpoint(const ::dtorch::wire::CheckpointRequest &request);
   void free(int rank, const std::vector<TensorHandle> &handles);
   /// Frees `handles` on every rank of `ranks`: one message per process.
   void free(const std::vector<int64_t> &ranks,
