@@ -72,6 +72,15 @@ public:
                         return translated([&] { return reply.get(); });
                       });
   }
+  std::future<wire::CheckpointReply>
+  checkpoint(const wire::CheckpointRequest &request) override {
+    std::future<wire::CheckpointReply> reply =
+        translated([&] { return cluster_->checkpoint(request); });
+    return std::async(std::launch::deferred,
+                      [reply = std::move(reply)]() mutable {
+                        return translated([&] { return reply.get(); });
+                      });
+  }
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &hs) override {
     translated([&] { cluster_->free(ranks, hs); });
@@ -103,6 +112,8 @@ std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &c) {
   o.workerExecutable = c.workerExecutable;
   o.workerAddresses = c.workerAddresses;
   o.token = c.token;
+  o.curveSecretKey = c.curveSecretKey;
+  o.curveWorkerPublicKeys = c.curveWorkerPublicKeys;
   return std::make_unique<ClusterBackend>(o);
 }
 

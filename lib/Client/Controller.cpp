@@ -498,6 +498,49 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
       std::move(requested));
 }
 
+std::future<std::vector<wire::CheckpointReply>>
+Controller::checkpointAsync(std::vector<wire::CheckpointRequest> requests,
+                            std::vector<std::pair<Handle, int>> created) {
+  using ReplyFutures = std::vector<std::future<wire::CheckpointReply>>;
+  auto promise = std::make_shared<std::promise<ReplyFutures>>();
+  std::future<ReplyFutures> requested = promise->get_future();
+  enqueue([this, promise, requests = std::move(requests),
+           created = std::move(created)] {
+    std::optional<rt::TraceSpan> span =
+        controllerSpan(trace_, "controller", "checkpoint");
+    try {
+      for (const auto &[handle, meshId] : created)
+        live_[handle] = meshId;
+      liveCount_ = live_.size();
+      ReplyFutures futures;
+      for (const wire::CheckpointRequest &request : requests)
+        futures.push_back(backend_->checkpoint(request));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return std::async(
+      std::launch::deferred,
+      [](std::future<ReplyFutures> requested) {
+        ReplyFutures futures = requested.get();
+        std::vector<wire::CheckpointReply> replies;
+        std::exception_ptr firstError;
+        for (auto &f : futures) {
+          try {
+            replies.push_back(f.get());
+          } catch (...) {
+            if (!firstError)
+              firstError = std::current_exception();
+          }
+        }
+        if (firstError)
+          std::rethrow_exception(firstError);
+        return replies;
+      },
+      std::move(requested));
+}
+
 std::future<std::vector<rt::TraceChunk>>
 Controller::traceAsync(rt::TraceAction action, size_t capacity,
                        size_t maxEvents) {

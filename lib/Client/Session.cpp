@@ -69,6 +69,8 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.workerExecutable = options.workerExecutable;
   cfg.workerAddresses = options.workerAddresses;
   cfg.token = options.token;
+  cfg.curveSecretKey = options.curveSecretKey;
+  cfg.curveWorkerPublicKeys = options.curveWorkerPublicKeys;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);

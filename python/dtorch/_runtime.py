@@ -39,8 +39,68 @@ def _program_cache_dir(cache_dir):
     return os.path.join(os.fspath(cache_dir), "programs")
 
 
+def _curve_keys(curve, workers):
+    """The controller's CURVE secret key and the workers' public keys, read
+    from the files ``curve`` names (else ``$DTORCH_CURVE_SECRET_KEY_FILE``
+    and ``$DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES``); ``("", [])`` when CURVE
+    is off."""
+    if curve is None:
+        secret_file = os.environ.get("DTORCH_CURVE_SECRET_KEY_FILE")
+        if not secret_file or not workers:
+            # The environment's keys are for workers started by hand; the
+            # embedded cluster stays on loopback without them.
+            return "", []
+        files = [f for f in os.environ.get("DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES", "").split(",") if f]
+        curve = {"secret_key_file": secret_file, "worker_public_key_files": files}
+    if not isinstance(curve, dict) or set(curve) - {"secret_key_file", "worker_public_key_files"}:
+        raise ValueError("curve must be a dict with 'secret_key_file' and 'worker_public_key_files'")
+    if not workers:
+        raise ValueError("CURVE is for workers started by hand: give workers=[...] "
+                         "(the embedded cluster stays on loopback)")
+    if not _C.curve_available():
+        raise ValueError("the installed libzmq has no CURVE support (zmq_has('curve') is false)")
+    secret_file = curve.get("secret_key_file")
+    files = curve.get("worker_public_key_files") or []
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    if not secret_file or not files:
+        raise ValueError("curve needs 'secret_key_file' (this controller's secret key) and "
+                         "'worker_public_key_files' (one file, or one per worker)")
+    if len(files) not in (1, len(workers)):
+        raise ValueError(f"curve: {len(files)} worker public key files for {len(workers)} workers "
+                         "(give one for all, or one per worker)")
+    secret = _C.read_curve_key_file(os.fspath(secret_file), "the controller's CURVE secret key")
+    publics = [_C.read_curve_key_file(os.fspath(f), "a worker's CURVE public key") for f in files]
+    return secret, publics
+
+
+def generate_curve_keypair(prefix):
+    """Writes a new CURVE key pair: ``PREFIX.key`` (the secret key, mode 0600)
+    and ``PREFIX.pub`` (the public key), as ``dtorch-worker
+    --generate-curve-keypair PREFIX`` does.
+
+    Args:
+        prefix (str): path of the two files without their suffix.
+
+    Returns:
+        str: the public key (40 Z85 characters).
+
+    Raises:
+        DTorchError: the files cannot be written, or libzmq lacks CURVE.
+
+    Example:
+        >>> import dtorch, os, tempfile
+        >>> prefix = os.path.join(tempfile.mkdtemp(), "controller")
+        >>> len(dtorch.generate_curve_keypair(prefix))
+        40
+        >>> oct(os.stat(prefix + ".key").st_mode & 0o777)
+        '0o600'
+    """
+    return _C.write_curve_keypair(os.fspath(prefix))
+
+
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
-         cache_dir=None, auto_restart=None):
+         cache_dir=None, curve=None, auto_restart=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -73,7 +133,17 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             ``~/.cache/dtorch``. ``""`` (or ``DTORCH_CACHE_DIR=""``) turns
             the on-disk cache off.
         token (str, optional): the workers' token when connecting to
-            ``workers``; else ``$DTORCH_TOKEN``.
+            ``workers``; else ``$DTORCH_TOKEN``, else the content of the file
+            ``$DTORCH_TOKEN_FILE``. It never appears in errors or logs.
+        curve (dict, optional): CurveZMQ encryption and key authentication
+            with ``workers``: ``{"secret_key_file": this controller's secret
+            key, "worker_public_key_files": [one file, or one per worker]}``
+            (key files as written by `generate_curve_keypair`); else
+            ``$DTORCH_CURVE_SECRET_KEY_FILE`` and
+            ``$DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES`` (comma separated).
+            The workers are started with ``--curve-secret-key-file`` and
+            ``--curve-controller-public-key-file``; the token check still
+            applies. See docs/guide/security.md.
         auto_restart (bool, optional): the embedded cluster replaces a
             worker process that died by itself, as `restart` does, before
             the controller's next request (the failure is still raised
@@ -84,7 +154,8 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
     Raises:
         RuntimeError: a session is already running (call `shutdown` first).
         ValueError: ``world_size`` is not a positive int, ``workers`` are
-            given without a token, or with ``auto_restart``.
+            given without a token, or with ``auto_restart``, or ``curve`` is
+            malformed or given without ``workers``.
         WorkerError: the workers could not be started or reached, or refused
             the token.
 
@@ -111,15 +182,20 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             (world_size + 7) // 8 if backend == "simulated" else min(2, world_size))
     if workers and token is None:
         token = os.environ.get("DTORCH_TOKEN")
+        if not token and os.environ.get("DTORCH_TOKEN_FILE"):
+            with open(os.environ["DTORCH_TOKEN_FILE"]) as f:
+                token = f.read().strip()
         if not token:
-            raise ValueError("connecting to workers needs their token: init(token=...) or $DTORCH_TOKEN")
+            raise ValueError("connecting to workers needs their token: init(token=...), "
+                             "$DTORCH_TOKEN or $DTORCH_TOKEN_FILE")
     if auto_restart is None:
         auto_restart = os.environ.get("DTORCH_AUTO_RESTART", "0") not in ("", "0")
     if auto_restart and workers:
         raise ValueError("auto_restart needs the embedded cluster: workers started by hand "
                          "cannot be replaced")
+    curve_secret, curve_publics = _curve_keys(curve, workers)
     _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
-            _program_cache_dir(cache_dir), bool(auto_restart))
+            _program_cache_dir(cache_dir), curve_secret, curve_publics, bool(auto_restart))
     _state["started"] = True
 
 

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/BlasInfo.h"
+#include "dtorch/Client/CurveKeys.h"
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
@@ -402,6 +403,9 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
 
 } // namespace
 
+// python/src/checkpoint_bindings.cpp: dcp's entry points.
+void bindCheckpoint(nb::module_ &m, Session &(*session)());
+
 NB_MODULE(_C, m) {
   m.doc() = "DTorch's C++ core: the client session and its symbolic tensors";
 
@@ -441,6 +445,8 @@ NB_MODULE(_C, m) {
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
          const std::string &token, const std::string &programCacheDir,
+         const std::string &curveSecretKey,
+         const std::vector<std::string> &curveWorkerPublicKeys,
          bool autoRestart) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
@@ -453,6 +459,8 @@ NB_MODULE(_C, m) {
         o.workerExecutable = workerExe;
         o.workerAddresses = workers;
         o.token = token;
+        o.curveSecretKey = curveSecretKey;
+        o.curveWorkerPublicKeys = curveWorkerPublicKeys;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -460,7 +468,23 @@ NB_MODULE(_C, m) {
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
-      nb::arg("program_cache_dir") = "", nb::arg("auto_restart") = false);
+      nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
+      nb::arg("curve_worker_public_keys") = std::vector<std::string>{},
+      nb::arg("auto_restart") = false);
+  // CURVE keys (runtime/include/dtorch/runtime/Security.h).
+  m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
+  m.def(
+      "write_curve_keypair",
+      [](const std::string &prefix) {
+        return dtorch::client::writeCurveKeyPair(prefix);
+      },
+      nb::arg("prefix"));
+  m.def(
+      "read_curve_key_file",
+      [](const std::string &path, const std::string &what) {
+        return dtorch::client::readCurveKeyFile(path, what);
+      },
+      nb::arg("path"), nb::arg("what"));
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {
@@ -614,6 +638,7 @@ NB_MODULE(_C, m) {
       "a dict with the client's events and every rank's, on the client's "
       "CLOCK_MONOTONIC (ns). An event is (name, category, location, detail, "
       "start_ns, end_ns, bytes, lane).");
+  bindCheckpoint(m, &session);
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

@@ -1,6 +1,7 @@
 #include "dtorch/runtime/GlooCollectives.h"
 
 #include "CollectiveSupport.h"
+#include "GlooPairAuthentication.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -506,6 +507,9 @@ std::unique_ptr<Communicator> connectGloo(int rank, int worldSize,
     context->setTimeout(options.deadline);
     StoreAdapter adapter(std::move(store), options.prefix, options.deadline);
     context->connectFullMesh(adapter, device);
+    if (!options.pairSecret.empty())
+      authenticateGlooPairs(*context, rank, options.pairSecret,
+                            options.deadline);
     return std::make_unique<GlooCommunicator>(std::move(context), rank,
                                               options.deadline);
   } catch (const RuntimeError &) {

@@ -2,7 +2,9 @@
 #include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
+#include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
 #include <atomic>
@@ -122,6 +124,7 @@ struct Cluster::Impl {
   PendingReplies<Tensor> fetches;
   PendingReplies<MemoryStats> statsRequests;
   PendingReplies<TraceChunk> traceRequests;
+  PendingReplies<wire::CheckpointReply> checkpointRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
   bool ready = false;
@@ -158,6 +161,8 @@ struct Cluster::Impl {
   std::map<std::string, std::string> store;
   std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>
       parkedGets;
+  size_t storeBytes = 0;
+  std::unique_ptr<HandshakeMonitor> handshakes; // manual mode
 
   void post(size_t worker, const wire::Envelope &message) {
     postBytes(worker, encodeEnvelope(message));
@@ -235,6 +240,8 @@ struct Cluster::Impl {
     fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     traceRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
+    checkpointRequests.failRanks(w.firstRank, w.numRanks, w.host,
+                                 w.deathReason);
     for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
@@ -251,9 +258,11 @@ struct Cluster::Impl {
   void spawnWorker(WorkerInfo &w) {
     int controllerTimeout =
         static_cast<int>(std::min<int64_t>(3000, options.peerTimeout.count()));
+    // The token travels through a pipe on descriptor 3: the command line
+    // is visible to every user (`ps`).
     w.child = detail::spawnProcess(
         workerExe,
-        {"--connect", endpoint, "--token", token, "--ranks",
+        {"--connect", endpoint, "--token-fd", "3", "--ranks",
          std::to_string(w.firstRank) + "-" +
              std::to_string(w.firstRank + w.numRanks - 1),
          "--world-size", std::to_string(worldSize),
@@ -262,7 +271,8 @@ struct Cluster::Impl {
          "--controller-timeout-ms", std::to_string(controllerTimeout),
          "--collective-timeout-ms",
          std::to_string(options.collectiveTimeout.count()), "--generation",
-         std::to_string(generation)});
+         std::to_string(generation)},
+        token);
   }
   /// Returns once every message posted before the call has been sent (or
   /// dropped, for a dead worker) by the I/O thread.
@@ -280,6 +290,26 @@ struct Cluster::Impl {
   void resetSurvivors(std::chrono::milliseconds idleBound);
   std::vector<int> replaceDeadWorkers();
 
+  /// Empty when a worker may set `key` to `value` in the store; else why
+  /// not (the collective secret is the controller's, sizes are bounded).
+  std::string checkStoreSet(const std::string &key,
+                            const std::string &value) const {
+    if (key == kCollectiveSecretKey)
+      return "store key '" + key + "' is reserved for the controller";
+    if (key.size() > kMaxStoreKeyBytes || value.size() > kMaxStoreValueBytes)
+      return "store entry refused: key of " + std::to_string(key.size()) +
+             " bytes or value of " + std::to_string(value.size()) +
+             " bytes exceeds the limits (" + std::to_string(kMaxStoreKeyBytes) +
+             ", " + std::to_string(kMaxStoreValueBytes) + ")";
+    if (!store.count(key) &&
+        (store.size() >= kMaxStoreKeys ||
+         storeBytes + key.size() + value.size() > kMaxStoreTotalBytes))
+      return "store entry refused: the store is full";
+    return "";
+  }
+  /// Manual mode: a worker's refused handshake (wrong CURVE key, mechanism
+  /// mismatch) fails the start, naming the worker's address.
+  void checkHandshakes();
   void ioMain();
   void onMessage(const std::string &id, const zmq::message_t &payload);
   void onHello(const std::string &id, const wire::Hello &hello);
@@ -450,6 +480,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     changed.notify_all();
     return;
   }
+  case wire::Envelope::kCheckpointReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::optional<std::promise<wire::CheckpointReply>> promise =
+            checkpointRequests.take(requestId))
+      promise->set_value(e.checkpoint_reply());
+    return;
+  }
   case wire::Envelope::kSyncReply: {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = syncs.find(requestId);
@@ -483,6 +520,11 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
             std::make_exception_ptr(WorkerError(rank, host, message)));
         return;
       }
+      if (auto checkpoint = checkpointRequests.take(requestId)) {
+        checkpoint->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
     }
     errors.push_back(AsyncError{rank, host, message});
     changed.notify_all();
@@ -490,7 +532,14 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
   }
   case wire::Envelope::kKvSet: {
     const std::string &key = e.kv_set().key();
-    store[key] = e.kv_set().value();
+    if (std::string refused = checkStoreSet(key, e.kv_set().value());
+        !refused.empty()) {
+      replyError(workers[index].id, requestId, refused);
+      return;
+    }
+    std::string &slot = store[key];
+    storeBytes += key.size() + e.kv_set().value().size() - slot.size();
+    slot = e.kv_set().value();
     auto parked = parkedGets.find(key);
     if (parked == parkedGets.end())
       return;
@@ -508,6 +557,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     const std::string &key = e.kv_get().key();
     auto found = store.find(key);
     std::string peer = workers[index].id;
+    if (key.size() > kMaxStoreKeyBytes ||
+        (found == store.end() && parkedGets.size() >= kMaxStoreKeys)) {
+      replyError(peer, requestId,
+                 "store request refused: key too long or "
+                 "too many waiting keys");
+      return;
+    }
     if (found == store.end()) {
       parkedGets[key].emplace_back(peer, requestId);
       return;
@@ -722,6 +778,34 @@ std::vector<int> Cluster::Impl::replaceDeadWorkers() {
   return ranks;
 }
 
+void Cluster::Impl::checkHandshakes() {
+  if (!handshakes)
+    return;
+  std::vector<HandshakeMonitor::Failure> failures = handshakes->poll();
+  if (failures.empty())
+    return;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const HandshakeMonitor::Failure &failure : failures) {
+    if (ready || !startupError.empty())
+      break;
+    // The worker connected to at that endpoint; else the first one still
+    // waiting (an endpoint may be spelled differently once resolved).
+    const WorkerInfo *failed = nullptr;
+    for (const WorkerInfo &w : workers)
+      if (!w.authenticated && w.address == failure.endpoint)
+        failed = &w;
+    for (const WorkerInfo &w : workers)
+      if (!failed && !w.authenticated)
+        failed = &w;
+    if (!failed)
+      continue;
+    startupError = "the connection to the worker at " + failed->address +
+                   " failed its handshake: " + failure.reason;
+    startupErrorRank = std::max(0, failed->firstRank);
+  }
+  changed.notify_all();
+}
+
 void Cluster::Impl::stopWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -765,6 +849,13 @@ void Cluster::Impl::ioMain() {
     transport.heartbeatInterval = options.heartbeatInterval;
     transport.peerTimeout = options.peerTimeout;
     configureSocket(*socket, transport);
+    {
+      // The secret of the workers' collective data links: only workers that
+      // authenticated can read it (GlooOptions::pairSecret).
+      std::string secret = randomToken() + randomToken();
+      storeBytes += secret.size();
+      store[kCollectiveSecretKey] = std::move(secret);
+    }
     if (embedded) {
       socket->bind("tcp://127.0.0.1:0");
       std::lock_guard<std::mutex> lock(mutex);
@@ -774,9 +865,21 @@ void Cluster::Impl::ioMain() {
         spawnWorker(w);
     } else {
       std::lock_guard<std::mutex> lock(mutex);
+      handshakes =
+          std::make_unique<HandshakeMonitor>(*context, *socket, "controller");
+      const auto &keys = options.curveWorkerPublicKeys;
+      if (!options.curveSecretKey.empty() && keys.size() != 1 &&
+          keys.size() != workers.size())
+        throw RuntimeError("CURVE needs one worker public key, or one per "
+                           "worker address (" +
+                           std::to_string(workers.size()) + "), got " +
+                           std::to_string(keys.size()));
       for (size_t i = 0; i < workers.size(); ++i) {
         workers[i].id = "w" + std::to_string(i);
         socket->set(zmq::sockopt::connect_routing_id, workers[i].id);
+        if (!options.curveSecretKey.empty())
+          makeCurveClient(*socket, options.curveSecretKey,
+                          keys.size() == 1 ? keys[0] : keys[i]);
         socket->connect(workers[i].address);
         wire::Envelope hello = envelope();
         *hello.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
@@ -849,6 +952,7 @@ void Cluster::Impl::ioMain() {
           sendTo(w.id, bytes);
     }
     checkHealth(started);
+    checkHandshakes();
     ++ioRounds;
   }
   if (socket)
@@ -858,6 +962,7 @@ void Cluster::Impl::ioMain() {
       if (w.child > 0)
         detail::killAndReap(w.child);
   }
+  handshakes.reset(); // before the context, which waits for its sockets
   socket.reset();
   context.reset();
 }
@@ -1070,6 +1175,13 @@ std::future<TraceChunk> Cluster::trace(int rank, TraceAction action,
                      });
 }
 
+std::future<wire::CheckpointReply>
+Cluster::checkpoint(const wire::CheckpointRequest &request) {
+  return sendRequest(
+      *impl_, request.rank(), &Impl::checkpointRequests,
+      [&](wire::Envelope &e) { *e.mutable_checkpoint() = request; });
+}
+
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   free(std::vector<int64_t>{rank}, handles);
 }
@@ -1154,6 +1266,7 @@ void Cluster::shutdown() {
   impl.fetches.failAll(hostOf, "the cluster was shut down");
   impl.statsRequests.failAll(hostOf, "the cluster was shut down");
   impl.traceRequests.failAll(hostOf, "the cluster was shut down");
+  impl.checkpointRequests.failAll(hostOf, "the cluster was shut down");
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;

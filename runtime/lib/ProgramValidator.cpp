@@ -5,6 +5,7 @@
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
 #include <array>
@@ -181,16 +182,32 @@ struct Validator {
            ")");
     if (program.num_events() < 0)
       fail("num_events is negative");
+    // Counts first (WireLimits.h): the checks below allocate per item.
+    if (program.num_events() > kMaxProgramEvents ||
+        program.buffers_size() > kMaxProgramBuffers ||
+        program.instructions_size() > kMaxProgramInstructions)
+      fail("program of " + std::to_string(program.instructions_size()) +
+           " instructions, " + std::to_string(program.buffers_size()) +
+           " buffers and " + std::to_string(program.num_events()) +
+           " events exceeds the limits (" +
+           std::to_string(kMaxProgramInstructions) + ", " +
+           std::to_string(kMaxProgramBuffers) + ", " +
+           std::to_string(kMaxProgramEvents) + ")");
     for (int b = 0; b < program.buffers_size(); ++b) {
       const auto &spec = program.buffers(b);
       try {
+        if (spec.shape_size() > kMaxTensorRank)
+          throw RuntimeError("rank " + std::to_string(spec.shape_size()) +
+                             " exceeds the limit of " +
+                             std::to_string(kMaxTensorRank) + " dims");
         if (spec.dtype() == ::dtorch::wire::DTYPE_INVALID)
           throw RuntimeError("invalid dtype");
-        dtypeSize(spec.dtype());
+        size_t elementSize = dtypeSize(spec.dtype());
         int64_t numel =
             shapeNumel(Shape(spec.shape().begin(), spec.shape().end()));
-        if (numel > (int64_t(1) << 60) / 8)
-          throw RuntimeError("too many elements");
+        if (numel > kMaxTensorBytes / static_cast<int64_t>(elementSize))
+          throw RuntimeError("too many elements: more than " +
+                             std::to_string(kMaxTensorBytes) + " bytes");
       } catch (const RuntimeError &error) {
         fail("buffer " + std::to_string(b) + ": " + error.what());
       }
@@ -467,7 +484,7 @@ struct Validator {
            std::to_string(program.buffer_offsets_size()) + " entries for " +
            std::to_string(numBuffers) + " buffers");
     int64_t arena = program.arena_bytes();
-    if (arena < 0 || arena > (int64_t(1) << 50))
+    if (arena < 0 || arena > kMaxTensorBytes)
       fail("arena_bytes " + std::to_string(arena) + " is out of range");
     std::vector<int64_t> bytes(numBuffers, -1);
     for (int b = 0; b < numBuffers; ++b) {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -60,6 +61,12 @@ public:
   virtual std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
                                             size_t capacity,
                                             size_t maxEvents) = 0;
+  /// A checkpoint request (rt::serveCheckpointRequest) on
+  /// `request.rank()`, answered in order with the requests sent to that
+  /// rank before. A failed write or read is a reply with ok = false. The
+  /// simulated backend holds no values: it throws DTorchError.
+  virtual std::future<wire::CheckpointReply>
+  checkpoint(const wire::CheckpointRequest &request);
   /// Frees `handles` on every rank of `ranks` (one message per process).
   virtual void free(const std::vector<int64_t> &ranks,
                     const std::vector<Handle> &handles) = 0;
@@ -95,6 +102,8 @@ struct ClusterConfig {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token;
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -52,8 +53,18 @@ struct ClusterOptions {
   /// Or connect to workers started by hand (`dtorch-worker --listen ADDR
   /// --token T`), in rank-block order; worldSize is then what they report.
   std::vector<std::string> workerAddresses;
-  /// Shared secret every peer must present; empty: a fresh random one.
+  /// Shared secret every peer must present; empty: a fresh random one. The
+  /// embedded cluster hands it to its workers through a pipe (descriptor 3,
+  /// `--token-fd 3`), never on their command line.
   std::string token;
+  /// CURVE encryption and key authentication with workers started by hand
+  /// (Security.h): this controller's secret key (Z85) and the workers'
+  /// public keys, one per address of `workerAddresses` or one for all.
+  /// Empty: plain TCP (the token still authenticates). A worker that
+  /// refuses the key, or a mechanism mismatch, fails the start with a
+  /// WorkerError naming the worker's address.
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
   std::chrono::milliseconds heartbeatInterval{500};
   /// A worker silent for this long is declared dead.
   std::chrono::milliseconds peerTimeout{5000};
@@ -111,6 +122,12 @@ public:
   /// worker's host and its clock when it answered.
   std::future<TraceChunk> trace(int rank, TraceAction action, size_t capacity,
                                 size_t maxEvents);
+  /// A checkpoint request for `request.rank()` (Checkpoint.h: write its
+  /// pieces, or read regions of saved chunks), answered after every request
+  /// sent to that rank before this one. A failed write or read is a reply
+  /// with ok = false; a dead worker fails the future with WorkerError.
+  std::future<::dtorch::wire::CheckpointReply>
+  checkpoint(const ::dtorch::wire::CheckpointRequest &request);
   void free(int rank, const std::vector<TensorHandle> &handles);
   /// Frees `handles` on every rank of `ranks`: one message per process.
   void free(const std::vector<int64_t> &ranks,
