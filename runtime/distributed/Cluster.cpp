@@ -288,7 +288,7 @@ struct Cluster::Impl {
   }
   /// Cluster::restart's steps.
   void resetSurvivors(std::chrono::milliseconds idleBound);
-  std::vector<int> replaceDeadWorkers();
+  std::vector<int> replaceDeadWorkers(std::vector<std::string> &reasons);
 
   /// Empty when a worker may set `key` to `value` in the store; else why
   /// not (the collective secret is the controller's, sizes are bounded).
@@ -725,13 +725,15 @@ void Cluster::Impl::resetSurvivors(std::chrono::milliseconds idleBound) {
   }
 }
 
-std::vector<int> Cluster::Impl::replaceDeadWorkers() {
+std::vector<int>
+Cluster::Impl::replaceDeadWorkers(std::vector<std::string> &reasons) {
   std::unique_lock<std::mutex> lock(mutex);
   std::vector<size_t> replaced;
   for (size_t i = 0; i < workers.size(); ++i) {
     WorkerInfo &w = workers[i];
     if (!w.dead)
       continue;
+    reasons.push_back(w.deathReason);
     if (w.child > 0)
       detail::killAndReap(w.child);
     w.id.clear();
@@ -1306,7 +1308,7 @@ RestartReport Cluster::restart(std::chrono::milliseconds idleBound) {
   impl.drainOutbox();
   impl.resetSurvivors(idleBound);
   RestartReport report;
-  report.replacedRanks = impl.replaceDeadWorkers();
+  report.replacedRanks = impl.replaceDeadWorkers(report.reasons);
   std::lock_guard<std::mutex> lock(impl.mutex);
   report.generation = impl.generation;
   return report;

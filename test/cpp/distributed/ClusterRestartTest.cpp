@@ -128,6 +128,8 @@ void killedWorkerIsReplacedAndSurvivorsKeepTheirTensors() {
       EXPECT_LT(seconds, 10.0);
       std::vector<int> lost = {victim, victim + 1};
       EXPECT_EQ(report.replacedRanks, lost);
+      for (const std::string &reason : report.reasons)
+        std::printf("  replaced: %s\n", reason.c_str());
       EXPECT_EQ(report.generation, static_cast<uint64_t>(round));
       EXPECT_NE(cluster.pidOf(victim), victimPid);
       EXPECT_EQ(cluster.pidOf(victim), cluster.pidOf(victim + 1));

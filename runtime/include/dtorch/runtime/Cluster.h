@@ -77,6 +77,8 @@ struct RestartReport {
   /// Global ranks whose worker process was replaced (it had died, or did not
   /// become idle in time): their tensors and programs are gone. Sorted.
   std::vector<int> replacedRanks;
+  /// Why each replaced worker process was replaced (its death reason).
+  std::vector<std::string> reasons;
   /// The rendezvous generation every worker uses from now on.
   uint64_t generation = 0;
 };
