@@ -69,6 +69,9 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.workerExecutable = options.workerExecutable;
   cfg.workerAddresses = options.workerAddresses;
   cfg.token = options.token;
+  cfg.heartbeatIntervalMs = options.heartbeatIntervalMs;
+  cfg.peerTimeoutMs = options.peerTimeoutMs;
+  cfg.collectiveTimeoutMs = options.collectiveTimeoutMs;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);

@@ -440,7 +440,9 @@ NB_MODULE(_C, m) {
       "init",
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
-         const std::string &token, const std::string &programCacheDir) {
+         const std::string &token, const std::string &programCacheDir,
+         int64_t heartbeatMs, int64_t peerTimeoutMs,
+         int64_t collectiveTimeoutMs) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -451,6 +453,9 @@ NB_MODULE(_C, m) {
         o.workerExecutable = workerExe;
         o.workerAddresses = workers;
         o.token = token;
+        o.heartbeatIntervalMs = heartbeatMs;
+        o.peerTimeoutMs = peerTimeoutMs;
+        o.collectiveTimeoutMs = collectiveTimeoutMs;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -458,7 +463,8 @@ NB_MODULE(_C, m) {
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
-      nb::arg("program_cache_dir") = "");
+      nb::arg("program_cache_dir") = "", nb::arg("heartbeat_ms") = 0,
+      nb::arg("peer_timeout_ms") = 0, nb::arg("collective_timeout_ms") = 0);
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {

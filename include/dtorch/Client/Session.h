@@ -246,6 +246,10 @@ struct SessionOptions {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token; // shared secret of workers started by hand
+  /// Fault detection of the cluster backend (ClusterConfig; 0: default).
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
   size_t maxSegmentNodes = 2048;
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.

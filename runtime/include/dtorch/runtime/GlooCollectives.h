@@ -8,6 +8,7 @@
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 
 #include <chrono>
 #include <memory>
@@ -32,6 +33,9 @@ struct GlooOptions {
   std::chrono::milliseconds deadline{30000};
   // Prefix of this world's keys in the store.
   std::string prefix = "gloo";
+  // Ranks the controller declared dead (null: none are ever declared): a
+  // collective or receive waiting for one of them is interrupted at once.
+  std::shared_ptr<PeerHealth> health;
 };
 
 // Connects `rank` of a world of `worldSize` ranks (every rank must call it

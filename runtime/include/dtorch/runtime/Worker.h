@@ -41,8 +41,9 @@ struct WorkerOptions {
 
 // Parses dtorch-worker's command line (--connect ADDR | --listen ADDR,
 // --token T, --ranks a-b, --world-size N, --collective-timeout-ms MS,
-// --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H,
-// --ranks-on-host N).
+// --controller-timeout-ms MS, --heartbeat-ms MS (the interval of its
+// heartbeats to the controller, transport.heartbeatInterval),
+// --max-message-bytes B, --gloo-host H, --ranks-on-host N).
 // Throws RuntimeError with a usage message on errors.
 WorkerOptions parseWorkerArgs(int argc, char **argv);
 
