@@ -330,6 +330,48 @@ def test_sigstop_is_named_unresponsive():
     check_case("sigstop", r, STOP_BOUND_S, expect_words=("unresponsive", "stopped answering"))
 
 
+def test_survivors_stop_waiting_and_keep_serving_other_meshes():
+    # Three worker processes (ranks 0-1, 2-3, 4-5). Ranks 0-1 start the
+    # first collective of a mesh over ranks 0-3 while the worker of ranks
+    # 2-3 is stopped: those never attach, so only the controller's PeersLost
+    # can end the survivors' wait (there is no pid to watch). Once the
+    # stopped worker is declared unresponsive, the survivors give up at once
+    # and run the next work queued behind: a mesh over ranks 0, 1, 4, 5
+    # (its group connected before the fault) still computes correctly.
+    r = run_case("""
+        dtorch.init(world_size=6, num_processes=3)
+        pids = worker_pids()
+        victim = pids[1]
+        print("VICTIM", ranks_of(victim), flush=True)
+        print("HOST", socket.gethostname(), flush=True)
+        print("PIDS", " ".join(map(str, pids)), flush=True)
+        a_mesh = dtorch.DeviceMesh("cpu", [0, 1, 2, 3])
+        b_mesh = dtorch.DeviceMesh("cpu", [0, 1, 4, 5])
+        b = dtorch.ones(8, 8, device_mesh=b_mesh, placements=[Shard(0)])
+        print("warm", float((b @ b).sum().numpy()), flush=True)
+        a = dtorch.ones(8, 8, device_mesh=a_mesh, placements=[Shard(0)])
+        a.numpy()
+        hit(victim, signal.SIGSTOP)
+        lost = (a @ a).sum().numpy_async()       # ranks 0-1 wait for 2-3
+        kept = (b @ (b * 2)).sum().numpy_async()  # queued behind, on 0-1
+        try:
+            lost.result(timeout=30)
+            print("no error")
+        except dtorch.WorkerError as e:
+            report(e)
+        value = float(kept.result(timeout=30))
+        print("KEPT", value, round(time.monotonic() - signalled["t"], 3), flush=True)
+        finish()
+    """)
+    check_case("sigstop: survivors serve other meshes", r, STOP_BOUND_S,
+               expect_words=("unresponsive",))
+    value, seconds = field(r.stdout, "KEPT").split()
+    print(f"[survivors] the other mesh's result came {float(seconds):.3f} s after the SIGSTOP")
+    summary.append(f"survivors idle again: other mesh answered {float(seconds):.3f} s after the SIGSTOP")
+    assert float(value) == 8 * 8 * 8 * 2, r.stdout
+    assert float(seconds) < STOP_BOUND_S + 1, r.stdout
+
+
 def test_a_long_kernel_is_not_a_false_alarm():
     # Heartbeats come from the workers' I/O threads: a rank busy for longer
     # than the peer timeout in one kernel is not declared unresponsive.
