@@ -253,30 +253,29 @@ struct Cluster::Impl {
   }
 
   /// Caller holds `mutex`. What to report for a value that needs the lost
-  /// rank `rank` (asked of rank `waiter`, -1: none): its worker's death,
-  /// naming that rank.
-  detail::LostValue lostValue(int64_t rank, int waiter) const {
+  /// rank `rank`: its worker's death, naming that rank.
+  detail::LostValue lostValue(int64_t rank) const {
     const WorkerInfo &w = workers[workerOfRank(static_cast<int>(rank))];
-    std::string message = w.deathReason;
-    if (waiter >= 0 && waiter != rank)
-      message += " (the value asked of rank " + std::to_string(waiter) +
-                 " needs rank " + std::to_string(rank) + ")";
-    return detail::LostValue{static_cast<int>(rank), w.host, message};
+    return detail::LostValue{static_cast<int>(rank), w.host, w.deathReason};
   }
 
-  /// Caller holds `mutex`. Fails the fetches waiting on surviving ranks
-  /// for values that need a lost rank.
+  /// Caller holds `mutex`. Marks every value that needs a lost rank lost
+  /// (for good: also once the lost workers are replaced) and fails the
+  /// fetches waiting on surviving ranks for one of them.
   void failDependents() {
-    std::vector<bool> lost = lostRanks();
-    fetches.failWhere(
-        [&](int rank,
-            std::optional<uint64_t> handle) -> std::optional<WorkerError> {
-          int64_t needed = handle ? deps.needs(*handle, lost) : -1;
-          if (needed < 0)
-            return std::nullopt;
-          detail::LostValue why = lostValue(needed, rank);
-          return WorkerError(why.rank, why.host, why.message);
-        });
+    deps.poisonNeeding(lostRanks(),
+                       [&](int64_t rank) { return lostValue(rank); });
+    fetches.failWhere([&](int rank, std::optional<uint64_t> handle)
+                          -> std::optional<WorkerError> {
+      const detail::LostValue *why = handle ? deps.poisoned(*handle) : nullptr;
+      if (!why)
+        return std::nullopt;
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      return WorkerError(why->rank, why->host, message);
+    });
   }
 
   // Caller holds `mutex`; runs on the I/O thread (it sends).
@@ -459,8 +458,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       blameDeadPeer(errRank, errHost,
                     errMessage); // before `it`: may fail fetches
     std::optional<std::promise<Tensor>> promise = fetches.take(requestId);
-    if (!promise)
+    if (!promise) {
+      // Failed already with another piece of the same value: that error
+      // reported this rank's failure too (its report came before this).
+      if (!reply.ok())
+        errors.clear();
       return;
+    }
     try {
       if (!reply.ok()) {
         // The user learns of the failure here; the same failure queued by
@@ -945,7 +949,7 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
     std::vector<bool> lostRanks = impl.lostRanks();
     for (int64_t rank : involved)
       if (!lost && rank >= 0 && rank < impl.worldSize && lostRanks[rank])
-        lost = impl.lostValue(rank, -1);
+        lost = impl.lostValue(rank);
   }
   for (TensorHandle input : inputs)
     if (const detail::LostValue *why = impl.deps.poisoned(input); !lost && why)
@@ -1006,18 +1010,17 @@ std::future<T> sendRequest(Impl &impl, int rank,
           rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
       return result;
     }
-    // A value that was never made, or one that needs a lost rank: fail now
-    // rather than when (if ever) the survivor gets to it.
-    const detail::LostValue *poisoned =
-        handle ? impl.deps.poisoned(*handle) : nullptr;
-    int64_t needed = -1;
-    if (!poisoned && handle && impl.anyDead())
-      needed = impl.deps.needs(*handle, impl.lostRanks());
-    if (poisoned || needed >= 0) {
-      detail::LostValue why =
-          poisoned ? *poisoned : impl.lostValue(needed, rank);
-      promise.set_exception(std::make_exception_ptr(
-          WorkerError(why.rank, why.host, why.message)));
+    // A value that was never made, or one that needs a lost rank (marked
+    // when the loss was seen): fail now rather than when (if ever) the
+    // survivor gets to it.
+    if (const detail::LostValue *why =
+            handle ? impl.deps.poisoned(*handle) : nullptr) {
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      promise.set_exception(
+          std::make_exception_ptr(WorkerError(why->rank, why->host, message)));
       return result;
     }
     (impl.*pending).add(id, rank, std::move(promise), handle);

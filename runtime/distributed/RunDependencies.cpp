@@ -89,6 +89,29 @@ void RunDependencies::poison(uint64_t handle, const LostValue &why) {
   needs_.erase(handle);
 }
 
+size_t
+RunDependencies::poisonNeeding(const std::vector<bool> &lost,
+                               const std::function<LostValue(int64_t)> &why) {
+  size_t count = 0;
+  for (auto it = needs_.begin(); it != needs_.end();) {
+    int64_t rank = -1;
+    for (int64_t needed : *it->second)
+      if (needed >= 0 && static_cast<size_t>(needed) < lost.size() &&
+          lost[needed]) {
+        rank = needed;
+        break;
+      }
+    if (rank < 0) {
+      ++it;
+      continue;
+    }
+    poisoned_[it->first] = why(rank);
+    it = needs_.erase(it);
+    ++count;
+  }
+  return count;
+}
+
 const LostValue *RunDependencies::poisoned(uint64_t handle) const {
   auto it = poisoned_.find(handle);
   return it == poisoned_.end() ? nullptr : &it->second;

@@ -18,6 +18,7 @@
 #include "dtorch_program.pb.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +57,11 @@ public:
   /// Handles whose value was never made because their run needed a lost
   /// rank (kept until freed).
   void poison(uint64_t handle, const LostValue &why);
+  /// Poisons every handle whose value needs a rank in `lost`, with
+  /// `why(rank)` for the first such rank: those values stay lost when the
+  /// lost workers are replaced. Returns how many.
+  size_t poisonNeeding(const std::vector<bool> &lost,
+                       const std::function<LostValue(int64_t)> &why);
   const LostValue *poisoned(uint64_t handle) const;
   /// The handle was freed (or put again).
   void forget(uint64_t handle);

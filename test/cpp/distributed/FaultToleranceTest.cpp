@@ -11,6 +11,7 @@
 #include "dtorch/runtime/Cluster.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/PeerHealth.h"
+#include "dtorch/runtime/Worker.h"
 
 #include <condition_variable>
 #include <map>
@@ -50,6 +51,31 @@ TEST(PeerHealth, DeclaresRanksDeadOnceAndTellsListeners) {
   EXPECT_FALSE(health.isDead(5));
   health.declareDead({5}, "again");
   EXPECT_EQ(health.deadAmong({5}), "rank 5: again");
+}
+
+WorkerOptions parseArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), "dtorch-worker");
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  return parseWorkerArgs(static_cast<int>(argv.size()), argv.data());
+}
+
+// The embedded cluster passes its heartbeat interval to its workers.
+TEST(WorkerArgs, HeartbeatIntervalIsParsedAndChecked) {
+  std::vector<std::string> base = {
+      "--connect", "tcp://127.0.0.1:5555", "--token", "t", "--ranks",
+      "0-1",       "--world-size",         "2"};
+  EXPECT_EQ(parseArgs(base).transport.heartbeatInterval, Ms(500));
+  auto with = [&](const std::string &value) {
+    std::vector<std::string> args = base;
+    args.push_back("--heartbeat-ms");
+    args.push_back(value);
+    return parseArgs(args);
+  };
+  EXPECT_EQ(with("120").transport.heartbeatInterval, Ms(120));
+  EXPECT_THROW(with("0"), RuntimeError);
+  EXPECT_THROW(with("often"), RuntimeError);
 }
 
 Program allReduceOn(std::vector<int64_t> group) {
@@ -92,6 +118,17 @@ TEST(RunDependencies, ValuesNeedTheirRunsRanksThroughTheDataFlow) {
   EXPECT_EQ(deps.poisoned(20), nullptr);
   deps.forget(20);
   EXPECT_EQ(deps.handlesTracked(), 4u);
+  // When rank 2 is lost, every value needing it is lost for good.
+  EXPECT_EQ(deps.poisonNeeding(lost,
+                               [](int64_t rank) {
+                                 return detail::LostValue{
+                                     static_cast<int>(rank), "h", "lost"};
+                               }),
+            1u); // 13 (10 was forgotten)
+  ASSERT_NE(deps.poisoned(13), nullptr);
+  EXPECT_EQ(deps.poisoned(13)->rank, 2);
+  EXPECT_EQ(deps.poisoned(11), nullptr);
+  EXPECT_EQ(deps.handlesTracked(), 3u);
 }
 
 // The rendezvous store, in memory.
