@@ -182,7 +182,7 @@ def test_sigkill_in_flight_before_the_controller_sees_it():
     check_case("sigkill racing the first collective", r, KILL_BOUND_S)
 
 
-# Queues `steps` segments of 500 reduce_scatters each (a Shard(1) @
+# Queues `steps` segments of `length` reduce_scatters each (a Shard(1) @
 # Shard(0) chain; about 2 ms per step on 2 busy cores), compiled beforehand
 # (the same chain, run twice: the second run compiles with fusion), so that
 # the workers, not the compiler, are busy in collectives when hit.
@@ -192,7 +192,7 @@ COLLECTIVE_LOOP = """
     w = dtorch.full((n, n), 1.0 / n, device_mesh=mesh, placements=[Shard(0)])
     dtorch._C.cut_segment()
     def chain(y):
-        for _ in range(500):
+        for _ in range(length):
             y = y @ w
         dtorch._C.cut_segment()
         return y
@@ -211,7 +211,7 @@ COLLECTIVE_LOOP = """
 def test_sigkill_during_a_collective():
     r = run_case("""
         mesh, victim = setup()
-        steps = 8
+        steps, length = 8, 500
     """, COLLECTIVE_LOOP, """
         hit(victim, after=0.5)
         try:
@@ -265,7 +265,7 @@ def test_sigkill_during_a_fetch():
     # numpy_async: the waiter thread holds the fetch while the worker dies.
     r = run_case("""
         mesh, victim = setup()
-        steps = 8
+        steps, length = 8, 500
     """, COLLECTIVE_LOOP, """
         future = y.numpy_async()
         time.sleep(0.3)
@@ -370,6 +370,49 @@ def test_survivors_stop_waiting_and_keep_serving_other_meshes():
     summary.append(f"survivors idle again: other mesh answered {float(seconds):.3f} s after the SIGSTOP")
     assert float(value) == 8 * 8 * 8 * 2, r.stdout
     assert float(seconds) < STOP_BOUND_S + 1, r.stdout
+
+
+def test_sigstop_of_a_hand_started_worker_on_gloo():
+    # Workers started by hand, collectives on Gloo (as between hosts): the
+    # controller cannot kill the stopped worker, so the survivors' Gloo
+    # transfers waiting for it are interrupted (PeersLost). The survivor
+    # then obeys the shutdown and exits on its own.
+    from dtorch import _runtime
+    ports = [free_port(), free_port()]
+    env = dict(os.environ, DTORCH_HOST_SHM="0")
+    workers = [subprocess.Popen([_runtime._worker_executable(), "--listen", f"tcp://127.0.0.1:{p}",
+                                 "--token", "t0k", "--ranks", ranks, "--world-size", "4",
+                                 "--heartbeat-ms", "100"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+               for p, ranks in zip(ports, ["0-1", "2-3"])]
+    try:
+        r = run_case(f"""
+            dtorch.init(workers=["tcp://127.0.0.1:{ports[0]}", "tcp://127.0.0.1:{ports[1]}"],
+                        token="t0k", heartbeat_interval=0.1, peer_timeout=1.0)
+            mesh = dtorch.init_device_mesh("cpu", (4,))
+            victim = {workers[1].pid}
+            print("VICTIM 2-3", flush=True)
+            print("HOST", socket.gethostname(), flush=True)
+            print("PIDS {workers[0].pid}", flush=True)
+            steps, length = 20, 100
+        """, COLLECTIVE_LOOP, """
+            hit(victim, signal.SIGSTOP, after=0.3)
+            try:
+                y.numpy()
+                print("no error")
+            except dtorch.WorkerError as e:
+                report(e)
+            finish()
+        """)
+        # The survivor exits after the shutdown (checked by check_case via
+        # PIDS); its exit status says it left normally.
+        check_case("sigstop, hand-started worker on Gloo", r, 1.0 + 1.0,
+                   expect_words=("unresponsive",))
+        assert workers[0].wait(timeout=5) == 0
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
 
 
 def test_a_long_kernel_is_not_a_false_alarm():
