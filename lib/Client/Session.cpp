@@ -71,6 +71,9 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.token = options.token;
   cfg.curveSecretKey = options.curveSecretKey;
   cfg.curveWorkerPublicKeys = options.curveWorkerPublicKeys;
+  cfg.heartbeatIntervalMs = options.heartbeatIntervalMs;
+  cfg.peerTimeoutMs = options.peerTimeoutMs;
+  cfg.collectiveTimeoutMs = options.collectiveTimeoutMs;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);

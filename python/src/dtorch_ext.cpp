@@ -446,7 +446,9 @@ NB_MODULE(_C, m) {
          const std::string &workerExe, const std::vector<std::string> &workers,
          const std::string &token, const std::string &programCacheDir,
          const std::string &curveSecretKey,
-         const std::vector<std::string> &curveWorkerPublicKeys) {
+         const std::vector<std::string> &curveWorkerPublicKeys,
+         int64_t heartbeatMs, int64_t peerTimeoutMs,
+         int64_t collectiveTimeoutMs) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -459,6 +461,9 @@ NB_MODULE(_C, m) {
         o.token = token;
         o.curveSecretKey = curveSecretKey;
         o.curveWorkerPublicKeys = curveWorkerPublicKeys;
+        o.heartbeatIntervalMs = heartbeatMs;
+        o.peerTimeoutMs = peerTimeoutMs;
+        o.collectiveTimeoutMs = collectiveTimeoutMs;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -467,7 +472,9 @@ NB_MODULE(_C, m) {
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
       nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
-      nb::arg("curve_worker_public_keys") = std::vector<std::string>{});
+      nb::arg("curve_worker_public_keys") = std::vector<std::string>{},
+      nb::arg("heartbeat_ms") = 0, nb::arg("peer_timeout_ms") = 0,
+      nb::arg("collective_timeout_ms") = 0);
   // CURVE keys (runtime/include/dtorch/runtime/Security.h).
   m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
   m.def(

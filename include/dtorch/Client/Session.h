@@ -250,6 +250,10 @@ struct SessionOptions {
   /// controller's secret key and the workers' public keys (Z85).
   std::string curveSecretKey;
   std::vector<std::string> curveWorkerPublicKeys;
+  /// Fault detection of the cluster backend (ClusterConfig; 0: default).
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
   size_t maxSegmentNodes = 2048;
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.
