@@ -26,7 +26,7 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
               "dtorch.distributed.fsdp._fully_shard",
               "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
-              "dtorch.profiler"]
+              "dtorch.profiler", "dtorch.distributed.pipelining"]
 
 
 def fresh_python(code, timeout=180):

@@ -308,6 +308,13 @@ public:
   /// apart from the first one instead of merging the two (CSE).
   Tensor redistribute(const Tensor &x, int meshId, const Placements &placements,
                       bool regather = false);
+  /// Point-to-point movement along mesh axis `axis` (dtensor.transfer): x
+  /// is Shard(d) on the axis, split evenly and by that axis alone; block
+  /// destinations[k] of the result is x's block sources[k], the other
+  /// blocks are zero. ValueError (with the numbers) on any other input.
+  Tensor transfer(const Tensor &x, int64_t axis,
+                  const std::vector<int64_t> &sources,
+                  const std::vector<int64_t> &destinations);
   /// In-place update: `target` names `value` from now on (its storage, after
   /// redistributing `value` to the target's placements), so every holder of
   /// `target` sees the new value; the old value is freed when unused. Shape,

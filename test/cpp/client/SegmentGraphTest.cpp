@@ -174,6 +174,12 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
         {m.node(name, {x()}, {{"diagonal", intA(-1)}}, {8, 6}, F32, colS)});
   if (name == "redistribute")
     return m.done({m.node(name, {x()}, {}, {8, 6}, F32, colS)});
+  if (name == "transfer") // rows from mesh row 0 to row 1, and back
+    return m.done({m.node(name, {x()},
+                          {{"axis", intA(0)},
+                           {"sources", intsA({0, 1})},
+                           {"destinations", intsA({1, 0})}},
+                          {8, 6}, F32, rowS)});
   return std::nullopt;
 }
 
