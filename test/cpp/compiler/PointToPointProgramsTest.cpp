@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -222,6 +223,55 @@ func.func @stages(%x: !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>) -> !dtensor.te
       EXPECT_EQ(values(outputs[r]), want) << name << ", rank " << r;
     }
   }
+}
+
+TEST(PointToPointPrograms, ComputeThatDoesNotNeedTheMessageOverlapsIt) {
+  // Stage 1 receives stage 0's block while it computes exp(w) * 3 on its
+  // own: the receive is issued before that compute, which never waits for
+  // it; only the add that reads the message does.
+  const char *text = R"(
+#m = #dtensor.mesh<[2], names = ["pp"]>
+func.func @overlap(%x: !dtensor.tensor<4x8xf32, #m, [S(0)]>, %w: !dtensor.tensor<4x8xf32, #m, [S(0)]>) -> !dtensor.tensor<4x8xf32, #m, [S(0)]> {
+  %0 = dtensor.transfer %x {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x8xf32, #m, [S(0)]>
+  %1 = dtensor.exp %w : (!dtensor.tensor<4x8xf32, #m, [S(0)]>) -> !dtensor.tensor<4x8xf32, #m, [S(0)]>
+  %2 = dtensor.mul %1, %1 : (!dtensor.tensor<4x8xf32, #m, [S(0)]>, !dtensor.tensor<4x8xf32, #m, [S(0)]>) -> !dtensor.tensor<4x8xf32, #m, [S(0)]>
+  %3 = dtensor.add %0, %2 : (!dtensor.tensor<4x8xf32, #m, [S(0)]>, !dtensor.tensor<4x8xf32, #m, [S(0)]>) -> !dtensor.tensor<4x8xf32, #m, [S(0)]>
+  return %3 : !dtensor.tensor<4x8xf32, #m, [S(0)]>
+}
+)";
+  CompileOptions options;
+  options.fuseElementwise = false; // the kernels stay instructions of their own
+  CompileResult result = compileModule(text, "overlap.mlir", options);
+  ASSERT_TRUE(result.ok) << result.error;
+  const CompiledFunction &fn = result.functions.at(0);
+  const wire::Program &receiver = fn.programs[fn.programAt(1)];
+  int recv = -1, exp = -1, add = -1;
+  for (int i = 0; i < receiver.instructions_size(); ++i) {
+    const std::string &op = receiver.instructions(i).op();
+    if (op == "recv")
+      recv = i;
+    else if (op == "exp")
+      exp = i;
+    else if (op == "add")
+      add = i;
+  }
+  ASSERT_GE(recv, 0);
+  ASSERT_GE(exp, 0);
+  ASSERT_GE(add, 0);
+  EXPECT_LT(recv, exp)
+      << "the receive is issued before the independent compute";
+  EXPECT_EQ(receiver.instructions(recv).stream(), wire::COMM);
+  EXPECT_EQ(receiver.instructions(exp).wait_events_size(), 0);
+  int event = receiver.instructions(recv).record_event();
+  ASSERT_GE(event, 0);
+  const auto &waits = receiver.instructions(add).wait_events();
+  EXPECT_NE(std::find(waits.begin(), waits.end(), event), waits.end())
+      << "the add waits for the message";
+  // And the sender's send waits for nothing: its input is the argument.
+  const wire::Program &sender = fn.programs[fn.programAt(0)];
+  for (const wire::Instruction &inst : sender.instructions())
+    if (inst.op() == "send")
+      EXPECT_EQ(inst.wait_events_size(), 0);
 }
 
 } // namespace
