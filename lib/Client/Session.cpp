@@ -805,6 +805,42 @@ Tensor Session::transfer(const Tensor &x, int64_t axis,
   return addNode("transfer", {x}, attrs, m);
 }
 
+Tensor Session::moveToMesh(const Tensor &x, int meshId) {
+  const TensorMeta &m = x->meta();
+  const Mesh &from = mesh(m.meshId), &to = mesh(meshId);
+  if (from.shape != to.shape)
+    throw ValueError("move to another mesh: the meshes differ in shape (" +
+                     shapeStr(from.shape) + " and " + shapeStr(to.shape) + ")");
+  for (size_t p = 0; p < from.ranks.size(); ++p)
+    if (from.ranks[p] == to.ranks[p])
+      throw ValueError("move to another mesh: rank " +
+                       std::to_string(from.ranks[p]) + " is at mesh position " +
+                       std::to_string(p) + " of both meshes");
+  TensorMeta moved{m.shape, m.dtype, meshId, m.placements};
+  if (x->storage_->meta)
+    return meta(moved.shape, moved.dtype, meshId, moved.placements);
+  // Messages between two ranks are matched in issue order; moves use a tag
+  // of their own, apart from the transfers inside one mesh.
+  constexpr int64_t kMoveTag = int64_t(1) << 20;
+  auto attrsFor = [&](const std::vector<int64_t> &peers) {
+    Attrs attrs;
+    AttrValue p;
+    p.kind = AttrValue::Kind::Ints;
+    p.ints = peers;
+    attrs.emplace_back("peers", p);
+    AttrValue t;
+    t.i = kMoveTag;
+    attrs.emplace_back("tag", t);
+    return attrs;
+  };
+  // The send's result stays alive until the receive is recorded: that cuts
+  // the sender's segment (another mesh), with the send in it.
+  Tensor token = addNode("send", {x}, attrsFor(to.ranks), m);
+  Tensor out = addNode("recv", {}, attrsFor(from.ranks), moved);
+  (void)token;
+  return out;
+}
+
 void Session::assign(const Tensor &target, const Tensor &value) {
   if (target->session_ != this || value->session_ != this)
     throw ValueError("_assign: tensor belongs to another dtorch session");

@@ -725,6 +725,10 @@ NB_MODULE(_C, m) {
       },
       nb::arg("x"), nb::arg("axis"), nb::arg("sources"),
       nb::arg("destinations"));
+  m.def(
+      "move_to_mesh",
+      [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
+      nb::arg("x"), nb::arg("mesh"));
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });

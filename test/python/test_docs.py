@@ -26,7 +26,8 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
               "dtorch.distributed.fsdp._fully_shard",
               "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
-              "dtorch.profiler", "dtorch.distributed.pipelining"]
+              "dtorch.profiler", "dtorch.distributed.pipelining",
+              "dtorch.distributed.pipelining.schedules"]
 
 
 def fresh_python(code, timeout=180):

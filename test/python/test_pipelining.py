@@ -116,3 +116,165 @@ def test_bad_transfers_raise_at_the_call_with_the_numbers(dt, pp4, pp_dp):
         transfer(nested, "pp", [0], [1])
     # Nothing was queued by the failed calls: the session still works.
     assert_close(transfer(x, "pp", [0], [1]).numpy(), a, tol=0)
+
+
+# ---- moving a tensor to another mesh (a stage's own ranks) ------------------------------
+
+def test_move_between_stage_meshes(dt):
+    # Two 2-rank meshes (the stages of a pp x dp mesh): every rank sends its
+    # piece to the rank at the same position of the other mesh.
+    a = dt.DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))
+    b = dt.DeviceMesh("cpu", [3, 2], mesh_dim_names=("dp",))
+    rng = np.random.default_rng(4)
+    v = rng.standard_normal((6, 5)).astype(np.float32)
+    for placements in ([Shard(0)], [Shard(1)], [Replicate()]):
+        x = dt.distribute_tensor(v, a, placements)
+        y = dt._C.move_to_mesh(x, b._mesh_id)
+        assert y.placements == tuple(placements) and y.device_mesh == b
+        assert_close(y.numpy(), v, tol=0)
+        # and back, through a computation on the other side
+        z = dt._C.move_to_mesh((y * 2.0).relu(), a._mesh_id)
+        assert_close(z.numpy(), np.maximum(2 * v, 0), tol=0)
+    with pytest.raises(ValueError, match=r"meshes differ in shape \(\[2\] and \[4\]\)"):
+        dt._C.move_to_mesh(dt.distribute_tensor(v, a, [Shard(0)]),
+                           dt.DeviceMesh("cpu", [0, 1, 2, 3])._mesh_id)
+    with pytest.raises(ValueError, match="rank 1 is at mesh position 1 of both meshes"):
+        dt._C.move_to_mesh(dt.distribute_tensor(v, a, [Shard(0)]),
+                           dt.DeviceMesh("cpu", [2, 1])._mesh_id)
+
+
+# ---- pipeline(): schedules, parity with an unpipelined step, errors ---------------------
+
+from dtorch import nn  # noqa: E402
+from dtorch.distributed.pipelining import pipeline  # noqa: E402
+from dtorch.distributed.pipelining.schedules import recording_order  # noqa: E402
+
+
+def make_stages(widths, n_stages, seed):
+    """A chain of Linear (+ ReLU but on the last) layers cut into n_stages
+    Sequentials, and its weights as numpy arrays (layer by layer)."""
+    rng = np.random.default_rng(seed)
+    layers, weights = [], []
+    for k in range(len(widths) - 1):
+        w = (rng.standard_normal((widths[k + 1], widths[k])) * 0.5).astype(np.float32)
+        b = (rng.standard_normal(widths[k + 1]) * 0.1).astype(np.float32)
+        lin = nn.Linear(widths[k], widths[k + 1])
+        lin.load_state_dict({"weight": w, "bias": b})
+        relu = k < len(widths) - 2
+        layers.append([lin] + ([nn.ReLU()] if relu else []))
+        weights.append((w, b, relu))
+    cuts = np.array_split(np.arange(len(layers)), n_stages)
+    stages = [nn.Sequential(*[m for k in cut for m in layers[k]]) for cut in cuts]
+    return stages, [layer[0] for layer in layers], weights
+
+
+def numpy_step(weights, x, y):
+    """Loss (MSE, mean) and the gradient of every weight and bias."""
+    acts, pre = [x.astype(np.float64)], []
+    for w, b, relu in weights:
+        z = acts[-1] @ w.T + b
+        pre.append(z)
+        acts.append(np.maximum(z, 0) if relu else z)
+    out = acts[-1]
+    loss = ((out - y) ** 2).mean()
+    g = 2 * (out - y) / out.size
+    grads = [None] * len(weights)
+    for k in reversed(range(len(weights))):
+        w, b, relu = weights[k]
+        if relu:
+            g = g * (pre[k] > 0)
+        grads[k] = (g.T @ acts[k], g.sum(0))
+        g = g @ w
+    return loss, grads
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_pipeline_matches_an_unpipelined_step(dt, schedule):
+    # 2 stages, each data parallel inside (pp x dp), 4 microbatches.
+    mesh = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    stages, linears, weights = make_stages([6, 16, 12, 3], 2, seed=5)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    pp = pipeline(stages, mesh["pp"], n_microbatches=4, schedule=schedule)
+    assert [m.mesh.tolist() for m in pp.stage_meshes] == [[0, 1], [2, 3]]
+    loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss)
+    want_loss, want_grads = numpy_step(weights, x, y)
+    assert_close(loss.item(), want_loss, tol=1e-5)
+    for lin, (gw, gb) in zip(linears, want_grads):
+        assert_close(lin.weight.grad.numpy(), gw, tol=1e-5)
+        assert_close(lin.bias.grad.numpy(), gb, tol=1e-5)
+    # Stage s's parameters live on stage s's ranks only.
+    assert linears[0].weight.device_mesh == pp.stage_meshes[0]
+    assert linears[-1].weight.device_mesh == pp.stage_meshes[1]
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_four_stages_eight_microbatches_train_like_one_device(dt, schedule):
+    # 4 stages of one rank each; three SGD steps, each on a fresh batch.
+    mesh = dt.init_device_mesh("cpu", (4,), mesh_dim_names=("pp",))
+    stages, linears, weights = make_stages([5, 8, 8, 8, 2], 4, seed=7)
+    pp = pipeline(stages, mesh["pp"], n_microbatches=8, schedule=schedule)
+    params = [p for s in stages for p in s.parameters()]
+    opt = dt.optim.SGD(params, lr=0.1)
+    rng = np.random.default_rng(8)
+    ws = [[w.astype(np.float64), b.astype(np.float64), r] for w, b, r in weights]
+    for step in range(3):
+        x = rng.standard_normal((16, 5)).astype(np.float32)
+        y = rng.standard_normal((16, 2)).astype(np.float32)
+        opt.zero_grad()
+        loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss)
+        opt.step()
+        want_loss, grads = numpy_step(ws, x, y)
+        assert_close(loss.item(), want_loss, tol=1e-4)
+        for k, (gw, gb) in enumerate(grads):
+            ws[k][0] = ws[k][0] - 0.1 * gw
+            ws[k][1] = ws[k][1] - 0.1 * gb
+    for lin, (w, b, _) in zip(linears, ws):
+        assert_close(lin.weight.numpy(), w, tol=1e-4)
+        assert_close(lin.bias.numpy(), b, tol=1e-4)
+
+
+def test_schedules_keep_each_stage_order_and_1f1b_holds_fewer_activations():
+    p, m = 4, 8
+    for schedule in ("GPipe", "1F1B"):
+        order = recording_order(schedule, p, m)
+        assert sorted(order) == sorted((k, s, i) for k in "FB" for s in range(p)
+                                       for i in range(m))
+        done = set()
+        for kind, s, i in order:  # every action after what it needs
+            if kind == "F":
+                assert s == 0 or ("F", s - 1, i) in done
+            else:
+                assert ("F", s, i) in done and (s == p - 1 or ("B", s + 1, i) in done)
+            done.add((kind, s, i))
+    # Activations alive per stage (forwards whose backward has not run).
+    def peak(schedule, s):
+        alive = best = 0
+        for kind, st, _ in recording_order(schedule, p, m):
+            if st == s:
+                alive += 1 if kind == "F" else -1
+                best = max(best, alive)
+        return best
+    assert [peak("GPipe", s) for s in range(p)] == [m] * p
+    assert [peak("1F1B", s) for s in range(p)] == [p - s for s in range(p)]
+
+
+def test_pipeline_bad_input_raises_at_the_call_with_the_numbers(dt):
+    mesh = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    with pytest.raises(ValueError, match="3 stages for the 2 positions of mesh dim 'pp'"):
+        pipeline([nn.Linear(2, 2) for _ in range(3)], mesh["pp"], 4)
+    with pytest.raises(ValueError, match="unknown schedule 'zigzag'"):
+        pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 4, schedule="zigzag")
+    with pytest.raises(ValueError, match="n_microbatches must be a positive int, got 0"):
+        pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 0)
+    with pytest.raises(ValueError, match="1-D view"):
+        pipeline([nn.Linear(2, 2)] * 4, mesh, 4)
+    pp = pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 4)
+    with pytest.raises(ValueError, match=r"x's batch of 10 does not split into 4 microbatches "
+                                         r"\(10 % 4 = 2\)"):
+        pp.step(np.ones((10, 2), np.float32), np.ones((10, 2), np.float32),
+                dt.nn.functional.mse_loss)
+    with pytest.raises(ValueError, match="target's batch of 6 does not split into 4"):
+        pp.step(np.ones((8, 2), np.float32), np.ones((6, 2), np.float32),
+                dt.nn.functional.mse_loss)

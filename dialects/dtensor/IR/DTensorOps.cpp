@@ -698,6 +698,31 @@ LogicalResult TransferOp::verify() {
   return success();
 }
 
+/// The peers of a move between meshes: one global rank per position.
+static LogicalResult verifyPeers(Operation *op, DTensorType type,
+                                 ArrayRef<int64_t> peers, int64_t tag) {
+  int64_t positions = 1;
+  for (int64_t s : type.getMesh().getShape())
+    positions *= s;
+  if ((int64_t)peers.size() != positions)
+    return op->emitOpError("has ") << peers.size() << " peers for a mesh of "
+                                   << positions << " positions";
+  for (int64_t p : peers)
+    if (p < 0)
+      return op->emitOpError("peer rank ") << p << " is negative";
+  if (tag < 0)
+    return op->emitOpError("tag ") << tag << " is negative";
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  return verifyPeers(*this, getInput().getType(), getPeers(), getTag());
+}
+
+LogicalResult RecvOp::verify() {
+  return verifyPeers(*this, getResult().getType(), getPeers(), getTag());
+}
+
 void dtorch::dtensor::copyRegatherAttr(Operation *from, Operation *to) {
   if (Attribute a = from->getDiscardableAttr(kRegatherAttrName))
     to->setDiscardableAttr(kRegatherAttrName, a);

@@ -726,6 +726,53 @@ def DTensor_TransferOp : DTensor_Op<"transfer",
   let hasVerifier = 1;
 }
 
+def DTensor_SendOp : DTensor_Op<"send",
+    [AllTypesMatch<["input", "result"]>]> {
+  let family = "layout";
+  let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
+  let kernel = "";
+  let summary = "Sends every rank's piece to a rank of another mesh";
+  let description = [{
+    One side of moving a tensor between two meshes of the same shape (the
+    stages of a pipeline, each on its own ranks): the rank at position p of
+    this mesh (row-major) sends its piece to global rank `peers[p]`, which
+    runs the matching `dtensor.recv` (same type on its own mesh, same tag).
+    The client records both sides and pairs them; the result is the input
+    (it keeps the sent value alive until the segment ran). Has a side
+    effect: never folded or merged. SPMD lowering gives every position its
+    own program and emits `rank.send` with the global peer.
+
+    ```mlir
+    %1 = dtensor.send %0 {peers = array<i64: 2, 3>, tag = 0 : i64} : !dtensor.tensor<4x8xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, DenseI64ArrayAttr:$peers,
+                       I64Attr:$tag);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` qualified(type($input))";
+  let hasVerifier = 1;
+}
+
+def DTensor_RecvOp : DTensor_Op<"recv"> {
+  let family = "layout";
+  let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
+  let kernel = "";
+  let summary = "Receives every rank's piece from a rank of another mesh";
+  let description = [{
+    The other side of `dtensor.send`: the rank at position p of this mesh
+    receives its piece (of the result's local shape at p) from global rank
+    `peers[p]`.
+
+    ```mlir
+    %0 = dtensor.recv {peers = array<i64: 0, 1>, tag = 0 : i64} : !dtensor.tensor<4x8xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$peers, I64Attr:$tag);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
 // One step of a lowered redistribution: the placement changes on exactly one
 // mesh axis, in the way the op's name says.
 class DTensor_LayoutStepOp<string mnemonic, string what>

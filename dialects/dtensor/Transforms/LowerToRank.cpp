@@ -76,6 +76,9 @@ private:
                ArrayRef<NamedAttribute> attrs = {});
   LogicalResult lowerStep(Operation *op, IRMapping &map);
   LogicalResult lowerTransfer(TransferOp op, IRMapping &map);
+  /// One side of a move between meshes: every position has its own class,
+  /// so the peer is a global rank.
+  LogicalResult lowerMeshMove(Operation *op, IRMapping &map);
   /// Where this rank's piece of a tensor of type `t` starts: all dims
   /// (dim = -1) or one.
   Attribute boxOffset(DTensorType t, int64_t dim = -1) {
@@ -121,6 +124,8 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         "must be lowered first (run --dtensor-lower-redistribute)");
   if (auto transfer = dyn_cast<TransferOp>(op))
     return lowerTransfer(transfer, map);
+  if (isa<SendOp, RecvOp>(op))
+    return lowerMeshMove(op, map);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -285,6 +290,27 @@ LogicalResult RankLowering::lowerTransfer(TransferOp op, IRMapping &map) {
   return success();
 }
 
+LogicalResult RankLowering::lowerMeshMove(Operation *op, IRMapping &map) {
+  int64_t position = 0;
+  for (size_t a = 0; a < meshShape.size(); ++a)
+    position = position * meshShape[a] + coords[a];
+  Location loc = op->getLoc();
+  if (auto send = dyn_cast<SendOp>(op)) {
+    Value input = map.lookup(send.getInput());
+    rank::SendOp::create(b, loc, input, IntegerAttr(),
+                         b.getI64IntegerAttr(send.getPeers()[position]),
+                         send.getTagAttr());
+    map.map(send.getResult(), input);
+    return success();
+  }
+  auto recv = cast<RecvOp>(op);
+  Value out = rank::RecvOp::create(
+      b, loc, localType(recv.getResult().getType()), IntegerAttr(),
+      b.getI64IntegerAttr(recv.getPeers()[position]), recv.getTagAttr());
+  map.map(recv.getResult(), out);
+  return success();
+}
+
 LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
   if (op->getNumOperands() != 1 || op->getNumResults() != 1 ||
       !isa<DTensorType>(op->getOperand(0).getType()))
@@ -418,11 +444,18 @@ void mergeAdjacentBoxes(SmallVector<SmallVector<int64_t>> &boxes) {
 /// on the number of ranks (an even split has none: one box, one class).
 std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
                                      ArrayRef<DTensorType> types,
-                                     ArrayRef<TransferOp> transfers) {
+                                     ArrayRef<TransferOp> transfers,
+                                     bool movesBetweenMeshes) {
   size_t axes = mesh.size();
   std::vector<std::set<int64_t>> cuts(axes);
   for (size_t a = 0; a < axes; ++a)
     cuts[a] = {0, mesh[a]};
+  // A send to or receive from another mesh names a global peer per
+  // position: every position is a class.
+  if (movesBetweenMeshes)
+    for (size_t a = 0; a < axes; ++a)
+      for (int64_t c = 1; c < mesh[a]; ++c)
+        cuts[a].insert(c);
   // A transfer's sources and destinations run programs of their own (they
   // send and receive): each is a class on its axis.
   for (TransferOp t : transfers)
@@ -473,6 +506,8 @@ std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
     for (DTensorType t : types)
       for (int64_t s : t.getLocalShape(coords))
         shapes.push_back(s);
+    if (movesBetweenMeshes)
+      shapes.insert(shapes.end(), coords.begin(), coords.end());
     // The role in each transfer: the coordinate when it sends or receives.
     for (TransferOp t : transfers) {
       int64_t c = coords[t.getAxis()];
@@ -523,8 +558,10 @@ struct LowerToRankPass
       });
       SmallVector<TransferOp> transfers;
       fn.walk([&](TransferOp t) { transfers.push_back(t); });
+      bool moves = false;
+      fn.walk([&](Operation *op) { moves |= isa<SendOp, RecvOp>(op); });
       std::vector<ShapeClass> classes =
-          shapeClasses(mesh->getShape(), types, transfers);
+          shapeClasses(mesh->getShape(), types, transfers, moves);
       OpBuilder b(fn);
       auto meshAttr = b.getDenseI64ArrayAttr(mesh->getShape());
       for (size_t k = 0; k < classes.size(); ++k) {

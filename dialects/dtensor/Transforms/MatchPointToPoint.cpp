@@ -40,12 +40,16 @@ struct ClassProgram {
 std::map<Channel, SmallVector<Message>> messagesOf(func::FuncOp fn) {
   std::map<Channel, SmallVector<Message>> channels;
   fn.walk([&](Operation *op) {
+    // A send or recv without an axis names a global rank: one side of a
+    // move between two meshes, which the client pairs (dtensor.send).
     if (auto send = dyn_cast<rank::SendOp>(op)) {
-      channels[{send.getAxis(), send.getPeer(), send.getTag(), true}].push_back(
-          {send.getInput().getType(), op});
+      if (send.getAxis())
+        channels[{*send.getAxis(), send.getPeer(), send.getTag(), true}]
+            .push_back({send.getInput().getType(), op});
     } else if (auto recv = dyn_cast<rank::RecvOp>(op)) {
-      channels[{recv.getAxis(), recv.getPeer(), recv.getTag(), false}]
-          .push_back({recv.getResult().getType(), op});
+      if (recv.getAxis())
+        channels[{*recv.getAxis(), recv.getPeer(), recv.getTag(), false}]
+            .push_back({recv.getResult().getType(), op});
     } else if (auto batch = dyn_cast<rank::BatchSendRecvOp>(op)) {
       for (auto [peer, v] : llvm::zip(batch.getSendPeers(), batch.getInputs()))
         channels[{batch.getAxis(), peer, batch.getTag(), true}].push_back(

@@ -313,16 +313,27 @@ LogicalResult verifyTag(Operation *op, int64_t tag) {
 
 } // namespace
 
+/// Without an axis, `peer` is a global rank.
+LogicalResult verifyGlobalPeer(Operation *op, int64_t peer) {
+  if (peer < 0)
+    return op->emitOpError("peer rank ") << peer << " is negative";
+  return success();
+}
+
 LogicalResult SendOp::verify() {
   if (failed(verifyTag(*this, getTag())))
     return failure();
-  return verifyPeer(*this, classInfoOf(*this), getAxis(), getPeer(), "peer");
+  if (!getAxis())
+    return verifyGlobalPeer(*this, getPeer());
+  return verifyPeer(*this, classInfoOf(*this), *getAxis(), getPeer(), "peer");
 }
 
 LogicalResult RecvOp::verify() {
   if (failed(verifyTag(*this, getTag())))
     return failure();
-  return verifyPeer(*this, classInfoOf(*this), getAxis(), getPeer(), "peer");
+  if (!getAxis())
+    return verifyGlobalPeer(*this, getPeer());
+  return verifyPeer(*this, classInfoOf(*this), *getAxis(), getPeer(), "peer");
 }
 
 LogicalResult BatchSendRecvOp::verify() {

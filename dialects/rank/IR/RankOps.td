@@ -198,12 +198,14 @@ def Rank_YieldOp : Rank_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
 //===----------------------------------------------------------------------===//
 
 def Rank_SendOp : Rank_Op<"send"> {
-  let summary = "Sends a tensor to one rank along a mesh axis";
+  let summary = "Sends a tensor to one rank along a mesh axis, or to a global rank";
   let description = [{
-    The receiver is the rank whose coordinate along mesh axis `axis` is
-    `peer` and whose other coordinates are the sender's. Every position of
-    the function sits at one coordinate of `axis` (the sender's), which is
-    not `peer`. Messages are matched by (sender, receiver, `tag`) in issue
+    With `axis`, the receiver is the rank whose coordinate along mesh axis
+    `axis` is `peer` and whose other coordinates are the sender's; every
+    position of the function sits at one coordinate of `axis` (the
+    sender's), which is not `peer`. Without `axis`, `peer` is the global
+    rank of the receiver (a move between two meshes, whose two sides the
+    client pairs; `dtensor.send`). Messages are matched by (sender, receiver, `tag`) in issue
     order; `--rank-match-p2p` checks that the receiver's program issues the
     matching `rank.recv` (same tensor type, tag and order). On the COMM
     stream; returns once the data is handed over (it does not wait for the
@@ -213,24 +215,26 @@ def Rank_SendOp : Rank_Op<"send"> {
     rank.send %0 {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins AnyRankedTensor:$input, I64Attr:$axis, I64Attr:$peer,
-                       I64Attr:$tag);
+  let arguments = (ins AnyRankedTensor:$input, OptionalAttr<I64Attr>:$axis,
+                       I64Attr:$peer, I64Attr:$tag);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
 
 def Rank_RecvOp : Rank_Op<"recv"> {
-  let summary = "Receives a tensor from one rank along a mesh axis";
+  let summary = "Receives a tensor from one rank along a mesh axis, or from a global rank";
   let description = [{
-    The sender is the rank whose coordinate along mesh axis `axis` is `peer`
-    and whose other coordinates are the receiver's. Blocks (on the COMM
-    stream) until the matching `rank.send` arrives.
+    With `axis`, the sender is the rank whose coordinate along mesh axis
+    `axis` is `peer` and whose other coordinates are the receiver's; without
+    it, `peer` is the sender's global rank. Blocks (on the COMM stream) until
+    the matching `rank.send` arrives.
 
     ```mlir
     %1 = rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 0 : i64} : tensor<4x8xf32>
     ```
   }];
-  let arguments = (ins I64Attr:$axis, I64Attr:$peer, I64Attr:$tag);
+  let arguments = (ins OptionalAttr<I64Attr>:$axis, I64Attr:$peer,
+                       I64Attr:$tag);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -180,6 +180,14 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
                            {"sources", intsA({0, 1})},
                            {"destinations", intsA({1, 0})}},
                           {8, 6}, F32, rowS)});
+  if (name == "send") // to the ranks of another 2x2 mesh
+    return m.done(
+        {m.node(name, {x()}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},
+                {8, 6}, F32, rowS)});
+  if (name == "recv")
+    return m.done(
+        {m.node(name, {}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},
+                {8, 6}, F32, colS)});
   return std::nullopt;
 }
 

@@ -1,17 +1,23 @@
-"""dtorch.distributed.pipelining: moving tensors between the stages of a
-pipeline.
+"""dtorch.distributed.pipelining: pipeline parallelism on the single
+controller.
 
-The stages of a pipeline are the positions of one mesh dim (``"pp"``). A
-tensor that holds one block per stage is ``Shard(d)`` on that dim; `transfer`
-moves blocks between positions with point-to-point messages that the
-controller schedules itself (``dtensor.transfer``, lowered to ``rank.send`` /
-``rank.recv`` on the communication stream and checked to pair up at compile
-time). The user writes no send or recv.
+The stages of a pipeline are the positions of one mesh dim (``"pp"``).
+`pipeline` runs a list of stage modules, one per position, each on its own
+ranks (the sub-mesh of the other dims, which may itself be DP x TP): the
+batch is split into microbatches, every microbatch's forward and backward
+is recorded stage by stage in the order of the schedule (GPipe or 1F1B),
+and activations and gradients move between the stages' ranks with
+point-to-point messages (``dtensor.send``/``dtensor.recv``) on the
+communication stream, so the stages run concurrently. `transfer` moves
+blocks of one tensor between the positions of a mesh dim inside one
+program (``dtensor.transfer``, checked at compile time to pair every send
+with its receive). The user writes no send or recv.
 """
 from ... import _C
 from ...device_mesh import mesh_of
+from .schedules import PipelineSchedule, pipeline
 
-__all__ = ["transfer"]
+__all__ = ["transfer", "pipeline", "PipelineSchedule"]
 
 
 def _root_axis(mesh, mesh_dim):

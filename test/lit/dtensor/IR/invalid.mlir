@@ -459,3 +459,21 @@ func.func @transfer_out_of_axis(%a: !dtensor.tensor<4xf32, #m, [S(0)]>) {
   %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 4>} : !dtensor.tensor<4xf32, #m, [S(0)]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @send_peer_count(%a: !dtensor.tensor<4xf32, #m, [S(0), R]>) {
+  // expected-error @+1 {{has 2 peers for a mesh of 4 positions}}
+  %0 = dtensor.send %a {peers = array<i64: 4, 5>, tag = 0 : i64} : !dtensor.tensor<4xf32, #m, [S(0), R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @recv_negative_peer() {
+  // expected-error @+1 {{peer rank -1 is negative}}
+  %0 = dtensor.recv {peers = array<i64: 2, -1>, tag = 0 : i64} : !dtensor.tensor<4xf32, #m, [R]>
+  return
+}

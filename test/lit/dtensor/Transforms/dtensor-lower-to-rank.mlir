@@ -281,3 +281,34 @@ func.func @stages(%x: !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>) -> !dtensor.te
   %2 = dtensor.transfer %1 {axis = 0 : i64, sources = array<i64: 1>, destinations = array<i64: 0>} : !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
   return %2 : !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[2], names = ["dp"]>
+
+// A move to another mesh: every position is a class of its own and sends
+// its piece to the global rank the op names for it; the result is the input.
+// CHECK-LABEL: func @to_next_stage_class0
+// CHECK-SAME: rank.positions = [array<i64: 0, 1>]
+// CHECK: rank.send %arg0 {peer = 2 : i64, tag = 1048576 : i64} : tensor<2x4xf32>
+// CHECK: return %arg0
+// CHECK-LABEL: func @to_next_stage_class1
+// CHECK-SAME: rank.positions = [array<i64: 1, 2>]
+// CHECK: rank.send %arg0 {peer = 3 : i64, tag = 1048576 : i64} : tensor<2x4xf32>
+func.func @to_next_stage(%x: !dtensor.tensor<4x4xf32, #m, [S(0)]>) -> !dtensor.tensor<4x4xf32, #m, [S(0)]> {
+  %0 = dtensor.send %x {peers = array<i64: 2, 3>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<4x4xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2], names = ["dp"]>
+
+// CHECK-LABEL: func @from_previous_stage_class1
+// CHECK: %[[R:.+]] = rank.recv {peer = 1 : i64, tag = 1048576 : i64} : tensor<4x2xf32>
+// CHECK: rank.kernel "relu"(%[[R]])
+func.func @from_previous_stage() -> !dtensor.tensor<4x4xf32, #m, [S(1)]> {
+  %0 = dtensor.recv {peers = array<i64: 0, 1>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [S(1)]>
+  %1 = dtensor.relu %0 : (!dtensor.tensor<4x4xf32, #m, [S(1)]>) -> !dtensor.tensor<4x4xf32, #m, [S(1)]>
+  return %1 : !dtensor.tensor<4x4xf32, #m, [S(1)]>
+}

@@ -86,3 +86,19 @@ func.func @half_class1() attributes {rank.mesh = array<i64: 2, 2>, rank.position
   %0 = rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 0 : i64} : tensor<4xf32>
   return
 }
+
+// -----
+
+// A send to a global rank (one side of a move between meshes) is paired by
+// the client, not here: no diagnostic.
+// CHECK-LABEL: func @move_class0
+// CHECK: rank.send %arg0 {peer = 5 : i64, tag = 0 : i64}
+func.func @move_class0(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+  rank.send %x {peer = 5 : i64, tag = 0 : i64} : tensor<4xf32>
+  %0 = rank.recv {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
+func.func @move_class1(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]} {
+  rank.send %x {axis = 0 : i64, peer = 0 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
