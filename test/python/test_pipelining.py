@@ -278,3 +278,54 @@ def test_pipeline_bad_input_raises_at_the_call_with_the_numbers(dt):
     with pytest.raises(ValueError, match="target's batch of 6 does not split into 4"):
         pp.step(np.ones((8, 2), np.float32), np.ones((6, 2), np.float32),
                 dt.nn.functional.mse_loss)
+
+
+def test_pipeline_cuts_a_sequential_by_parameter_count(dt):
+    from dtorch.distributed.pipelining.schedules import split_by_parameters
+    mesh = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    # 6*24+24 = 168 | 0 | 24*4+4 = 100 | 0 | 4*4+4 = 20 | 4*2+2 = 10:
+    # the best cut puts the first Linear alone (168 | 130).
+    stages, linears, weights = make_stages([6, 24, 4, 4, 2], 1, seed=9)
+    model = stages[0]
+    assert [len(s) for s in split_by_parameters(model, 2)] == [2, 5]
+    three = split_by_parameters(model, 3)
+    counts = [sum(int(np.prod(p.shape)) for p in s.parameters()) for s in three]
+    assert max(counts) == 168 and min(len(s) for s in three) >= 1
+    assert [c for s in three for c in s.children()] == list(model.children())
+    pp = pipeline(model, mesh["pp"], n_microbatches=2, schedule="1F1B")
+    assert len(pp.stages) == 2 and sum(len(s) for s in pp.stages) == len(model)
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    y = rng.standard_normal((4, 2)).astype(np.float32)
+    loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss)
+    want_loss, grads = numpy_step(weights, x, y)
+    assert_close(loss.item(), want_loss, tol=1e-5)
+    for lin, (gw, gb) in zip(linears, grads):
+        assert_close(lin.weight.grad.numpy(), gw, tol=1e-5)
+        assert_close(lin.bias.grad.numpy(), gb, tol=1e-5)
+    with pytest.raises(ValueError, match="7 children cannot make 8 stages"):
+        split_by_parameters(model, 8)
+
+
+def test_stages_that_are_tensor_parallel_inside(dt):
+    # pp x tp: each stage's Linears split column- then row-wise on its own
+    # "tp" dim after the pipeline placed them.
+    from dtorch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                    parallelize_module)
+    mesh = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "tp"))
+    stages, linears, weights = make_stages([6, 8, 6, 8, 3], 2, seed=11)
+    pp = pipeline(stages, mesh["pp"], n_microbatches=4, schedule="GPipe")
+    for s, stage in enumerate(pp.stages):
+        parallelize_module(stage, pp.stage_meshes[s]["tp"],
+                           {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    assert linears[0].weight.placements == (Shard(0),)
+    assert linears[1].weight.placements == (Shard(1),)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss)
+    want_loss, grads = numpy_step(weights, x, y)
+    assert_close(loss.item(), want_loss, tol=1e-5)
+    for lin, (gw, gb) in zip(linears, grads):
+        assert_close(lin.weight.grad.numpy(), gw, tol=1e-5)
+        assert_close(lin.bias.grad.numpy(), gb, tol=1e-5)

@@ -30,7 +30,7 @@ from ...device_mesh import DeviceMesh
 from ...placement_types import Replicate, Shard, from_raw
 from .. import _layout
 
-__all__ = ["pipeline", "PipelineSchedule"]
+__all__ = ["pipeline", "PipelineSchedule", "split_by_parameters"]
 
 SCHEDULES = ("GPipe", "1F1B")
 
@@ -264,6 +264,58 @@ class PipelineSchedule:
         return total
 
 
+def split_by_parameters(module, n_stages):
+    """Cuts a Sequential into `n_stages` Sequentials of consecutive children
+    whose largest parameter count is as small as it can be (each stage gets
+    at least one child; among equal cuts, children without parameters stay
+    with the child before them).
+
+    Args:
+        module (nn.Sequential): the model; its children are kept (not
+            copied), in order.
+        n_stages (int): how many stages.
+
+    Returns:
+        list[nn.Sequential]
+
+    Raises:
+        ValueError: fewer children than stages, with both numbers.
+
+    Example:
+        >>> from dtorch import nn
+        >>> from dtorch.distributed.pipelining.schedules import split_by_parameters
+        >>> model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Linear(8, 2))
+        >>> [len(s) for s in split_by_parameters(model, 2)]   # 72 + 0 | 72 + 18 parameters
+        [2, 2]
+    """
+    from ...nn import Sequential
+    children = list(module.children())
+    if len(children) < n_stages:
+        raise ValueError(f"split_by_parameters: {len(children)} children cannot make "
+                         f"{n_stages} stages (one child at least per stage)")
+    sizes = [sum(int(np.prod(p.shape)) for p in c.parameters()) for c in children]
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    n = len(children)
+    # best[k][j]: the smallest largest stage of children[:j] cut into k stages.
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
+    best[0][0] = 0
+    for k in range(1, n_stages + 1):
+        for j in range(k, n + 1):
+            for i in range(k - 1, j):
+                cost = max(best[k - 1][i], prefix[j] - prefix[i])
+                # On a tie the later cut: a layer without parameters (an
+                # activation) stays with the layer before it.
+                if cost <= best[k][j]:
+                    best[k][j], cut[k][j] = cost, i
+    bounds, j = [], n
+    for k in range(n_stages, 0, -1):
+        bounds.append((cut[k][j], j))
+        j = cut[k][j]
+    return [Sequential(*children[a:b]) for a, b in reversed(bounds)]
+
+
 def pipeline(stages, mesh, n_microbatches, schedule="1F1B"):
     """A pipeline of `stages` over the positions of the 1-D mesh `mesh`
     (``mesh["pp"]``), as the API's ``dtorch.distributed.pipelining.pipeline``.
@@ -271,11 +323,16 @@ def pipeline(stages, mesh, n_microbatches, schedule="1F1B"):
     Stage s runs on the ranks at position s (with the parent mesh's other
     dims: a stage may be DP x TP); its parameters and buffers are moved
     there now, in place (the Parameter objects stay, so an optimizer made
-    before or after sees them). Call `PipelineSchedule.step` per batch.
+    before or after sees them). To make a stage tensor parallel as well,
+    parallelize it afterwards on its mesh (``parallelize_module(pp.stages[s],
+    pp.stage_meshes[s]["tp"], plan)``). Call `PipelineSchedule.step` per
+    batch.
 
     Args:
-        stages (list[nn.Module]): one module per position of the dim; stage
-            s + 1 takes stage s's output.
+        stages (list[nn.Module] or nn.Sequential): one module per position
+            of the dim (stage s + 1 takes stage s's output), or a Sequential
+            to cut into as many stages by parameter count
+            (`split_by_parameters`).
         mesh (DeviceMesh): a 1-D view of a root mesh (``mesh["pp"]``).
         n_microbatches (int): how many microbatches each batch is split into.
         schedule (str): ``"GPipe"`` (every forward, then every backward) or
@@ -306,6 +363,9 @@ def pipeline(stages, mesh, n_microbatches, schedule="1F1B"):
     """
     if not isinstance(mesh, DeviceMesh) or mesh.ndim != 1 or len(mesh._groups[0]) != 1:
         raise ValueError("pipeline: mesh must be a 1-D view of one mesh dim, e.g. mesh['pp']")
+    from ...nn import Sequential
+    if isinstance(stages, Sequential):
+        stages = split_by_parameters(stages, mesh.size())
     stages = list(stages)
     name = mesh.mesh_dim_names[0] if mesh.mesh_dim_names else "0"
     if len(stages) != mesh.size():
