@@ -1,10 +1,12 @@
-"""Pipeline parallelism: the bubble of GPipe and 1F1B measured from the
-profiler trace, next to the theoretical (p - 1) / (m + p - 1), and each
-stage's peak memory under both schedules.
+"""Pipeline parallelism: the bubble of GPipe, 1F1B and interleaved 1F1B
+measured from the profiler trace, next to the theoretical (p - 1) /
+(m + p - 1) (interleaved with v stages per rank: (p - 1) / (v m + p - 1)),
+and each stage's peak memory under every schedule.
 
 A chain of equal Linear + ReLU layers (--width, --layers per stage) runs as
 a pipeline of p stages (one rank each, a (p,) "pp" mesh of the embedded
-cluster) with m microbatches of --rows rows; each setting runs in a fresh
+cluster) with m microbatches of --rows rows (interleaved: --chunks stages per
+rank, the same layers cut finer); each setting runs in a fresh
 interpreter (a rank's peak memory is a high-water mark of its process).
 After --warmup steps, one step is profiled: for each stage's rank, the
 bubble is the part of the step (first kernel of any stage to the last one)
@@ -64,11 +66,12 @@ def run_job(job):
     from dtorch.distributed.pipelining import pipeline
 
     p, m, rows, width = job["stages"], job["microbatches"], job["rows"], job["width"]
+    v = job.get("chunks", 1)
     dtorch.init(world_size=p)
     mesh = dtorch.init_device_mesh("cpu", (p,), mesh_dim_names=("pp",))
-    stages = [nn.Sequential(*[layer for _ in range(job["layers"])
+    stages = [nn.Sequential(*[layer for _ in range(job["layers"] // v)
                               for layer in (nn.Linear(width, width), nn.ReLU())])
-              for _ in range(p)]
+              for _ in range(p * v)]
     pp = pipeline(stages, mesh["pp"], n_microbatches=m, schedule=job["schedule"])
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m * rows, width)).astype(np.float32)
@@ -90,14 +93,14 @@ def run_job(job):
     events = data["traceEvents"] if isinstance(data, dict) else data
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
-    stage_ranks = [int(pp.stage_meshes[s].mesh.reshape(-1)[0]) for s in range(p)]
+    stage_ranks = [int(pp.stage_meshes[s].mesh.reshape(-1)[0]) for s in range(p)]  # by position
     pids = [next(pid for pid, n in names.items() if n == f"rank {r}") for r in stage_ranks]
     bubbles, span_us = bubbles_from_trace(events, pids)
     stats = {r["rank"]: r for r in dtorch.memory_stats()}
     out = dict(job, loss=loss, bubbles=bubbles, step_ms=span_us / 1e3,
                peak_bytes=[stats[r]["peak_bytes"] for r in stage_ranks],
                held_bytes=[stats[r]["bytes"] for r in stage_ranks],
-               theoretical=(p - 1) / (m + p - 1))
+               theoretical=(p - 1) / (v * m + p - 1))
     dtorch.shutdown()
     return out
 
@@ -117,18 +120,23 @@ def run_in_fresh_interpreter(job):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(stages, microbatches, rows, width, layers, warmup, workdir):
+def measure(stages, microbatches, rows, width, layers, warmup, workdir, chunks=2):
+    """GPipe, 1F1B and (with chunks > 1 and layers divisible by it)
+    interleaved 1F1B, each in a fresh interpreter."""
     results = []
-    for schedule in ("GPipe", "1F1B"):
+    settings = [("GPipe", 1), ("1F1B", 1)]
+    if chunks > 1 and layers % chunks == 0 and microbatches % stages == 0:
+        settings.append(("Interleaved1F1B", chunks))
+    for schedule, v in settings:
         results.append(run_in_fresh_interpreter(dict(
-            schedule=schedule, stages=stages, microbatches=microbatches, rows=rows,
+            schedule=schedule, chunks=v, stages=stages, microbatches=microbatches, rows=rows,
             width=width, layers=layers, warmup=warmup, workdir=workdir)))
     return results
 
 
 def table(results):
-    lines = ["| schedule | p | m | bubble (measured, mean of stages) | per stage | "
-             "theoretical (p-1)/(m+p-1) | step ms | activation peak per stage (MiB) |",
+    lines = ["| schedule | p | m | bubble (measured, mean of ranks) | per rank | "
+             "theoretical (p-1)/(vm+p-1) | step ms | activation peak per rank (MiB) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         act = [(pk - held) / 2 ** 20 for pk, held in zip(r["peak_bytes"], r["held_bytes"])]
@@ -148,6 +156,7 @@ def main():
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--chunks", type=int, default=2, help="stages per rank (interleaved)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "pipeline"))
     args = parser.parse_args()
@@ -157,7 +166,7 @@ def main():
         return
     with tempfile.TemporaryDirectory() as workdir:
         results = measure(args.stages, args.microbatches, args.rows, args.width, args.layers,
-                          args.warmup, workdir)
+                          args.warmup, workdir, args.chunks)
     text = table(results)
     print(text)
     os.makedirs(args.out, exist_ok=True)

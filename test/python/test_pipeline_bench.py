@@ -22,13 +22,15 @@ def test_busy_union_merges_overlapping_intervals():
 
 
 def test_gpipe_and_1f1b_bubble_and_memory(tmp_path):
-    results = pipeline_bench.measure(stages=2, microbatches=6, rows=8, width=64, layers=1,
-                                     warmup=1, workdir=str(tmp_path))
+    results = pipeline_bench.measure(stages=2, microbatches=6, rows=8, width=64, layers=2,
+                                     warmup=1, workdir=str(tmp_path), chunks=2)
     by = {r["schedule"]: r for r in results}
+    assert set(by) == {"GPipe", "1F1B", "Interleaved1F1B"}
     for r in results:
         assert len(r["bubbles"]) == 2 and all(0 <= b < 1 for b in r["bubbles"])
-        assert r["theoretical"] == pytest.approx(1 / 7)
-    # Same model, same batch: the same loss.
+    assert by["1F1B"]["theoretical"] == pytest.approx(1 / 7)
+    assert by["Interleaved1F1B"]["theoretical"] == pytest.approx(1 / 13)
+    # Same model, same batch: the same loss (the layers are drawn alike).
     assert by["GPipe"]["loss"] == pytest.approx(by["1F1B"]["loss"], rel=1e-5)
     act = {s: by[s]["peak_bytes"][0] - by[s]["held_bytes"][0] for s in by}
     assert act["1F1B"] < act["GPipe"], act

@@ -237,16 +237,16 @@ def test_four_stages_eight_microbatches_train_like_one_device(dt, schedule):
 
 def test_schedules_keep_each_stage_order_and_1f1b_holds_fewer_activations():
     p, m = 4, 8
-    for schedule in ("GPipe", "1F1B"):
-        order = recording_order(schedule, p, m)
-        assert sorted(order) == sorted((k, s, i) for k in "FB" for s in range(p)
+    for schedule, n_stages in (("GPipe", p), ("1F1B", p), ("Interleaved1F1B", 2 * p)):
+        order = recording_order(schedule, n_stages, m, p)
+        assert sorted(order) == sorted((k, s, i) for k in "FB" for s in range(n_stages)
                                        for i in range(m))
         done = set()
         for kind, s, i in order:  # every action after what it needs
             if kind == "F":
                 assert s == 0 or ("F", s - 1, i) in done
             else:
-                assert ("F", s, i) in done and (s == p - 1 or ("B", s + 1, i) in done)
+                assert ("F", s, i) in done and (s == n_stages - 1 or ("B", s + 1, i) in done)
             done.add((kind, s, i))
     # Activations alive per stage (forwards whose backward has not run).
     def peak(schedule, s):
@@ -258,6 +258,29 @@ def test_schedules_keep_each_stage_order_and_1f1b_holds_fewer_activations():
         return best
     assert [peak("GPipe", s) for s in range(p)] == [m] * p
     assert [peak("1F1B", s) for s in range(p)] == [p - s for s in range(p)]
+    # Interleaved: rank r runs stages r and r + p; its first forwards go
+    # through both chunks of the first group of p microbatches.
+    order = recording_order("Interleaved1F1B", 2 * p, m, p)
+    rank0 = [(k, s, i) for k, s, i in order if s % p == 0]
+    assert rank0[:4] == [("F", 0, 0), ("F", 0, 1), ("F", 0, 2), ("F", 0, 3)]
+    assert rank0[4:8] == [("F", 4, 0), ("F", 4, 1), ("F", 4, 2), ("F", 4, 3)]
+
+
+def test_interleaved_1f1b_matches_an_unpipelined_step(dt):
+    # 2 positions, 2 stages on each (stage k at position k % 2).
+    mesh = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+    stages, linears, weights = make_stages([4, 8, 8, 8, 2], 4, seed=13)
+    pp = pipeline(stages, mesh["pp"], n_microbatches=4, schedule="Interleaved1F1B")
+    assert [m.mesh.tolist() for m in pp.stage_meshes] == [[0, 1], [2, 3], [0, 1], [2, 3]]
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    y = rng.standard_normal((8, 2)).astype(np.float32)
+    loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss)
+    want_loss, grads = numpy_step(weights, x, y)
+    assert_close(loss.item(), want_loss, tol=1e-5)
+    for lin, (gw, gb) in zip(linears, grads):
+        assert_close(lin.weight.grad.numpy(), gw, tol=1e-5)
+        assert_close(lin.bias.grad.numpy(), gb, tol=1e-5)
 
 
 def test_pipeline_bad_input_raises_at_the_call_with_the_numbers(dt):
@@ -268,6 +291,12 @@ def test_pipeline_bad_input_raises_at_the_call_with_the_numbers(dt):
         pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 4, schedule="zigzag")
     with pytest.raises(ValueError, match="n_microbatches must be a positive int, got 0"):
         pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 0)
+    with pytest.raises(ValueError, match="Interleaved1F1B needs a multiple \\(at least 2\\) of the "
+                                         "2 positions of mesh dim 'pp' as stages, got 3"):
+        pipeline([nn.Linear(2, 2) for _ in range(3)], mesh["pp"], 4, schedule="Interleaved1F1B")
+    with pytest.raises(ValueError, match="n_microbatches divisible by the 2 positions of mesh "
+                                         "dim 'pp', got 3"):
+        pipeline([nn.Linear(2, 2) for _ in range(4)], mesh["pp"], 3, schedule="Interleaved1F1B")
     with pytest.raises(ValueError, match="1-D view"):
         pipeline([nn.Linear(2, 2)] * 4, mesh, 4)
     pp = pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 4)

@@ -32,37 +32,56 @@ from .. import _layout
 
 __all__ = ["pipeline", "PipelineSchedule", "split_by_parameters"]
 
-SCHEDULES = ("GPipe", "1F1B")
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 
 
-def _stage_orders(schedule, n_stages, n_microbatches):
-    """Each stage's actions, ("F" or "B", microbatch), in its own order."""
+def _lane_orders(schedule, n_stages, n_microbatches, n_ranks):
+    """Each rank's actions, ("F" or "B", stage, microbatch), in its own
+    order. Stage k runs on rank k % n_ranks (one stage per rank but for
+    the interleaved schedule, which gives each rank n_stages / n_ranks)."""
+    m = n_microbatches
     orders = []
-    for s in range(n_stages):
+    for r in range(n_ranks):
         if schedule == "GPipe":
-            order = [("F", i) for i in range(n_microbatches)] + \
-                [("B", i) for i in range(n_microbatches)]
+            order = [("F", r, i) for i in range(m)] + [("B", r, i) for i in range(m)]
         else:
-            # 1F1B: enough forwards to fill the pipeline below this stage,
-            # then one backward after each forward, then the last backwards.
-            warmup = min(n_stages - s - 1, n_microbatches)
-            order = [("F", i) for i in range(warmup)]
+            if schedule == "1F1B":
+                forwards = [(r, i) for i in range(m)]
+                backwards = forwards
+                # enough forwards to fill the pipeline below this rank
+                warmup = min(n_ranks - r - 1, m)
+            else:  # Interleaved1F1B: v chunks per rank, microbatches in groups of p
+                v, p = n_stages // n_ranks, n_ranks
+                forwards = [(c * p + r, g * p + j) for g in range(m // p)
+                            for c in range(v) for j in range(p)]
+                backwards = [(c * p + r, g * p + j) for g in range(m // p)
+                             for c in reversed(range(v)) for j in range(p)]
+                warmup = min((p - r - 1) * 2 + (v - 1) * p, len(forwards))
+            # then one backward after each forward, then the last backwards
+            order = [("F",) + a for a in forwards[:warmup]]
             f, b = warmup, 0
-            while f < n_microbatches:
-                order.append(("F", f))
+            while f < len(forwards):
+                order.append(("F",) + forwards[f])
                 f += 1
-                order.append(("B", b))
+                order.append(("B",) + backwards[b])
                 b += 1
-            order += [("B", i) for i in range(b, n_microbatches)]
+            order += [("B",) + a for a in backwards[b:]]
         orders.append(order)
     return orders
 
 
-def recording_order(schedule, n_stages, n_microbatches):
+def recording_order(schedule, n_stages, n_microbatches, n_ranks=None):
     """The global order in which a schedule's actions are recorded: in time
-    steps, each stage takes its next action when its inputs exist (the
+    steps, each rank takes its next action when its inputs exist (the
     forward of the stage before, or the backward of the stage after), so
-    every stage's own order is the schedule's.
+    every rank's own order is the schedule's.
+
+    Args:
+        schedule (str): "GPipe", "1F1B" or "Interleaved1F1B".
+        n_stages (int): stages; n_ranks of them unless interleaved.
+        n_microbatches (int): microbatches per batch.
+        n_ranks (int, optional): positions of the pp dim (n_stages when
+            omitted); stage k runs at position k % n_ranks.
 
     Returns:
         list[tuple[str, int, int]]: ("F" or "B", stage, microbatch).
@@ -72,17 +91,18 @@ def recording_order(schedule, n_stages, n_microbatches):
         >>> [(a, s, i) for a, s, i in recording_order("1F1B", 2, 2)]
         [('F', 0, 0), ('F', 1, 0), ('F', 0, 1), ('B', 1, 0), ('B', 0, 0), ('F', 1, 1), ('B', 1, 1), ('B', 0, 1)]
     """
-    orders = _stage_orders(schedule, n_stages, n_microbatches)
+    n_ranks = n_stages if n_ranks is None else n_ranks
+    orders = _lane_orders(schedule, n_stages, n_microbatches, n_ranks)
     done = set()
-    position = [0] * n_stages
+    position = [0] * n_ranks
     out = []
     total = sum(len(o) for o in orders)
     while len(out) < total:
         progressed = False
-        for s in range(n_stages):
-            if position[s] >= len(orders[s]):
+        for r in range(n_ranks):
+            if position[r] >= len(orders[r]):
                 continue
-            kind, i = orders[s][position[s]]
+            kind, s, i = orders[r][position[r]]
             if kind == "F":
                 ready = s == 0 or ("F", s - 1, i) in done
             else:
@@ -90,7 +110,7 @@ def recording_order(schedule, n_stages, n_microbatches):
             if ready:
                 done.add((kind, s, i))
                 out.append((kind, s, i))
-                position[s] += 1
+                position[r] += 1
                 progressed = True
         if not progressed:  # pragma: no cover - the schedules above never stall
             raise RuntimeError(f"pipeline schedule {schedule} stalled")
@@ -128,8 +148,9 @@ class PipelineSchedule:
 
     Attributes:
         stages (list[nn.Module]): the stages, stage s on `stage_meshes`[s].
-        stage_meshes (list[DeviceMesh]): each stage's own mesh (the ranks at
-            its pp position, the parent's other dims).
+        stage_meshes (list[DeviceMesh]): each stage's mesh (the ranks at
+            its pp position, the parent's other dims; interleaved stages
+            k and k + p share one).
         n_microbatches (int), schedule (str): as given.
 
     Example:
@@ -151,7 +172,9 @@ class PipelineSchedule:
         self.stages = list(stages)
         self.n_microbatches = n_microbatches
         self.schedule = schedule
-        self.stage_meshes = _stage_meshes(mesh)
+        positions = _stage_meshes(mesh)
+        self.n_ranks = len(positions)
+        self.stage_meshes = [positions[k % self.n_ranks] for k in range(len(self.stages))]
         root, axis = mesh._root, mesh._groups[0][0]
         for stage, stage_mesh in zip(self.stages, self.stage_meshes):
             for t in list(stage.parameters()) + [b for b in stage.buffers() if b is not None]:
@@ -230,7 +253,7 @@ class PipelineSchedule:
         inputs[0] = xs
         scale = 1.0 / m
         losses = []
-        for kind, s, i in recording_order(self.schedule, p, m):
+        for kind, s, i in recording_order(self.schedule, p, m, self.n_ranks):
             if kind == "F":
                 inp = inputs[s][i]
                 if s > 0:
@@ -335,9 +358,12 @@ def pipeline(stages, mesh, n_microbatches, schedule="1F1B"):
             (`split_by_parameters`).
         mesh (DeviceMesh): a 1-D view of a root mesh (``mesh["pp"]``).
         n_microbatches (int): how many microbatches each batch is split into.
-        schedule (str): ``"GPipe"`` (every forward, then every backward) or
+        schedule (str): ``"GPipe"`` (every forward, then every backward),
             ``"1F1B"`` (after a warm-up, one backward after each forward:
-            fewer activations alive).
+            fewer activations alive) or ``"Interleaved1F1B"`` (v stages per
+            position, stage k at position k % p, microbatches in groups of
+            p: a smaller bubble; needs v * p stages, v >= 2, and
+            n_microbatches divisible by p).
 
     Returns:
         PipelineSchedule
@@ -359,23 +385,34 @@ def pipeline(stages, mesh, n_microbatches, schedule="1F1B"):
         >>> pipeline([nn.Linear(2, 2), nn.Linear(2, 2)], mesh["pp"], 4, schedule="zigzag")
         Traceback (most recent call last):
         ...
-        ValueError: pipeline: unknown schedule 'zigzag' (expected one of GPipe, 1F1B)
+        ValueError: pipeline: unknown schedule 'zigzag' (expected one of GPipe, 1F1B, Interleaved1F1B)
     """
     if not isinstance(mesh, DeviceMesh) or mesh.ndim != 1 or len(mesh._groups[0]) != 1:
         raise ValueError("pipeline: mesh must be a 1-D view of one mesh dim, e.g. mesh['pp']")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"pipeline: unknown schedule {schedule!r} (expected one of "
+                         f"{', '.join(SCHEDULES)})")
     from ...nn import Sequential
     if isinstance(stages, Sequential):
         stages = split_by_parameters(stages, mesh.size())
     stages = list(stages)
     name = mesh.mesh_dim_names[0] if mesh.mesh_dim_names else "0"
-    if len(stages) != mesh.size():
-        raise ValueError(f"pipeline: {len(stages)} stages for the {mesh.size()} positions of "
+    n = mesh.size()
+    if schedule == "Interleaved1F1B":
+        if n < 2:
+            raise ValueError(f"pipeline: Interleaved1F1B needs at least 2 positions of mesh dim "
+                             f"{name!r}, it has {n}")
+        if len(stages) % n or len(stages) < 2 * n:
+            raise ValueError(f"pipeline: Interleaved1F1B needs a multiple (at least 2) of the "
+                             f"{n} positions of mesh dim {name!r} as stages, got {len(stages)}")
+        if isinstance(n_microbatches, int) and n_microbatches % n:
+            raise ValueError(f"pipeline: Interleaved1F1B needs n_microbatches divisible by the "
+                             f"{n} positions of mesh dim {name!r}, got {n_microbatches}")
+    elif len(stages) != n:
+        raise ValueError(f"pipeline: {len(stages)} stages for the {n} positions of "
                          f"mesh dim {name!r} (one stage per position)")
     if len({id(s) for s in stages}) != len(stages):
         raise ValueError("pipeline: a module appears twice among the stages")
     if not isinstance(n_microbatches, int) or n_microbatches < 1:
         raise ValueError(f"pipeline: n_microbatches must be a positive int, got {n_microbatches!r}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"pipeline: unknown schedule {schedule!r} (expected one of "
-                         f"{', '.join(SCHEDULES)})")
     return PipelineSchedule(stages, mesh, n_microbatches, schedule)
