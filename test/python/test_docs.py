@@ -27,7 +27,8 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.fsdp._fully_shard",
               "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
               "dtorch.profiler", "dtorch.distributed.pipelining",
-              "dtorch.distributed.pipelining.schedules"]
+              "dtorch.distributed.pipelining.schedules",
+              "dtorch.distributed.tensor.experimental"]
 
 
 def fresh_python(code, timeout=180):
