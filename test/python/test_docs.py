@@ -28,7 +28,8 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
               "dtorch.profiler", "dtorch.distributed.pipelining",
               "dtorch.distributed.pipelining.schedules",
-              "dtorch.distributed.tensor.experimental"]
+              "dtorch.distributed.tensor.experimental", "dtorch.nn.modules.moe",
+              "dtorch.distributed.tensor.parallel.expert"]
 
 
 def fresh_python(code, timeout=180):
