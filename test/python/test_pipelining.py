@@ -211,7 +211,7 @@ def test_pipeline_matches_an_unpipelined_step(dt, schedule):
 
 @pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
 def test_four_stages_eight_microbatches_train_like_one_device(dt, schedule):
-    # 4 stages of one rank each; three SGD steps, each on a fresh batch.
+    # 4 stages of one rank each; ten SGD steps, each on a fresh batch.
     mesh = dt.init_device_mesh("cpu", (4,), mesh_dim_names=("pp",))
     stages, linears, weights = make_stages([5, 8, 8, 8, 2], 4, seed=7)
     pp = pipeline(stages, mesh["pp"], n_microbatches=8, schedule=schedule)
@@ -219,7 +219,7 @@ def test_four_stages_eight_microbatches_train_like_one_device(dt, schedule):
     opt = dt.optim.SGD(params, lr=0.1)
     rng = np.random.default_rng(8)
     ws = [[w.astype(np.float64), b.astype(np.float64), r] for w, b, r in weights]
-    for step in range(3):
+    for step in range(10):
         x = rng.standard_normal((16, 5)).astype(np.float32)
         y = rng.standard_normal((16, 2)).astype(np.float32)
         opt.zero_grad()
