@@ -80,3 +80,29 @@ def test_sequences_that_do_not_split_raise_with_the_numbers(dt, meshes):
         ring_attention(y, y, y)
     with pytest.raises(ValueError, match="no dim named 'sp'"):
         ring_attention(x, x, x, mesh_dim="sp")
+
+
+def test_context_parallel_runs_sdpa_as_ring_attention(dt, meshes):
+    import dtorch.nn.functional as F
+    from dtorch.distributed.tensor.experimental import context_parallel
+    mesh = meshes[2]  # ("dp", "cp")
+    rng = np.random.default_rng(7)
+    q, k, v = [rng.standard_normal((2, 2, 8, 4)).astype(np.float32) for _ in range(3)]
+    rep = [Replicate(), Replicate()]
+    tq, tk, tv = [dt.distribute_tensor(a, mesh, rep).requires_grad_() for a in (q, k, v)]
+    with context_parallel(mesh["cp"], buffers=[tq, tk, tv], seq_dims=[2, 2, 2]):
+        assert tq.placements == (Shard(2),) and tq.device_mesh == mesh["cp"]
+        out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        out.numpy()
+        assert "rank.batch_send_recv" in dt.last_ir("rank")
+    assert tq.placements == (Replicate(), Replicate())  # restored
+    p, _ = attention(q, k, v, True)
+    assert_close(out.numpy(), p @ v, tol=1e-5)
+    out.sum().backward()
+    dq, _, _ = attention_grads(q, k, v, np.ones_like(q), True)
+    assert_close(tq.grad.numpy(), dq, tol=1e-4)
+    # Outside the block the ordinary attention runs again.
+    assert F.scaled_dot_product_attention.__module__ == "dtorch._decompositions"
+    with pytest.raises(ValueError, match="2 buffers but 1 seq_dims"):
+        with context_parallel(mesh["cp"], buffers=[tq, tk], seq_dims=[2]):
+            pass

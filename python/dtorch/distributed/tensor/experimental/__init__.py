@@ -10,6 +10,7 @@ rank r holds chunks r and 2cp - 1 - r of 2cp chunks, which gives every rank
 the same amount of unmasked work. The backward is the autograd of these
 ops: gradients of the key/value blocks travel the ring the other way.
 """
+import contextlib
 import math
 
 import numpy as np
@@ -21,7 +22,7 @@ from ....device_mesh import mesh_of
 from ....placement_types import Replicate, Shard
 from ...._creation import distribute_tensor
 
-__all__ = ["ring_attention"]
+__all__ = ["ring_attention", "context_parallel"]
 
 
 def _cp_axis(mesh, mesh_dim):
@@ -141,3 +142,75 @@ def _root_axis(mesh, index):
     if len(group) != 1:
         raise ValueError("ring_attention: the cp dim joins several dims of the root mesh")
     return group[0]
+
+
+@contextlib.contextmanager
+def context_parallel(mesh, buffers=(), seq_dims=(), no_restore_buffers=()):
+    """Within the block, ``F.scaled_dot_product_attention`` of tensors on
+    `mesh`'s root mesh runs as `ring_attention` over `mesh` (a 1-D view,
+    ``mesh["cp"]``), as torch's ``context_parallel``.
+
+    Each of `buffers` is laid out in place with ``Shard(seq_dims[i])`` on
+    the cp dim for the block (values stay global: the split is a layout, so
+    nothing is reordered as seen from Python) and gets its layout back on
+    exit, unless it is in `no_restore_buffers`. Attention with an
+    ``attn_mask``, dropout or a custom ``scale`` keeps the ordinary
+    computation.
+
+    Args:
+        mesh (DeviceMesh): a 1-D view of one mesh dim.
+        buffers (list[Tensor]): tensors to split along their sequence dim.
+        seq_dims (list[int]): each buffer's sequence dim.
+        no_restore_buffers (iterable[Tensor]): buffers left split.
+
+    Raises:
+        ValueError: buffers and seq_dims differ in length, or the mesh is not
+            a 1-D view.
+
+    Example:
+        >>> import numpy as np
+        >>> import dtorch
+        >>> import dtorch.nn.functional as F
+        >>> from dtorch.distributed.tensor.experimental import context_parallel
+        >>> mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "cp"))
+        >>> q = dtorch.distribute_tensor(np.ones((1, 2, 8, 4), np.float32), mesh, [dtorch.Replicate()] * 2)
+        >>> with context_parallel(mesh["cp"], buffers=[q], seq_dims=[2]):
+        ...     print(q.placements, q.device_mesh.mesh_dim_names)
+        ...     out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        (Shard(dim=2),) ('cp',)
+        >>> q.placements, out.shape
+        ((Replicate(), Replicate()), (1, 2, 8, 4))
+    """
+    from ... import _layout
+    from ....nn import functional as F_module
+    buffers, seq_dims = list(buffers), list(seq_dims)
+    if len(buffers) != len(seq_dims):
+        raise ValueError(f"context_parallel: {len(buffers)} buffers but {len(seq_dims)} "
+                         f"seq_dims")
+    if mesh.ndim != 1 or len(mesh._groups[0]) != 1:
+        raise ValueError("context_parallel: mesh must be a 1-D view of one mesh dim, "
+                         "e.g. mesh['cp']")
+    name = mesh.mesh_dim_names[0]
+    keep = {id(b) for b in no_restore_buffers}
+    saved = []
+    for buf, dim in zip(buffers, seq_dims):
+        saved.append((buf, mesh_of(buf), buf.placements))
+        _layout.relayout_(buf, mesh, [Shard(dim % buf.ndim)])
+    original = F_module.scaled_dot_product_attention
+
+    def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                  scale=None, **kwargs):
+        if (attn_mask is None and not dropout_p and scale is None and not kwargs
+                and query.ndim == 4 and query._mesh_id == mesh._mesh_id):
+            return ring_attention(query, key, value, mesh_dim=name, is_causal=is_causal)
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                        is_causal=is_causal, scale=scale, **kwargs)
+
+    F_module.scaled_dot_product_attention = attention
+    try:
+        yield
+    finally:
+        F_module.scaled_dot_product_attention = original
+        for buf, buf_mesh, placements in saved:
+            if id(buf) not in keep:
+                _layout.relayout_(buf, buf_mesh, list(placements), keep_others=False)
