@@ -746,6 +746,20 @@ NB_MODULE(_C, m) {
       },
       nb::arg("x"), nb::arg("mesh"), nb::arg("placements"), nb::arg("view"),
       nb::arg("regather") = false);
+  m.def(
+      "transfer",
+      [](const Tensor &x, int64_t axis, std::vector<int64_t> sources,
+         std::vector<int64_t> destinations) {
+        Tensor t = session().transfer(x, axis, sources, destinations);
+        t->view = x->view;
+        return t;
+      },
+      nb::arg("x"), nb::arg("axis"), nb::arg("sources"),
+      nb::arg("destinations"));
+  m.def(
+      "move_to_mesh",
+      [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
+      nb::arg("x"), nb::arg("mesh"));
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });
