@@ -88,6 +88,9 @@ public:
   void synchronize() override {
     translated([&] { cluster_->synchronize(); });
   }
+  bool anyRankLost(const std::vector<int64_t> &ranks) const override {
+    return cluster_->anyRankLost(ranks);
+  }
   void shutdown() override {
     translated([&] { cluster_->shutdown(); });
   }
@@ -114,6 +117,12 @@ std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &c) {
   o.token = c.token;
   o.curveSecretKey = c.curveSecretKey;
   o.curveWorkerPublicKeys = c.curveWorkerPublicKeys;
+  if (c.heartbeatIntervalMs > 0)
+    o.heartbeatInterval = std::chrono::milliseconds(c.heartbeatIntervalMs);
+  if (c.peerTimeoutMs > 0)
+    o.peerTimeout = std::chrono::milliseconds(c.peerTimeoutMs);
+  if (c.collectiveTimeoutMs > 0)
+    o.collectiveTimeout = std::chrono::milliseconds(c.collectiveTimeoutMs);
   return std::make_unique<ClusterBackend>(o);
 }
 

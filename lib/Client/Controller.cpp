@@ -29,6 +29,9 @@ void markSeedSlots(wire::Program &program) {
 
 std::atomic<uint64_t> hashMask{~0ULL};
 
+/// Program ids start at 1: a run under 0 runs nothing (a lost mesh's).
+constexpr uint64_t kNoProgram = 0;
+
 /// A span of the controller thread, recorded only while `trace` records.
 std::optional<rt::TraceSpan>
 controllerSpan(rt::TraceBuffer *trace, const char *category, const char *name) {
@@ -156,6 +159,16 @@ void Controller::runSegment(Segment &seg) {
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
                         std::to_string(h) + ", which is not on the workers");
+  if (backend_->anyRankLost(mesh.ranks)) {
+    // A worker of this mesh is lost: nothing is compiled or uploaded, and
+    // the backend marks the results lost (a fetch names the lost worker)
+    // instead of running anything (docs/guide/faults.md).
+    backend_->run(mesh.ranks, kNoProgram, seg.args, seg.results, seg.seeds);
+    for (Handle h : seg.results)
+      live_[h] = seg.meshId;
+    liveCount_ = live_.size();
+    return;
+  }
   uint64_t key = mixHash(seg.structureHash & hashMask, meshKeys_.at(mesh.id));
   std::vector<std::unique_ptr<Compiled>> &bucket = cache_[key];
   Compiled *c = nullptr;

@@ -1,6 +1,7 @@
 """Starting and stopping a DTorch session: the controller in this process
 and its workers (started here, or started by hand and connected to)."""
 import atexit
+import datetime
 import os
 import shutil
 from typing import NamedTuple
@@ -99,8 +100,35 @@ def generate_curve_keypair(prefix):
     return _C.write_curve_keypair(os.fspath(prefix))
 
 
+_DEFAULT_HEARTBEAT_MS = 500
+_DEFAULT_PEER_TIMEOUT_MS = 2500
+
+
+def _milliseconds(name, value, env):
+    """A duration in milliseconds from ``value`` (seconds, or a
+    ``datetime.timedelta``), else from the environment variable ``env``
+    (milliseconds); 0 when neither is given."""
+    if value is None:
+        text = os.environ.get(env, "")
+        if not text:
+            return 0
+        try:
+            ms = int(text)
+        except ValueError:
+            raise ValueError(f"${env} must be a whole number of milliseconds, got {text!r}") from None
+        if ms <= 0:
+            raise ValueError(f"${env} must be positive, got {ms}")
+        return ms
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return max(1, int(round(value * 1000)))
+
+
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
-         cache_dir=None, curve=None, auto_restart=None):
+         cache_dir=None, curve=None, heartbeat_interval=None, peer_timeout=None,
+         collective_timeout=None, auto_restart=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -144,6 +172,24 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             The workers are started with ``--curve-secret-key-file`` and
             ``--curve-controller-public-key-file``; the token check still
             applies. See docs/guide/security.md.
+        heartbeat_interval (float, optional): seconds between the
+            heartbeats the controller and each worker send each other (from
+            their I/O threads, so a long kernel does not delay them); else
+            ``$DTORCH_HEARTBEAT_MS`` (milliseconds), else 0.5.
+        peer_timeout (float, optional): a worker from which the controller
+            heard nothing for this many seconds is declared unresponsive
+            (a stopped or hung process): every run that needs its ranks
+            fails with `WorkerError` naming its rank and host, and an
+            embedded worker is killed. Else ``$DTORCH_PEER_TIMEOUT_MS``,
+            else 2.5. Must exceed ``heartbeat_interval``. Embedded workers
+            exit when the controller is silent this long (at most 3 s).
+        collective_timeout (float, optional): deadline, in seconds, of every
+            collective on the workers started here; a collective that waits
+            longer for a live peer raises `CollectiveTimeout` naming the
+            instruction and the ranks that did not arrive. Else
+            ``$DTORCH_COLLECTIVE_TIMEOUT_MS``, else 30. A dead or
+            unresponsive worker is reported sooner, whatever this deadline
+            (see docs/guide/faults.md).
         auto_restart (bool, optional): the embedded cluster replaces a
             worker process that died by itself, as `restart` does, before
             the controller's next request (the failure is still raised
@@ -154,8 +200,9 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
     Raises:
         RuntimeError: a session is already running (call `shutdown` first).
         ValueError: ``world_size`` is not a positive int, ``workers`` are
-            given without a token, or with ``auto_restart``, or ``curve`` is
-            malformed or given without ``workers``.
+            given without a token, or with ``auto_restart``, or ``curve`` is malformed or given
+            without ``workers``, or a timeout is not positive (or
+            ``peer_timeout`` does not exceed ``heartbeat_interval``).
         WorkerError: the workers could not be started or reached, or refused
             the token.
 
@@ -188,6 +235,14 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
         if not token:
             raise ValueError("connecting to workers needs their token: init(token=...), "
                              "$DTORCH_TOKEN or $DTORCH_TOKEN_FILE")
+    heartbeat_ms = _milliseconds("heartbeat_interval", heartbeat_interval, "DTORCH_HEARTBEAT_MS")
+    peer_timeout_ms = _milliseconds("peer_timeout", peer_timeout, "DTORCH_PEER_TIMEOUT_MS")
+    collective_ms = _milliseconds("collective_timeout", collective_timeout,
+                                  "DTORCH_COLLECTIVE_TIMEOUT_MS")
+    if (peer_timeout_ms or _DEFAULT_PEER_TIMEOUT_MS) <= (heartbeat_ms or _DEFAULT_HEARTBEAT_MS):
+        raise ValueError("peer_timeout must exceed heartbeat_interval "
+                         f"({(peer_timeout_ms or _DEFAULT_PEER_TIMEOUT_MS) / 1000} s <= "
+                         f"{(heartbeat_ms or _DEFAULT_HEARTBEAT_MS) / 1000} s)")
     if auto_restart is None:
         auto_restart = os.environ.get("DTORCH_AUTO_RESTART", "0") not in ("", "0")
     if auto_restart and workers:
@@ -195,7 +250,9 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
                          "cannot be replaced")
     curve_secret, curve_publics = _curve_keys(curve, workers)
     _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
-            _program_cache_dir(cache_dir), curve_secret, curve_publics, bool(auto_restart))
+            _program_cache_dir(cache_dir), curve_secret, curve_publics, heartbeat_ms=heartbeat_ms,
+            peer_timeout_ms=peer_timeout_ms, collective_timeout_ms=collective_ms,
+            auto_restart=bool(auto_restart))
     _state["started"] = True
 
 

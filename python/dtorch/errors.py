@@ -5,6 +5,7 @@ TypeError or IndexError at the call. The classes here report failures that
 happen on the workers; because work runs in the background, they surface at
 the next call that waits for a result of the failed work.
 """
+import re
 
 
 class DTorchError(RuntimeError):
@@ -71,6 +72,13 @@ class OutOfMemoryError(WorkerError):
     """
 
 
+# How the controller describes a worker it lost (runtime/distributed/
+# Cluster.cpp): such an error is a WorkerError even when a survivor's
+# collective reported it (its message then quotes the survivor's).
+_LOST_WORKER = re.compile(r"worker pid \d+ \(ranks \d+-\d+\) (killed by signal|exited with status|"
+                          r"is unresponsive|vanished|ended|could not be started)")
+
+
 class LostTensorError(WorkerError):
     """A tensor had a piece on a rank whose worker process `dtorch.restart`
     replaced: its value is gone. Raised when it is used (an op, a fetch);
@@ -93,9 +101,14 @@ def worker_error_class(message):
         'CollectiveTimeout'
         >>> worker_error_class("rank 2 (host a): tensor lost: ...").__name__
         'LostTensorError'
+        >>> worker_error_class("rank 2 (host a): worker pid 7 (ranks 2-3) killed by signal 9 "
+        ...                    "(seen by rank 0: timed out)").__name__
+        'WorkerError'
     """
     if "): tensor lost: " in message:
         return LostTensorError
+    if _LOST_WORKER.search(message):
+        return WorkerError
     if "out of memory" in message:
         return OutOfMemoryError
     if "waiting for rank(s)" in message or "timed out" in message:

@@ -447,7 +447,8 @@ NB_MODULE(_C, m) {
          const std::string &token, const std::string &programCacheDir,
          const std::string &curveSecretKey,
          const std::vector<std::string> &curveWorkerPublicKeys,
-         bool autoRestart) {
+         int64_t heartbeatMs, int64_t peerTimeoutMs,
+         int64_t collectiveTimeoutMs, bool autoRestart) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -461,6 +462,9 @@ NB_MODULE(_C, m) {
         o.token = token;
         o.curveSecretKey = curveSecretKey;
         o.curveWorkerPublicKeys = curveWorkerPublicKeys;
+        o.heartbeatIntervalMs = heartbeatMs;
+        o.peerTimeoutMs = peerTimeoutMs;
+        o.collectiveTimeoutMs = collectiveTimeoutMs;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -470,7 +474,8 @@ NB_MODULE(_C, m) {
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
       nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
       nb::arg("curve_worker_public_keys") = std::vector<std::string>{},
-      nb::arg("auto_restart") = false);
+      nb::arg("heartbeat_ms") = 0, nb::arg("peer_timeout_ms") = 0,
+      nb::arg("collective_timeout_ms") = 0, nb::arg("auto_restart") = false);
   // CURVE keys (runtime/include/dtorch/runtime/Security.h).
   m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
   m.def(
@@ -759,6 +764,20 @@ NB_MODULE(_C, m) {
       },
       nb::arg("x"), nb::arg("mesh"), nb::arg("placements"), nb::arg("view"),
       nb::arg("regather") = false);
+  m.def(
+      "transfer",
+      [](const Tensor &x, int64_t axis, std::vector<int64_t> sources,
+         std::vector<int64_t> destinations) {
+        Tensor t = session().transfer(x, axis, sources, destinations);
+        t->view = x->view;
+        return t;
+      },
+      nb::arg("x"), nb::arg("axis"), nb::arg("sources"),
+      nb::arg("destinations"));
+  m.def(
+      "move_to_mesh",
+      [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
+      nb::arg("x"), nb::arg("mesh"));
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });

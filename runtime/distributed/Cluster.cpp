@@ -2,6 +2,7 @@
 #include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
+#include "RunDependencies.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
 #include "dtorch/runtime/WireLimits.h"
@@ -48,8 +49,10 @@ struct WorkerInfo {
 /// statistics), by request id: each promise is kept with the rank it asked.
 template <class T> class PendingReplies {
 public:
-  void add(uint64_t id, int rank, std::promise<T> promise) {
-    pending_.emplace(id, Entry{rank, std::move(promise)});
+  /// `handle`: the tensor a fetch asks for.
+  void add(uint64_t id, int rank, std::promise<T> promise,
+           std::optional<uint64_t> handle = std::nullopt) {
+    pending_.emplace(id, Entry{rank, handle, std::move(promise)});
   }
   /// The promise of request `id`, taken out; nullopt when none waits.
   std::optional<std::promise<T>> take(uint64_t id) {
@@ -59,6 +62,19 @@ public:
     std::promise<T> promise = std::move(it->second.promise);
     pending_.erase(it);
     return promise;
+  }
+  /// Fails every request for which `blame(rank, handle)` returns an error.
+  template <class Blame> void failWhere(const Blame &blame) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      std::optional<WorkerError> error =
+          blame(it->second.rank, it->second.handle);
+      if (error) {
+        it->second.promise.set_exception(std::make_exception_ptr(*error));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   /// Fails every request for a rank in [firstRank, firstRank + numRanks).
   void failRanks(int firstRank, int numRanks, const std::string &host,
@@ -86,6 +102,7 @@ public:
 private:
   struct Entry {
     int rank;
+    std::optional<uint64_t> handle;
     std::promise<T> promise;
   };
   std::map<uint64_t, Entry> pending_;
@@ -127,6 +144,11 @@ struct Cluster::Impl {
   PendingReplies<wire::CheckpointReply> checkpointRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
+  // Fail-fast bookkeeping (RunDependencies.h): the ranks each value needs.
+  // `storeLost` is set once a worker died: a rendezvous key that does not
+  // exist yet then fails at once (the lost ranks may be the ones to set it).
+  detail::RunDependencies deps;
+  std::string storeLost;
   bool ready = false;
   std::string startupError;
   int startupErrorRank = -1;
@@ -229,7 +251,53 @@ struct Cluster::Impl {
            std::to_string(w.firstRank + w.numRanks - 1) + ")";
   }
 
-  // Caller holds `mutex`.
+  /// Caller holds `mutex`.
+  bool anyDead() const {
+    for (const WorkerInfo &w : workers)
+      if (w.dead)
+        return true;
+    return false;
+  }
+
+  /// Caller holds `mutex`. Indexed by rank: true for the ranks of dead
+  /// workers.
+  std::vector<bool> lostRanks() const {
+    std::vector<bool> lost(static_cast<size_t>(worldSize), false);
+    for (const WorkerInfo &w : workers)
+      if (w.dead)
+        for (int r = w.firstRank; r < w.firstRank + w.numRanks; ++r)
+          if (r >= 0 && r < worldSize)
+            lost[r] = true;
+    return lost;
+  }
+
+  /// Caller holds `mutex`. What to report for a value that needs the lost
+  /// rank `rank`: its worker's death, naming that rank.
+  detail::LostValue lostValue(int64_t rank) const {
+    const WorkerInfo &w = workers[workerOfRank(static_cast<int>(rank))];
+    return detail::LostValue{static_cast<int>(rank), w.host, w.deathReason};
+  }
+
+  /// Caller holds `mutex`. Marks every value that needs a lost rank lost
+  /// (for good: also once the lost workers are replaced) and fails the
+  /// fetches waiting on surviving ranks for one of them.
+  void failDependents() {
+    deps.poisonNeeding(lostRanks(),
+                       [&](int64_t rank) { return lostValue(rank); });
+    fetches.failWhere([&](int rank, std::optional<uint64_t> handle)
+                          -> std::optional<WorkerError> {
+      const detail::LostValue *why = handle ? deps.poisoned(*handle) : nullptr;
+      if (!why)
+        return std::nullopt;
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      return WorkerError(why->rank, why->host, message);
+    });
+  }
+
+  // Caller holds `mutex`; runs on the I/O thread (it sends).
   void markDead(size_t index, const std::string &reason) {
     WorkerInfo &w = workers[index];
     if (w.dead)
@@ -250,6 +318,25 @@ struct Cluster::Impl {
         sync->message = w.deathReason;
       }
     }
+    if (ready) {
+      failDependents();
+      // The survivors stop waiting for the lost ranks: their rendezvous
+      // fail (keys the lost ranks would set never come) and their
+      // collectives and receives give up (PeersLost).
+      storeLost = w.deathReason;
+      for (auto &[key, waiters] : parkedGets)
+        for (auto &[peer, request] : waiters)
+          replyLostKey(peer, request, key);
+      parkedGets.clear();
+      wire::Envelope lost = envelope();
+      for (int r = w.firstRank; r < w.firstRank + w.numRanks; ++r)
+        lost.mutable_peers_lost()->add_ranks(r);
+      lost.mutable_peers_lost()->set_reason(w.deathReason);
+      std::string bytes = encodeEnvelope(lost);
+      for (const WorkerInfo &other : workers)
+        if (other.authenticated && !other.dead)
+          sendTo(other.id, bytes);
+    }
     changed.notify_all();
   }
 
@@ -269,6 +356,7 @@ struct Cluster::Impl {
          // Every embedded worker runs on this host.
          "--ranks-on-host", std::to_string(worldSize),
          "--controller-timeout-ms", std::to_string(controllerTimeout),
+         "--heartbeat-ms", std::to_string(options.heartbeatInterval.count()),
          "--collective-timeout-ms",
          std::to_string(options.collectiveTimeout.count()), "--generation",
          std::to_string(generation)},
@@ -310,6 +398,15 @@ struct Cluster::Impl {
   /// Manual mode: a worker's refused handshake (wrong CURVE key, mechanism
   /// mismatch) fails the start, naming the worker's address.
   void checkHandshakes();
+  void replyLostKey(const std::string &peer, uint64_t request,
+                    const std::string &key) {
+    wire::Envelope reply = envelope();
+    reply.set_request_id(request);
+    reply.mutable_kv_reply()->set_key(key);
+    reply.mutable_kv_reply()->set_error(storeLost);
+    sendTo(peer, encodeEnvelope(reply));
+  }
+
   void ioMain();
   void onMessage(const std::string &id, const zmq::message_t &payload);
   void onHello(const std::string &id, const wire::Hello &hello);
@@ -322,6 +419,7 @@ struct Cluster::Impl {
     // A survivor can see the closed socket a moment before the killed
     // process becomes waitable, so a lost-connection error waits briefly.
     bool lostPeer = message.find("closed by peer") != std::string::npos ||
+                    message.find(") died") != std::string::npos ||
                     message.find("Connection reset") != std::string::npos ||
                     message.find("Broken pipe") != std::string::npos;
     auto deadline =
@@ -440,14 +538,29 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       blameDeadPeer(errRank, errHost,
                     errMessage); // before `it`: may fail fetches
     std::optional<std::promise<Tensor>> promise = fetches.take(requestId);
-    if (!promise)
+    if (!promise) {
+      // Failed already with another piece of the same value: that error
+      // reported this rank's failure too (its report came before this).
+      if (!reply.ok())
+        errors.clear();
       return;
+    }
     try {
       if (!reply.ok()) {
         // The user learns of the failure here; the same failure queued by
         // the other ranks would only repeat it at the next synchronize.
         errors.clear();
-        throw WorkerError(errRank, errHost, errMessage);
+        // The value is lost: its other pieces' fetches fail now too, so a
+        // slow or stuck peer does not hold the error back.
+        WorkerError error(errRank, errHost, errMessage);
+        fetches.failWhere(
+            [&](int,
+                std::optional<uint64_t> handle) -> std::optional<WorkerError> {
+              if (handle && *handle == reply.handle())
+                return error;
+              return std::nullopt;
+            });
+        throw error;
       }
       promise->set_value(tensorFromWire(reply.value()));
     } catch (...) {
@@ -565,7 +678,11 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       return;
     }
     if (found == store.end()) {
-      parkedGets[key].emplace_back(peer, requestId);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!storeLost.empty())
+        replyLostKey(peer, requestId, key);
+      else
+        parkedGets[key].emplace_back(peer, requestId);
       return;
     }
     wire::Envelope reply = envelope();
@@ -641,7 +758,8 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
         detail::killAndReap(w.child);
         w.child = -1;
       }
-      markDead(i, "stopped answering (silent for more than " +
+      markDead(i, "is unresponsive: stopped answering (nothing heard for "
+                  "more than " +
                       std::to_string(options.peerTimeout.count()) + " ms)");
     }
   }
@@ -667,6 +785,9 @@ void Cluster::Impl::resetSurvivors(std::chrono::milliseconds idleBound) {
     uint64_t round = ++generation;
     resetWaiting.clear();
     resetRequests.clear();
+    // The new generation's rendezvous waits for the keys of the dead ranks'
+    // replacements instead of failing at once.
+    storeLost.clear();
     for (size_t i = 0; i < workers.size(); ++i) {
       const WorkerInfo &w = workers[i];
       if (w.dead || !w.authenticated)
@@ -1060,6 +1181,10 @@ void Cluster::uploadPrograms(uint64_t programId,
   bool consecutive = true;
   for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
     consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    impl.deps.setProgramRanks(programId, programs, meshRanks);
+  }
   std::map<std::vector<bool>, std::string> encoded;
   for (const auto &[worker, uses] : needed) {
     auto [it, added] = encoded.try_emplace(uses);
@@ -1092,8 +1217,29 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs,
                   const std::vector<int64_t> &seeds) {
+  Impl &impl = *impl_;
+  std::unique_lock<std::mutex> lock(impl.mutex);
+  std::vector<int64_t> involved = impl.deps.involved(programId, ranks);
+  // Work that needs a lost rank is not sent: its outputs are lost here, and
+  // fetching one fails at once naming the lost worker.
+  std::optional<detail::LostValue> lost;
+  if (impl.anyDead()) {
+    std::vector<bool> lostRanks = impl.lostRanks();
+    for (int64_t rank : involved)
+      if (!lost && rank >= 0 && rank < impl.worldSize && lostRanks[rank])
+        lost = impl.lostValue(rank);
+  }
+  for (TensorHandle input : inputs)
+    if (const detail::LostValue *why = impl.deps.poisoned(input); !lost && why)
+      lost = *why;
+  if (lost) {
+    for (TensorHandle output : outputs)
+      impl.deps.poison(output, *lost);
+    return;
+  }
+  impl.deps.recordRun(involved, inputs, outputs);
   // One RunProgram per worker process, naming its ranks.
-  impl_->postPerProcess(
+  impl.postPerProcess(
       ranks,
       [&](wire::Envelope &e) {
         auto *run = e.mutable_run();
@@ -1108,6 +1254,10 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
 }
 
 void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->deps.forget(handle);
+  }
   wire::Envelope e = envelope();
   auto *put = e.mutable_put();
   put->set_rank(rank);
@@ -1124,7 +1274,8 @@ namespace {
 /// fails the future at once. `fill` writes the request into the envelope.
 template <class T, class Impl, class Fill>
 std::future<T> sendRequest(Impl &impl, int rank,
-                           PendingReplies<T> Impl::*pending, const Fill &fill) {
+                           PendingReplies<T> Impl::*pending, const Fill &fill,
+                           std::optional<TensorHandle> handle = std::nullopt) {
   size_t index = impl.workerOfRank(rank);
   std::promise<T> promise;
   std::future<T> result = promise.get_future();
@@ -1137,7 +1288,20 @@ std::future<T> sendRequest(Impl &impl, int rank,
           rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
       return result;
     }
-    (impl.*pending).add(id, rank, std::move(promise));
+    // A value that was never made, or one that needs a lost rank (marked
+    // when the loss was seen): fail now rather than when (if ever) the
+    // survivor gets to it.
+    if (const detail::LostValue *why =
+            handle ? impl.deps.poisoned(*handle) : nullptr) {
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      promise.set_exception(
+          std::make_exception_ptr(WorkerError(why->rank, why->host, message)));
+      return result;
+    }
+    (impl.*pending).add(id, rank, std::move(promise), handle);
   }
   wire::Envelope e = envelope();
   e.set_request_id(id);
@@ -1151,10 +1315,13 @@ std::future<T> sendRequest(Impl &impl, int rank,
 } // namespace
 
 std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
-  return sendRequest(*impl_, rank, &Impl::fetches, [&](wire::Envelope &e) {
-    e.mutable_fetch()->set_rank(rank);
-    e.mutable_fetch()->set_handle(handle);
-  });
+  return sendRequest(
+      *impl_, rank, &Impl::fetches,
+      [&](wire::Envelope &e) {
+        e.mutable_fetch()->set_rank(rank);
+        e.mutable_fetch()->set_handle(handle);
+      },
+      handle);
 }
 
 std::future<MemoryStats> Cluster::memoryStats(int rank) {
@@ -1190,6 +1357,11 @@ void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
 
 void Cluster::free(const std::vector<int64_t> &ranks,
                    const std::vector<TensorHandle> &handles) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    for (TensorHandle handle : handles)
+      impl_->deps.forget(handle);
+  }
   impl_->postPerProcess(
       ranks,
       [&](wire::Envelope &e) {
@@ -1290,17 +1462,25 @@ RestartReport Cluster::restart(std::chrono::milliseconds idleBound) {
         }
       }
     }
-    if (!impl.embedded)
+    if (!impl.embedded) {
+      // Every gone worker, in one error naming the first.
+      std::string gone;
+      const WorkerInfo *first = nullptr;
       for (const WorkerInfo &w : impl.workers)
-        if (w.dead)
-          throw WorkerError(
-              w.firstRank, w.host,
-              "restart: " + w.deathReason +
-                  "; a worker started by hand cannot be replaced by the "
-                  "controller: start it again (dtorch-worker --listen " +
-                  w.address +
-                  " ...) and start a new session "
-                  "(dtorch.shutdown(), dtorch.init())");
+        if (w.dead) {
+          first = first ? first : &w;
+          gone +=
+              (gone.empty() ? "" : "; ") + w.deathReason + " at " + w.address;
+        }
+      if (first)
+        throw WorkerError(
+            first->firstRank, first->host,
+            "restart: " + gone +
+                ": a worker started by hand cannot be replaced by the "
+                "controller: start it again (dtorch-worker --listen ADDRESS "
+                "...) and start a new session (dtorch.shutdown(), "
+                "dtorch.init())");
+    }
   }
   // Whatever was sent before reaches the survivors ahead of their reset
   // (the same socket keeps the order), and nothing of it reaches a
@@ -1315,6 +1495,17 @@ RestartReport Cluster::restart(std::chrono::milliseconds idleBound) {
 }
 
 bool Cluster::hasDeadWorker() const { return impl_->deadWorkers.load() > 0; }
+
+bool Cluster::anyRankLost(const std::vector<int64_t> &ranks) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->anyDead())
+    return false;
+  std::vector<bool> lost = impl_->lostRanks();
+  for (int64_t rank : ranks)
+    if (rank >= 0 && rank < impl_->worldSize && lost[rank])
+      return true;
+  return false;
+}
 
 uint64_t Cluster::messagesSent() const { return impl_->sent; }
 uint64_t Cluster::roundTrips() const { return impl_->trips; }

@@ -6,6 +6,7 @@
 #include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -124,6 +126,18 @@ public:
     pending_.erase(it);
   }
 
+  // The controller answered that the key will never come (a peer is lost).
+  void fail(uint64_t id, const std::string &key, const std::string &error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return;
+    it->second.set_exception(std::make_exception_ptr(
+        RuntimeError("gave up waiting for key '" + key +
+                     "' in the controller's store: " + error)));
+    pending_.erase(it);
+  }
+
 private:
   Outbox &outbox_;
   std::mutex mutex_;
@@ -179,7 +193,8 @@ class Worker {
 public:
   explicit Worker(const WorkerOptions &options)
       : options_(options), host_(localHostName()),
-        store_(std::make_shared<ControllerStore>(outbox_)) {
+        store_(std::make_shared<ControllerStore>(outbox_)),
+        health_(std::make_shared<PeerHealth>()) {
     needsGloo_ = options.numRanks < options.worldSize;
     for (int r = options.firstRank; r < options.firstRank + options.numRanks;
          ++r) {
@@ -308,6 +323,10 @@ private:
   std::string host_;
   Outbox outbox_;
   std::shared_ptr<ControllerStore> store_;
+  // Ranks the controller declared lost (PeersLost); the communicators give
+  // up waiting for them. Cleared by a reset (the lost workers were
+  // replaced).
+  std::shared_ptr<PeerHealth> health_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   // Guards the switch of generation_ against startGloo (I/O thread).
   std::mutex generationMutex_;
@@ -340,6 +359,7 @@ void Worker::buildGeneration(uint64_t number) {
   HostSharedMemoryOptions hostShm;
   hostShm.deadline = options_.collectiveTimeout;
   hostShm.prefix = generationPrefix("hostshm", number);
+  hostShm.health = health_;
   if (!hostSharedMemoryEnabled())
     // A unique identity: no group with this process counts as one host,
     // and every member of such a group agrees on that.
@@ -401,6 +421,7 @@ void Worker::startGloo() {
     gloo.hostname = options_.glooHost;
     gloo.deadline = options_.collectiveTimeout;
     gloo.prefix = generationPrefix("gloo", g.number);
+    gloo.health = health_;
     int worldSize = options_.worldSize;
     std::thread([slot, store, gloo, rank, worldSize]() mutable {
       std::unique_ptr<Communicator> comm;
@@ -441,6 +462,9 @@ void Worker::resetCommunicators(uint64_t requestId, uint64_t number) {
         barrier->done.wait(lock, [&] { return barrier->built; });
         return;
       }
+      // The ranks the controller declared lost were replaced: the new
+      // generation waits for them again.
+      health_->clear();
       buildGeneration(number);
       if (authenticatedOnce_)
         startGloo();
@@ -773,8 +797,20 @@ void Worker::dispatch(wire::Envelope &envelope) {
     resetCommunicators(requestId, shared->reset().generation());
     return;
   case wire::Envelope::kKvReply:
-    store_->deliver(requestId, shared->kv_reply().value());
+    if (!shared->kv_reply().error().empty())
+      store_->fail(requestId, shared->kv_reply().key(),
+                   shared->kv_reply().error());
+    else
+      store_->deliver(requestId, shared->kv_reply().value());
     return;
+  case wire::Envelope::kPeersLost: {
+    // Runs on this I/O thread: interrupts the rank threads' waits at once.
+    const wire::PeersLost &lost = shared->peers_lost();
+    health_->declareDead(
+        std::vector<int64_t>(lost.ranks().begin(), lost.ranks().end()),
+        lost.reason());
+    return;
+  }
   default:
     replyError(controller_, requestId,
                "unexpected message (body " +
@@ -856,7 +892,16 @@ int Worker::run() {
     }
   }
   if (routerMode_) {
-    socket_->bind(options_.listen);
+    try {
+      socket_->bind(options_.listen);
+    } catch (const zmq::error_t &error) {
+      throw RuntimeError("cannot listen on " + options_.listen + ": " +
+                         error.what() +
+                         (error.num() == EADDRINUSE
+                              ? " (another process holds this port: choose "
+                                "another --listen address)"
+                              : ""));
+    }
     std::printf("dtorch-worker listening on %s (ranks %d-%d of %d)\n",
                 socket_->get(zmq::sockopt::last_endpoint).c_str(),
                 options_.firstRank, options_.firstRank + options_.numRanks - 1,
@@ -951,7 +996,8 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       "usage: dtorch-worker (--connect ADDR | --listen ADDR) "
       "(--token-file PATH | --token-fd N | $DTORCH_TOKEN) --ranks A-B "
       "--world-size N [--collective-timeout-ms MS] "
-      "[--controller-timeout-ms MS] [--max-message-bytes B] "
+      "[--controller-timeout-ms MS] [--heartbeat-ms MS] "
+      "[--max-message-bytes B] "
       "[--collective-address HOST] [--ranks-on-host N] [--generation G] "
       "[--curve-secret-key-file F --curve-controller-public-key-file F]\n"
       "       dtorch-worker --generate-curve-keypair PREFIX";
@@ -993,6 +1039,9 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
     else if (flag == "--controller-timeout-ms")
       options.controllerTimeout =
           std::chrono::milliseconds(parseInt(value, "--controller-timeout-ms"));
+    else if (flag == "--heartbeat-ms")
+      options.transport.heartbeatInterval =
+          std::chrono::milliseconds(parseInt(value, "--heartbeat-ms"));
     else if (flag == "--max-message-bytes")
       options.transport.maxMessageBytes =
           parseInt(value, "--max-message-bytes");
@@ -1063,6 +1112,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
         "--ranks must be a non-empty range inside [0, world-size)");
   if (options.collectiveTimeout.count() <= 0 ||
       options.controllerTimeout.count() <= 0 ||
+      options.transport.heartbeatInterval.count() <= 0 ||
       options.transport.maxMessageBytes <= 0 || options.ranksOnHost < 0)
     throw RuntimeError("timeouts, --max-message-bytes and --ranks-on-host "
                        "must be positive");

@@ -88,9 +88,14 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
   if (op == "send" || op == "recv") {
     requireArity(inst, op == "send" ? 1 : 0, op == "send" ? 1 : 0,
                  op == "send" ? 0 : 1);
-    if (attrs.getInt("peer") < 0)
+    int64_t peer = attrs.getInt("peer");
+    if (peer < 0)
       throw RuntimeError("peer must be a rank >= 0");
-    attrs.getInt("tag");
+    if (rank >= 0 && peer == rank)
+      throw RuntimeError("peer is the rank itself (" + std::to_string(rank) +
+                         ")");
+    if (attrs.getInt("tag") < 0)
+      throw RuntimeError("tag must be >= 0");
     return;
   }
   Group group = attrs.getInts("group");
@@ -701,6 +706,18 @@ void validateMeshProgram(const Program &program) {
         throw RuntimeError("names both a mesh axis and a group");
       int64_t axis = attrs.getInt("axis");
       checkAxis(axis);
+      // Point to point in a class program: `peer` is a coordinate of
+      // `axis` (resolveForRank makes it the global rank there).
+      if (inst.op() == "send" || inst.op() == "recv") {
+        int64_t peer = attrs.getInt("peer");
+        if (peer < 0 || peer >= mesh[axis])
+          throw RuntimeError("peer coordinate " + std::to_string(peer) +
+                             " is out of range for mesh axis " +
+                             std::to_string(axis) + " of " +
+                             std::to_string(mesh[axis]) + " ranks");
+        if (attrs.getInt("tag") < 0)
+          throw RuntimeError("tag must be >= 0");
+      }
       for (const char *sizes : {"sizes", "split_sizes", "concat_sizes"})
         if (attrs.has(sizes) &&
             static_cast<int64_t>(attrs.getInts(sizes).size()) != mesh[axis])

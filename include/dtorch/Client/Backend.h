@@ -74,6 +74,14 @@ public:
     free(std::vector<int64_t>{rank}, handles);
   }
   virtual void synchronize() = 0;
+  /// True when the worker of one of `ranks` died or stopped answering: the
+  /// controller then compiles and uploads nothing for a segment on those
+  /// ranks, and run() only marks its results lost (fetching one raises
+  /// WorkerError naming the lost worker).
+  virtual bool anyRankLost(const std::vector<int64_t> &ranks) const {
+    (void)ranks;
+    return false;
+  }
   virtual void shutdown() = 0;
   /// Makes the backend whole after a worker failed (rt::Cluster::restart):
   /// survivors keep their values and programs, replaced worker processes
@@ -104,6 +112,12 @@ struct ClusterConfig {
   std::string token;
   std::string curveSecretKey;
   std::vector<std::string> curveWorkerPublicKeys;
+  /// Fault detection (rt::ClusterOptions; 0: its default): heartbeat
+  /// interval, silence after which a worker is declared unresponsive, and
+  /// the deadline of every collective on the workers started here.
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 

@@ -273,6 +273,10 @@ struct SessionOptions {
   /// controller's secret key and the workers' public keys (Z85).
   std::string curveSecretKey;
   std::vector<std::string> curveWorkerPublicKeys;
+  /// Fault detection of the cluster backend (ClusterConfig; 0: default).
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
   size_t maxSegmentNodes = 2048;
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.
@@ -338,6 +342,20 @@ public:
   /// apart from the first one instead of merging the two (CSE).
   Tensor redistribute(const Tensor &x, int meshId, const Placements &placements,
                       bool regather = false);
+  /// Point-to-point movement along mesh axis `axis` (dtensor.transfer): x
+  /// is Shard(d) on the axis, split evenly and by that axis alone; block
+  /// destinations[k] of the result is x's block sources[k], the other
+  /// blocks are zero. ValueError (with the numbers) on any other input.
+  Tensor transfer(const Tensor &x, int64_t axis,
+                  const std::vector<int64_t> &sources,
+                  const std::vector<int64_t> &destinations);
+  /// x's value on mesh `meshId` (same shape as x's mesh, other ranks):
+  /// every rank of x's mesh sends its piece to the rank at the same
+  /// position of the other (dtensor.send on x's mesh, then dtensor.recv on
+  /// the other, paired here); placements are kept. The result carries no
+  /// autograd history. ValueError when the meshes differ in shape or a
+  /// position has the same rank in both.
+  Tensor moveToMesh(const Tensor &x, int meshId);
   /// In-place update: `target` names `value` from now on (its storage, after
   /// redistributing `value` to the target's placements), so every holder of
   /// `target` sees the new value; the old value is freed when unused. Shape,

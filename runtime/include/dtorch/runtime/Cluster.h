@@ -30,6 +30,12 @@
 namespace dtorch::rt {
 
 /// A worker died, stopped answering or reported an error.
+///
+/// Failing fast (docs/guide/faults.md): once the controller saw a worker
+/// die or go silent, requests waiting on any rank whose earlier runs need
+/// one of its ranks fail at once, runs that would need them are not sent
+/// (their outputs fail when fetched), and the surviving workers are told
+/// (PeersLost) so that their waits for the lost ranks give up.
 class WorkerError : public RuntimeError {
 public:
   WorkerError(int rank, std::string host, const std::string &what);
@@ -65,9 +71,15 @@ struct ClusterOptions {
   /// WorkerError naming the worker's address.
   std::string curveSecretKey;
   std::vector<std::string> curveWorkerPublicKeys;
+  /// How often each side sends a heartbeat (the workers started here are
+  /// told to use it too; from their I/O thread, so a long kernel does not
+  /// delay them).
   std::chrono::milliseconds heartbeatInterval{500};
-  /// A worker silent for this long is declared dead.
-  std::chrono::milliseconds peerTimeout{5000};
+  /// A worker from which nothing was heard for this long is declared
+  /// unresponsive (and, when started here, killed): its ranks are lost.
+  /// Embedded workers exit when the controller is silent this long (at
+  /// most 3 s).
+  std::chrono::milliseconds peerTimeout{2500};
   /// Deadline of every blocking collective on the workers started here.
   std::chrono::milliseconds collectiveTimeout{30000};
 };
@@ -136,6 +148,8 @@ public:
             const std::vector<TensorHandle> &handles);
   /// Waits until every worker finished all work sent so far.
   void synchronize();
+  /// True when the worker hosting one of `ranks` died or stopped answering.
+  bool anyRankLost(const std::vector<int64_t> &ranks) const;
   /// Stops the workers this cluster started (within 2 s) and closes sockets.
   void shutdown();
   /// Makes the cluster whole again after a worker died (or at any time):

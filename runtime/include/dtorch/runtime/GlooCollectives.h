@@ -8,6 +8,7 @@
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 
 #include <chrono>
 #include <memory>
@@ -39,6 +40,9 @@ struct GlooOptions {
   // connects to the collective port in a peer's place is refused. Empty: no
   // check (tests with an in-process store).
   std::string pairSecret;
+  // Ranks the controller declared dead (null: none are ever declared): a
+  // collective or receive waiting for one of them is interrupted at once.
+  std::shared_ptr<PeerHealth> health;
 };
 
 // Connects `rank` of a world of `worldSize` ranks (every rank must call it

@@ -58,6 +58,7 @@ struct WorkerOptions {
 // Parses dtorch-worker's command line (--connect ADDR | --listen ADDR,
 // --token-file PATH | --token-fd N | $DTORCH_TOKEN | --token T, --ranks a-b,
 // --world-size N, --collective-timeout-ms MS, --controller-timeout-ms MS,
+// --heartbeat-ms MS (the interval of its heartbeats to the controller),
 // --max-message-bytes B, --collective-address H (alias --gloo-host),
 // --ranks-on-host N, --curve-secret-key-file F,
 // --curve-controller-public-key-file F; or only
