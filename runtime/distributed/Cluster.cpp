@@ -398,6 +398,10 @@ struct Cluster::Impl {
   /// Manual mode: a worker's refused handshake (wrong CURVE key, mechanism
   /// mismatch) fails the start, naming the worker's address.
   void checkHandshakes();
+  /// Caller holds `mutex`; the I/O thread. Handles the monitor's events:
+  /// handshake failures at start, and workers started by hand whose
+  /// connection closed (marked dead).
+  void drainHandshakeEvents();
   void replyLostKey(const std::string &peer, uint64_t request,
                     const std::string &key) {
     wire::Envelope reply = envelope();
@@ -415,6 +419,7 @@ struct Cluster::Impl {
   /// Caller holds `mutex`. An error a survivor reports because a peer died
   /// (its collective lost a connection) names the dead worker instead: its
   /// exit is visible by the time the survivor notices the closed socket.
+  Clock::time_point blameWaitStart{};
   void blameDeadPeer(int &rank, std::string &host, std::string &message) {
     // A survivor can see the closed socket a moment before the killed
     // process becomes waitable, so a lost-connection error waits briefly.
@@ -422,8 +427,14 @@ struct Cluster::Impl {
                     message.find(") died") != std::string::npos ||
                     message.find("Connection reset") != std::string::npos ||
                     message.find("Broken pipe") != std::string::npos;
+    // One wait window of at most 1 s serves every report of one failure
+    // (each survivor rank reports it): the I/O thread waits here, and
+    // heartbeats to the survivors must not stop for longer.
+    auto now = Clock::now();
+    if (lostPeer && now - blameWaitStart > std::chrono::seconds(5))
+      blameWaitStart = now;
     auto deadline =
-        Clock::now() + std::chrono::milliseconds(lostPeer ? 1000 : 0);
+        lostPeer ? blameWaitStart + std::chrono::milliseconds(1000) : now;
     while (true) {
       bool anyDead = false;
       for (size_t i = 0; i < workers.size(); ++i) {
@@ -436,6 +447,11 @@ struct Cluster::Impl {
           }
         }
         anyDead |= w.dead;
+      }
+      // Workers started by hand: their closed connection is the sign.
+      if (!anyDead && handshakes) {
+        drainHandshakeEvents();
+        anyDead = this->anyDead();
       }
       if (anyDead || Clock::now() >= deadline)
         break;
@@ -904,13 +920,29 @@ Cluster::Impl::replaceDeadWorkers(std::vector<std::string> &reasons) {
 void Cluster::Impl::checkHandshakes() {
   if (!handshakes)
     return;
+  std::lock_guard<std::mutex> lock(mutex);
+  drainHandshakeEvents();
+}
+
+void Cluster::Impl::drainHandshakeEvents() {
   std::vector<HandshakeMonitor::Failure> failures = handshakes->poll();
   if (failures.empty())
     return;
-  std::lock_guard<std::mutex> lock(mutex);
   for (const HandshakeMonitor::Failure &failure : failures) {
+    if (failure.disconnected) {
+      // A worker started by hand closed its connection: its process exited
+      // (or the network failed). Without this, its death would be known
+      // only after the peer timeout.
+      for (size_t i = 0; i < workers.size(); ++i) {
+        WorkerInfo &w = workers[i];
+        if (w.authenticated && !w.dead && w.address == failure.endpoint)
+          markDead(i, "closed its connection (the process exited or the "
+                      "network failed)");
+      }
+      continue;
+    }
     if (ready || !startupError.empty())
-      break;
+      continue;
     // The worker connected to at that endpoint; else the first one still
     // waiting (an endpoint may be spelled differently once resolved).
     const WorkerInfo *failed = nullptr;
@@ -989,7 +1021,8 @@ void Cluster::Impl::ioMain() {
     } else {
       std::lock_guard<std::mutex> lock(mutex);
       handshakes =
-          std::make_unique<HandshakeMonitor>(*context, *socket, "controller");
+          std::make_unique<HandshakeMonitor>(*context, *socket, "controller",
+                                             /*watchDisconnects=*/true);
       const auto &keys = options.curveWorkerPublicKeys;
       if (!options.curveSecretKey.empty() && keys.size() != 1 &&
           keys.size() != workers.size())

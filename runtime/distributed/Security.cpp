@@ -264,7 +264,8 @@ std::string describeHandshakeFailure(uint16_t event, uint32_t value) {
 
 HandshakeMonitor::HandshakeMonitor(zmq::context_t &context,
                                    zmq::socket_t &monitored,
-                                   const std::string &name)
+                                   const std::string &name,
+                                   bool watchDisconnects)
     : socket_(context, zmq::socket_type::pair) {
   static std::atomic<uint64_t> counter{0};
   std::string address = "inproc://dtorch-monitor-" + name + "-" +
@@ -273,7 +274,9 @@ HandshakeMonitor::HandshakeMonitor(zmq::context_t &context,
   if (zmq_socket_monitor(monitored.handle(), address.c_str(),
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                             (watchDisconnects ? ZMQ_EVENT_DISCONNECTED : 0)) !=
+      0)
     throw RuntimeError(std::string("zmq_socket_monitor failed: ") +
                        zmq_strerror(zmq_errno()));
   socket_.set(zmq::sockopt::linger, 0);
@@ -296,8 +299,11 @@ std::vector<HandshakeMonitor::Failure> HandshakeMonitor::poll() {
     std::memcpy(&event, header.data(), sizeof(event));
     std::memcpy(&value, static_cast<const char *>(header.data()) + 2,
                 sizeof(value));
-    failures.push_back(
-        {endpoint.to_string(), describeHandshakeFailure(event, value)});
+    if (event == ZMQ_EVENT_DISCONNECTED)
+      failures.push_back({endpoint.to_string(), "", true});
+    else
+      failures.push_back(
+          {endpoint.to_string(), describeHandshakeFailure(event, value)});
   }
   return failures;
 }

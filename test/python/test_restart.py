@@ -412,11 +412,14 @@ def test_restart_names_a_gone_worker_started_by_hand():
             x = dtorch.ones(8, 8, device_mesh=mesh, placements=[Shard(0)])
             print("first", (x @ x).sum().item())
             os.kill({procs[1].pid}, signal.SIGKILL)
+            t = time.time()
             try:
                 (x @ x).sum().item()
             except dtorch.WorkerError as e:
-                print("error", e.rank)
-            time.sleep(3)  # the controller declares the killed worker gone
+                print("error", f"{{time.time() - t:.3f}}", e.rank, "|", e)
+            time.sleep(3)  # longer than a worker waits for a silent controller
+            print("survivor alive", {procs[0].pid} in [int(p) for p in os.listdir("/proc")
+                                                      if p.isdigit()])
             try:
                 dtorch.restart()
                 print("restarted")
@@ -429,6 +432,14 @@ def test_restart_names_a_gone_worker_started_by_hand():
         out = r.stdout
         assert "first 512.0" in out, out + r.stderr
         assert "restarted" not in out, out
+        # The killed worker's closed connection names it at once (not the
+        # survivor whose collective lost its peer, not after the peer
+        # timeout), and the controller keeps the survivor served meanwhile.
+        error = lines_starting(out, "error")[0].split()
+        print(f"[hand-started worker killed] detected in {error[1]} s")
+        assert float(error[1]) < 1.5 and int(error[2]) in (2, 3), out
+        assert "(ranks 2-3)" in " ".join(error), out
+        assert "survivor alive True" in out, out + r.stderr
         line = lines_starting(out, "restart")[0]
         assert line.startswith("restart failed"), line
         assert f"(ranks 2-3)" in line and f"tcp://127.0.0.1:{ports[1]}" in line, line

@@ -96,11 +96,17 @@ public:
   struct Failure {
     std::string endpoint; // as given to connect/bind
     std::string reason;   // "the peer refused this side's CURVE key", ...
+    // A connection to `endpoint` closed (watchDisconnects only); `reason`
+    // is empty.
+    bool disconnected = false;
   };
+  // `watchDisconnects`: also report a closed connection (the controller
+  // watches the workers it connected to: a worker that exits closes it).
   HandshakeMonitor(zmq::context_t &context, zmq::socket_t &monitored,
-                   const std::string &name);
+                   const std::string &name, bool watchDisconnects = false);
   zmq::socket_t &socket() { return socket_; }
-  // Drains the events without blocking; returns the handshake failures.
+  // Drains the events without blocking; returns the handshake failures
+  // (and disconnections when watched).
   std::vector<Failure> poll();
 
 private:
