@@ -3,7 +3,8 @@ environment (bench/setup_torch.sh) as a subprocess; prints one JSON object.
 
     build/torch-venv/bin/python bench/torch_peer.py SPEC.json
 
-SPEC.json (written by train_bench.py) names the models, sizes, thread count
+SPEC.json (written by train_bench.py) names the models, sizes, thread count,
+whether to time DDP too ("ddp", default true)
 and the model.npz for the inference check. The models mirror
 examples/gpt/model.py and the MLP of train_bench.py module for module, so a
 dtorch state dict loads into them by name.
@@ -254,8 +255,9 @@ def main():
     result = {"torch_version": torch.__version__, "threads": torch.get_num_threads(),
               "train": {}}
     for kind in spec["models"]:
-        result["train"][kind] = {"eager_1proc_s": eager_train(spec, kind),
-                                 "ddp_gloo_2proc_s": ddp_train(spec, kind)}
+        result["train"][kind] = {"eager_1proc_s": eager_train(spec, kind)}
+        if spec.get("ddp", True):
+            result["train"][kind]["ddp_gloo_2proc_s"] = ddp_train(spec, kind)
     if spec.get("inference"):
         result["inference"] = inference(spec)
     print(json.dumps(result))

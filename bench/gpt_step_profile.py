@@ -1,0 +1,150 @@
+"""Where the time of a 1-rank GPT training step goes, next to torch eager.
+
+The GPT of bench/train_bench.py (same config, batch and AdamW step) on a
+(1,) mesh: the median step time, then a profile (dtorch.profiler) of more
+steps, from which the kernel time of rank 0 is summed per kernel name
+(calls and milliseconds per step), and the torch eager step time of the same
+model measured in the same run (bench/torch_peer.py in build/torch-venv).
+
+    python3 bench/gpt_step_profile.py [--steps 20] [--profile-steps 5] [--label after]
+
+Each dtorch measurement runs in a fresh interpreter. Appends the result,
+under --label, to bench/results/gpt_step_profile.json. Not run by the tests.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+sys.path.insert(0, HERE)
+
+from bench_support import run_json  # noqa: E402
+from train_bench import DEFAULT_TORCH_PYTHON, random_batch, run_torch, set_threads  # noqa: E402
+
+
+def dtorch_job(job):
+    """Median step seconds and kernel totals per step, in this process."""
+    set_threads(job["threads"])
+    import dtorch
+    from dtorch import Shard
+    from model import GPT, GPTConfig, parallelize
+    dtorch.init(world_size=1, num_processes=1)
+    mesh = dtorch.init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    dtorch.manual_seed(0)
+    with dtorch.nn.default_device_mesh(mesh):
+        model = parallelize(GPT(GPTConfig(**job["cfg"])), mesh)
+    opt = dtorch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    data = np.load(job["data"])
+    rng = np.random.default_rng(0)
+
+    def step():
+        xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
+        x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
+        y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    times = []
+    for i in range(job["warmup"] + job["steps"]):
+        t = time.perf_counter()
+        step()
+        if i >= job["warmup"]:
+            times.append(time.perf_counter() - t)
+    with dtorch.profiler.profile() as prof:
+        for _ in range(job["profile_steps"]):
+            step()
+    kernels = {}
+    for e in dtorch.profiler.spans(prof.trace, 0, "compute"):
+        if e.get("cat") != "kernel":
+            continue
+        k = kernels.setdefault(e["name"], [0, 0.0])
+        k[0] += 1
+        k[1] += e["dur"] / 1e3
+    n = job["profile_steps"]
+    return {"seconds": statistics.median(times),
+            "kernels": {name: {"calls": c / n, "ms": ms / n}
+                        for name, (c, ms) in kernels.items()}}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (median)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--profile-steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "gpt_step_profile.json"))
+    ap.add_argument("--job", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.job:
+        with open(args.job) as f:
+            print(json.dumps(dtorch_job(json.load(f))))
+        return
+    set_threads(args.threads)
+    from train import CharTokenizer, load_corpus
+    text = load_corpus(("json", "textwrap"))
+    tok = CharTokenizer.from_text(text)
+    cfg = dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4, d_model=64)
+    workdir = tempfile.mkdtemp(prefix="gpt_step_profile_")
+    data_path = os.path.join(workdir, "data.npy")
+    np.save(data_path, tok.encode(text))
+    job = {"cfg": cfg, "data": data_path, "batch": args.batch, "warmup": args.warmup,
+           "steps": args.steps, "profile_steps": args.profile_steps, "threads": args.threads}
+    job_path = os.path.join(workdir, "job.json")
+    with open(job_path, "w") as f:
+        json.dump(job, f)
+    print("dtorch: GPT on 1 rank ...", flush=True)
+    dt = run_json([sys.executable, os.path.abspath(__file__), "--job", job_path], timeout=600)
+    if "error" in dt:
+        raise SystemExit(f"dtorch job: {dt['error']}")
+    print("torch: eager ...", flush=True)
+    spec = {"models": ["gpt"], "gpt": cfg, "batch": {"gpt": args.batch},
+            "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
+            "ddp": False}
+    peer, missing = run_torch(args.torch_python, spec)
+    torch_s = peer["train"]["gpt"]["eager_1proc_s"] if peer else None
+
+    kernels = dt["kernels"]
+    total = sum(k["ms"] for k in kernels.values())
+    print(f"\nGPT 1 rank, batch {args.batch}, {args.threads} thread(s), median of "
+          f"{args.steps} steps")
+    print(f"dtorch step {dt['seconds'] * 1e3:.2f} ms, torch eager "
+          + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms, ratio "
+             f"{dt['seconds'] / torch_s:.2f}") + (f" ({missing})" if missing else ""))
+    print(f"kernels of rank 0 per step (profile of {args.profile_steps} steps): "
+          f"{total:.2f} ms")
+    print(f"{'kernel':16} {'calls':>7} {'ms':>8}")
+    for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["ms"]):
+        print(f"{name:16} {k['calls']:7.1f} {k['ms']:8.3f}")
+
+    result = {"label": args.label, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "threads": args.threads, "batch": args.batch, "steps": args.steps,
+              "config": cfg, "dtorch_step_ms": dt["seconds"] * 1e3,
+              "torch_eager_step_ms": None if torch_s is None else torch_s * 1e3,
+              "torch_missing": missing, "kernel_ms_per_step": total, "kernels": kernels}
+    runs = []
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            runs = json.load(f)
+    runs = [r for r in runs if r.get("label") != args.label] + [result]
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(runs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
