@@ -6,10 +6,13 @@ steps, from which the kernel time of rank 0 is summed per kernel name
 (calls and milliseconds per step), and the torch eager step time of the same
 model measured in the same run (bench/torch_peer.py in build/torch-venv).
 
-    python3 bench/gpt_step_profile.py [--steps 20] [--profile-steps 5] [--label after]
+    python3 bench/gpt_step_profile.py [--steps 20] [--profile-steps 5]
+        [--compare DTORCH_FOLD_TRANSPOSE=0] [--label NAME]
 
-Each dtorch measurement runs in a fresh interpreter. Appends the result,
-under --label, to bench/results/gpt_step_profile.json. Not run by the tests.
+`--compare` adds a dtorch run with other environment variables (a compiler
+option turned off), shown side by side with the default. Each dtorch
+measurement runs in a fresh interpreter. Appends the result, under --label,
+to bench/results/gpt_step_profile.json. Not run by the tests.
 """
 import argparse
 import json
@@ -86,6 +89,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--label", default="run")
+    ap.add_argument("--compare", action="append", default=[], metavar="ENV=VALUE[,...]",
+                    help="also run dtorch with these environment variables (e.g. "
+                    "DTORCH_FOLD_TRANSPOSE=0), side by side with the default")
     ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gpt_step_profile.json"))
     ap.add_argument("--job", help=argparse.SUPPRESS)
@@ -107,10 +113,19 @@ def main(argv=None):
     job_path = os.path.join(workdir, "job.json")
     with open(job_path, "w") as f:
         json.dump(job, f)
-    print("dtorch: GPT on 1 rank ...", flush=True)
-    dt = run_json([sys.executable, os.path.abspath(__file__), "--job", job_path], timeout=600)
-    if "error" in dt:
-        raise SystemExit(f"dtorch job: {dt['error']}")
+    # Each variant: its name and the environment it adds to the dtorch job.
+    variants = [("default", {})]
+    for i, spec in enumerate(args.compare):
+        env = dict(kv.split("=", 1) for kv in spec.split(","))
+        variants.insert(i, (spec, env))
+    results = {}
+    for name, env in variants:
+        print(f"dtorch: GPT on 1 rank ({name}) ...", flush=True)
+        r = run_json([sys.executable, os.path.abspath(__file__), "--job", job_path],
+                     timeout=600, env=dict(os.environ, **env))
+        if "error" in r:
+            raise SystemExit(f"dtorch job ({name}): {r['error']}")
+        results[name] = r
     print("torch: eager ...", flush=True)
     spec = {"models": ["gpt"], "gpt": cfg, "batch": {"gpt": args.batch},
             "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
@@ -118,24 +133,39 @@ def main(argv=None):
     peer, missing = run_torch(args.torch_python, spec)
     torch_s = peer["train"]["gpt"]["eager_1proc_s"] if peer else None
 
-    kernels = dt["kernels"]
-    total = sum(k["ms"] for k in kernels.values())
+    names = [n for n, _ in variants]
     print(f"\nGPT 1 rank, batch {args.batch}, {args.threads} thread(s), median of "
-          f"{args.steps} steps")
-    print(f"dtorch step {dt['seconds'] * 1e3:.2f} ms, torch eager "
-          + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms, ratio "
-             f"{dt['seconds'] / torch_s:.2f}") + (f" ({missing})" if missing else ""))
-    print(f"kernels of rank 0 per step (profile of {args.profile_steps} steps): "
-          f"{total:.2f} ms")
-    print(f"{'kernel':16} {'calls':>7} {'ms':>8}")
-    for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["ms"]):
-        print(f"{name:16} {k['calls']:7.1f} {k['ms']:8.3f}")
+          f"{args.steps} steps; kernels of rank 0 per step from a profile of "
+          f"{args.profile_steps} steps")
+    print(f"torch eager step: " + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms")
+          + (f" ({missing})" if missing else ""))
+    width = max(22, max(len(n) for n in names) + 2)
+    print(f"{'':22}" + "".join(f"{n:>{width}}" for n in names))
+    print(f"{'step ms':22}" + "".join(
+        f"{results[n]['seconds'] * 1e3:>{width}.2f}" for n in names))
+    if torch_s:
+        print(f"{'ratio to torch eager':22}" + "".join(
+            f"{results[n]['seconds'] / torch_s:>{width}.2f}" for n in names))
+    print(f"{'kernels ms':22}" + "".join(
+        f"{sum(k['ms'] for k in results[n]['kernels'].values()):>{width}.2f}" for n in names))
+    every = sorted({k for n in names for k in results[n]["kernels"]},
+                   key=lambda k: -max(results[n]["kernels"].get(k, {"ms": 0})["ms"]
+                                      for n in names))
+    for kernel in every:
+        cells = []
+        for n in names:
+            k = results[n]["kernels"].get(kernel)
+            cells.append("-" if k is None else f"{k['ms']:.3f} ms x{k['calls']:.0f}")
+        print(f"{kernel:22}" + "".join(f"{c:>{width}}" for c in cells))
 
     result = {"label": args.label, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "threads": args.threads, "batch": args.batch, "steps": args.steps,
-              "config": cfg, "dtorch_step_ms": dt["seconds"] * 1e3,
-              "torch_eager_step_ms": None if torch_s is None else torch_s * 1e3,
-              "torch_missing": missing, "kernel_ms_per_step": total, "kernels": kernels}
+              "config": cfg, "torch_eager_step_ms": None if torch_s is None else torch_s * 1e3,
+              "torch_missing": missing,
+              "dtorch": {n: {"environment": env, "step_ms": results[n]["seconds"] * 1e3,
+                             "kernel_ms_per_step": sum(k["ms"] for k in
+                                                       results[n]["kernels"].values()),
+                             "kernels": results[n]["kernels"]} for n, env in variants}}
     runs = []
     if os.path.exists(args.out):
         with open(args.out) as f:
@@ -144,7 +174,6 @@ def main(argv=None):
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(runs, f, indent=1)
-
 
 if __name__ == "__main__":
     main()
