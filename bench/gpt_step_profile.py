@@ -5,6 +5,8 @@ The GPT of bench/train_bench.py (same config, batch and AdamW step) on a
 steps, from which the kernel time of rank 0 is summed per kernel name
 (calls and milliseconds per step), and the torch eager step time of the same
 model measured in the same run (bench/torch_peer.py in build/torch-venv).
+Each side also reports its CPU time per step (dtorch: the client process and
+its workers), which a busy shared host inflates far less than wall time.
 
     python3 bench/gpt_step_profile.py [--steps 20] [--profile-steps 5]
         [--compare DTORCH_FOLD_TRANSPOSE=0] [--label NAME]
@@ -36,6 +38,24 @@ from bench_support import run_json  # noqa: E402
 from train_bench import DEFAULT_TORCH_PYTHON, random_batch, run_torch, set_threads  # noqa: E402
 
 
+def _children_cpu_seconds():
+    """User + system CPU seconds of this process's live children (the
+    embedded cluster's workers), from /proc."""
+    me, total = os.getpid(), 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:      # ppid
+            total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+    return total
+
+
 def dtorch_job(job):
     """Median step seconds and kernel totals per step, in this process."""
     set_threads(job["threads"])
@@ -63,10 +83,15 @@ def dtorch_job(job):
 
     times = []
     for i in range(job["warmup"] + job["steps"]):
+        if i == job["warmup"]:
+            cpu = time.process_time() + _children_cpu_seconds()
         t = time.perf_counter()
         step()
         if i >= job["warmup"]:
             times.append(time.perf_counter() - t)
+    # CPU time of the client and the workers per step: the work done,
+    # which a busy host inflates far less than it does wall time.
+    cpu = (time.process_time() + _children_cpu_seconds() - cpu) / job["steps"]
     with dtorch.profiler.profile() as prof:
         for _ in range(job["profile_steps"]):
             step()
@@ -78,7 +103,7 @@ def dtorch_job(job):
         k[0] += 1
         k[1] += e["dur"] / 1e3
     n = job["profile_steps"]
-    return {"seconds": statistics.median(times),
+    return {"seconds": statistics.median(times), "cpu_seconds": cpu,
             "kernels": {name: {"calls": c / n, "ms": ms / n}
                         for name, (c, ms) in kernels.items()}}
 
@@ -128,7 +153,7 @@ def main(argv=None):
     # Rounds alternate the variants and torch, so that a busy host slows
     # them alike; each keeps its fastest round (per kernel: its least time).
     rounds = {name: [] for name, _ in variants}
-    torch_rounds, missing = [], None
+    torch_rounds, torch_cpu_rounds, missing = [], [], None
     for r in range(args.rounds):
         for name, env in variants:
             print(f"round {r + 1}: dtorch, GPT on 1 rank ({name}) ...", flush=True)
@@ -141,7 +166,10 @@ def main(argv=None):
         peer, missing = run_torch(args.torch_python, spec)
         if peer:
             torch_rounds.append(peer["train"]["gpt"]["eager_1proc_s"])
+            if "eager_1proc_cpu_s" in peer["train"]["gpt"]:
+                torch_cpu_rounds.append(peer["train"]["gpt"]["eager_1proc_cpu_s"])
     torch_s = min(torch_rounds) if torch_rounds else None
+    torch_cpu = min(torch_cpu_rounds) if torch_cpu_rounds else None
     results = {}
     for name, outs in rounds.items():
         kernels = {}
@@ -150,6 +178,7 @@ def main(argv=None):
                 if kernel not in kernels or k["ms"] < kernels[kernel]["ms"]:
                     kernels[kernel] = k
         results[name] = {"seconds": min(o["seconds"] for o in outs),
+                         "cpu_seconds": min(o["cpu_seconds"] for o in outs),
                          "round_seconds": [o["seconds"] for o in outs], "kernels": kernels}
 
     names = [n for n, _ in variants]
@@ -157,11 +186,14 @@ def main(argv=None):
           f"{args.steps} steps, fastest of {args.rounds} rounds; kernels of rank 0 per "
           f"step from a profile of {args.profile_steps} steps (least per kernel)")
     print(f"torch eager step: " + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms")
+          + ("" if torch_cpu is None else f", {torch_cpu * 1e3:.2f} cpu ms")
           + (f" ({missing})" if missing else ""))
     width = max(22, max(len(n) for n in names) + 2)
     print(f"{'':22}" + "".join(f"{n:>{width}}" for n in names))
     print(f"{'step ms':22}" + "".join(
         f"{results[n]['seconds'] * 1e3:>{width}.2f}" for n in names))
+    print(f"{'cpu ms per step':22}" + "".join(
+        f"{results[n]['cpu_seconds'] * 1e3:>{width}.2f}" for n in names))
     if torch_s:
         print(f"{'ratio to torch eager':22}" + "".join(
             f"{results[n]['seconds'] / torch_s:>{width}.2f}" for n in names))
@@ -182,9 +214,11 @@ def main(argv=None):
               "config": cfg, "rounds": args.rounds,
               "torch_eager_step_ms": None if torch_s is None else torch_s * 1e3,
               "torch_round_ms": [t * 1e3 for t in torch_rounds],
+              "torch_eager_cpu_ms": None if torch_cpu is None else torch_cpu * 1e3,
               "torch_missing": missing,
               "dtorch": {n: {"environment": env, "step_ms": results[n]["seconds"] * 1e3,
                              "round_step_ms": [t * 1e3 for t in results[n]["round_seconds"]],
+                             "cpu_ms_per_step": results[n]["cpu_seconds"] * 1e3,
                              "kernel_ms_per_step": sum(k["ms"] for k in
                                                        results[n]["kernels"].values()),
                              "kernels": results[n]["kernels"]} for n, env in variants}}
