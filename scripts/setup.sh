@@ -6,14 +6,14 @@ set -euo pipefail
 APT_PACKAGES=(
   cmake ninja-build pkg-config ccache lld-22 clang-22 clang-format-22
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler
   libgloo-dev libgtest-dev libgmock-dev
   # BLAS, loaded at run time (runtime/lib/BlasLibraries.cpp): oneDNN's sgemm
   # by default, OpenBLAS (core type chosen from CPUID) for float64, BLIS on
   # request (DTORCH_BLAS=blis).
   libopenblas-dev libdnnl-dev libblis-dev
 )
-PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib)
+PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib safetensors)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

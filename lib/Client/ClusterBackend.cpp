@@ -72,12 +72,24 @@ public:
                         return translated([&] { return reply.get(); });
                       });
   }
+  std::future<wire::CheckpointReply>
+  checkpoint(const wire::CheckpointRequest &request) override {
+    std::future<wire::CheckpointReply> reply =
+        translated([&] { return cluster_->checkpoint(request); });
+    return std::async(std::launch::deferred,
+                      [reply = std::move(reply)]() mutable {
+                        return translated([&] { return reply.get(); });
+                      });
+  }
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &hs) override {
     translated([&] { cluster_->free(ranks, hs); });
   }
   void synchronize() override {
     translated([&] { cluster_->synchronize(); });
+  }
+  bool anyRankLost(const std::vector<int64_t> &ranks) const override {
+    return cluster_->anyRankLost(ranks);
   }
   void shutdown() override {
     translated([&] { cluster_->shutdown(); });
@@ -98,6 +110,14 @@ std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &c) {
   o.workerExecutable = c.workerExecutable;
   o.workerAddresses = c.workerAddresses;
   o.token = c.token;
+  o.curveSecretKey = c.curveSecretKey;
+  o.curveWorkerPublicKeys = c.curveWorkerPublicKeys;
+  if (c.heartbeatIntervalMs > 0)
+    o.heartbeatInterval = std::chrono::milliseconds(c.heartbeatIntervalMs);
+  if (c.peerTimeoutMs > 0)
+    o.peerTimeout = std::chrono::milliseconds(c.peerTimeoutMs);
+  if (c.collectiveTimeoutMs > 0)
+    o.collectiveTimeout = std::chrono::milliseconds(c.collectiveTimeoutMs);
   return std::make_unique<ClusterBackend>(o);
 }
 

@@ -29,6 +29,9 @@ void markSeedSlots(wire::Program &program) {
 
 std::atomic<uint64_t> hashMask{~0ULL};
 
+/// Program ids start at 1: a run under 0 runs nothing (a lost mesh's).
+constexpr uint64_t kNoProgram = 0;
+
 /// A span of the controller thread, recorded only while `trace` records.
 std::optional<rt::TraceSpan>
 controllerSpan(rt::TraceBuffer *trace, const char *category, const char *name) {
@@ -146,6 +149,16 @@ void Controller::runSegment(Segment &seg) {
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
                         std::to_string(h) + ", which is not on the workers");
+  if (backend_->anyRankLost(mesh.ranks)) {
+    // A worker of this mesh is lost: nothing is compiled or uploaded, and
+    // the backend marks the results lost (a fetch names the lost worker)
+    // instead of running anything (docs/guide/faults.md).
+    backend_->run(mesh.ranks, kNoProgram, seg.args, seg.results, seg.seeds);
+    for (Handle h : seg.results)
+      live_[h] = seg.meshId;
+    liveCount_ = live_.size();
+    return;
+  }
   uint64_t key = mixHash(seg.structureHash & hashMask, meshKeys_.at(mesh.id));
   std::vector<std::unique_ptr<Compiled>> &bucket = cache_[key];
   Compiled *c = nullptr;
@@ -470,6 +483,49 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
         for (auto &f : futures)
           stats.push_back(f.get());
         return stats;
+      },
+      std::move(requested));
+}
+
+std::future<std::vector<wire::CheckpointReply>>
+Controller::checkpointAsync(std::vector<wire::CheckpointRequest> requests,
+                            std::vector<std::pair<Handle, int>> created) {
+  using ReplyFutures = std::vector<std::future<wire::CheckpointReply>>;
+  auto promise = std::make_shared<std::promise<ReplyFutures>>();
+  std::future<ReplyFutures> requested = promise->get_future();
+  enqueue([this, promise, requests = std::move(requests),
+           created = std::move(created)] {
+    std::optional<rt::TraceSpan> span =
+        controllerSpan(trace_, "controller", "checkpoint");
+    try {
+      for (const auto &[handle, meshId] : created)
+        live_[handle] = meshId;
+      liveCount_ = live_.size();
+      ReplyFutures futures;
+      for (const wire::CheckpointRequest &request : requests)
+        futures.push_back(backend_->checkpoint(request));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return std::async(
+      std::launch::deferred,
+      [](std::future<ReplyFutures> requested) {
+        ReplyFutures futures = requested.get();
+        std::vector<wire::CheckpointReply> replies;
+        std::exception_ptr firstError;
+        for (auto &f : futures) {
+          try {
+            replies.push_back(f.get());
+          } catch (...) {
+            if (!firstError)
+              firstError = std::current_exception();
+          }
+        }
+        if (firstError)
+          std::rethrow_exception(firstError);
+        return replies;
       },
       std::move(requested));
 }

@@ -51,6 +51,15 @@ public:
   /// behind every request before it (so it reflects all work submitted so
   /// far); get() waits (from any thread) and throws a WorkerError.
   std::future<std::vector<rt::MemoryStats>> memoryStatsAsync();
+  /// Checkpoint requests (rt::serveCheckpointRequest), each queued behind
+  /// every request before it; the replies in request order. `created`:
+  /// the handles (with their mesh) that the requests' reads create, kept
+  /// live like a put's. get() waits (from any thread) and throws a
+  /// WorkerError of a dead worker; a failed write or read is a reply with
+  /// ok = false.
+  std::future<std::vector<wire::CheckpointReply>>
+  checkpointAsync(std::vector<wire::CheckpointRequest> requests,
+                  std::vector<std::pair<Handle, int>> created);
   /// The profiler request (rt::RankState::trace) on every global rank, by
   /// rank, queued behind every request before it: a Drain holds every run
   /// submitted so far. get() waits (from any thread).

@@ -195,6 +195,17 @@ public:
     return promise->get_future();
   }
 
+  std::future<wire::CheckpointReply>
+  checkpoint(const wire::CheckpointRequest &request) override {
+    ++roundTrips_;
+    auto promise = std::make_shared<std::promise<wire::CheckpointReply>>();
+    RankThread &t = at(request.rank());
+    t.post([&t, promise, request] {
+      promise->set_value(rt::serveCheckpointRequest(t.state(), request));
+    });
+    return promise->get_future();
+  }
+
   void free(const std::vector<int64_t> &ranks,
             const std::vector<Handle> &handles) override {
     for (int64_t rank : ranks) {
@@ -224,6 +235,12 @@ private:
 };
 
 } // namespace
+
+std::future<wire::CheckpointReply>
+Backend::checkpoint(const wire::CheckpointRequest &) {
+  throw DTorchError("this backend keeps no tensor values: checkpoints need "
+                    "the cluster or in-process backend");
+}
 
 std::unique_ptr<Backend> makeInProcessBackend(int worldSize) {
   return std::make_unique<InProcessBackend>(worldSize);

@@ -192,6 +192,8 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
       }
       if (n.op == "redistribute") {
         os << " : " << types.at(n.inputs[0]) << " -> " << ty;
+      } else if (n.op == "transfer" || n.op == "send" || n.op == "recv") {
+        os << " : " << ty;
       } else {
         os << " : (";
         for (size_t i = 0; i < n.inputs.size(); ++i)

@@ -69,6 +69,11 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.workerExecutable = options.workerExecutable;
   cfg.workerAddresses = options.workerAddresses;
   cfg.token = options.token;
+  cfg.curveSecretKey = options.curveSecretKey;
+  cfg.curveWorkerPublicKeys = options.curveWorkerPublicKeys;
+  cfg.heartbeatIntervalMs = options.heartbeatIntervalMs;
+  cfg.peerTimeoutMs = options.peerTimeoutMs;
+  cfg.collectiveTimeoutMs = options.collectiveTimeoutMs;
   std::unique_ptr<Backend> backend = makeBackend(options.backend, cfg);
   controller_ =
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);
@@ -737,6 +742,108 @@ Tensor Session::redistribute(const Tensor &x, int meshId,
   }
   return addNode("redistribute", {x}, attrs,
                  {m.shape, m.dtype, meshId, placements});
+}
+
+Tensor Session::transfer(const Tensor &x, int64_t axis,
+                         const std::vector<int64_t> &sources,
+                         const std::vector<int64_t> &destinations) {
+  const TensorMeta &m = x->meta();
+  const Shape &meshShape = mesh(m.meshId).shape;
+  int64_t axes = static_cast<int64_t>(meshShape.size());
+  std::string where = "transfer: ";
+  if (axis < 0 || axis >= axes)
+    throw ValueError(where + "mesh dim " + std::to_string(axis) +
+                     " is out of range for a mesh of " + std::to_string(axes) +
+                     " dims");
+  int64_t n = meshShape[axis];
+  const Placement &p = m.placements[axis];
+  if (!p.isShard())
+    throw ValueError(where + "the tensor must be Shard(d) on mesh dim " +
+                     std::to_string(axis) + " (one block per position)");
+  int64_t dim = p.dim;
+  for (int64_t a = 0; a < axes; ++a)
+    if (a != axis && m.placements[a].isShard(dim))
+      throw ValueError(where + "tensor dim " + std::to_string(dim) +
+                       " is also sharded by mesh dim " + std::to_string(a));
+  if (m.shape[dim] % n != 0)
+    throw ValueError(where + "tensor dim " + std::to_string(dim) + " of size " +
+                     std::to_string(m.shape[dim]) +
+                     " does not split evenly over " + std::to_string(n) +
+                     " positions");
+  if (sources.size() != destinations.size() || sources.empty())
+    throw ValueError(where + "needs as many sources as destinations, at " +
+                     "least one (got " + std::to_string(sources.size()) +
+                     " and " + std::to_string(destinations.size()) + ")");
+  std::vector<bool> usedSrc(n, false), usedDst(n, false);
+  for (size_t k = 0; k < sources.size(); ++k) {
+    for (int64_t c : {sources[k], destinations[k]})
+      if (c < 0 || c >= n)
+        throw ValueError(where + "position " + std::to_string(c) +
+                         " is out of range for mesh dim " +
+                         std::to_string(axis) + " of size " +
+                         std::to_string(n));
+    if (sources[k] == destinations[k])
+      throw ValueError(where + "pair " + std::to_string(k) + " moves block " +
+                       std::to_string(sources[k]) + " onto itself");
+    if (usedSrc[sources[k]] || usedDst[destinations[k]])
+      throw ValueError(
+          where + "position " +
+          std::to_string(usedSrc[sources[k]] ? sources[k] : destinations[k]) +
+          " appears twice among the " +
+          (usedSrc[sources[k]] ? "sources" : "destinations"));
+    usedSrc[sources[k]] = usedDst[destinations[k]] = true;
+  }
+  Attrs attrs;
+  AttrValue a;
+  a.i = axis;
+  attrs.emplace_back("axis", a);
+  AttrValue s;
+  s.kind = AttrValue::Kind::Ints;
+  s.ints = sources;
+  attrs.emplace_back("sources", s);
+  AttrValue d;
+  d.kind = AttrValue::Kind::Ints;
+  d.ints = destinations;
+  attrs.emplace_back("destinations", d);
+  if (x->storage_->meta)
+    return meta(m.shape, m.dtype, m.meshId, m.placements);
+  return addNode("transfer", {x}, attrs, m);
+}
+
+Tensor Session::moveToMesh(const Tensor &x, int meshId) {
+  const TensorMeta &m = x->meta();
+  const Mesh &from = mesh(m.meshId), &to = mesh(meshId);
+  if (from.shape != to.shape)
+    throw ValueError("move to another mesh: the meshes differ in shape (" +
+                     shapeStr(from.shape) + " and " + shapeStr(to.shape) + ")");
+  for (size_t p = 0; p < from.ranks.size(); ++p)
+    if (from.ranks[p] == to.ranks[p])
+      throw ValueError("move to another mesh: rank " +
+                       std::to_string(from.ranks[p]) + " is at mesh position " +
+                       std::to_string(p) + " of both meshes");
+  TensorMeta moved{m.shape, m.dtype, meshId, m.placements};
+  if (x->storage_->meta)
+    return meta(moved.shape, moved.dtype, meshId, moved.placements);
+  // Messages between two ranks are matched in issue order; moves use a tag
+  // of their own, apart from the transfers inside one mesh.
+  constexpr int64_t kMoveTag = int64_t(1) << 20;
+  auto attrsFor = [&](const std::vector<int64_t> &peers) {
+    Attrs attrs;
+    AttrValue p;
+    p.kind = AttrValue::Kind::Ints;
+    p.ints = peers;
+    attrs.emplace_back("peers", p);
+    AttrValue t;
+    t.i = kMoveTag;
+    attrs.emplace_back("tag", t);
+    return attrs;
+  };
+  // The send's result stays alive until the receive is recorded: that cuts
+  // the sender's segment (another mesh), with the send in it.
+  Tensor token = addNode("send", {x}, attrsFor(to.ranks), m);
+  Tensor out = addNode("recv", {}, attrsFor(from.ranks), moved);
+  (void)token;
+  return out;
 }
 
 void Session::assign(const Tensor &target, const Tensor &value) {

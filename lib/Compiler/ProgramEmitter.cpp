@@ -175,6 +175,54 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
 
   bool scheduled = fn->hasAttr(rank::kScheduledAttrName);
   int lastCompute = -1; // the latest COMPUTE instruction emitted
+  // Appends one instruction for `op` reading `inputs` and writing
+  // `results` (all of op's operands and results, except for a batched
+  // point-to-point op, which becomes one instruction per message).
+  auto emitInstruction = [&](Operation &op, wire::Instruction inst,
+                             ValueRange inputs,
+                             ValueRange results) -> LogicalResult {
+    // `inst` waits for instruction `index` (on the other stream) through an
+    // event recorded there.
+    auto waitFor = [&](int index) {
+      wire::Instruction *src = program.mutable_instructions(index);
+      if (src->record_event() < 0) {
+        src->set_record_event(program.num_events());
+        program.set_num_events(program.num_events() + 1);
+      }
+      bool seen = false;
+      for (int32_t e : inst.wait_events())
+        seen |= e == src->record_event();
+      if (!seen)
+        inst.add_wait_events(src->record_event());
+    };
+    for (Value v : inputs) {
+      int32_t id = bufferOf.lookup(v);
+      inst.add_inputs(id);
+      // A value made on the other stream is waited for through an event.
+      auto it = producer.find(id);
+      if (it != producer.end() && it->second.second != inst.stream())
+        waitFor(it->second.first);
+    }
+    // Collectives placed by --rank-schedule-collectives run no earlier than
+    // the compute before them (what bounds prefetched gathers).
+    if (scheduled && inst.stream() == wire::COMM && lastCompute >= 0)
+      waitFor(lastCompute);
+    if (inst.stream() == wire::COMPUTE)
+      lastCompute = program.instructions_size();
+    for (Value r : results) {
+      FailureOr<int32_t> id = addBuffer(r);
+      if (failed(id))
+        return failure();
+      if (planned)
+        offsets[*id] =
+            rank::arenaOffsetOf(&op, cast<OpResult>(r).getResultNumber());
+      inst.add_outputs(*id);
+      producer[*id] = {program.instructions_size(), inst.stream()};
+    }
+    *program.add_instructions() = std::move(inst);
+    return success();
+  };
+
   for (Operation &op : fn.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands())
@@ -184,6 +232,29 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     wire::Instruction inst;
     inst.set_record_event(-1);
     inst.set_location(locationString(op.getLoc()));
+    if (auto batch = dyn_cast<rank::BatchSendRecvOp>(op)) {
+      // Every send, then every receive (docs/program-format.md).
+      inst.set_stream(wire::COMM);
+      (*inst.mutable_attrs())["axis"].set_i(batch.getAxis());
+      (*inst.mutable_attrs())["tag"].set_i(batch.getTag());
+      for (auto [peer, v] :
+           llvm::zip(batch.getSendPeers(), batch.getInputs())) {
+        wire::Instruction send = inst;
+        send.set_op("send");
+        (*send.mutable_attrs())["peer"].set_i(peer);
+        if (failed(emitInstruction(op, std::move(send), ValueRange{v}, {})))
+          return failure();
+      }
+      for (auto [peer, r] :
+           llvm::zip(batch.getRecvPeers(), batch.getResults())) {
+        wire::Instruction recv = inst;
+        recv.set_op("recv");
+        (*recv.mutable_attrs())["peer"].set_i(peer);
+        if (failed(emitInstruction(op, std::move(recv), {}, ValueRange{r})))
+          return failure();
+      }
+      continue;
+    }
     if (auto k = dyn_cast<rank::KernelOp>(op)) {
       inst.set_op(k.getKernel().str());
       inst.set_stream(wire::COMPUTE);
@@ -222,45 +293,9 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
         return failure();
     }
-    // `inst` waits for instruction `index` (on the other stream) through an
-    // event recorded there.
-    auto waitFor = [&](int index) {
-      wire::Instruction *src = program.mutable_instructions(index);
-      if (src->record_event() < 0) {
-        src->set_record_event(program.num_events());
-        program.set_num_events(program.num_events() + 1);
-      }
-      bool seen = false;
-      for (int32_t e : inst.wait_events())
-        seen |= e == src->record_event();
-      if (!seen)
-        inst.add_wait_events(src->record_event());
-    };
-    for (Value v : op.getOperands()) {
-      int32_t id = bufferOf.lookup(v);
-      inst.add_inputs(id);
-      // A value made on the other stream is waited for through an event.
-      auto it = producer.find(id);
-      if (it != producer.end() && it->second.second != inst.stream())
-        waitFor(it->second.first);
-    }
-    // Collectives placed by --rank-schedule-collectives run no earlier than
-    // the compute before them (what bounds prefetched gathers).
-    if (scheduled && inst.stream() == wire::COMM && lastCompute >= 0)
-      waitFor(lastCompute);
-    if (inst.stream() == wire::COMPUTE)
-      lastCompute = program.instructions_size();
-    for (Value r : op.getResults()) {
-      FailureOr<int32_t> id = addBuffer(r);
-      if (failed(id))
-        return failure();
-      if (planned)
-        offsets[*id] =
-            rank::arenaOffsetOf(&op, cast<OpResult>(r).getResultNumber());
-      inst.add_outputs(*id);
-      producer[*id] = {program.instructions_size(), inst.stream()};
-    }
-    *program.add_instructions() = std::move(inst);
+    if (failed(emitInstruction(op, std::move(inst), op.getOperands(),
+                               op.getResults())))
+      return failure();
   }
   if (planned) {
     program.set_arena_bytes(arenaBytes.getInt());

@@ -10,7 +10,7 @@
 import numpy as _np
 
 from . import _C
-from ._runtime import init, shutdown
+from ._runtime import generate_curve_keypair, init, shutdown
 from .device_mesh import DeviceMesh, init_device_mesh
 from .errors import CollectiveTimeout, DTorchError, OutOfMemoryError, WorkerError
 from .placement_types import Partial, Placement, Replicate, Shard
@@ -125,6 +125,8 @@ from . import nn  # noqa: E402
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
 from . import profiler  # noqa: E402,F401  (dtorch.profiler.profile)
+from ._serialization import (get_rng_state, load_safetensors,  # noqa: E402,F401
+                             save_safetensors, set_rng_state)
 
 
 def op_registry():

@@ -1,6 +1,7 @@
 """Starting and stopping a DTorch session: the controller in this process
 and its workers (started here, or started by hand and connected to)."""
 import atexit
+import datetime
 import os
 import shutil
 
@@ -38,8 +39,95 @@ def _program_cache_dir(cache_dir):
     return os.path.join(os.fspath(cache_dir), "programs")
 
 
+def _curve_keys(curve, workers):
+    """The controller's CURVE secret key and the workers' public keys, read
+    from the files ``curve`` names (else ``$DTORCH_CURVE_SECRET_KEY_FILE``
+    and ``$DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES``); ``("", [])`` when CURVE
+    is off."""
+    if curve is None:
+        secret_file = os.environ.get("DTORCH_CURVE_SECRET_KEY_FILE")
+        if not secret_file or not workers:
+            # The environment's keys are for workers started by hand; the
+            # embedded cluster stays on loopback without them.
+            return "", []
+        files = [f for f in os.environ.get("DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES", "").split(",") if f]
+        curve = {"secret_key_file": secret_file, "worker_public_key_files": files}
+    if not isinstance(curve, dict) or set(curve) - {"secret_key_file", "worker_public_key_files"}:
+        raise ValueError("curve must be a dict with 'secret_key_file' and 'worker_public_key_files'")
+    if not workers:
+        raise ValueError("CURVE is for workers started by hand: give workers=[...] "
+                         "(the embedded cluster stays on loopback)")
+    if not _C.curve_available():
+        raise ValueError("the installed libzmq has no CURVE support (zmq_has('curve') is false)")
+    secret_file = curve.get("secret_key_file")
+    files = curve.get("worker_public_key_files") or []
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    if not secret_file or not files:
+        raise ValueError("curve needs 'secret_key_file' (this controller's secret key) and "
+                         "'worker_public_key_files' (one file, or one per worker)")
+    if len(files) not in (1, len(workers)):
+        raise ValueError(f"curve: {len(files)} worker public key files for {len(workers)} workers "
+                         "(give one for all, or one per worker)")
+    secret = _C.read_curve_key_file(os.fspath(secret_file), "the controller's CURVE secret key")
+    publics = [_C.read_curve_key_file(os.fspath(f), "a worker's CURVE public key") for f in files]
+    return secret, publics
+
+
+def generate_curve_keypair(prefix):
+    """Writes a new CURVE key pair: ``PREFIX.key`` (the secret key, mode 0600)
+    and ``PREFIX.pub`` (the public key), as ``dtorch-worker
+    --generate-curve-keypair PREFIX`` does.
+
+    Args:
+        prefix (str): path of the two files without their suffix.
+
+    Returns:
+        str: the public key (40 Z85 characters).
+
+    Raises:
+        DTorchError: the files cannot be written, or libzmq lacks CURVE.
+
+    Example:
+        >>> import dtorch, os, tempfile
+        >>> prefix = os.path.join(tempfile.mkdtemp(), "controller")
+        >>> len(dtorch.generate_curve_keypair(prefix))
+        40
+        >>> oct(os.stat(prefix + ".key").st_mode & 0o777)
+        '0o600'
+    """
+    return _C.write_curve_keypair(os.fspath(prefix))
+
+
+_DEFAULT_HEARTBEAT_MS = 500
+_DEFAULT_PEER_TIMEOUT_MS = 2500
+
+
+def _milliseconds(name, value, env):
+    """A duration in milliseconds from ``value`` (seconds, or a
+    ``datetime.timedelta``), else from the environment variable ``env``
+    (milliseconds); 0 when neither is given."""
+    if value is None:
+        text = os.environ.get(env, "")
+        if not text:
+            return 0
+        try:
+            ms = int(text)
+        except ValueError:
+            raise ValueError(f"${env} must be a whole number of milliseconds, got {text!r}") from None
+        if ms <= 0:
+            raise ValueError(f"${env} must be positive, got {ms}")
+        return ms
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return max(1, int(round(value * 1000)))
+
+
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
-         cache_dir=None):
+         cache_dir=None, curve=None, heartbeat_interval=None, peer_timeout=None,
+         collective_timeout=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -72,12 +160,42 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             ``~/.cache/dtorch``. ``""`` (or ``DTORCH_CACHE_DIR=""``) turns
             the on-disk cache off.
         token (str, optional): the workers' token when connecting to
-            ``workers``; else ``$DTORCH_TOKEN``.
+            ``workers``; else ``$DTORCH_TOKEN``, else the content of the file
+            ``$DTORCH_TOKEN_FILE``. It never appears in errors or logs.
+        curve (dict, optional): CurveZMQ encryption and key authentication
+            with ``workers``: ``{"secret_key_file": this controller's secret
+            key, "worker_public_key_files": [one file, or one per worker]}``
+            (key files as written by `generate_curve_keypair`); else
+            ``$DTORCH_CURVE_SECRET_KEY_FILE`` and
+            ``$DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES`` (comma separated).
+            The workers are started with ``--curve-secret-key-file`` and
+            ``--curve-controller-public-key-file``; the token check still
+            applies. See docs/guide/security.md.
+        heartbeat_interval (float, optional): seconds between the
+            heartbeats the controller and each worker send each other (from
+            their I/O threads, so a long kernel does not delay them); else
+            ``$DTORCH_HEARTBEAT_MS`` (milliseconds), else 0.5.
+        peer_timeout (float, optional): a worker from which the controller
+            heard nothing for this many seconds is declared unresponsive
+            (a stopped or hung process): every run that needs its ranks
+            fails with `WorkerError` naming its rank and host, and an
+            embedded worker is killed. Else ``$DTORCH_PEER_TIMEOUT_MS``,
+            else 2.5. Must exceed ``heartbeat_interval``. Embedded workers
+            exit when the controller is silent this long (at most 3 s).
+        collective_timeout (float, optional): deadline, in seconds, of every
+            collective on the workers started here; a collective that waits
+            longer for a live peer raises `CollectiveTimeout` naming the
+            instruction and the ranks that did not arrive. Else
+            ``$DTORCH_COLLECTIVE_TIMEOUT_MS``, else 30. A dead or
+            unresponsive worker is reported sooner, whatever this deadline
+            (see docs/guide/faults.md).
 
     Raises:
         RuntimeError: a session is already running (call `shutdown` first).
-        ValueError: ``world_size`` is not a positive int, or ``workers`` are
-            given without a token.
+        ValueError: ``world_size`` is not a positive int, ``workers`` are
+            given without a token, or ``curve`` is malformed or given
+            without ``workers``, or a timeout is not positive (or
+            ``peer_timeout`` does not exceed ``heartbeat_interval``).
         WorkerError: the workers could not be started or reached, or refused
             the token.
 
@@ -104,10 +222,24 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             (world_size + 7) // 8 if backend == "simulated" else min(2, world_size))
     if workers and token is None:
         token = os.environ.get("DTORCH_TOKEN")
+        if not token and os.environ.get("DTORCH_TOKEN_FILE"):
+            with open(os.environ["DTORCH_TOKEN_FILE"]) as f:
+                token = f.read().strip()
         if not token:
-            raise ValueError("connecting to workers needs their token: init(token=...) or $DTORCH_TOKEN")
+            raise ValueError("connecting to workers needs their token: init(token=...), "
+                             "$DTORCH_TOKEN or $DTORCH_TOKEN_FILE")
+    heartbeat_ms = _milliseconds("heartbeat_interval", heartbeat_interval, "DTORCH_HEARTBEAT_MS")
+    peer_timeout_ms = _milliseconds("peer_timeout", peer_timeout, "DTORCH_PEER_TIMEOUT_MS")
+    collective_ms = _milliseconds("collective_timeout", collective_timeout,
+                                  "DTORCH_COLLECTIVE_TIMEOUT_MS")
+    if (peer_timeout_ms or _DEFAULT_PEER_TIMEOUT_MS) <= (heartbeat_ms or _DEFAULT_HEARTBEAT_MS):
+        raise ValueError("peer_timeout must exceed heartbeat_interval "
+                         f"({(peer_timeout_ms or _DEFAULT_PEER_TIMEOUT_MS) / 1000} s <= "
+                         f"{(heartbeat_ms or _DEFAULT_HEARTBEAT_MS) / 1000} s)")
+    curve_secret, curve_publics = _curve_keys(curve, workers)
     _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
-            _program_cache_dir(cache_dir))
+            _program_cache_dir(cache_dir), curve_secret, curve_publics, heartbeat_ms=heartbeat_ms,
+            peer_timeout_ms=peer_timeout_ms, collective_timeout_ms=collective_ms)
     _state["started"] = True
 
 

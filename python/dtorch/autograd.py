@@ -313,9 +313,29 @@ def like_placements(g, x):
     return _C.redistribute(g, x._mesh_id, _rep_raw(x), x._view)
 
 
+def transfer(x, axis, sources, destinations):
+    """The transfer op (``dtensor.transfer``) on root mesh dim `axis`: block
+    ``destinations[k]`` of the result is x's block ``sources[k]``, the other
+    blocks are zero. Its gradient is the transfer with the pairs swapped.
+    The user-facing form is `dtorch.distributed.pipelining.transfer`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> from dtorch.autograd import transfer
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> x = dtorch.arange(4.0, device_mesh=mesh, placements=[Shard(0)])
+        >>> transfer(x, 0, [0], [1]).numpy().tolist()
+        [0.0, 0.0, 0.0, 1.0]
+    """
+    return _C.transfer(x, int(axis), [int(s) for s in sources],
+                       [int(d) for d in destinations])
+
+
 _HELPERS = dict(kept_shape=kept_shape, reduced_count=reduced_count, expand_to=expand_to,
                 sum_to=sum_to, scatter_slice=scatter_slice, pad_to=pad_to,
-                concat_offset=concat_offset, like_placements=like_placements)
+                concat_offset=concat_offset, like_placements=like_placements,
+                transfer=transfer)
 
 # ---- the formulas of the registry -------------------------------------------------------
 _FORMULAS = {}

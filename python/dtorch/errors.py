@@ -5,6 +5,7 @@ TypeError or IndexError at the call. The classes here report failures that
 happen on the workers; because work runs in the background, they surface at
 the next call that waits for a result of the failed work.
 """
+import re
 
 
 class DTorchError(RuntimeError):
@@ -70,6 +71,13 @@ class OutOfMemoryError(WorkerError):
     """
 
 
+# How the controller describes a worker it lost (runtime/distributed/
+# Cluster.cpp): such an error is a WorkerError even when a survivor's
+# collective reported it (its message then quotes the survivor's).
+_LOST_WORKER = re.compile(r"worker pid \d+ \(ranks \d+-\d+\) (killed by signal|exited with status|"
+                          r"is unresponsive|vanished|ended|could not be started)")
+
+
 def worker_error_class(message):
     """The most specific error class for a worker's error message.
 
@@ -78,7 +86,12 @@ def worker_error_class(message):
         'OutOfMemoryError'
         >>> worker_error_class("rank 0 (host a): waiting for rank(s) 3").__name__
         'CollectiveTimeout'
+        >>> worker_error_class("rank 2 (host a): worker pid 7 (ranks 2-3) killed by signal 9 "
+        ...                    "(seen by rank 0: timed out)").__name__
+        'WorkerError'
     """
+    if _LOST_WORKER.search(message):
+        return WorkerError
     if "out of memory" in message:
         return OutOfMemoryError
     if "waiting for rank(s)" in message or "timed out" in message:

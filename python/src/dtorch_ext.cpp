@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Client/BlasInfo.h"
+#include "dtorch/Client/CurveKeys.h"
 #include "dtorch/Client/Errors.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
@@ -402,6 +403,9 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
 
 } // namespace
 
+// python/src/checkpoint_bindings.cpp: dcp's entry points.
+void bindCheckpoint(nb::module_ &m, Session &(*session)());
+
 NB_MODULE(_C, m) {
   m.doc() = "DTorch's C++ core: the client session and its symbolic tensors";
 
@@ -440,7 +444,11 @@ NB_MODULE(_C, m) {
       "init",
       [](int worldSize, int numProcesses, const std::string &backend,
          const std::string &workerExe, const std::vector<std::string> &workers,
-         const std::string &token, const std::string &programCacheDir) {
+         const std::string &token, const std::string &programCacheDir,
+         const std::string &curveSecretKey,
+         const std::vector<std::string> &curveWorkerPublicKeys,
+         int64_t heartbeatMs, int64_t peerTimeoutMs,
+         int64_t collectiveTimeoutMs) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -451,6 +459,11 @@ NB_MODULE(_C, m) {
         o.workerExecutable = workerExe;
         o.workerAddresses = workers;
         o.token = token;
+        o.curveSecretKey = curveSecretKey;
+        o.curveWorkerPublicKeys = curveWorkerPublicKeys;
+        o.heartbeatIntervalMs = heartbeatMs;
+        o.peerTimeoutMs = peerTimeoutMs;
+        o.collectiveTimeoutMs = collectiveTimeoutMs;
         {
           nb::gil_scoped_release release;
           g_session = std::make_unique<Session>(o);
@@ -458,7 +471,24 @@ NB_MODULE(_C, m) {
       },
       nb::arg("world_size"), nb::arg("num_processes"), nb::arg("backend"),
       nb::arg("worker_executable"), nb::arg("workers"), nb::arg("token") = "",
-      nb::arg("program_cache_dir") = "");
+      nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
+      nb::arg("curve_worker_public_keys") = std::vector<std::string>{},
+      nb::arg("heartbeat_ms") = 0, nb::arg("peer_timeout_ms") = 0,
+      nb::arg("collective_timeout_ms") = 0);
+  // CURVE keys (runtime/include/dtorch/runtime/Security.h).
+  m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
+  m.def(
+      "write_curve_keypair",
+      [](const std::string &prefix) {
+        return dtorch::client::writeCurveKeyPair(prefix);
+      },
+      nb::arg("prefix"));
+  m.def(
+      "read_curve_key_file",
+      [](const std::string &path, const std::string &what) {
+        return dtorch::client::readCurveKeyFile(path, what);
+      },
+      nb::arg("path"), nb::arg("what"));
   m.def("is_initialized", [] { return g_session != nullptr; });
   m.def("shutdown", [] {
     if (g_session) {
@@ -597,6 +627,7 @@ NB_MODULE(_C, m) {
       "a dict with the client's events and every rank's, on the client's "
       "CLOCK_MONOTONIC (ns). An event is (name, category, location, detail, "
       "start_ns, end_ns, bytes, lane).");
+  bindCheckpoint(m, &session);
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });
@@ -715,6 +746,20 @@ NB_MODULE(_C, m) {
       },
       nb::arg("x"), nb::arg("mesh"), nb::arg("placements"), nb::arg("view"),
       nb::arg("regather") = false);
+  m.def(
+      "transfer",
+      [](const Tensor &x, int64_t axis, std::vector<int64_t> sources,
+         std::vector<int64_t> destinations) {
+        Tensor t = session().transfer(x, axis, sources, destinations);
+        t->view = x->view;
+        return t;
+      },
+      nb::arg("x"), nb::arg("axis"), nb::arg("sources"),
+      nb::arg("destinations"));
+  m.def(
+      "move_to_mesh",
+      [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
+      nb::arg("x"), nb::arg("mesh"));
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });

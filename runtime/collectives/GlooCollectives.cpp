@@ -1,6 +1,7 @@
 #include "dtorch/runtime/GlooCollectives.h"
 
 #include "CollectiveSupport.h"
+#include "GlooPairAuthentication.h"
 
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
@@ -13,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace dtorch::rt {
@@ -98,8 +100,8 @@ class GlooCommunicator;
 // so that each completion is known by peer; waits with the deadline.
 class Exchange {
 public:
-  Exchange(GlooCommunicator &comm, std::string what)
-      : comm_(comm), what_(std::move(what)) {}
+  Exchange(GlooCommunicator &comm, std::string what, const Group &group)
+      : comm_(comm), what_(std::move(what)), group_(group) {}
   void send(const void *data, size_t nbytes, int64_t peer, uint64_t slot);
   void recv(void *data, size_t nbytes, int64_t peer, uint64_t slot);
   void wait();
@@ -112,16 +114,27 @@ private:
   };
   GlooCommunicator &comm_;
   std::string what_;
+  const Group &group_;
   std::vector<Transfer> transfers_;
 };
 
 class GlooCommunicator final : public Communicator {
 public:
   GlooCommunicator(std::shared_ptr<::gloo::rendezvous::Context> context,
-                   int rank, std::chrono::milliseconds deadline)
-      : context_(std::move(context)), rank_(rank), deadline_(deadline) {}
+                   int rank, std::chrono::milliseconds deadline,
+                   std::shared_ptr<PeerHealth> health)
+      : context_(std::move(context)), rank_(rank), deadline_(deadline),
+        health_(std::move(health)) {
+    if (health_)
+      listener_ = health_->subscribe(
+          [this](const std::set<int64_t> &lost, const std::string &) {
+            interruptWaitsFor(lost);
+          });
+  }
 
   ~GlooCommunicator() override {
+    if (health_)
+      health_->unsubscribe(listener_);
     {
       std::lock_guard<std::mutex> lock(reaperMutex_);
       stopReaper_ = true;
@@ -155,7 +168,7 @@ public:
     char *piecesData = static_cast<char *>(pieces.data());
     const char *xData = static_cast<const char *>(x.data());
     char *outData = static_cast<char *>(out.data());
-    Exchange step1(*this, where("all_reduce", group));
+    Exchange step1(*this, where("all_reduce", group), group);
     for (size_t j = 0; j < n; ++j) {
       if (j == me)
         continue;
@@ -169,7 +182,7 @@ public:
       reduced[j] = j == me ? xData + b * esize : piecesData + j * l * esize;
     reducePieces(outData + b * esize, reduced, l, x.dtype(), op);
     // Step 2: all-gather of the reduced chunks.
-    Exchange step2(*this, where("all_reduce", group));
+    Exchange step2(*this, where("all_reduce", group), group);
     for (size_t j = 0; j < n; ++j) {
       if (j == me)
         continue;
@@ -190,7 +203,7 @@ public:
     int64_t unit = innerCount(out.shape(), dim);
     std::vector<int64_t> offsets = exclusivePrefixSums(sizes);
     std::vector<Tensor> received(group.size());
-    Exchange step(*this, where("all_gather", group));
+    Exchange step(*this, where("all_gather", group), group);
     for (size_t j = 0; j < group.size(); ++j) {
       if (j == me)
         continue;
@@ -233,7 +246,7 @@ public:
     Tensor received =
         Tensor::empty(x.dtype(), {static_cast<int64_t>(n), out.numel()});
     char *recvData = static_cast<char *>(received.data());
-    Exchange step(*this, where("reduce_scatter", group));
+    Exchange step(*this, where("reduce_scatter", group), group);
     for (size_t j = 0; j < n; ++j) {
       if (j == me)
         continue;
@@ -256,7 +269,7 @@ public:
     uint64_t slot = begin(group, "all_to_all");
     std::vector<Tensor> pieces = cut(x, splitDim, splitSizes);
     std::vector<Tensor> received(group.size());
-    Exchange step(*this, where("all_to_all", group));
+    Exchange step(*this, where("all_to_all", group), group);
     for (size_t j = 0; j < group.size(); ++j) {
       Shape slotShape = withExtent(out.shape(), concatDim, concatSizes[j]);
       if (j == me) {
@@ -288,7 +301,7 @@ public:
     if (!out.defined())
       throw RuntimeError("broadcast output is undefined");
     uint64_t slot = begin(group, "broadcast");
-    Exchange step(*this, where("broadcast", group));
+    Exchange step(*this, where("broadcast", group), group);
     if (me == rootIndex) {
       requireShape(x, out.dtype(), out.shape(), "broadcast input on the root");
       for (size_t j = 0; j < group.size(); ++j)
@@ -325,8 +338,10 @@ public:
       throw RuntimeError("recv output is undefined");
     auto buffer = context_->createUnboundBuffer(out.data(), out.nbytes());
     buffer->recv(static_cast<int>(peer), p2pSlot(tag), 0, out.nbytes());
+    std::string lost;
+    bool received = false;
     try {
-      buffer->waitRecv(nullptr, deadline_);
+      received = waitTransfer(*buffer, false, Group{peer}, deadline_, lost);
     } catch (const std::exception &error) {
       markBroken(error.what());
       throw RuntimeError("recv on rank " + std::to_string(rank_) +
@@ -335,9 +350,48 @@ public:
                          "): failed waiting for rank(s) " +
                          std::to_string(peer) + ": " + error.what());
     }
+    if (!received) {
+      markBroken("gave up: peer " + lost);
+      throw RuntimeError("recv on rank " + std::to_string(rank_) +
+                         " from rank " + std::to_string(peer) + " (tag " +
+                         std::to_string(tag) + "): gave up: peer " + lost);
+    }
   }
 
   std::chrono::milliseconds deadline() const { return deadline_; }
+
+  // Waits for one transfer of a call that needs the ranks `needed`. False
+  // when the wait was given up because the controller declared one of them
+  // dead (then `lost` says which and why); Gloo's own errors throw.
+  bool waitTransfer(UnboundBuffer &buffer, bool isSend, const Group &needed,
+                    std::chrono::milliseconds timeout, std::string &lost) {
+    {
+      std::lock_guard<std::mutex> lock(waitingMutex_);
+      if (health_) {
+        lost = health_->deadAmong(needed);
+        if (!lost.empty())
+          return false;
+      }
+      waiting_[&buffer] = Waiting{isSend, &needed};
+    }
+    bool done = false;
+    try {
+      done = isSend ? buffer.waitSend(nullptr, timeout)
+                    : buffer.waitRecv(nullptr, timeout);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(waitingMutex_);
+      waiting_.erase(&buffer);
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(waitingMutex_);
+    waiting_.erase(&buffer);
+    if (!done) {
+      lost = health_ ? health_->deadAmong(needed) : "";
+      if (lost.empty())
+        lost = "the wait was interrupted";
+    }
+    return done;
+  }
   std::shared_ptr<::gloo::rendezvous::Context> &context() { return context_; }
 
   void markBroken(const std::string &why) {
@@ -432,9 +486,35 @@ private:
     return pieces;
   }
 
+  // Called by PeerHealth when ranks are declared dead: interrupts every
+  // transfer wait of a call that needs one of them.
+  void interruptWaitsFor(const std::set<int64_t> &lost) {
+    std::lock_guard<std::mutex> lock(waitingMutex_);
+    for (auto &[buffer, waiting] : waiting_) {
+      bool needsLost = false;
+      for (int64_t rank : *waiting.needed)
+        needsLost |= lost.count(rank) != 0;
+      if (!needsLost)
+        continue;
+      if (waiting.isSend)
+        buffer->abortWaitSend();
+      else
+        buffer->abortWaitRecv();
+    }
+  }
+
+  struct Waiting {
+    bool isSend;
+    const Group *needed;
+  };
+
   std::shared_ptr<::gloo::rendezvous::Context> context_;
   int rank_;
   std::chrono::milliseconds deadline_;
+  std::shared_ptr<PeerHealth> health_;
+  int listener_ = 0;
+  std::mutex waitingMutex_; // guards waiting_
+  std::map<UnboundBuffer *, Waiting> waiting_;
   std::map<Group, uint64_t> sequence_;
   uint64_t lastSequence_ = 0;
   std::mutex reaperMutex_; // guards the members below
@@ -475,17 +555,20 @@ void Exchange::wait() {
           deadline - Clock::now());
       if (left.count() < 1)
         left = std::chrono::milliseconds(1);
+      std::string lost;
+      bool done = false;
       try {
-        if (sends)
-          transfer.buffer->waitSend(nullptr, left);
-        else
-          transfer.buffer->waitRecv(nullptr, left);
+        done = comm_.waitTransfer(*transfer.buffer, sends, group_, left, lost);
       } catch (const std::exception &error) {
         comm_.markBroken(error.what());
         throw RuntimeError(what_ + ": failed after waiting for rank(s) " +
                            std::to_string(transfer.peer) + " (deadline " +
                            std::to_string(comm_.deadline().count()) +
                            " ms): " + error.what());
+      }
+      if (!done) {
+        comm_.markBroken("gave up: peer " + lost);
+        throw RuntimeError(what_ + ": gave up: peer " + lost);
       }
     }
   }
@@ -506,8 +589,11 @@ std::unique_ptr<Communicator> connectGloo(int rank, int worldSize,
     context->setTimeout(options.deadline);
     StoreAdapter adapter(std::move(store), options.prefix, options.deadline);
     context->connectFullMesh(adapter, device);
+    if (!options.pairSecret.empty())
+      authenticateGlooPairs(*context, rank, options.pairSecret,
+                            options.deadline);
     return std::make_unique<GlooCommunicator>(std::move(context), rank,
-                                              options.deadline);
+                                              options.deadline, options.health);
   } catch (const RuntimeError &) {
     throw;
   } catch (const std::exception &error) {

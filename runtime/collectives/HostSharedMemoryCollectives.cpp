@@ -542,7 +542,20 @@ private:
     return key;
   }
 
+  // Throws when the controller declared a member of `group` dead: a call
+  // that needs it fails at once.
+  void requireAlive(const Group &group, const char *op) const {
+    if (!options_.health)
+      return;
+    std::string lost = options_.health->deadAmong(group);
+    if (!lost.empty())
+      throw RuntimeError(std::string(op) + " on group " + groupToString(group) +
+                         " on rank " + std::to_string(rank_) +
+                         ": gave up: peer " + lost);
+  }
+
   Channel &channel(const Group &group, const char *op) {
+    requireAlive(group, op);
     std::lock_guard<std::mutex> lock(channelsMutex_);
     auto it = channels_.find(group);
     if (it != channels_.end()) {
@@ -574,6 +587,7 @@ private:
                        : " waiting for rank(s) " + std::to_string(group[0])) +
           ": " + error.what());
     }
+    ch->segment->setHealth(options_.health.get());
     {
       std::lock_guard<std::mutex> statsLock(statsMutex_);
       ++stats_.segments;
@@ -919,6 +933,7 @@ private:
       made->segment = Segment::attach(*store_, pairKey(rank_, peer),
                                       SegmentKind::Pair, {rank_, peer},
                                       options_.ringBytes, 0, options_.deadline);
+      made->segment->setHealth(options_.health.get());
       pair = std::move(made);
     }
     return *pair;
@@ -933,6 +948,7 @@ private:
         made->segment =
             Segment::create(*store_, pairKey(peer, rank_), SegmentKind::Pair,
                             {peer, rank_}, options_.ringBytes, 1);
+        made->segment->setHealth(options_.health.get());
       } catch (const std::exception &error) {
         throw RuntimeError(where + ": " + error.what());
       }

@@ -317,6 +317,12 @@ void Segment::waitFor(
     if (now - lastLiveness >= std::chrono::milliseconds(20) ||
         now - start >= deadline) {
       lastLiveness = now;
+      if (health_ && health_->anyDead()) {
+        std::string lost = health_->deadAmong(
+            std::vector<int64_t>(header_->ranks, header_->ranks + members_));
+        if (!lost.empty())
+          throw RuntimeError(describe("gave up waiting: peer " + lost));
+      }
       for (size_t j = 0; j < members_; ++j) {
         MemberControl &peer = control(j);
         int32_t pid = peer.pid.load(std::memory_order_acquire);

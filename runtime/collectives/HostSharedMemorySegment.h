@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <atomic>
@@ -129,6 +130,10 @@ public:
   // Marks the segment aborted with `reason` (the first one wins).
   void abort(const std::string &reason);
 
+  // Ranks the controller declared dead (may be null): waitFor gives up as
+  // soon as a member is among them, attached or not.
+  void setHealth(const PeerHealth *health) { health_ = health; }
+
 private:
   Segment() = default;
   void map(int fd, size_t bytes);
@@ -144,6 +149,7 @@ private:
   size_t dataOffset_ = 0;
   size_t slotStride_ = 0;
   SegmentHeader *header_ = nullptr;
+  const PeerHealth *health_ = nullptr;
 };
 
 // Bytes of a group segment for `members` and `chunkBytes` (for reports).

@@ -2,7 +2,10 @@
 #include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
+#include "RunDependencies.h"
+#include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -45,8 +48,10 @@ struct WorkerInfo {
 /// statistics), by request id: each promise is kept with the rank it asked.
 template <class T> class PendingReplies {
 public:
-  void add(uint64_t id, int rank, std::promise<T> promise) {
-    pending_.emplace(id, Entry{rank, std::move(promise)});
+  /// `handle`: the tensor a fetch asks for.
+  void add(uint64_t id, int rank, std::promise<T> promise,
+           std::optional<uint64_t> handle = std::nullopt) {
+    pending_.emplace(id, Entry{rank, handle, std::move(promise)});
   }
   /// The promise of request `id`, taken out; nullopt when none waits.
   std::optional<std::promise<T>> take(uint64_t id) {
@@ -56,6 +61,19 @@ public:
     std::promise<T> promise = std::move(it->second.promise);
     pending_.erase(it);
     return promise;
+  }
+  /// Fails every request for which `blame(rank, handle)` returns an error.
+  template <class Blame> void failWhere(const Blame &blame) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      std::optional<WorkerError> error =
+          blame(it->second.rank, it->second.handle);
+      if (error) {
+        it->second.promise.set_exception(std::make_exception_ptr(*error));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   /// Fails every request for a rank in [firstRank, firstRank + numRanks).
   void failRanks(int firstRank, int numRanks, const std::string &host,
@@ -83,6 +101,7 @@ public:
 private:
   struct Entry {
     int rank;
+    std::optional<uint64_t> handle;
     std::promise<T> promise;
   };
   std::map<uint64_t, Entry> pending_;
@@ -121,8 +140,14 @@ struct Cluster::Impl {
   PendingReplies<Tensor> fetches;
   PendingReplies<MemoryStats> statsRequests;
   PendingReplies<TraceChunk> traceRequests;
+  PendingReplies<wire::CheckpointReply> checkpointRequests;
   std::map<uint64_t, std::shared_ptr<SyncWait>> syncs;
   std::vector<AsyncError> errors;
+  // Fail-fast bookkeeping (RunDependencies.h): the ranks each value needs.
+  // `storeLost` is set once a worker died: a rendezvous key that does not
+  // exist yet then fails at once (the lost ranks may be the ones to set it).
+  detail::RunDependencies deps;
+  std::string storeLost;
   bool ready = false;
   std::string startupError;
   int startupErrorRank = -1;
@@ -144,6 +169,8 @@ struct Cluster::Impl {
   std::map<std::string, std::string> store;
   std::map<std::string, std::vector<std::pair<std::string, uint64_t>>>
       parkedGets;
+  size_t storeBytes = 0;
+  std::unique_ptr<HandshakeMonitor> handshakes; // manual mode
 
   void post(size_t worker, const wire::Envelope &message) {
     postBytes(worker, encodeEnvelope(message));
@@ -210,7 +237,53 @@ struct Cluster::Impl {
            std::to_string(w.firstRank + w.numRanks - 1) + ")";
   }
 
-  // Caller holds `mutex`.
+  /// Caller holds `mutex`.
+  bool anyDead() const {
+    for (const WorkerInfo &w : workers)
+      if (w.dead)
+        return true;
+    return false;
+  }
+
+  /// Caller holds `mutex`. Indexed by rank: true for the ranks of dead
+  /// workers.
+  std::vector<bool> lostRanks() const {
+    std::vector<bool> lost(static_cast<size_t>(worldSize), false);
+    for (const WorkerInfo &w : workers)
+      if (w.dead)
+        for (int r = w.firstRank; r < w.firstRank + w.numRanks; ++r)
+          if (r >= 0 && r < worldSize)
+            lost[r] = true;
+    return lost;
+  }
+
+  /// Caller holds `mutex`. What to report for a value that needs the lost
+  /// rank `rank`: its worker's death, naming that rank.
+  detail::LostValue lostValue(int64_t rank) const {
+    const WorkerInfo &w = workers[workerOfRank(static_cast<int>(rank))];
+    return detail::LostValue{static_cast<int>(rank), w.host, w.deathReason};
+  }
+
+  /// Caller holds `mutex`. Marks every value that needs a lost rank lost
+  /// (for good: also once the lost workers are replaced) and fails the
+  /// fetches waiting on surviving ranks for one of them.
+  void failDependents() {
+    deps.poisonNeeding(lostRanks(),
+                       [&](int64_t rank) { return lostValue(rank); });
+    fetches.failWhere([&](int rank, std::optional<uint64_t> handle)
+                          -> std::optional<WorkerError> {
+      const detail::LostValue *why = handle ? deps.poisoned(*handle) : nullptr;
+      if (!why)
+        return std::nullopt;
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      return WorkerError(why->rank, why->host, message);
+    });
+  }
+
+  // Caller holds `mutex`; runs on the I/O thread (it sends).
   void markDead(size_t index, const std::string &reason) {
     WorkerInfo &w = workers[index];
     if (w.dead)
@@ -220,6 +293,8 @@ struct Cluster::Impl {
     fetches.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     statsRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
     traceRequests.failRanks(w.firstRank, w.numRanks, w.host, w.deathReason);
+    checkpointRequests.failRanks(w.firstRank, w.numRanks, w.host,
+                                 w.deathReason);
     for (auto &[id, sync] : syncs) {
       if (sync->waiting.count(index) && !sync->failed) {
         sync->failed = true;
@@ -228,7 +303,55 @@ struct Cluster::Impl {
         sync->message = w.deathReason;
       }
     }
+    if (ready) {
+      failDependents();
+      // The survivors stop waiting for the lost ranks: their rendezvous
+      // fail (keys the lost ranks would set never come) and their
+      // collectives and receives give up (PeersLost).
+      storeLost = w.deathReason;
+      for (auto &[key, waiters] : parkedGets)
+        for (auto &[peer, request] : waiters)
+          replyLostKey(peer, request, key);
+      parkedGets.clear();
+      wire::Envelope lost = envelope();
+      for (int r = w.firstRank; r < w.firstRank + w.numRanks; ++r)
+        lost.mutable_peers_lost()->add_ranks(r);
+      lost.mutable_peers_lost()->set_reason(w.deathReason);
+      std::string bytes = encodeEnvelope(lost);
+      for (const WorkerInfo &other : workers)
+        if (other.authenticated && !other.dead)
+          sendTo(other.id, bytes);
+    }
     changed.notify_all();
+  }
+
+  /// Empty when a worker may set `key` to `value` in the store; else why
+  /// not (the collective secret is the controller's, sizes are bounded).
+  std::string checkStoreSet(const std::string &key,
+                            const std::string &value) const {
+    if (key == kCollectiveSecretKey)
+      return "store key '" + key + "' is reserved for the controller";
+    if (key.size() > kMaxStoreKeyBytes || value.size() > kMaxStoreValueBytes)
+      return "store entry refused: key of " + std::to_string(key.size()) +
+             " bytes or value of " + std::to_string(value.size()) +
+             " bytes exceeds the limits (" + std::to_string(kMaxStoreKeyBytes) +
+             ", " + std::to_string(kMaxStoreValueBytes) + ")";
+    if (!store.count(key) &&
+        (store.size() >= kMaxStoreKeys ||
+         storeBytes + key.size() + value.size() > kMaxStoreTotalBytes))
+      return "store entry refused: the store is full";
+    return "";
+  }
+  /// Manual mode: a worker's refused handshake (wrong CURVE key, mechanism
+  /// mismatch) fails the start, naming the worker's address.
+  void checkHandshakes();
+  void replyLostKey(const std::string &peer, uint64_t request,
+                    const std::string &key) {
+    wire::Envelope reply = envelope();
+    reply.set_request_id(request);
+    reply.mutable_kv_reply()->set_key(key);
+    reply.mutable_kv_reply()->set_error(storeLost);
+    sendTo(peer, encodeEnvelope(reply));
   }
 
   void ioMain();
@@ -243,6 +366,7 @@ struct Cluster::Impl {
     // A survivor can see the closed socket a moment before the killed
     // process becomes waitable, so a lost-connection error waits briefly.
     bool lostPeer = message.find("closed by peer") != std::string::npos ||
+                    message.find(") died") != std::string::npos ||
                     message.find("Connection reset") != std::string::npos ||
                     message.find("Broken pipe") != std::string::npos;
     auto deadline =
@@ -361,14 +485,29 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
       blameDeadPeer(errRank, errHost,
                     errMessage); // before `it`: may fail fetches
     std::optional<std::promise<Tensor>> promise = fetches.take(requestId);
-    if (!promise)
+    if (!promise) {
+      // Failed already with another piece of the same value: that error
+      // reported this rank's failure too (its report came before this).
+      if (!reply.ok())
+        errors.clear();
       return;
+    }
     try {
       if (!reply.ok()) {
         // The user learns of the failure here; the same failure queued by
         // the other ranks would only repeat it at the next synchronize.
         errors.clear();
-        throw WorkerError(errRank, errHost, errMessage);
+        // The value is lost: its other pieces' fetches fail now too, so a
+        // slow or stuck peer does not hold the error back.
+        WorkerError error(errRank, errHost, errMessage);
+        fetches.failWhere(
+            [&](int,
+                std::optional<uint64_t> handle) -> std::optional<WorkerError> {
+              if (handle && *handle == reply.handle())
+                return error;
+              return std::nullopt;
+            });
+        throw error;
       }
       promise->set_value(tensorFromWire(reply.value()));
     } catch (...) {
@@ -388,6 +527,13 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     if (std::optional<std::promise<TraceChunk>> promise =
             traceRequests.take(requestId))
       promise->set_value(traceChunkFromWire(e.trace_reply()));
+    return;
+  }
+  case wire::Envelope::kCheckpointReply: {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::optional<std::promise<wire::CheckpointReply>> promise =
+            checkpointRequests.take(requestId))
+      promise->set_value(e.checkpoint_reply());
     return;
   }
   case wire::Envelope::kSyncReply: {
@@ -423,6 +569,11 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
             std::make_exception_ptr(WorkerError(rank, host, message)));
         return;
       }
+      if (auto checkpoint = checkpointRequests.take(requestId)) {
+        checkpoint->set_exception(
+            std::make_exception_ptr(WorkerError(rank, host, message)));
+        return;
+      }
     }
     errors.push_back(AsyncError{rank, host, message});
     changed.notify_all();
@@ -430,7 +581,14 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
   }
   case wire::Envelope::kKvSet: {
     const std::string &key = e.kv_set().key();
-    store[key] = e.kv_set().value();
+    if (std::string refused = checkStoreSet(key, e.kv_set().value());
+        !refused.empty()) {
+      replyError(workers[index].id, requestId, refused);
+      return;
+    }
+    std::string &slot = store[key];
+    storeBytes += key.size() + e.kv_set().value().size() - slot.size();
+    slot = e.kv_set().value();
     auto parked = parkedGets.find(key);
     if (parked == parkedGets.end())
       return;
@@ -448,8 +606,19 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     const std::string &key = e.kv_get().key();
     auto found = store.find(key);
     std::string peer = workers[index].id;
+    if (key.size() > kMaxStoreKeyBytes ||
+        (found == store.end() && parkedGets.size() >= kMaxStoreKeys)) {
+      replyError(peer, requestId,
+                 "store request refused: key too long or "
+                 "too many waiting keys");
+      return;
+    }
     if (found == store.end()) {
-      parkedGets[key].emplace_back(peer, requestId);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!storeLost.empty())
+        replyLostKey(peer, requestId, key);
+      else
+        parkedGets[key].emplace_back(peer, requestId);
       return;
     }
     wire::Envelope reply = envelope();
@@ -525,7 +694,8 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
         detail::killAndReap(w.child);
         w.child = -1;
       }
-      markDead(i, "stopped answering (silent for more than " +
+      markDead(i, "is unresponsive: stopped answering (nothing heard for "
+                  "more than " +
                       std::to_string(options.peerTimeout.count()) + " ms)");
     }
   }
@@ -540,6 +710,34 @@ void Cluster::Impl::checkHealth(Clock::time_point started) {
       }
     changed.notify_all();
   }
+}
+
+void Cluster::Impl::checkHandshakes() {
+  if (!handshakes)
+    return;
+  std::vector<HandshakeMonitor::Failure> failures = handshakes->poll();
+  if (failures.empty())
+    return;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const HandshakeMonitor::Failure &failure : failures) {
+    if (ready || !startupError.empty())
+      break;
+    // The worker connected to at that endpoint; else the first one still
+    // waiting (an endpoint may be spelled differently once resolved).
+    const WorkerInfo *failed = nullptr;
+    for (const WorkerInfo &w : workers)
+      if (!w.authenticated && w.address == failure.endpoint)
+        failed = &w;
+    for (const WorkerInfo &w : workers)
+      if (!failed && !w.authenticated)
+        failed = &w;
+    if (!failed)
+      continue;
+    startupError = "the connection to the worker at " + failed->address +
+                   " failed its handshake: " + failure.reason;
+    startupErrorRank = std::max(0, failed->firstRank);
+  }
+  changed.notify_all();
 }
 
 void Cluster::Impl::stopWorkers() {
@@ -585,6 +783,13 @@ void Cluster::Impl::ioMain() {
     transport.heartbeatInterval = options.heartbeatInterval;
     transport.peerTimeout = options.peerTimeout;
     configureSocket(*socket, transport);
+    {
+      // The secret of the workers' collective data links: only workers that
+      // authenticated can read it (GlooOptions::pairSecret).
+      std::string secret = randomToken() + randomToken();
+      storeBytes += secret.size();
+      store[kCollectiveSecretKey] = std::move(secret);
+    }
     if (embedded) {
       socket->bind("tcp://127.0.0.1:0");
       std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
@@ -593,22 +798,40 @@ void Cluster::Impl::ioMain() {
           std::min<int64_t>(3000, options.peerTimeout.count()));
       std::lock_guard<std::mutex> lock(mutex);
       for (auto &w : workers) {
+        // The token travels through a pipe on descriptor 3: the command
+        // line is visible to every user (`ps`).
         w.child = detail::spawnProcess(
-            exe, {"--connect", endpoint, "--token", token, "--ranks",
-                  std::to_string(w.firstRank) + "-" +
-                      std::to_string(w.firstRank + w.numRanks - 1),
-                  "--world-size", std::to_string(worldSize),
-                  // Every embedded worker runs on this host.
-                  "--ranks-on-host", std::to_string(worldSize),
-                  "--controller-timeout-ms", std::to_string(controllerTimeout),
-                  "--collective-timeout-ms",
-                  std::to_string(options.collectiveTimeout.count())});
+            exe,
+            {"--connect", endpoint, "--token-fd", "3", "--ranks",
+             std::to_string(w.firstRank) + "-" +
+                 std::to_string(w.firstRank + w.numRanks - 1),
+             "--world-size", std::to_string(worldSize),
+             // Every embedded worker runs on this host.
+             "--ranks-on-host", std::to_string(worldSize),
+             "--controller-timeout-ms", std::to_string(controllerTimeout),
+             "--heartbeat-ms",
+             std::to_string(options.heartbeatInterval.count()),
+             "--collective-timeout-ms",
+             std::to_string(options.collectiveTimeout.count())},
+            token);
       }
     } else {
       std::lock_guard<std::mutex> lock(mutex);
+      handshakes =
+          std::make_unique<HandshakeMonitor>(*context, *socket, "controller");
+      const auto &keys = options.curveWorkerPublicKeys;
+      if (!options.curveSecretKey.empty() && keys.size() != 1 &&
+          keys.size() != workers.size())
+        throw RuntimeError("CURVE needs one worker public key, or one per "
+                           "worker address (" +
+                           std::to_string(workers.size()) + "), got " +
+                           std::to_string(keys.size()));
       for (size_t i = 0; i < workers.size(); ++i) {
         workers[i].id = "w" + std::to_string(i);
         socket->set(zmq::sockopt::connect_routing_id, workers[i].id);
+        if (!options.curveSecretKey.empty())
+          makeCurveClient(*socket, options.curveSecretKey,
+                          keys.size() == 1 ? keys[0] : keys[i]);
         socket->connect(workers[i].address);
         wire::Envelope hello = envelope();
         *hello.mutable_hello() = makeHello(wire::ROLE_CONTROLLER, token);
@@ -681,6 +904,7 @@ void Cluster::Impl::ioMain() {
           sendTo(w.id, bytes);
     }
     checkHealth(started);
+    checkHandshakes();
   }
   if (socket)
     stopWorkers();
@@ -689,6 +913,7 @@ void Cluster::Impl::ioMain() {
       if (w.child > 0)
         detail::killAndReap(w.child);
   }
+  handshakes.reset(); // before the context, which waits for its sockets
   socket.reset();
   context.reset();
 }
@@ -784,6 +1009,10 @@ void Cluster::uploadPrograms(uint64_t programId,
   bool consecutive = true;
   for (size_t p = 1; p < meshRanks.size() && consecutive; ++p)
     consecutive = meshRanks[p] == meshRanks[0] + static_cast<int64_t>(p);
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    impl.deps.setProgramRanks(programId, programs, meshRanks);
+  }
   std::map<std::vector<bool>, std::string> encoded;
   for (const auto &[worker, uses] : needed) {
     auto [it, added] = encoded.try_emplace(uses);
@@ -816,8 +1045,29 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs,
                   const std::vector<int64_t> &seeds) {
+  Impl &impl = *impl_;
+  std::unique_lock<std::mutex> lock(impl.mutex);
+  std::vector<int64_t> involved = impl.deps.involved(programId, ranks);
+  // Work that needs a lost rank is not sent: its outputs are lost here, and
+  // fetching one fails at once naming the lost worker.
+  std::optional<detail::LostValue> lost;
+  if (impl.anyDead()) {
+    std::vector<bool> lostRanks = impl.lostRanks();
+    for (int64_t rank : involved)
+      if (!lost && rank >= 0 && rank < impl.worldSize && lostRanks[rank])
+        lost = impl.lostValue(rank);
+  }
+  for (TensorHandle input : inputs)
+    if (const detail::LostValue *why = impl.deps.poisoned(input); !lost && why)
+      lost = *why;
+  if (lost) {
+    for (TensorHandle output : outputs)
+      impl.deps.poison(output, *lost);
+    return;
+  }
+  impl.deps.recordRun(involved, inputs, outputs);
   // One RunProgram per worker process, naming its ranks.
-  impl_->postPerProcess(
+  impl.postPerProcess(
       ranks,
       [&](wire::Envelope &e) {
         auto *run = e.mutable_run();
@@ -832,6 +1082,10 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
 }
 
 void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->deps.forget(handle);
+  }
   wire::Envelope e = envelope();
   auto *put = e.mutable_put();
   put->set_rank(rank);
@@ -848,7 +1102,8 @@ namespace {
 /// fails the future at once. `fill` writes the request into the envelope.
 template <class T, class Impl, class Fill>
 std::future<T> sendRequest(Impl &impl, int rank,
-                           PendingReplies<T> Impl::*pending, const Fill &fill) {
+                           PendingReplies<T> Impl::*pending, const Fill &fill,
+                           std::optional<TensorHandle> handle = std::nullopt) {
   size_t index = impl.workerOfRank(rank);
   std::promise<T> promise;
   std::future<T> result = promise.get_future();
@@ -861,7 +1116,20 @@ std::future<T> sendRequest(Impl &impl, int rank,
           rank, w.host, w.dead ? w.deathReason : "the cluster was shut down")));
       return result;
     }
-    (impl.*pending).add(id, rank, std::move(promise));
+    // A value that was never made, or one that needs a lost rank (marked
+    // when the loss was seen): fail now rather than when (if ever) the
+    // survivor gets to it.
+    if (const detail::LostValue *why =
+            handle ? impl.deps.poisoned(*handle) : nullptr) {
+      std::string message = why->message;
+      if (rank != why->rank)
+        message += " (the value asked of rank " + std::to_string(rank) +
+                   " needs rank " + std::to_string(why->rank) + ")";
+      promise.set_exception(
+          std::make_exception_ptr(WorkerError(why->rank, why->host, message)));
+      return result;
+    }
+    (impl.*pending).add(id, rank, std::move(promise), handle);
   }
   wire::Envelope e = envelope();
   e.set_request_id(id);
@@ -875,10 +1143,13 @@ std::future<T> sendRequest(Impl &impl, int rank,
 } // namespace
 
 std::future<Tensor> Cluster::fetch(int rank, TensorHandle handle) {
-  return sendRequest(*impl_, rank, &Impl::fetches, [&](wire::Envelope &e) {
-    e.mutable_fetch()->set_rank(rank);
-    e.mutable_fetch()->set_handle(handle);
-  });
+  return sendRequest(
+      *impl_, rank, &Impl::fetches,
+      [&](wire::Envelope &e) {
+        e.mutable_fetch()->set_rank(rank);
+        e.mutable_fetch()->set_handle(handle);
+      },
+      handle);
 }
 
 std::future<MemoryStats> Cluster::memoryStats(int rank) {
@@ -901,12 +1172,24 @@ std::future<TraceChunk> Cluster::trace(int rank, TraceAction action,
                      });
 }
 
+std::future<wire::CheckpointReply>
+Cluster::checkpoint(const wire::CheckpointRequest &request) {
+  return sendRequest(
+      *impl_, request.rank(), &Impl::checkpointRequests,
+      [&](wire::Envelope &e) { *e.mutable_checkpoint() = request; });
+}
+
 void Cluster::free(int rank, const std::vector<TensorHandle> &handles) {
   free(std::vector<int64_t>{rank}, handles);
 }
 
 void Cluster::free(const std::vector<int64_t> &ranks,
                    const std::vector<TensorHandle> &handles) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    for (TensorHandle handle : handles)
+      impl_->deps.forget(handle);
+  }
   impl_->postPerProcess(
       ranks,
       [&](wire::Envelope &e) {
@@ -985,9 +1268,21 @@ void Cluster::shutdown() {
   impl.fetches.failAll(hostOf, "the cluster was shut down");
   impl.statsRequests.failAll(hostOf, "the cluster was shut down");
   impl.traceRequests.failAll(hostOf, "the cluster was shut down");
+  impl.checkpointRequests.failAll(hostOf, "the cluster was shut down");
   impl.changed.notify_all();
   close(impl.wakeFd);
   impl.wakeFd = -1;
+}
+
+bool Cluster::anyRankLost(const std::vector<int64_t> &ranks) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->anyDead())
+    return false;
+  std::vector<bool> lost = impl_->lostRanks();
+  for (int64_t rank : ranks)
+    if (rank >= 0 && rank < impl_->worldSize && lost[rank])
+      return true;
+  return false;
 }
 
 uint64_t Cluster::messagesSent() const { return impl_->sent; }

@@ -13,8 +13,38 @@
 
 namespace dtorch::rt::detail {
 
+namespace {
+
+// A pipe whose read end holds `secret` followed by end of file; both ends
+// close on exec. Returns the read end.
+int pipeHolding(const std::string &secret) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw RuntimeError(std::string("pipe failed: ") + std::strerror(errno));
+  // A pipe holds 64 KiB before a write blocks; a token is far smaller.
+  size_t done = 0;
+  while (done < secret.size()) {
+    ssize_t n = write(fds[1], secret.data() + done, secret.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      int saved = errno;
+      close(fds[0]);
+      close(fds[1]);
+      throw RuntimeError(std::string("writing the token pipe failed: ") +
+                         std::strerror(saved));
+    }
+    done += static_cast<size_t>(n);
+  }
+  close(fds[1]);
+  return fds[0];
+}
+
+} // namespace
+
 pid_t spawnProcess(const std::string &executable,
-                   const std::vector<std::string> &args) {
+                   const std::vector<std::string> &args,
+                   const std::string &secretOnFd3) {
   // Everything the child needs is prepared before fork: only
   // async-signal-safe calls happen between fork and exec.
   std::vector<std::string> storage;
@@ -25,11 +55,22 @@ pid_t spawnProcess(const std::string &executable,
     argv.push_back(arg.data());
   argv.push_back(nullptr);
   bool search = executable.find('/') == std::string::npos;
+  int secretFd = secretOnFd3.empty() ? -1 : pipeHolding(secretOnFd3);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0)
-    throw RuntimeError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid < 0) {
+    int saved = errno;
+    if (secretFd >= 0)
+      close(secretFd);
+    throw RuntimeError(std::string("fork failed: ") + std::strerror(saved));
+  }
   if (pid == 0) {
+    if (secretFd >= 0) {
+      if (secretFd == 3)
+        fcntl(3, F_SETFD, 0); // keep it across exec
+      else if (dup2(secretFd, 3) < 0)
+        _exit(126);
+    }
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
@@ -43,6 +84,8 @@ pid_t spawnProcess(const std::string &executable,
       execv(argv[0], argv.data());
     _exit(127);
   }
+  if (secretFd >= 0)
+    close(secretFd);
   setpgid(pid, pid); // also from the parent, to avoid a race with killpg
   return pid;
 }

@@ -11,8 +11,13 @@ namespace dtorch::rt::detail {
 // fork + exec of `executable` (searched in PATH when it has no '/') in its
 // own process group, killed by the kernel (SIGKILL) when the calling thread
 // exits. Returns the pid; throws RuntimeError when fork fails.
+// `secretOnFd3`, when not empty, is readable by the child on descriptor 3
+// (a pipe holding it, then end of file): how the embedded cluster hands a
+// worker its token without putting it on the command line (`ps`) or in the
+// environment.
 pid_t spawnProcess(const std::string &executable,
-                   const std::vector<std::string> &args);
+                   const std::vector<std::string> &args,
+                   const std::string &secretOnFd3 = "");
 
 // Non-blocking: an empty string while `pid` runs, otherwise how it ended
 // ("exited with status 3", "killed by signal 9"); the process is reaped.

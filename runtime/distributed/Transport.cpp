@@ -1,6 +1,7 @@
 #include "dtorch/runtime/Transport.h"
 
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <cstring>
 #include <random>
@@ -180,9 +181,28 @@ MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
   return stats;
 }
 
-Tensor tensorFromWire(const wire::TensorData &data) {
-  Shape shape(data.shape().begin(), data.shape().end());
+void checkTensorHeader(DType dtype, const int64_t *extents, int rank) {
+  if (rank > kMaxTensorRank)
+    throw RuntimeError("tensor of rank " + std::to_string(rank) +
+                       " exceeds the limit of " +
+                       std::to_string(kMaxTensorRank) + " dims");
+  if (dtype == wire::DTYPE_INVALID)
+    throw RuntimeError("tensor has no dtype");
+  size_t elementSize = dtypeSize(dtype); // throws on an unknown dtype
+  Shape shape(extents, extents + rank);
   int64_t numel = shapeNumel(shape); // rejects negative extents and overflow
+  if (numel > kMaxTensorBytes / static_cast<int64_t>(elementSize))
+    throw RuntimeError("tensor " + std::string(dtypeName(dtype)) +
+                       shapeToString(shape) + " exceeds the limit of " +
+                       std::to_string(kMaxTensorBytes) + " bytes");
+}
+
+Tensor tensorFromWire(const wire::TensorData &data) {
+  // Checked before anything is allocated: a hostile shape (2^62 elements,
+  // negative extents, 100 dims) costs nothing.
+  checkTensorHeader(data.dtype(), data.shape().data(), data.shape_size());
+  Shape shape(data.shape().begin(), data.shape().end());
+  int64_t numel = shapeNumel(shape);
   size_t expected = static_cast<size_t>(numel) * dtypeSize(data.dtype());
   if (data.data().size() != expected)
     throw RuntimeError("tensor " + std::string(dtypeName(data.dtype())) +

@@ -1,13 +1,18 @@
 #include "dtorch/runtime/Worker.h"
 
 #include "dtorch/runtime/Blas.h"
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/RankState.h"
+#include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sys/eventfd.h>
 #include <thread>
 #include <unistd.h>
@@ -118,6 +124,18 @@ public:
     pending_.erase(it);
   }
 
+  // The controller answered that the key will never come (a peer is lost).
+  void fail(uint64_t id, const std::string &key, const std::string &error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(id);
+    if (it == pending_.end())
+      return;
+    it->second.set_exception(std::make_exception_ptr(
+        RuntimeError("gave up waiting for key '" + key +
+                     "' in the controller's store: " + error)));
+    pending_.erase(it);
+  }
+
 private:
   Outbox &outbox_;
   std::mutex mutex_;
@@ -152,7 +170,8 @@ class Worker {
 public:
   explicit Worker(const WorkerOptions &options)
       : options_(options), host_(localHostName()),
-        store_(std::make_shared<ControllerStore>(outbox_)) {
+        store_(std::make_shared<ControllerStore>(outbox_)),
+        health_(std::make_shared<PeerHealth>()) {
     std::set<int64_t> local;
     for (int r = options.firstRank; r < options.firstRank + options.numRanks;
          ++r)
@@ -163,6 +182,7 @@ public:
     HostSharedMemoryOptions hostShm;
     hostShm.deadline = options.collectiveTimeout;
     hostShm.prefix = "hostshm/world";
+    hostShm.health = health_;
     if (!hostSharedMemoryEnabled())
       // A unique identity: no group with this process counts as one host,
       // and every member of such a group agrees on that.
@@ -220,6 +240,60 @@ private:
     error->set_instruction(-1);
     sendFrames(peer, encodeEnvelope(envelope));
   }
+  // Bounds of a message's counts (WireLimits.h): false after an error
+  // reply.
+  bool withinHandleBound(int count, uint64_t requestId) {
+    if (count <= kMaxHandlesPerMessage)
+      return true;
+    replyError(controller_, requestId,
+               "message names " + std::to_string(count) +
+                   " handles or seeds, more than the limit of " +
+                   std::to_string(kMaxHandlesPerMessage));
+    return false;
+  }
+  bool
+  distinctHostedRanks(const google::protobuf::RepeatedField<int32_t> &ranks,
+                      uint64_t requestId) {
+    std::set<int> seen;
+    for (int rank : ranks) {
+      if (rank < options_.firstRank ||
+          rank >= options_.firstRank + options_.numRanks ||
+          !seen.insert(rank).second) {
+        replyError(
+            controller_, requestId,
+            "rank " + std::to_string(rank) +
+                " is repeated or not hosted by this worker (ranks " +
+                std::to_string(options_.firstRank) + "-" +
+                std::to_string(options_.firstRank + options_.numRanks - 1) +
+                ")");
+        return false;
+      }
+    }
+    return true;
+  }
+  // Empty when the mesh of an upload is within bounds; else why not.
+  static std::string checkMeshBounds(const wire::UploadProgram &upload,
+                                     const std::vector<int64_t> &meshShape) {
+    if (meshShape.size() > static_cast<size_t>(kMaxTensorRank))
+      return "mesh of " + std::to_string(meshShape.size()) +
+             " dims exceeds the limit of " + std::to_string(kMaxTensorRank);
+    int64_t size = 1;
+    for (int64_t extent : meshShape) {
+      if (extent < 1 || extent > kMaxMeshPositions / size)
+        return "mesh extent " + std::to_string(extent) +
+               " is below 1 or makes the mesh larger than " +
+               std::to_string(kMaxMeshPositions) + " positions";
+      size *= extent;
+    }
+    if (upload.mesh_ranks_size() > kMaxMeshPositions)
+      return "upload names more than " + std::to_string(kMaxMeshPositions) +
+             " mesh ranks";
+    if (upload.mesh_rank_start() < 0 ||
+        upload.mesh_rank_start() > kMaxMeshPositions)
+      return "mesh_rank_start " + std::to_string(upload.mesh_rank_start()) +
+             " is out of range";
+    return "";
+  }
   void onFrames(std::vector<zmq::message_t> &frames);
   void onAuthenticated(const std::string &peer);
   void sendHello(const std::string &peer);
@@ -254,6 +328,9 @@ private:
   std::string host_;
   Outbox outbox_;
   std::shared_ptr<ControllerStore> store_;
+  // Ranks the controller declared lost (PeersLost); the communicators give
+  // up waiting for them.
+  std::shared_ptr<PeerHealth> health_;
   std::unique_ptr<SharedMemoryHub> hub_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::shared_ptr<GlooSlot>> glooSlots_;
@@ -290,11 +367,15 @@ void Worker::startGloo() {
     gloo.hostname = options_.glooHost;
     gloo.deadline = options_.collectiveTimeout;
     gloo.prefix = "gloo/world";
+    gloo.health = health_;
     int worldSize = options_.worldSize;
-    std::thread([slot, store, gloo, rank, worldSize] {
+    std::thread([slot, store, gloo, rank, worldSize]() mutable {
       std::unique_ptr<Communicator> comm;
       std::string error;
       try {
+        // The pairs prove membership with the controller's secret, which
+        // only authenticated workers can read from its store.
+        gloo.pairSecret = store->get(kCollectiveSecretKey, gloo.deadline);
         comm = connectGloo(rank, worldSize, store, gloo);
       } catch (const std::exception &e) {
         error = e.what();
@@ -408,21 +489,23 @@ void Worker::dispatch(wire::Envelope &envelope) {
     if (upload.programs_size() > 0)
       meshShape.assign(upload.programs(0).mesh_shape().begin(),
                        upload.programs(0).mesh_shape().end());
-    std::vector<int64_t> meshRanks(upload.mesh_ranks().begin(),
-                                   upload.mesh_ranks().end());
-    if (meshRanks.empty()) {
-      int64_t size = 1;
-      for (int64_t extent : meshShape)
-        size *= std::max<int64_t>(extent, 0);
-      for (int64_t p = 0; p < size; ++p)
-        meshRanks.push_back(upload.mesh_rank_start() + p);
-    }
     std::shared_ptr<const MeshRanks> mesh;
-    std::string invalid;
-    try {
-      mesh = std::make_shared<const MeshRanks>(meshShape, meshRanks);
-    } catch (const std::exception &e) {
-      invalid = e.what();
+    std::string invalid = checkMeshBounds(upload, meshShape);
+    std::vector<int64_t> meshRanks;
+    if (invalid.empty()) {
+      meshRanks.assign(upload.mesh_ranks().begin(), upload.mesh_ranks().end());
+      if (meshRanks.empty()) {
+        int64_t size = 1;
+        for (int64_t extent : meshShape)
+          size *= extent; // bounded by checkMeshBounds
+        for (int64_t p = 0; p < size; ++p)
+          meshRanks.push_back(upload.mesh_rank_start() + p);
+      }
+      try {
+        mesh = std::make_shared<const MeshRanks>(meshShape, meshRanks);
+      } catch (const std::exception &e) {
+        invalid = e.what();
+      }
     }
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
@@ -431,9 +514,12 @@ void Worker::dispatch(wire::Envelope &envelope) {
     auto preparation = std::make_shared<SharedPreparation>();
     for (int r = options_.firstRank; r < options_.firstRank + options_.numRanks;
          ++r) {
+      // An upload refused before its ranks were read is refused on every
+      // rank of this process, so a run of it reports why.
       bool inMesh = mesh ? mesh->positionOf(r) >= 0
-                         : std::find(meshRanks.begin(), meshRanks.end(), r) !=
-                               meshRanks.end();
+                         : meshRanks.empty() ||
+                               std::find(meshRanks.begin(), meshRanks.end(),
+                                         r) != meshRanks.end();
       if (!inMesh)
         continue;
       enqueue(r, [this, shared, classes, preparation, mesh, invalid, r] {
@@ -457,9 +543,11 @@ void Worker::dispatch(wire::Envelope &envelope) {
       replyError(controller_, requestId, "run names no rank");
       return;
     }
-    for (int rank : ranks)
-      if (!hosted(rank))
-        return;
+    if (!withinHandleBound(shared->run().inputs_size(), requestId) ||
+        !withinHandleBound(shared->run().outputs_size(), requestId) ||
+        !withinHandleBound(shared->run().seeds_size(), requestId) ||
+        !distinctHostedRanks(ranks, requestId))
+      return;
     for (int rank : ranks)
       enqueue(rank, [this, shared, rank] {
         runProgram(*ranks_[rank - options_.firstRank], shared->run());
@@ -537,6 +625,14 @@ void Worker::dispatch(wire::Envelope &envelope) {
     int rank = shared->trace().rank();
     if (!hosted(rank))
       return;
+    if (shared->trace().capacity() > kMaxTraceCapacity) {
+      replyError(controller_, requestId,
+                 "trace capacity " +
+                     std::to_string(shared->trace().capacity()) +
+                     " exceeds the limit of " +
+                     std::to_string(kMaxTraceCapacity) + " events");
+      return;
+    }
     enqueue(rank, [this, shared, rank, requestId] {
       Rank &r = *ranks_[rank - options_.firstRank];
       const wire::TraceRequest &request = shared->trace();
@@ -555,11 +651,29 @@ void Worker::dispatch(wire::Envelope &envelope) {
     });
     return;
   }
+  case wire::Envelope::kCheckpoint: {
+    // Queued behind the rank's earlier work: a save writes the values of
+    // every run sent before it, and a loaded tensor exists for every run
+    // sent after it (runtime/lib/CheckpointIO.cpp).
+    int rank = shared->checkpoint().rank();
+    if (!hosted(rank))
+      return;
+    enqueue(rank, [this, shared, rank, requestId] {
+      Rank &r = *ranks_[rank - options_.firstRank];
+      wire::Envelope reply;
+      reply.set_protocol_version(wire::PROTOCOL_VERSION);
+      reply.set_request_id(requestId);
+      *reply.mutable_checkpoint_reply() =
+          serveCheckpointRequest(*r.state, shared->checkpoint());
+      outbox_.push(reply);
+    });
+    return;
+  }
   case wire::Envelope::kFree: {
     const auto &ranks = shared->free().ranks();
-    for (int rank : ranks)
-      if (!hosted(rank))
-        return;
+    if (!withinHandleBound(shared->free().handles_size(), requestId) ||
+        !distinctHostedRanks(ranks, requestId))
+      return;
     for (int rank : ranks)
       enqueue(rank, [this, shared, rank] {
         Rank &r = *ranks_[rank - options_.firstRank];
@@ -590,8 +704,20 @@ void Worker::dispatch(wire::Envelope &envelope) {
     stop_ = true;
     return;
   case wire::Envelope::kKvReply:
-    store_->deliver(requestId, shared->kv_reply().value());
+    if (!shared->kv_reply().error().empty())
+      store_->fail(requestId, shared->kv_reply().key(),
+                   shared->kv_reply().error());
+    else
+      store_->deliver(requestId, shared->kv_reply().value());
     return;
+  case wire::Envelope::kPeersLost: {
+    // Runs on this I/O thread: interrupts the rank threads' waits at once.
+    const wire::PeersLost &lost = shared->peers_lost();
+    health_->declareDead(
+        std::vector<int64_t>(lost.ranks().begin(), lost.ranks().end()),
+        lost.reason());
+    return;
+  }
   default:
     replyError(controller_, requestId,
                "unexpected message (body " +
@@ -658,8 +784,31 @@ int Worker::run() {
       *context_,
       routerMode_ ? zmq::socket_type::router : zmq::socket_type::dealer);
   configureSocket(*socket_, options_.transport);
+  // CURVE: the listening worker is the server and lets in only the
+  // controller's key (ZAP); a connecting worker is the client.
+  std::unique_ptr<ZapAuthenticator> zap;
+  if (!options_.curveSecretKey.empty()) {
+    if (routerMode_) {
+      zap = std::make_unique<ZapAuthenticator>(
+          *context_,
+          std::vector<std::string>{options_.curveControllerPublicKey});
+      makeCurveServer(*socket_, options_.curveSecretKey);
+    } else {
+      makeCurveClient(*socket_, options_.curveSecretKey,
+                      options_.curveControllerPublicKey);
+    }
+  }
   if (routerMode_) {
-    socket_->bind(options_.listen);
+    try {
+      socket_->bind(options_.listen);
+    } catch (const zmq::error_t &error) {
+      throw RuntimeError("cannot listen on " + options_.listen + ": " +
+                         error.what() +
+                         (error.num() == EADDRINUSE
+                              ? " (another process holds this port: choose "
+                                "another --listen address)"
+                              : ""));
+    }
     std::printf("dtorch-worker listening on %s (ranks %d-%d of %d)\n",
                 socket_->get(zmq::sockopt::last_endpoint).c_str(),
                 options_.firstRank, options_.firstRank + options_.numRanks - 1,
@@ -677,9 +826,18 @@ int Worker::run() {
   auto lastBeat = Clock::now();
   uint64_t beats = 0;
   while (!stop_) {
-    zmq::pollitem_t items[2] = {{socket_->handle(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, outbox_.fd(), ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(50));
+    zmq::pollitem_t items[3] = {
+        {socket_->handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, outbox_.fd(), ZMQ_POLLIN, 0},
+        {zap ? zap->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
+    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(50));
+    // A refused client retries every 100 ms: say so once, then every 100th.
+    if (zap && zap->handle() > 0 &&
+        (zap->refusedCount() == 1 || zap->refusedCount() % 100 == 0))
+      std::fprintf(stderr,
+                   "dtorch-worker: refused %llu connection(s) whose CURVE key "
+                   "is not the controller's\n",
+                   static_cast<unsigned long long>(zap->refusedCount()));
     while (!stop_) {
       std::vector<zmq::message_t> frames;
       zmq::message_t frame;
@@ -741,14 +899,19 @@ int parseInt(const std::string &text, const char *flag) {
 } // namespace
 
 WorkerOptions parseWorkerArgs(int argc, char **argv) {
-  static const char *usage = "usage: dtorch-worker (--connect ADDR | --listen "
-                             "ADDR) --token T --ranks A-B "
-                             "--world-size N [--collective-timeout-ms MS] "
-                             "[--controller-timeout-ms MS] "
-                             "[--max-message-bytes B] [--gloo-host HOST] "
-                             "[--ranks-on-host N]";
+  static const char *usage =
+      "usage: dtorch-worker (--connect ADDR | --listen ADDR) "
+      "(--token-file PATH | --token-fd N | $DTORCH_TOKEN) --ranks A-B "
+      "--world-size N [--collective-timeout-ms MS] "
+      "[--controller-timeout-ms MS] [--heartbeat-ms MS] "
+      "[--max-message-bytes B] "
+      "[--collective-address HOST] [--ranks-on-host N] "
+      "[--curve-secret-key-file F --curve-controller-public-key-file F]\n"
+      "       dtorch-worker --generate-curve-keypair PREFIX";
   WorkerOptions options;
-  bool haveRanks = false, haveWorld = false;
+  bool haveRanks = false, haveWorld = false, haveCollectiveAddress = false;
+  int tokenSources = 0;
+  std::string curveSecretFile, curveControllerFile;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -758,8 +921,22 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       options.connect = value;
     else if (flag == "--listen")
       options.listen = value;
-    else if (flag == "--token")
+    else if (flag == "--token") {
       options.token = value;
+      options.tokenOnCommandLine = true;
+      ++tokenSources;
+    } else if (flag == "--token-file") {
+      options.token = readSecretFile(value);
+      ++tokenSources;
+    } else if (flag == "--token-fd") {
+      options.token = readSecretDescriptor(parseInt(value, "--token-fd"));
+      ++tokenSources;
+    } else if (flag == "--curve-secret-key-file")
+      curveSecretFile = value;
+    else if (flag == "--curve-controller-public-key-file")
+      curveControllerFile = value;
+    else if (flag == "--generate-curve-keypair")
+      options.generateCurveKeyPairPrefix = value;
     else if (flag == "--world-size") {
       options.worldSize = parseInt(value, "--world-size");
       haveWorld = true;
@@ -769,12 +946,16 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
     else if (flag == "--controller-timeout-ms")
       options.controllerTimeout =
           std::chrono::milliseconds(parseInt(value, "--controller-timeout-ms"));
+    else if (flag == "--heartbeat-ms")
+      options.transport.heartbeatInterval =
+          std::chrono::milliseconds(parseInt(value, "--heartbeat-ms"));
     else if (flag == "--max-message-bytes")
       options.transport.maxMessageBytes =
           parseInt(value, "--max-message-bytes");
-    else if (flag == "--gloo-host")
+    else if (flag == "--gloo-host" || flag == "--collective-address") {
       options.glooHost = value;
-    else if (flag == "--ranks-on-host")
+      haveCollectiveAddress = true;
+    } else if (flag == "--ranks-on-host")
       options.ranksOnHost = parseInt(value, "--ranks-on-host");
     else if (flag == "--ranks") {
       size_t dash = value.find('-');
@@ -789,11 +970,41 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       throw RuntimeError("unknown option " + flag + "\n" + usage);
     }
   }
+  if (!options.generateCurveKeyPairPrefix.empty()) {
+    if (argc != 3)
+      throw RuntimeError("--generate-curve-keypair takes no other option\n" +
+                         std::string(usage));
+    return options;
+  }
   if (options.connect.empty() == options.listen.empty())
     throw RuntimeError(
         std::string("give exactly one of --connect and --listen\n") + usage);
+  if (tokenSources > 1)
+    throw RuntimeError("give the token once: --token-file, --token-fd or "
+                       "--token");
+  if (tokenSources == 0) {
+    if (const char *env = std::getenv("DTORCH_TOKEN"); env && *env)
+      options.token = env;
+  }
   if (options.token.empty())
-    throw RuntimeError(std::string("--token is required\n") + usage);
+    throw RuntimeError(
+        std::string("a token is required: --token-file PATH, --token-fd N or "
+                    "$DTORCH_TOKEN\n") +
+        usage);
+  if (!haveCollectiveAddress) {
+    if (const char *env = std::getenv("DTORCH_COLLECTIVE_ADDRESS"); env && *env)
+      options.glooHost = env;
+  }
+  if (curveSecretFile.empty() != curveControllerFile.empty())
+    throw RuntimeError("CURVE needs both --curve-secret-key-file and "
+                       "--curve-controller-public-key-file");
+  if (!curveSecretFile.empty()) {
+    requireCurve();
+    options.curveSecretKey =
+        readCurveKeyFile(curveSecretFile, "this worker's CURVE secret key");
+    options.curveControllerPublicKey = readCurveKeyFile(
+        curveControllerFile, "the controller's CURVE public key");
+  }
   if (!haveRanks || !haveWorld)
     throw RuntimeError(std::string("--ranks and --world-size are required\n") +
                        usage);
@@ -803,6 +1014,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
         "--ranks must be a non-empty range inside [0, world-size)");
   if (options.collectiveTimeout.count() <= 0 ||
       options.controllerTimeout.count() <= 0 ||
+      options.transport.heartbeatInterval.count() <= 0 ||
       options.transport.maxMessageBytes <= 0 || options.ranksOnHost < 0)
     throw RuntimeError("timeouts, --max-message-bytes and --ranks-on-host "
                        "must be positive");
@@ -810,6 +1022,20 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
 }
 
 int runWorker(const WorkerOptions &options) {
+  if (!options.generateCurveKeyPairPrefix.empty()) {
+    CurveKeyPair pair =
+        writeCurveKeyPairFiles(options.generateCurveKeyPairPrefix);
+    std::printf("wrote %s.key (secret, mode 0600) and %s.pub (public key %s)\n",
+                options.generateCurveKeyPairPrefix.c_str(),
+                options.generateCurveKeyPairPrefix.c_str(),
+                pair.publicKey.c_str());
+    return 0;
+  }
+  if (options.tokenOnCommandLine)
+    std::fprintf(stderr,
+                 "dtorch-worker: warning: --token puts the secret on the "
+                 "command line, where `ps` shows it to every user; use "
+                 "--token-file PATH or $DTORCH_TOKEN\n");
   // The BLAS is chosen and loaded before any rank thread exists (OpenBLAS's
   // core type goes through the environment), with this rank's core share.
   int ranksOnHost =

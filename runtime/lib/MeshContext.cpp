@@ -200,6 +200,16 @@ wire::Program resolveForRank(const wire::Program &program,
           it != attrs.end() && isCollectiveOp(inst.op())) {
         std::vector<int64_t> group = context.axisGroup(it->second.i());
         attrs.erase(it);
+        if (inst.op() == "send" || inst.op() == "recv") {
+          // `peer` is a coordinate of the axis: the global rank there.
+          wire::Attr &peer = attrs["peer"];
+          if (peer.i() < 0 || peer.i() >= static_cast<int64_t>(group.size()))
+            throw RuntimeError("peer coordinate " + std::to_string(peer.i()) +
+                               " is out of range for an axis of " +
+                               std::to_string(group.size()) + " ranks");
+          peer.set_i(group[peer.i()]);
+          continue;
+        }
         wire::IntList *ints = attrs["group"].mutable_ints();
         for (int64_t r : group)
           ints->add_values(r);

@@ -5,6 +5,7 @@
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Kernels.h"
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
 #include <array>
@@ -87,9 +88,14 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
   if (op == "send" || op == "recv") {
     requireArity(inst, op == "send" ? 1 : 0, op == "send" ? 1 : 0,
                  op == "send" ? 0 : 1);
-    if (attrs.getInt("peer") < 0)
+    int64_t peer = attrs.getInt("peer");
+    if (peer < 0)
       throw RuntimeError("peer must be a rank >= 0");
-    attrs.getInt("tag");
+    if (rank >= 0 && peer == rank)
+      throw RuntimeError("peer is the rank itself (" + std::to_string(rank) +
+                         ")");
+    if (attrs.getInt("tag") < 0)
+      throw RuntimeError("tag must be >= 0");
     return;
   }
   Group group = attrs.getInts("group");
@@ -181,16 +187,32 @@ struct Validator {
            ")");
     if (program.num_events() < 0)
       fail("num_events is negative");
+    // Counts first (WireLimits.h): the checks below allocate per item.
+    if (program.num_events() > kMaxProgramEvents ||
+        program.buffers_size() > kMaxProgramBuffers ||
+        program.instructions_size() > kMaxProgramInstructions)
+      fail("program of " + std::to_string(program.instructions_size()) +
+           " instructions, " + std::to_string(program.buffers_size()) +
+           " buffers and " + std::to_string(program.num_events()) +
+           " events exceeds the limits (" +
+           std::to_string(kMaxProgramInstructions) + ", " +
+           std::to_string(kMaxProgramBuffers) + ", " +
+           std::to_string(kMaxProgramEvents) + ")");
     for (int b = 0; b < program.buffers_size(); ++b) {
       const auto &spec = program.buffers(b);
       try {
+        if (spec.shape_size() > kMaxTensorRank)
+          throw RuntimeError("rank " + std::to_string(spec.shape_size()) +
+                             " exceeds the limit of " +
+                             std::to_string(kMaxTensorRank) + " dims");
         if (spec.dtype() == ::dtorch::wire::DTYPE_INVALID)
           throw RuntimeError("invalid dtype");
-        dtypeSize(spec.dtype());
+        size_t elementSize = dtypeSize(spec.dtype());
         int64_t numel =
             shapeNumel(Shape(spec.shape().begin(), spec.shape().end()));
-        if (numel > (int64_t(1) << 60) / 8)
-          throw RuntimeError("too many elements");
+        if (numel > kMaxTensorBytes / static_cast<int64_t>(elementSize))
+          throw RuntimeError("too many elements: more than " +
+                             std::to_string(kMaxTensorBytes) + " bytes");
       } catch (const RuntimeError &error) {
         fail("buffer " + std::to_string(b) + ": " + error.what());
       }
@@ -467,7 +489,7 @@ struct Validator {
            std::to_string(program.buffer_offsets_size()) + " entries for " +
            std::to_string(numBuffers) + " buffers");
     int64_t arena = program.arena_bytes();
-    if (arena < 0 || arena > (int64_t(1) << 50))
+    if (arena < 0 || arena > kMaxTensorBytes)
       fail("arena_bytes " + std::to_string(arena) + " is out of range");
     std::vector<int64_t> bytes(numBuffers, -1);
     for (int b = 0; b < numBuffers; ++b) {
@@ -684,6 +706,18 @@ void validateMeshProgram(const Program &program) {
         throw RuntimeError("names both a mesh axis and a group");
       int64_t axis = attrs.getInt("axis");
       checkAxis(axis);
+      // Point to point in a class program: `peer` is a coordinate of
+      // `axis` (resolveForRank makes it the global rank there).
+      if (inst.op() == "send" || inst.op() == "recv") {
+        int64_t peer = attrs.getInt("peer");
+        if (peer < 0 || peer >= mesh[axis])
+          throw RuntimeError("peer coordinate " + std::to_string(peer) +
+                             " is out of range for mesh axis " +
+                             std::to_string(axis) + " of " +
+                             std::to_string(mesh[axis]) + " ranks");
+        if (attrs.getInt("tag") < 0)
+          throw RuntimeError("tag must be >= 0");
+      }
       for (const char *sizes : {"sizes", "split_sizes", "concat_sizes"})
         if (attrs.has(sizes) &&
             static_cast<int64_t>(attrs.getInts(sizes).size()) != mesh[axis])

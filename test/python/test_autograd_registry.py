@@ -99,6 +99,18 @@ def extra_samples(name):
             p = [Shard(1)] + [Replicate()] * (t["x"].device_mesh.ndim - 1)
             return t["x"].redistribute(t["x"].device_mesh, p) * 2.0
         yield "to-S1", dict(x=f(4, 6)), lambda a: a["x"] * 2.0, build
+    elif name == "transfer":
+        # Every stage's block goes one stage on, through tanh, and back: the
+        # result is tanh(x) on any number of stages only when the forward
+        # and the gradient both move each block to the right place.
+        def build(t):
+            from dtorch.distributed.pipelining import transfer
+            mesh = t["x"].device_mesh
+            stages = list(range(mesh.shape[0]))
+            on = stages[1:] + stages[:1]
+            x = t["x"].redistribute(mesh, [Shard(0)] + [Replicate()] * (mesh.ndim - 1))
+            return transfer(transfer(x, 0, stages, on).tanh(), 0, on, stages)
+        yield "ring-and-back", dict(x=f(4, 6)), lambda a: np.tanh(a["x"]), build
     elif name == "pow":
         yield "scalar-exponent", dict(x=np.abs(f(5, 3)) + 0.5), lambda a: a["x"] ** 3, \
             lambda t: t["x"] ** 3

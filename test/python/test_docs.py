@@ -26,7 +26,11 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.tensor.parallel.style", "dtorch.distributed.tensor.parallel.api",
               "dtorch.distributed.fsdp._fully_shard",
               "dtorch.distributed.optim.zero_redundancy_optimizer", "dtorch._async",
-              "dtorch.profiler"]
+              "dtorch.profiler", "dtorch.distributed.checkpoint", "dtorch._serialization",
+              "dtorch.distributed.pipelining",
+              "dtorch.distributed.pipelining.schedules",
+              "dtorch.distributed.tensor.experimental", "dtorch.nn.modules.moe",
+              "dtorch.distributed.tensor.parallel.expert"]
 
 
 def fresh_python(code, timeout=180):

@@ -1,9 +1,12 @@
 // dtorch-worker: the worker runtime process. See
 // runtime/include/dtorch/runtime/Worker.h.
 //
-//   dtorch-worker --listen tcp://127.0.0.1:5555 --token SECRET --ranks 0-1
-//   --world-size 4 dtorch-worker --connect tcp://127.0.0.1:PORT --token SECRET
-//   --ranks 2-3 --world-size 4
+//   dtorch-worker --listen tcp://127.0.0.1:5555 --token-file FILE --ranks 0-1
+//                 --world-size 4
+//   dtorch-worker --connect tcp://127.0.0.1:PORT --token-fd 3 --ranks 2-3
+//                 --world-size 4
+//   dtorch-worker --generate-curve-keypair PREFIX
+// (docs/guide/security.md: tokens, CURVE keys, the collective address).
 #include "dtorch/runtime/Worker.h"
 
 #include <cstdio>

@@ -12,6 +12,8 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <set>
+
 using namespace mlir;
 using namespace dtorch;
 using namespace dtorch::dtensor;
@@ -649,6 +651,77 @@ static LogicalResult verifySameTensor(Operation *op) {
 }
 
 LogicalResult RedistributeOp::verify() { return verifySameTensor(*this); }
+
+LogicalResult TransferOp::verify() {
+  DTensorType in = getInput().getType(), res = getResult().getType();
+  if (in != res)
+    return emitOpError("result type must be the input type");
+  ArrayRef<int64_t> mesh = in.getMesh().getShape();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= (int64_t)mesh.size())
+    return emitOpError("mesh axis ")
+           << axis << " is out of range for a mesh of rank " << mesh.size();
+  const Placements &layout = in.getLayout();
+  if (!layout[axis].isShard())
+    return emitOpError("needs the input Shard(d) on mesh axis ") << axis;
+  int64_t dim = layout[axis].dim;
+  for (int64_t a = 0; a < (int64_t)mesh.size(); ++a)
+    if (a != axis && layout[a].isShard(dim))
+      return emitOpError("tensor dim ")
+             << dim << " is sharded by mesh axes " << axis << " and " << a
+             << "; a transfer needs it split by its axis alone";
+  if (in.getShape()[dim] % mesh[axis] != 0)
+    return emitOpError("tensor dim ")
+           << dim << " of extent " << in.getShape()[dim]
+           << " does not split evenly over the " << mesh[axis]
+           << " positions of mesh axis " << axis;
+  ArrayRef<int64_t> src = getSources(), dst = getDestinations();
+  if (src.size() != dst.size() || src.empty())
+    return emitOpError("needs as many sources as destinations, at least one "
+                       "(got ")
+           << src.size() << " and " << dst.size() << ")";
+  std::set<int64_t> seenSrc, seenDst;
+  for (size_t k = 0; k < src.size(); ++k) {
+    for (int64_t c : {src[k], dst[k]})
+      if (c < 0 || c >= mesh[axis])
+        return emitOpError("coordinate ")
+               << c << " is out of range for mesh axis " << axis << " of "
+               << mesh[axis] << " positions";
+    if (src[k] == dst[k])
+      return emitOpError("pair ")
+             << k << " moves block " << src[k] << " onto itself";
+    if (!seenSrc.insert(src[k]).second)
+      return emitOpError("source ") << src[k] << " appears twice";
+    if (!seenDst.insert(dst[k]).second)
+      return emitOpError("destination ") << dst[k] << " appears twice";
+  }
+  return success();
+}
+
+/// The peers of a move between meshes: one global rank per position.
+static LogicalResult verifyPeers(Operation *op, DTensorType type,
+                                 ArrayRef<int64_t> peers, int64_t tag) {
+  int64_t positions = 1;
+  for (int64_t s : type.getMesh().getShape())
+    positions *= s;
+  if ((int64_t)peers.size() != positions)
+    return op->emitOpError("has ") << peers.size() << " peers for a mesh of "
+                                   << positions << " positions";
+  for (int64_t p : peers)
+    if (p < 0)
+      return op->emitOpError("peer rank ") << p << " is negative";
+  if (tag < 0)
+    return op->emitOpError("tag ") << tag << " is negative";
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  return verifyPeers(*this, getInput().getType(), getPeers(), getTag());
+}
+
+LogicalResult RecvOp::verify() {
+  return verifyPeers(*this, getResult().getType(), getPeers(), getTag());
+}
 
 void dtorch::dtensor::copyRegatherAttr(Operation *from, Operation *to) {
   if (Attribute a = from->getDiscardableAttr(kRegatherAttrName))

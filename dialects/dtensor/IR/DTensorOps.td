@@ -693,6 +693,86 @@ def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
   let hasFolder = 1;
 }
 
+def DTensor_TransferOp : DTensor_Op<"transfer",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let gradient = ["transfer(like_placements(g, input), axis, destinations, sources)"];
+  let family = "layout";
+  let test = "test/python/test_pipelining.py::test_transfer_moves_blocks_between_stages";
+  let kernel = "";
+  let summary = "Moves blocks of a tensor between positions of a mesh axis";
+  let description = [{
+    Point-to-point movement between the positions of mesh axis `axis` (the
+    stages of a pipeline): the input is `Shard(d)` on `axis`, split evenly
+    (tensor dim d is sharded by no other axis and divisible by the axis'
+    size), so the rank at coordinate c holds block c of dim d. The result
+    has the input's type; its block `destinations[k]` is the input's block
+    `sources[k]`, and a block that no pair names is zero. Sources are
+    distinct, destinations are distinct, and no pair moves a block onto
+    itself. A partial permutation along the axis, so its gradient is the
+    transfer with sources and destinations swapped. SPMD lowering makes the
+    ranks of a source coordinate `rank.send` their piece to the rank of the
+    destination coordinate (same other coordinates), which `rank.recv`s it;
+    a coordinate that both sends and receives uses `rank.batch_send_recv`.
+
+    ```mlir
+    %1 = dtensor.transfer %0 {axis = 0 : i64, destinations = array<i64: 1>, sources = array<i64: 0>} : !dtensor.tensor<2x4xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, I64Attr:$axis,
+                       DenseI64ArrayAttr:$sources,
+                       DenseI64ArrayAttr:$destinations);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` qualified(type($input))";
+  let hasVerifier = 1;
+}
+
+def DTensor_SendOp : DTensor_Op<"send",
+    [AllTypesMatch<["input", "result"]>]> {
+  let family = "layout";
+  let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
+  let kernel = "";
+  let summary = "Sends every rank's piece to a rank of another mesh";
+  let description = [{
+    One side of moving a tensor between two meshes of the same shape (the
+    stages of a pipeline, each on its own ranks): the rank at position p of
+    this mesh (row-major) sends its piece to global rank `peers[p]`, which
+    runs the matching `dtensor.recv` (same type on its own mesh, same tag).
+    The client records both sides and pairs them; the result is the input
+    (it keeps the sent value alive until the segment ran). Has a side
+    effect: never folded or merged. SPMD lowering gives every position its
+    own program and emits `rank.send` with the global peer.
+
+    ```mlir
+    %1 = dtensor.send %0 {peers = array<i64: 2, 3>, tag = 0 : i64} : !dtensor.tensor<4x8xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, DenseI64ArrayAttr:$peers,
+                       I64Attr:$tag);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` qualified(type($input))";
+  let hasVerifier = 1;
+}
+
+def DTensor_RecvOp : DTensor_Op<"recv"> {
+  let family = "layout";
+  let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
+  let kernel = "";
+  let summary = "Receives every rank's piece from a rank of another mesh";
+  let description = [{
+    The other side of `dtensor.send`: the rank at position p of this mesh
+    receives its piece (of the result's local shape at p) from global rank
+    `peers[p]`.
+
+    ```mlir
+    %0 = dtensor.recv {peers = array<i64: 0, 1>, tag = 0 : i64} : !dtensor.tensor<4x8xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins DenseI64ArrayAttr:$peers, I64Attr:$tag);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
 // One step of a lowered redistribution: the placement changes on exactly one
 // mesh axis, in the way the op's name says.
 class DTensor_LayoutStepOp<string mnemonic, string what>

@@ -19,6 +19,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -74,6 +75,10 @@ private:
   Value kernel(Operation *op, StringRef name, IRMapping &map,
                ArrayRef<NamedAttribute> attrs = {});
   LogicalResult lowerStep(Operation *op, IRMapping &map);
+  LogicalResult lowerTransfer(TransferOp op, IRMapping &map);
+  /// One side of a move between meshes: every position has its own class,
+  /// so the peer is a global rank.
+  LogicalResult lowerMeshMove(Operation *op, IRMapping &map);
   /// Where this rank's piece of a tensor of type `t` starts: all dims
   /// (dim = -1) or one.
   Attribute boxOffset(DTensorType t, int64_t dim = -1) {
@@ -87,6 +92,9 @@ private:
   OpBuilder &b;
   /// Keys of the ops already checked to be a local strategy.
   std::unordered_set<OpLayoutKey, OpLayoutKeyHash> localStrategies;
+  /// The tag of the next transfer: its index among the function's transfers
+  /// (every class lowers them in the same order, so the tags agree).
+  int64_t nextTransferTag = 0;
 };
 
 Value RankLowering::kernel(Operation *op, StringRef name, IRMapping &map,
@@ -114,6 +122,10 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
   if (isa<RedistributeOp>(op))
     return op->emitOpError(
         "must be lowered first (run --dtensor-lower-redistribute)");
+  if (auto transfer = dyn_cast<TransferOp>(op))
+    return lowerTransfer(transfer, map);
+  if (isa<SendOp, RecvOp>(op))
+    return lowerMeshMove(op, map);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -234,6 +246,69 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         kernel(op, kernelName(op), map, attrs);
         return success();
       });
+}
+
+LogicalResult RankLowering::lowerTransfer(TransferOp op, IRMapping &map) {
+  int64_t axis = op.getAxis();
+  int64_t tag = nextTransferTag++;
+  int64_t here = coords[axis];
+  std::optional<int64_t> sendTo, receiveFrom;
+  for (auto [src, dst] : llvm::zip(op.getSources(), op.getDestinations())) {
+    if (src == here)
+      sendTo = dst;
+    if (dst == here)
+      receiveFrom = src;
+  }
+  Value input = map.lookup(op.getInput());
+  Type type = localType(op.getResult().getType());
+  Location loc = op.getLoc();
+  IntegerAttr axisAttr = b.getI64IntegerAttr(axis);
+  IntegerAttr tagAttr = b.getI64IntegerAttr(tag);
+  Value out;
+  if (sendTo && receiveFrom) {
+    auto batch = rank::BatchSendRecvOp::create(
+        b, loc, TypeRange{type}, ValueRange{input}, axisAttr,
+        b.getDenseI64ArrayAttr({*sendTo}),
+        b.getDenseI64ArrayAttr({*receiveFrom}), tagAttr);
+    out = batch.getResults()[0];
+  } else {
+    if (sendTo)
+      rank::SendOp::create(b, loc, input, axisAttr,
+                           b.getI64IntegerAttr(*sendTo), tagAttr);
+    if (receiveFrom) {
+      out = rank::RecvOp::create(b, loc, type, axisAttr,
+                                 b.getI64IntegerAttr(*receiveFrom), tagAttr);
+    } else {
+      // A block that no pair fills is zero.
+      auto zero = rank::KernelOp::create(b, loc, type, b.getStringAttr("full"),
+                                         ValueRange{});
+      zero->setAttr("value", b.getF64FloatAttr(0.0));
+      out = zero;
+    }
+  }
+  map.map(op.getResult(), out);
+  return success();
+}
+
+LogicalResult RankLowering::lowerMeshMove(Operation *op, IRMapping &map) {
+  int64_t position = 0;
+  for (size_t a = 0; a < meshShape.size(); ++a)
+    position = position * meshShape[a] + coords[a];
+  Location loc = op->getLoc();
+  if (auto send = dyn_cast<SendOp>(op)) {
+    Value input = map.lookup(send.getInput());
+    rank::SendOp::create(b, loc, input, IntegerAttr(),
+                         b.getI64IntegerAttr(send.getPeers()[position]),
+                         send.getTagAttr());
+    map.map(send.getResult(), input);
+    return success();
+  }
+  auto recv = cast<RecvOp>(op);
+  Value out = rank::RecvOp::create(
+      b, loc, localType(recv.getResult().getType()), IntegerAttr(),
+      b.getI64IntegerAttr(recv.getPeers()[position]), recv.getTagAttr());
+  map.map(recv.getResult(), out);
+  return success();
 }
 
 LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
@@ -377,11 +452,27 @@ void mergeAdjacentBoxes(SmallVector<SmallVector<int64_t>> &boxes) {
 /// pieces earlier axes leave. The work depends on the number of cuts, not
 /// on the number of ranks (an even split has none: one box, one class).
 std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
-                                     ArrayRef<DTensorType> types) {
+                                     ArrayRef<DTensorType> types,
+                                     ArrayRef<TransferOp> transfers,
+                                     bool movesBetweenMeshes) {
   size_t axes = mesh.size();
   std::vector<std::set<int64_t>> cuts(axes);
   for (size_t a = 0; a < axes; ++a)
     cuts[a] = {0, mesh[a]};
+  // A send to or receive from another mesh names a global peer per
+  // position: every position is a class.
+  if (movesBetweenMeshes)
+    for (size_t a = 0; a < axes; ++a)
+      for (int64_t c = 1; c < mesh[a]; ++c)
+        cuts[a].insert(c);
+  // A transfer's sources and destinations run programs of their own (they
+  // send and receive): each is a class on its axis.
+  for (TransferOp t : transfers)
+    for (ArrayRef<int64_t> list : {t.getSources(), t.getDestinations()})
+      for (int64_t c : list) {
+        cuts[t.getAxis()].insert(c);
+        cuts[t.getAxis()].insert(c + 1);
+      }
   for (DTensorType t : types) {
     const Placements &layout = t.getLayout();
     for (int64_t d = 0; d < (int64_t)t.getShape().size(); ++d) {
@@ -424,6 +515,15 @@ std::vector<ShapeClass> shapeClasses(ArrayRef<int64_t> mesh,
     for (DTensorType t : types)
       for (int64_t s : t.getLocalShape(coords))
         shapes.push_back(s);
+    if (movesBetweenMeshes)
+      shapes.insert(shapes.end(), coords.begin(), coords.end());
+    // The role in each transfer: the coordinate when it sends or receives.
+    for (TransferOp t : transfers) {
+      int64_t c = coords[t.getAxis()];
+      bool moves = llvm::is_contained(t.getSources(), c) ||
+                   llvm::is_contained(t.getDestinations(), c);
+      shapes.push_back(moves ? c : -1);
+    }
     auto [it, fresh] = classOfShapes.emplace(shapes, classes.size());
     if (fresh)
       classes.push_back({coords, {}});
@@ -465,7 +565,12 @@ struct LowerToRankPass
         for (Type t : op->getResultTypes())
           collect(t);
       });
-      std::vector<ShapeClass> classes = shapeClasses(mesh->getShape(), types);
+      SmallVector<TransferOp> transfers;
+      fn.walk([&](TransferOp t) { transfers.push_back(t); });
+      bool moves = false;
+      fn.walk([&](Operation *op) { moves |= isa<SendOp, RecvOp>(op); });
+      std::vector<ShapeClass> classes =
+          shapeClasses(mesh->getShape(), types, transfers, moves);
       OpBuilder b(fn);
       auto meshAttr = b.getDenseI64ArrayAttr(mesh->getShape());
       for (size_t k = 0; k < classes.size(); ++k) {

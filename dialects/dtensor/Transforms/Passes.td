@@ -317,6 +317,30 @@ def FoldTransposeIntoMatmul : Pass<"rank-fold-transpose-into-matmul", "::mlir::f
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
+  let summary = "Pair every rank.send with its rank.recv; fail on a mismatch";
+  let description = [{
+    Runs on the class programs of the rank dialect. A message is matched by
+    (sender, receiver, tag) in issue order, so for every position P of a
+    class function and every point-to-point op of it (`rank.send`,
+    `rank.recv`, `rank.batch_send_recv`), the pass finds the program running
+    at the peer position (P with its coordinate on the op's `axis` replaced
+    by `peer`) and checks that it issues, on the same (axis, tag) channel
+    and in the same order, the opposite operations with the same tensor
+    types. A send without its receive (or a receive without its send, a
+    message of another shape or element type, or a peer position that no
+    program runs at) is a compile error at the op, with the peer program
+    and the counts, never a hang at run time. Functions without
+    point-to-point ops are not looked at.
+
+    ```mlir
+    // error: 'rank.send' op sends tensor<4xf32> (message 0 on axis 0, tag 0)
+    // but @f_class1 at coordinate 1 receives tensor<8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
 def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Group chains of elementwise rank.kernel ops into rank.fused";
   let description = [{

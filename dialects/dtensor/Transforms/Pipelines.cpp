@@ -34,6 +34,7 @@ void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm,
   if (std::optional<ScheduleCollectivesOptions> schedule =
           collectiveScheduleFromEnvironment())
     pm.addPass(createScheduleCollectives(*schedule));
+  pm.addPass(createMatchPointToPoint());
   pm.addPass(createStageBoundary(kStageRank));
 }
 

@@ -273,6 +273,90 @@ LogicalResult AllToAllOp::verify() {
                                         out.getDimSize(c), "concat_sizes")));
 }
 
+namespace {
+
+/// A point-to-point op's peer: a coordinate of `axis` other than the one of
+/// every position running the function (when the function says which).
+LogicalResult verifyPeer(Operation *op, const ClassInfo &info, int64_t axis,
+                         int64_t peer, StringRef what) {
+  if (failed(verifyMeshAxis(op, info, axis)))
+    return failure();
+  if (peer < 0)
+    return op->emitOpError(what) << " " << peer << " is negative";
+  if (info.mesh.empty())
+    return success();
+  if (peer >= info.mesh[axis])
+    return op->emitOpError(what)
+           << " " << peer << " is out of range for mesh axis " << axis << " of "
+           << info.mesh[axis] << " ranks";
+  for (ArrayRef<int64_t> box : info.boxes) {
+    if ((int64_t)box.size() != 2 * (int64_t)info.mesh.size())
+      continue; // reported by the function attribute's verifier
+    int64_t lo = box[2 * axis], hi = box[2 * axis + 1];
+    if (hi - lo != 1)
+      return op->emitOpError("runs at coordinates [")
+             << lo << ", " << hi << ") of mesh axis " << axis
+             << "; point to point needs one coordinate per program";
+    if (lo == peer)
+      return op->emitOpError(what)
+             << " " << peer << " is the program's own coordinate on axis "
+             << axis;
+  }
+  return success();
+}
+
+LogicalResult verifyTag(Operation *op, int64_t tag) {
+  if (tag < 0)
+    return op->emitOpError("tag ") << tag << " is negative";
+  return success();
+}
+
+} // namespace
+
+/// Without an axis, `peer` is a global rank.
+LogicalResult verifyGlobalPeer(Operation *op, int64_t peer) {
+  if (peer < 0)
+    return op->emitOpError("peer rank ") << peer << " is negative";
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  if (failed(verifyTag(*this, getTag())))
+    return failure();
+  if (!getAxis())
+    return verifyGlobalPeer(*this, getPeer());
+  return verifyPeer(*this, classInfoOf(*this), *getAxis(), getPeer(), "peer");
+}
+
+LogicalResult RecvOp::verify() {
+  if (failed(verifyTag(*this, getTag())))
+    return failure();
+  if (!getAxis())
+    return verifyGlobalPeer(*this, getPeer());
+  return verifyPeer(*this, classInfoOf(*this), *getAxis(), getPeer(), "peer");
+}
+
+LogicalResult BatchSendRecvOp::verify() {
+  if (failed(verifyTag(*this, getTag())))
+    return failure();
+  if (getSendPeers().size() != getInputs().size())
+    return emitOpError("has ") << getSendPeers().size() << " send_peers for "
+                               << getInputs().size() << " inputs";
+  if (getRecvPeers().size() != getResults().size())
+    return emitOpError("has ") << getRecvPeers().size() << " recv_peers for "
+                               << getResults().size() << " results";
+  if (getInputs().empty() && getResults().empty())
+    return emitOpError("sends and receives nothing");
+  ClassInfo info = classInfoOf(*this);
+  for (int64_t peer : getSendPeers())
+    if (failed(verifyPeer(*this, info, getAxis(), peer, "send peer")))
+      return failure();
+  for (int64_t peer : getRecvPeers())
+    if (failed(verifyPeer(*this, info, getAxis(), peer, "recv peer")))
+      return failure();
+  return success();
+}
+
 LogicalResult FusedOp::verify() {
   Block &body = getBody().front();
   if (body.getNumArguments() != getInputs().size())

@@ -193,4 +193,74 @@ def Rank_YieldOp : Rank_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
+//===----------------------------------------------------------------------===//
+// Point to point
+//===----------------------------------------------------------------------===//
+
+def Rank_SendOp : Rank_Op<"send"> {
+  let summary = "Sends a tensor to one rank along a mesh axis, or to a global rank";
+  let description = [{
+    With `axis`, the receiver is the rank whose coordinate along mesh axis
+    `axis` is `peer` and whose other coordinates are the sender's; every
+    position of the function sits at one coordinate of `axis` (the
+    sender's), which is not `peer`. Without `axis`, `peer` is the global
+    rank of the receiver (a move between two meshes, whose two sides the
+    client pairs; `dtensor.send`). Messages are matched by (sender, receiver, `tag`) in issue
+    order; `--rank-match-p2p` checks that the receiver's program issues the
+    matching `rank.recv` (same tensor type, tag and order). On the COMM
+    stream; returns once the data is handed over (it does not wait for the
+    receiver).
+
+    ```mlir
+    rank.send %0 {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, OptionalAttr<I64Attr>:$axis,
+                       I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Rank_RecvOp : Rank_Op<"recv"> {
+  let summary = "Receives a tensor from one rank along a mesh axis, or from a global rank";
+  let description = [{
+    With `axis`, the sender is the rank whose coordinate along mesh axis
+    `axis` is `peer` and whose other coordinates are the receiver's; without
+    it, `peer` is the sender's global rank. Blocks (on the COMM stream) until
+    the matching `rank.send` arrives.
+
+    ```mlir
+    %1 = rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 0 : i64} : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins OptionalAttr<I64Attr>:$axis, I64Attr:$peer,
+                       I64Attr:$tag);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Rank_BatchSendRecvOp : Rank_Op<"batch_send_recv"> {
+  let summary = "Sends and receives several tensors along a mesh axis at once";
+  let description = [{
+    torch's `batch_isend_irecv`: input k goes to the rank at coordinate
+    `send_peers[k]` of `axis`, result k comes from the rank at coordinate
+    `recv_peers[k]`, all with `tag`. Every send is issued before the first
+    receive, so two ranks that exchange tensors (a ring step) never wait on
+    each other. The emitter writes one `send` instruction per input, then one
+    `recv` per result.
+
+    ```mlir
+    %1 = rank.batch_send_recv(%0) {axis = 0 : i64, recv_peers = array<i64: 0>, send_peers = array<i64: 0>, tag = 2 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, I64Attr:$axis,
+                       DenseI64ArrayAttr:$send_peers,
+                       DenseI64ArrayAttr:$recv_peers, I64Attr:$tag);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat =
+      "`(` $inputs `)` attr-dict `:` functional-type($inputs, results)";
+  let hasVerifier = 1;
+}
+
 #endif // RANK_OPS

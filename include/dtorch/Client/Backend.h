@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -59,6 +60,12 @@ public:
   virtual std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
                                             size_t capacity,
                                             size_t maxEvents) = 0;
+  /// A checkpoint request (rt::serveCheckpointRequest) on
+  /// `request.rank()`, answered in order with the requests sent to that
+  /// rank before. A failed write or read is a reply with ok = false. The
+  /// simulated backend holds no values: it throws DTorchError.
+  virtual std::future<wire::CheckpointReply>
+  checkpoint(const wire::CheckpointRequest &request);
   /// Frees `handles` on every rank of `ranks` (one message per process).
   virtual void free(const std::vector<int64_t> &ranks,
                     const std::vector<Handle> &handles) = 0;
@@ -66,6 +73,14 @@ public:
     free(std::vector<int64_t>{rank}, handles);
   }
   virtual void synchronize() = 0;
+  /// True when the worker of one of `ranks` died or stopped answering: the
+  /// controller then compiles and uploads nothing for a segment on those
+  /// ranks, and run() only marks its results lost (fetching one raises
+  /// WorkerError naming the lost worker).
+  virtual bool anyRankLost(const std::vector<int64_t> &ranks) const {
+    (void)ranks;
+    return false;
+  }
   virtual void shutdown() = 0;
   virtual uint64_t messagesSent() const = 0;
   virtual uint64_t roundTrips() const = 0;
@@ -81,6 +96,14 @@ struct ClusterConfig {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token;
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
+  /// Fault detection (rt::ClusterOptions; 0: its default): heartbeat
+  /// interval, silence after which a worker is declared unresponsive, and
+  /// the deadline of every collective on the workers started here.
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
 };
 std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &config);
 

@@ -246,6 +246,14 @@ struct SessionOptions {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token; // shared secret of workers started by hand
+  /// CURVE with workers started by hand (rt::ClusterOptions): this
+  /// controller's secret key and the workers' public keys (Z85).
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
+  /// Fault detection of the cluster backend (ClusterConfig; 0: default).
+  int64_t heartbeatIntervalMs = 0;
+  int64_t peerTimeoutMs = 0;
+  int64_t collectiveTimeoutMs = 0;
   size_t maxSegmentNodes = 2048;
   /// Where compiled programs persist across processes (ProgramDiskCache.h);
   /// empty: no on-disk cache.
@@ -308,6 +316,20 @@ public:
   /// apart from the first one instead of merging the two (CSE).
   Tensor redistribute(const Tensor &x, int meshId, const Placements &placements,
                       bool regather = false);
+  /// Point-to-point movement along mesh axis `axis` (dtensor.transfer): x
+  /// is Shard(d) on the axis, split evenly and by that axis alone; block
+  /// destinations[k] of the result is x's block sources[k], the other
+  /// blocks are zero. ValueError (with the numbers) on any other input.
+  Tensor transfer(const Tensor &x, int64_t axis,
+                  const std::vector<int64_t> &sources,
+                  const std::vector<int64_t> &destinations);
+  /// x's value on mesh `meshId` (same shape as x's mesh, other ranks):
+  /// every rank of x's mesh sends its piece to the rank at the same
+  /// position of the other (dtensor.send on x's mesh, then dtensor.recv on
+  /// the other, paired here); placements are kept. The result carries no
+  /// autograd history. ValueError when the meshes differ in shape or a
+  /// position has the same rank in both.
+  Tensor moveToMesh(const Tensor &x, int meshId);
   /// In-place update: `target` names `value` from now on (its storage, after
   /// redistributing `value` to the target's placements), so every holder of
   /// `target` sees the new value; the old value is freed when unused. Shape,
@@ -378,6 +400,33 @@ public:
   /// trip; ranks on the client's host share its CLOCK_MONOTONIC (offset 0).
   CollectedTrace stopTrace();
   bool tracing() const { return trace_->enabled(); }
+  // ---- checkpoints (SessionCheckpoint.cpp) ---------------------------------
+  /// Has the workers write the pieces of `tensors` into `folder` (absolute;
+  /// it must exist): each rank appends the distinct pieces it is the lowest
+  /// rank to hold (a replicated piece is written once; a Partial tensor is
+  /// reduced first) to "shards-rank-<R>.bin" and syncs it. Returns each
+  /// tensor's chunks (file names relative to `folder`); waits. Throws
+  /// DTorchError naming the rank when a write fails, WorkerError when a
+  /// worker died.
+  std::vector<wire::CheckpointTensor>
+  saveShards(const std::vector<Tensor> &tensors,
+             const std::vector<std::string> &keys, const std::string &folder);
+  /// New tensors laid out as `targets` (their Partial axes read as
+  /// Replicate) whose pieces the workers read from the chunks of `saved` in
+  /// `folder`: each rank reads exactly the region of its piece from the
+  /// chunks overlapping it. Shape or dtype differing from the saved one is
+  /// a ValueError naming the key. Waits; a failed read throws DTorchError.
+  std::vector<Tensor>
+  loadShards(const std::vector<wire::CheckpointTensor> &saved,
+             const std::vector<TensorMeta> &targets, const std::string &folder);
+  /// The random number generator's state (seed, ops drawn since).
+  std::pair<uint64_t, uint64_t> rngState() const {
+    return {seed_, seedCounter_};
+  }
+  void setRngState(uint64_t seed, uint64_t counter) {
+    seed_ = seed;
+    seedCounter_ = counter;
+  }
   /// The worker host serving `rank`.
   std::string hostOf(int rank) const;
   /// IR of the last compiled segment at "input", "sharded", "redistributed"

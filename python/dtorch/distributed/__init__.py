@@ -16,9 +16,10 @@ from . import _layout
 from . import tensor
 from . import fsdp
 from . import optim
+from . import pipelining
 
 __all__ = ["distribute_module", "distribute_tensor", "DeviceMesh", "init_device_mesh",
-           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp", "optim"]
+           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp", "optim", "pipelining"]
 
 
 def _arity(fn):

@@ -10,7 +10,7 @@ from . import init  # noqa: F401
 from ._placement import (default_device_mesh, get_default_device_mesh,  # noqa: F401
                          meta_init, set_default_device_mesh)
 from .modules import (GELU, Dropout, Embedding, Identity, LayerNorm, Linear,  # noqa: F401
-                      Module, ModuleDict, ModuleList, ReLU, RMSNorm, Sequential, Sigmoid,
+                      Module, ModuleDict, ModuleList, MoE, ReLU, RMSNorm, Sequential, Sigmoid,
                       SiLU, Tanh)
 from .parameter import Buffer, Parameter  # noqa: F401
 from . import utils  # noqa: F401

@@ -174,6 +174,20 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
         {m.node(name, {x()}, {{"diagonal", intA(-1)}}, {8, 6}, F32, colS)});
   if (name == "redistribute")
     return m.done({m.node(name, {x()}, {}, {8, 6}, F32, colS)});
+  if (name == "transfer") // rows from mesh row 0 to row 1, and back
+    return m.done({m.node(name, {x()},
+                          {{"axis", intA(0)},
+                           {"sources", intsA({0, 1})},
+                           {"destinations", intsA({1, 0})}},
+                          {8, 6}, F32, rowS)});
+  if (name == "send") // to the ranks of another 2x2 mesh
+    return m.done(
+        {m.node(name, {x()}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},
+                {8, 6}, F32, rowS)});
+  if (name == "recv")
+    return m.done(
+        {m.node(name, {}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},
+                {8, 6}, F32, colS)});
   return std::nullopt;
 }
 

@@ -12,8 +12,10 @@
 #include "DistributedTestSupport.h"
 #include "TestSupport.h"
 
+#include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/FakeCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
+#include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
 #include <cstdio>
@@ -248,6 +250,73 @@ TEST(HostSharedMemoryCollectives, PointToPointThroughASmallRing) {
       comm->send(gotBig, 0, 9);
     }
     comm.reset(); // waits for the sends to drain
+  });
+  expectAllSucceeded(codes);
+}
+
+// A pipeline hop as the compiler emits it: a class program per stage of a
+// 2-stage mesh, the peer a coordinate of the axis that each process
+// resolves to the other's global rank; stage 0 sends its input and gets
+// back what stage 1 computed from it, both on the COMM stream.
+TEST(HostSharedMemoryCollectives, PipelineStagesExchangeThroughClassPrograms) {
+  using ::dtorch::wire::COMM;
+  using ::dtorch::wire::F32;
+  auto stageProgram = [](int64_t stage) {
+    ProgramBuilder b;
+    ::dtorch::wire::Program &p = b.program();
+    p.add_mesh_shape(2);
+    auto *box = p.add_positions();
+    box->add_lo(stage);
+    box->add_hi(stage + 1);
+    auto attr = [](::dtorch::wire::Instruction &inst, const char *name,
+                   int64_t value) {
+      (*inst.mutable_attrs())[name].set_i(value);
+    };
+    int x = b.input(F32, {50000});
+    int y = b.buffer(F32, {50000});
+    if (stage == 0) {
+      auto &send = b.add("send", {x}, {}, COMM);
+      attr(send, "axis", 0), attr(send, "peer", 1), attr(send, "tag", 0);
+      auto &recv = b.add("recv", {}, {y}, COMM);
+      attr(recv, "axis", 0), attr(recv, "peer", 1), attr(recv, "tag", 1);
+    } else {
+      int got = b.buffer(F32, {50000});
+      auto &recv = b.add("recv", {}, {got}, COMM);
+      attr(recv, "axis", 0), attr(recv, "peer", 0), attr(recv, "tag", 0);
+      int done = b.event();
+      recv.set_record_event(done);
+      auto &neg = b.add("neg", {got}, {y});
+      neg.add_wait_events(done);
+      neg.set_record_event(b.event());
+      auto &send = b.add("send", {y}, {}, COMM);
+      send.add_wait_events(neg.record_event());
+      attr(send, "axis", 0), attr(send, "peer", 0), attr(send, "tag", 1);
+    }
+    b.output(y);
+    return p;
+  };
+  StoreDirectory dir;
+  auto codes = runProcesses(2, [&](int process) {
+    // The mesh's positions are ranks 1 and 0: stage 0 is process 1.
+    int rank = process;
+    int64_t stage = 1 - rank;
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comm = makeHostSharedMemoryCommunicator(rank, store, smallChunks());
+    RankContext context = RankContext::of({2}, {1, 0}, rank);
+    Executor exec(comm.get());
+    ::dtorch::wire::Program program =
+        exec.prepare(stageProgram(stage), context);
+    Tensor x = sampleTensor(F32, {50000}, 5);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Tensor> out = exec.run(program, {x});
+      if (stage == 0) {
+        Tensor want = Tensor::empty(F32, {50000});
+        for (int64_t i = 0; i < 50000; ++i)
+          want.data_as<float>()[i] = -x.data_as<float>()[i];
+        expectSameBits(out[0], want, "stage 0, step " + std::to_string(step));
+      }
+    }
+    comm.reset();
   });
   expectAllSucceeded(codes);
 }

@@ -291,6 +291,67 @@ TEST(MeshContext, SharedPreparationPreparesRankIndependentProgramsOnce) {
   }
 }
 
+TEST(MeshContext, PointToPointPeersBecomeTheGlobalRankAtTheCoordinate) {
+  // pp x dp = 3 x 2 over ranks in reverse order; the stage at pp = 1 sends
+  // to pp = 2 and receives from pp = 0, each at its own dp coordinate.
+  const std::vector<int64_t> mesh = {3, 2};
+  std::vector<int64_t> ranks = {5, 4, 3, 2, 1, 0};
+  ProgramBuilder b = classProgram(mesh);
+  b.program().mutable_positions(0)->set_lo(0, 1);
+  b.program().mutable_positions(0)->set_hi(0, 2);
+  int x = b.input(F32, {4});
+  int y = b.buffer(F32, {4});
+  Instruction &send = b.add("send", {x}, {}, COMM);
+  setInt(send, "axis", 0);
+  setInt(send, "peer", 2);
+  setInt(send, "tag", 3);
+  Instruction &recv = b.add("recv", {}, {y}, COMM);
+  setInt(recv, "axis", 0);
+  setInt(recv, "peer", 0);
+  setInt(recv, "tag", 3);
+  b.output(y);
+  EXPECT_NO_THROW(validateMeshProgram(b.program()));
+  for (int64_t dp = 0; dp < 2; ++dp) {
+    int64_t position = 1 * 2 + dp;
+    RankContext context = RankContext::of(mesh, ranks, ranks[position]);
+    Program resolved = resolveForRank(b.program(), context);
+    const auto &sent = resolved.instructions(0).attrs();
+    const auto &received = resolved.instructions(1).attrs();
+    EXPECT_EQ(sent.count("axis"), 0u);
+    EXPECT_EQ(sent.count("group"), 0u);
+    EXPECT_EQ(sent.at("peer").i(), ranks[2 * 2 + dp]);
+    EXPECT_EQ(received.at("peer").i(), ranks[0 * 2 + dp]);
+    EXPECT_EQ(sent.at("tag").i(), 3);
+    EXPECT_NO_THROW(validateProgram(resolved, ranks[position]));
+  }
+}
+
+TEST(MeshValidation, RefusesPointToPointOutsideTheAxis) {
+  ProgramBuilder b = classProgram({2, 2});
+  int x = b.input(F32, {4});
+  Instruction &send = b.add("send", {x}, {}, COMM);
+  setInt(send, "axis", 1);
+  setInt(send, "peer", 2);
+  setInt(send, "tag", 0);
+  expectRuntimeError([&] { validateMeshProgram(b.program()); },
+                     {"instruction 0 ('send'",
+                      "peer coordinate 2 is out of range for mesh axis 1 of "
+                      "2 ranks"});
+  setInt(send, "peer", 1);
+  setInt(send, "tag", -4);
+  expectRuntimeError([&] { validateMeshProgram(b.program()); },
+                     {"tag must be >= 0"});
+  // A rank's program may not send to itself.
+  ProgramBuilder own;
+  int z = own.input(F32, {4});
+  Instruction &self = own.add("send", {z}, {}, COMM);
+  setInt(self, "peer", 3);
+  setInt(self, "tag", 0);
+  expectRuntimeError([&] { validateProgram(own.program(), 3); },
+                     {"peer is the rank itself (3)"});
+  EXPECT_NO_THROW(validateProgram(own.program(), 2));
+}
+
 TEST(MeshValidation, RefusesMalformedClassPrograms) {
   auto invalid = [](Program program, const std::vector<std::string> &what) {
     expectRuntimeError([&] { validateMeshProgram(program); }, what);

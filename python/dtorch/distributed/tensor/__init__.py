@@ -6,6 +6,7 @@ from ...placement_types import Partial, Placement, Replicate, Shard
 from ..._creation import distribute_tensor
 from ..._tensor import Tensor as DTensor
 from . import parallel
+from . import experimental
 
 __all__ = ["DeviceMesh", "init_device_mesh", "Partial", "Placement", "Replicate", "Shard",
-           "distribute_tensor", "DTensor", "parallel"]
+           "distribute_tensor", "DTensor", "parallel", "experimental"]

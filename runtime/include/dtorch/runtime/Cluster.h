@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/MemoryStats.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -29,6 +30,12 @@
 namespace dtorch::rt {
 
 /// A worker died, stopped answering or reported an error.
+///
+/// Failing fast (docs/guide/faults.md): once the controller saw a worker
+/// die or go silent, requests waiting on any rank whose earlier runs need
+/// one of its ranks fail at once, runs that would need them are not sent
+/// (their outputs fail when fetched), and the surviving workers are told
+/// (PeersLost) so that their waits for the lost ranks give up.
 class WorkerError : public RuntimeError {
 public:
   WorkerError(int rank, std::string host, const std::string &what);
@@ -52,11 +59,27 @@ struct ClusterOptions {
   /// Or connect to workers started by hand (`dtorch-worker --listen ADDR
   /// --token T`), in rank-block order; worldSize is then what they report.
   std::vector<std::string> workerAddresses;
-  /// Shared secret every peer must present; empty: a fresh random one.
+  /// Shared secret every peer must present; empty: a fresh random one. The
+  /// embedded cluster hands it to its workers through a pipe (descriptor 3,
+  /// `--token-fd 3`), never on their command line.
   std::string token;
+  /// CURVE encryption and key authentication with workers started by hand
+  /// (Security.h): this controller's secret key (Z85) and the workers'
+  /// public keys, one per address of `workerAddresses` or one for all.
+  /// Empty: plain TCP (the token still authenticates). A worker that
+  /// refuses the key, or a mechanism mismatch, fails the start with a
+  /// WorkerError naming the worker's address.
+  std::string curveSecretKey;
+  std::vector<std::string> curveWorkerPublicKeys;
+  /// How often each side sends a heartbeat (the workers started here are
+  /// told to use it too; from their I/O thread, so a long kernel does not
+  /// delay them).
   std::chrono::milliseconds heartbeatInterval{500};
-  /// A worker silent for this long is declared dead.
-  std::chrono::milliseconds peerTimeout{5000};
+  /// A worker from which nothing was heard for this long is declared
+  /// unresponsive (and, when started here, killed): its ranks are lost.
+  /// Embedded workers exit when the controller is silent this long (at
+  /// most 3 s).
+  std::chrono::milliseconds peerTimeout{2500};
   /// Deadline of every blocking collective on the workers started here.
   std::chrono::milliseconds collectiveTimeout{30000};
 };
@@ -102,12 +125,20 @@ public:
   /// worker's host and its clock when it answered.
   std::future<TraceChunk> trace(int rank, TraceAction action, size_t capacity,
                                 size_t maxEvents);
+  /// A checkpoint request for `request.rank()` (Checkpoint.h: write its
+  /// pieces, or read regions of saved chunks), answered after every request
+  /// sent to that rank before this one. A failed write or read is a reply
+  /// with ok = false; a dead worker fails the future with WorkerError.
+  std::future<::dtorch::wire::CheckpointReply>
+  checkpoint(const ::dtorch::wire::CheckpointRequest &request);
   void free(int rank, const std::vector<TensorHandle> &handles);
   /// Frees `handles` on every rank of `ranks`: one message per process.
   void free(const std::vector<int64_t> &ranks,
             const std::vector<TensorHandle> &handles);
   /// Waits until every worker finished all work sent so far.
   void synchronize();
+  /// True when the worker hosting one of `ranks` died or stopped answering.
+  bool anyRankLost(const std::vector<int64_t> &ranks) const;
   /// Stops the workers this cluster started (within 2 s) and closes sockets.
   void shutdown();
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 
 #include <chrono>
 #include <memory>
@@ -32,6 +33,16 @@ struct GlooOptions {
   std::chrono::milliseconds deadline{30000};
   // Prefix of this world's keys in the store.
   std::string prefix = "gloo";
+  // Secret that every member of the world holds (the worker gets it from
+  // the controller's authenticated store). Non-empty: after connecting,
+  // every pair proves with it that its other end is a member (a
+  // challenge-response, GlooPairAuthentication.h), so a process that
+  // connects to the collective port in a peer's place is refused. Empty: no
+  // check (tests with an in-process store).
+  std::string pairSecret;
+  // Ranks the controller declared dead (null: none are ever declared): a
+  // collective or receive waiting for one of them is interrupted at once.
+  std::shared_ptr<PeerHealth> health;
 };
 
 // Connects `rank` of a world of `worldSize` ranks (every rank must call it

@@ -22,6 +22,7 @@
 
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/PeerHealth.h"
 
 #include <chrono>
 #include <cstdint>
@@ -50,6 +51,10 @@ struct HostSharedMemoryOptions {
   std::string prefix = "hostshm";
   // This process's host identity (empty: localHostIdentity()).
   std::string hostIdentity;
+  // Ranks the controller declared dead (null: none are ever declared): a
+  // call that needs one fails at once, and a wait for one gives up within
+  // a few tens of milliseconds, instead of at the deadline.
+  std::shared_ptr<const PeerHealth> health;
 };
 
 // What identifies "the same host" for shared memory: the hostname, the boot

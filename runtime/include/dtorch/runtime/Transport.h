@@ -47,6 +47,9 @@ std::string checkHello(const ::dtorch::wire::Hello &hello,
                        const std::string &token,
                        ::dtorch::wire::PeerRole expectedRole);
 
+// Throws RuntimeError unless `rank` extents of `dtype` describe a tensor
+// within WireLimits.h (rank, dtype, extents, bytes); allocates nothing.
+void checkTensorHeader(DType dtype, const int64_t *extents, int rank);
 void tensorToWire(const Tensor &tensor, ::dtorch::wire::TensorData *out);
 // Throws RuntimeError when the dtype, shape or byte count is inconsistent.
 Tensor tensorFromWire(const ::dtorch::wire::TensorData &data);

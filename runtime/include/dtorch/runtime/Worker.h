@@ -22,7 +22,18 @@ struct WorkerOptions {
   // becomes the controller).
   std::string connect;
   std::string listen;
+  // The shared secret; read from --token-file, --token-fd or $DTORCH_TOKEN
+  // (--token on the command line still works, with a warning: `ps` shows
+  // it).
   std::string token;
+  bool tokenOnCommandLine = false;
+  // CURVE (Security.h): this worker's secret key and the controller's public
+  // key (Z85). When set, the worker is the CURVE server of its --listen
+  // socket and accepts only that controller key (the client of --connect).
+  std::string curveSecretKey;
+  std::string curveControllerPublicKey;
+  // --generate-curve-keypair PREFIX: write PREFIX.key and PREFIX.pub, exit.
+  std::string generateCurveKeyPairPrefix;
   int firstRank = 0;
   int numRanks = 1;
   int worldSize = 1;
@@ -30,7 +41,8 @@ struct WorkerOptions {
   // its world size); 0: this process's ranks. Each rank's BLAS gets
   // max(1, cores / ranksOnHost) threads (Blas.h).
   int ranksOnHost = 0;
-  // Address the Gloo TCP device binds.
+  // Address the Gloo TCP device binds (--collective-address, alias
+  // --gloo-host, else $DTORCH_COLLECTIVE_ADDRESS): loopback unless set.
   std::string glooHost = "127.0.0.1";
   std::chrono::milliseconds collectiveTimeout{30000};
   // Exit when no message arrived from the controller for this long (after a
@@ -40,9 +52,13 @@ struct WorkerOptions {
 };
 
 // Parses dtorch-worker's command line (--connect ADDR | --listen ADDR,
-// --token T, --ranks a-b, --world-size N, --collective-timeout-ms MS,
-// --controller-timeout-ms MS, --max-message-bytes B, --gloo-host H,
-// --ranks-on-host N).
+// --token-file PATH | --token-fd N | $DTORCH_TOKEN | --token T, --ranks a-b,
+// --world-size N, --collective-timeout-ms MS, --controller-timeout-ms MS,
+// --heartbeat-ms MS (the interval of its heartbeats to the controller),
+// --max-message-bytes B, --collective-address H (alias --gloo-host),
+// --ranks-on-host N, --curve-secret-key-file F,
+// --curve-controller-public-key-file F; or only
+// --generate-curve-keypair PREFIX).
 // Throws RuntimeError with a usage message on errors.
 WorkerOptions parseWorkerArgs(int argc, char **argv);
 

@@ -405,3 +405,75 @@ func.func @topk_k_too_large(%a: !dtensor.tensor<4x6xf32, #m, [R]>) {
   %0 = dtensor.topk_indices %a {dim = 1 : i64, k = 7 : i64, largest = 1 : i64} : (!dtensor.tensor<4x6xf32, #m, [R]>) -> !dtensor.tensor<4x7xi64, #m, [R]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @transfer_not_sharded(%a: !dtensor.tensor<4x6xf32, #m, [R, S(0)]>) {
+  // expected-error @+1 {{needs the input Shard(d) on mesh axis 0}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #m, [R, S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @transfer_nested(%a: !dtensor.tensor<4x6xf32, #m, [S(0), S(0)]>) {
+  // expected-error @+1 {{tensor dim 0 is sharded by mesh axes 0 and 1; a transfer needs it split by its axis alone}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #m, [S(0), S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @transfer_uneven(%a: !dtensor.tensor<5x6xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{tensor dim 0 of extent 5 does not split evenly over the 2 positions of mesh axis 0}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<5x6xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+func.func @transfer_onto_itself(%a: !dtensor.tensor<4xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{pair 1 moves block 2 onto itself}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0, 2>, destinations = array<i64: 1, 2>} : !dtensor.tensor<4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+func.func @transfer_destination_twice(%a: !dtensor.tensor<4xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{destination 1 appears twice}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0, 2>, destinations = array<i64: 1, 1>} : !dtensor.tensor<4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[4]>
+func.func @transfer_out_of_axis(%a: !dtensor.tensor<4xf32, #m, [S(0)]>) {
+  // expected-error @+1 {{coordinate 4 is out of range for mesh axis 0 of 4 positions}}
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 4>} : !dtensor.tensor<4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @send_peer_count(%a: !dtensor.tensor<4xf32, #m, [S(0), R]>) {
+  // expected-error @+1 {{has 2 peers for a mesh of 4 positions}}
+  %0 = dtensor.send %a {peers = array<i64: 4, 5>, tag = 0 : i64} : !dtensor.tensor<4xf32, #m, [S(0), R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @recv_negative_peer() {
+  // expected-error @+1 {{peer rank -1 is negative}}
+  %0 = dtensor.recv {peers = array<i64: 2, -1>, tag = 0 : i64} : !dtensor.tensor<4xf32, #m, [R]>
+  return
+}

@@ -104,3 +104,11 @@ func.func @shape_and_layout(%a: !dtensor.tensor<4x6xf32, #m2, [S(0), R]>, %p: !d
   %8 = dtensor.to_partial %a on axis 1 : !dtensor.tensor<4x6xf32, #m2, [S(0), R]> -> !dtensor.tensor<4x6xf32, #m2, [S(0), P(max)]>
   return
 }
+
+#pp = #dtensor.mesh<[2, 2], names = ["pp", "dp"]>
+// CHECK-LABEL: func @stage_transfer
+// CHECK: dtensor.transfer %{{.*}} {axis = 0 : i64, destinations = array<i64: 1>, sources = array<i64: 0>} : !dtensor.tensor<4x6xf32, #{{.*}}, [S(0), S(1)]>
+func.func @stage_transfer(%a: !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>) -> !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]> {
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>
+  return %0 : !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>
+}

@@ -254,3 +254,81 @@ func.func @identity_steps(%x: !dtensor.tensor<1x4xf32, #m21, [R, R]>) -> (!dtens
   %1 = dtensor.local_slice %x on axis 0 : !dtensor.tensor<1x4xf32, #m21, [R, R]> -> !dtensor.tensor<1x4xf32, #m21, [S(0), R]>
   return %0, %1 : !dtensor.tensor<1x4xf32, #m21, [R, P(sum)]>, !dtensor.tensor<1x4xf32, #m21, [S(0), R]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[3]>
+
+// A transfer along the axis: each coordinate that sends or receives is a
+// class of its own. Coordinate 0 only sends (its block becomes zero), 1
+// sends and receives in one batch, 2 only receives; one tag per transfer.
+// CHECK-LABEL: func @shift_class0
+// CHECK-SAME: attributes {rank.mesh = array<i64: 3>, rank.positions = [array<i64: 0, 1>]}
+// CHECK: rank.send %arg0 {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<2x4xf32>
+// CHECK: %[[Z:.+]] = rank.kernel "full"() {value = 0.000000e+00 : f64} : () -> tensor<2x4xf32>
+// CHECK: return %[[Z]]
+// CHECK-LABEL: func @shift_class1
+// CHECK-SAME: rank.positions = [array<i64: 1, 2>]
+// CHECK: %[[B:.+]] = rank.batch_send_recv(%arg0) {axis = 0 : i64, recv_peers = array<i64: 0>, send_peers = array<i64: 2>, tag = 0 : i64} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+// CHECK: return %[[B]]
+// CHECK-LABEL: func @shift_class2
+// CHECK-SAME: rank.positions = [array<i64: 2, 3>]
+// CHECK: %[[R:.+]] = rank.recv {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<2x4xf32>
+// CHECK: return %[[R]]
+func.func @shift(%x: !dtensor.tensor<6x4xf32, #m, [S(0)]>) -> !dtensor.tensor<6x4xf32, #m, [S(0)]> {
+  %0 = dtensor.transfer %x {axis = 0 : i64, sources = array<i64: 0, 1>, destinations = array<i64: 1, 2>} : !dtensor.tensor<6x4xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<6x4xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2], names = ["pp", "dp"]>
+
+// Two stages that are data parallel inside: stage 0's activation goes to
+// stage 1 (tag 0) and its gradient comes back (tag 1), between the ranks
+// of the same "dp" coordinate.
+// CHECK-LABEL: func @stages_class0
+// CHECK-SAME: rank.positions = [array<i64: 0, 1, 0, 2>]
+// CHECK: rank.send %{{.+}} {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<2x3xf32>
+// CHECK: rank.recv {axis = 0 : i64, peer = 1 : i64, tag = 1 : i64} : tensor<2x3xf32>
+// CHECK-LABEL: func @stages_class1
+// CHECK-SAME: rank.positions = [array<i64: 1, 2, 0, 2>]
+// CHECK: rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 0 : i64} : tensor<2x3xf32>
+// CHECK: rank.send %{{.+}} {axis = 0 : i64, peer = 0 : i64, tag = 1 : i64} : tensor<2x3xf32>
+func.func @stages(%x: !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>) -> !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]> {
+  %0 = dtensor.transfer %x {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
+  %1 = dtensor.exp %0 : (!dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>) -> !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
+  %2 = dtensor.transfer %1 {axis = 0 : i64, sources = array<i64: 1>, destinations = array<i64: 0>} : !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
+  return %2 : !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2], names = ["dp"]>
+
+// A move to another mesh: every position is a class of its own and sends
+// its piece to the global rank the op names for it; the result is the input.
+// CHECK-LABEL: func @to_next_stage_class0
+// CHECK-SAME: rank.positions = [array<i64: 0, 1>]
+// CHECK: rank.send %arg0 {peer = 2 : i64, tag = 1048576 : i64} : tensor<2x4xf32>
+// CHECK: return %arg0
+// CHECK-LABEL: func @to_next_stage_class1
+// CHECK-SAME: rank.positions = [array<i64: 1, 2>]
+// CHECK: rank.send %arg0 {peer = 3 : i64, tag = 1048576 : i64} : tensor<2x4xf32>
+func.func @to_next_stage(%x: !dtensor.tensor<4x4xf32, #m, [S(0)]>) -> !dtensor.tensor<4x4xf32, #m, [S(0)]> {
+  %0 = dtensor.send %x {peers = array<i64: 2, 3>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<4x4xf32, #m, [S(0)]>
+}
+
+// -----
+
+#m = #dtensor.mesh<[2], names = ["dp"]>
+
+// CHECK-LABEL: func @from_previous_stage_class1
+// CHECK: %[[R:.+]] = rank.recv {peer = 1 : i64, tag = 1048576 : i64} : tensor<4x2xf32>
+// CHECK: rank.kernel "relu"(%[[R]])
+func.func @from_previous_stage() -> !dtensor.tensor<4x4xf32, #m, [S(1)]> {
+  %0 = dtensor.recv {peers = array<i64: 0, 1>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [S(1)]>
+  %1 = dtensor.relu %0 : (!dtensor.tensor<4x4xf32, #m, [S(1)]>) -> !dtensor.tensor<4x4xf32, #m, [S(1)]>
+  return %1 : !dtensor.tensor<4x4xf32, #m, [S(1)]>
+}

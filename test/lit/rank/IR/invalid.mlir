@@ -167,3 +167,67 @@ func.func @fused_holds_a_collective(%x: tensor<4xf32>) -> tensor<4xf32> attribut
   }
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @send_peer_out_of_axis(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2, 2>, rank.positions = [array<i64: 0, 1, 0, 2>]} {
+  // expected-error @+1 {{peer 2 is out of range for mesh axis 0 of 2 ranks}}
+  rank.send %x {axis = 0 : i64, peer = 2 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @send_to_itself(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]} {
+  // expected-error @+1 {{peer 1 is the program's own coordinate on axis 0}}
+  rank.send %x {axis = 0 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @recv_spanning_the_axis() attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{runs at coordinates [0, 2) of mesh axis 0; point to point needs one coordinate per program}}
+  %0 = rank.recv {axis = 0 : i64, peer = 3 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_tag() {
+  // expected-error @+1 {{tag -1 is negative}}
+  %0 = rank.recv {axis = 0 : i64, peer = 1 : i64, tag = -1 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @recv_axis_out_of_mesh() attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+  // expected-error @+1 {{mesh axis 1 is out of range for a mesh of rank 1}}
+  %0 = rank.recv {axis = 1 : i64, peer = 1 : i64, tag = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @batch_peer_count(%x: tensor<4xf32>) {
+  // expected-error @+1 {{has 2 send_peers for 1 inputs}}
+  %0 = rank.batch_send_recv(%x) {axis = 0 : i64, send_peers = array<i64: 1, 2>, recv_peers = array<i64: 1>, tag = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @batch_empty() {
+  // expected-error @+1 {{sends and receives nothing}}
+  rank.batch_send_recv() {axis = 0 : i64, send_peers = array<i64>, recv_peers = array<i64>, tag = 0 : i64} : () -> ()
+  return
+}
+
+// -----
+
+func.func @batch_recv_peer_self(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+  // expected-error @+1 {{recv peer 0 is the program's own coordinate on axis 0}}
+  %0 = rank.batch_send_recv(%x) {axis = 0 : i64, send_peers = array<i64: 1>, recv_peers = array<i64: 0>, tag = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

@@ -47,3 +47,15 @@ func.func @fused_group(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %0#1 : tensor<4xf32>
 }
+
+// Point to point: a send, a receive and a batched exchange of one stage.
+// CHECK-LABEL: func @stage_class1
+// CHECK: rank.send %arg0 {axis = 0 : i64, peer = 2 : i64, tag = 0 : i64} : tensor<4x5xf32>
+// CHECK: %[[R:.+]] = rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 1 : i64} : tensor<4x5xf32>
+// CHECK: %{{.+}}:2 = rank.batch_send_recv(%arg0, %[[R]]) {axis = 0 : i64, recv_peers = array<i64: 0, 2>, send_peers = array<i64: 0, 2>, tag = 2 : i64} : (tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
+func.func @stage_class1(%x: tensor<4x5xf32>) attributes {rank.mesh = array<i64: 3, 2>, rank.positions = [array<i64: 1, 2, 0, 2>]} {
+  rank.send %x {axis = 0 : i64, peer = 2 : i64, tag = 0 : i64} : tensor<4x5xf32>
+  %0 = rank.recv {axis = 0 : i64, peer = 0 : i64, tag = 1 : i64} : tensor<4x5xf32>
+  %1:2 = rank.batch_send_recv(%x, %0) {axis = 0 : i64, send_peers = array<i64: 0, 2>, recv_peers = array<i64: 0, 2>, tag = 2 : i64} : (tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
+  return
+}
