@@ -3,7 +3,8 @@ environment (bench/setup_torch.sh) as a subprocess; prints one JSON object.
 
     build/torch-venv/bin/python bench/torch_peer.py SPEC.json
 
-SPEC.json (written by train_bench.py) names the models, sizes, thread count
+SPEC.json (written by train_bench.py) names the models, sizes, thread count,
+whether to time DDP too ("ddp", default true)
 and the model.npz for the inference check. The models mirror
 examples/gpt/model.py and the MLP of train_bench.py module for module, so a
 dtorch state dict loads into them by name.
@@ -120,12 +121,15 @@ def make_batch(kind, cfg, batch, rng):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-def time_steps(model, kind, cfg, batch, warmup, steps, seed):
-    """Median wall seconds of forward + backward + AdamW step."""
+def time_steps(model, kind, cfg, batch, warmup, steps, seed, cpu=None):
+    """Median wall seconds of forward + backward + AdamW step; with a list
+    `cpu`, the process's CPU seconds per step are appended to it."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     rng = np.random.default_rng(seed)
     times = []
     for i in range(warmup + steps):
+        if i == warmup:
+            cpu_start = time.process_time()
         x, y = make_batch(kind, cfg, batch, rng)
         t = time.perf_counter()
         loss = model(x, y)
@@ -135,14 +139,16 @@ def time_steps(model, kind, cfg, batch, warmup, steps, seed):
         loss.item()
         if i >= warmup:
             times.append(time.perf_counter() - t)
+    if cpu is not None:
+        cpu.append((time.process_time() - cpu_start) / steps)
     return statistics.median(times)
 
 
-def eager_train(spec, kind):
+def eager_train(spec, kind, cpu=None):
     torch.manual_seed(0)
     model = make_model(kind, spec[kind])
     return time_steps(model, kind, spec[kind], spec["batch"][kind], spec["warmup"],
-                      spec["steps"], 0)
+                      spec["steps"], 0, cpu)
 
 
 def _ddp_worker(rank, world, init_file, spec, kind, out_path):
@@ -254,8 +260,11 @@ def main():
     result = {"torch_version": torch.__version__, "threads": torch.get_num_threads(),
               "train": {}}
     for kind in spec["models"]:
-        result["train"][kind] = {"eager_1proc_s": eager_train(spec, kind),
-                                 "ddp_gloo_2proc_s": ddp_train(spec, kind)}
+        cpu = []
+        result["train"][kind] = {"eager_1proc_s": eager_train(spec, kind, cpu),
+                                 "eager_1proc_cpu_s": cpu[0]}
+        if spec.get("ddp", True):
+            result["train"][kind]["ddp_gloo_2proc_s"] = ddp_train(spec, kind)
     if spec.get("inference"):
         result["inference"] = inference(spec)
     print(json.dumps(result))

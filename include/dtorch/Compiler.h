@@ -103,7 +103,8 @@ CompileResult compileGraph(const SegmentGraph &graph,
 
 /// What of the compiler's configuration comes from the environment (the
 /// collective schedule: DTORCH_SCHEDULE_COLLECTIVES, DTORCH_BUCKET_CAP_MB,
-/// DTORCH_PREFETCH_MB), as text: part of the on-disk program cache's key.
+/// DTORCH_PREFETCH_MB; and DTORCH_FOLD_TRANSPOSE), as text: part of the
+/// on-disk program cache's key.
 std::string compilerConfiguration();
 
 } // namespace dtorch

@@ -298,7 +298,9 @@ int CompiledFunction::programAt(int64_t position) const {
 }
 
 std::string compilerConfiguration() {
-  return "schedule=" + dtensor::collectiveScheduleDescription();
+  return "schedule=" + dtensor::collectiveScheduleDescription() +
+         ",fold_transpose=" +
+         (dtensor::foldTransposeFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

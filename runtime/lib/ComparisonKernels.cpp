@@ -12,30 +12,47 @@ namespace {
 
 enum class Comparison { Eq, Ne, Lt, Le, Gt, Ge };
 
-// IEEE semantics: every comparison with a NaN is false except `ne`.
-template <class C> bool compare(Comparison kind, C a, C b) {
-  switch (kind) {
-  case Comparison::Eq:
+// IEEE semantics: every comparison with a NaN is false except `ne`. The
+// comparison is a template argument, so each loop is one branch-free
+// comparison that the compiler vectorizes.
+template <Comparison kind, class C> bool compare(C a, C b) {
+  if constexpr (kind == Comparison::Eq)
     return a == b;
-  case Comparison::Ne:
+  else if constexpr (kind == Comparison::Ne)
     return a != b;
-  case Comparison::Lt:
+  else if constexpr (kind == Comparison::Lt)
     return a < b;
-  case Comparison::Le:
+  else if constexpr (kind == Comparison::Le)
     return a <= b;
-  case Comparison::Gt:
+  else if constexpr (kind == Comparison::Gt)
     return a > b;
-  case Comparison::Ge:
+  else
     return a >= b;
-  }
-  return false;
+}
+
+template <Comparison kind, class T>
+void compareLoop(const T *a, const T *b, bool *out, int64_t n) {
+  using C = ComputeType<T>;
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = compare<kind>(static_cast<C>(a[i]), static_cast<C>(b[i]));
 }
 
 template <class T>
 void compareAll(Comparison kind, const T *a, const T *b, bool *out, int64_t n) {
-  using C = ComputeType<T>;
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = compare(kind, static_cast<C>(a[i]), static_cast<C>(b[i]));
+  switch (kind) {
+  case Comparison::Eq:
+    return compareLoop<Comparison::Eq>(a, b, out, n);
+  case Comparison::Ne:
+    return compareLoop<Comparison::Ne>(a, b, out, n);
+  case Comparison::Lt:
+    return compareLoop<Comparison::Lt>(a, b, out, n);
+  case Comparison::Le:
+    return compareLoop<Comparison::Le>(a, b, out, n);
+  case Comparison::Gt:
+    return compareLoop<Comparison::Gt>(a, b, out, n);
+  case Comparison::Ge:
+    return compareLoop<Comparison::Ge>(a, b, out, n);
+  }
 }
 
 void registerComparison(KernelRegistry &registry, const char *op,
@@ -87,8 +104,12 @@ template <class T> void registerWhere(KernelRegistry &registry) {
     const T *a = inputs[1]->data_as<T>();
     const T *b = inputs[2]->data_as<T>();
     T *out = outputs[0]->data_as<T>();
-    for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
-      out[i] = cond[i] ? a[i] : b[i];
+    // Both values are read first, so the choice is a select (vectorized,
+    // no branch to mispredict on an irregular condition).
+    for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i) {
+      T x = a[i], y = b[i];
+      out[i] = cond[i] ? x : y;
+    }
   };
   addCpuKernel<T>(registry, "where", std::move(kernel));
 }

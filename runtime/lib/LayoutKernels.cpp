@@ -126,18 +126,43 @@ template <class T> Kernel transposeKernel() {
     std::vector<int64_t> gatherStrides(rank);
     for (size_t i = 0; i < rank; ++i)
       gatherStrides[i] = inStrides[perm[i]];
+    // Out dims that read x contiguously from each other merge (dims of
+    // extent 1 drop out): [16, 4, 32, 16] <- [16, 32, 4, 16] is 2048 runs of
+    // 16 contiguous elements, each copied at once.
+    std::vector<int64_t> extents, strides; // merged, outermost first
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t extent = out.shape()[d];
+      if (extent == 1)
+        continue;
+      if (!extents.empty() && strides.back() == gatherStrides[d] * extent) {
+        extents.back() *= extent;
+        strides.back() = gatherStrides[d];
+      } else {
+        extents.push_back(extent);
+        strides.push_back(gatherStrides[d]);
+      }
+    }
+    if (extents.empty()) { // one element
+      extents.push_back(1);
+      strides.push_back(1);
+    }
     const T *xs = x.data_as<T>();
     T *os = out.data_as<T>();
-    const Shape &shape = out.shape();
-    std::vector<int64_t> index(rank, 0);
+    size_t outerRank = extents.size() - 1;
+    int64_t inner = extents.back(), innerStride = strides.back();
+    std::vector<int64_t> index(outerRank, 0);
     int64_t source = 0;
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) {
-      os[i] = xs[source];
-      for (size_t d = rank; d-- > 0;) {
-        source += gatherStrides[d];
-        if (++index[d] < shape[d])
+    for (int64_t o = 0, n = out.numel(); o < n; o += inner) {
+      if (innerStride == 1)
+        std::memcpy(os + o, xs + source, sizeof(T) * inner);
+      else
+        for (int64_t j = 0; j < inner; ++j)
+          os[o + j] = xs[source + j * innerStride];
+      for (size_t d = outerRank; d-- > 0;) {
+        source += strides[d];
+        if (++index[d] < extents[d])
           break;
-        source -= gatherStrides[d] * shape[d];
+        source -= strides[d] * extents[d];
         index[d] = 0;
       }
     }

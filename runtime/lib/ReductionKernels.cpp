@@ -127,6 +127,22 @@ void forEachReducedFast(const Shape &inShape, const std::vector<bool> &mask,
     forEachReduced(inShape, mask, visit);
     return;
   }
+  if (inner == 1 && outer > 1) {
+    // Each output reduces one contiguous row (softmax's and layer_norm's
+    // last dim). One row at a time is one chain of dependent additions;
+    // kRows rows side by side are independent chains that overlap, and each
+    // row is still visited in increasing order.
+    constexpr int64_t kRows = 8;
+    int64_t o = 0;
+    for (; o + kRows <= outer; o += kRows)
+      for (int64_t r = 0; r < reduced; ++r)
+        for (int64_t l = 0; l < kRows; ++l)
+          visit((o + l) * reduced + r, o + l);
+    for (; o < outer; ++o)
+      for (int64_t r = 0; r < reduced; ++r)
+        visit(o * reduced + r, o);
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t r = 0; r < reduced; ++r) {
       int64_t base = (o * reduced + r) * inner;

@@ -191,7 +191,9 @@ def test_a_full_buffer_drops_and_counts(dt, meshes):
     x = dt.ones(4, 4, device_mesh=mesh, placements=[Shard(0)])
     with profiler.profile(max_events_per_rank=5) as prof:
         for _ in range(20):
-            x = x.t()  # not elementwise: 20 kernels, not one fused kernel
+            # A reduction (not elementwise, and not a transpose, which the
+            # compiler folds away): 20 kernels, not one fused kernel.
+            x = x.sum(1, keepdim=True)
         x.numpy()
     dropped = prof.trace["otherData"]["dropped"]
     for r in range(4):

@@ -328,6 +328,15 @@ LogicalResult RankLowering::lowerStep(Operation *op, IRMapping &map) {
   Value input = in(op, 0, map);
   Type outType = localType(dstT);
   Location loc = op->getLoc();
+  // Steps that leave this rank's piece as it is make no op: every step on
+  // a mesh axis of one rank (its collective involves this rank alone), and
+  // a local slice that keeps the whole piece (a torch.chunk piece as long
+  // as the extent it splits is the first one, starting at 0).
+  if (input.getType() == outType &&
+      (n == 1 || (isa<LocalSliceOp>(op) && inShape == outShape))) {
+    map.map(op->getResult(0), input);
+    return success();
+  }
   auto sizes = [&](int64_t extent) {
     std::vector<int64_t> s = chunkSizes(extent, n);
     return b.getDenseI64ArrayAttr(s);

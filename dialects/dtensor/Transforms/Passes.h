@@ -53,11 +53,12 @@ inline constexpr llvm::StringLiteral kStageRedistributed = "redistributed";
 inline constexpr llvm::StringLiteral kStageRank = "rank";
 
 /// Adds the whole compiler pipeline (propagation, redistribution lowering,
-/// SPMD lowering) to `pm`: the one definition the compiler, the
-/// `dtensor-to-rank` pipeline of dtorch-opt and `dtorch.last_ir` share. A
-/// stage boundary pass (createStageBoundary) ends each stage: it verifies
-/// the module, so the IR is verified between phases even when the pass
-/// manager's own verifier (after every pass) is off, and a
+/// SPMD lowering, then --rank-fold-transpose-into-matmul unless
+/// DTORCH_FOLD_TRANSPOSE=0) to `pm`: the one
+/// definition the compiler, the `dtensor-to-rank` pipeline of dtorch-opt and
+/// `dtorch.last_ir` share. A stage boundary pass (createStageBoundary) ends
+/// each stage: it verifies the module, so the IR is verified between phases
+/// even when the pass manager's own verifier (after every pass) is off, and a
 /// StageObserver sees the module there.
 /// With `fuseElementwise`, --rank-fuse-elementwise runs on the class
 /// functions before the "rank" stage boundary (the compiler's default; the
@@ -97,6 +98,10 @@ const std::optional<ScheduleCollectivesOptions> &
 collectiveScheduleFromEnvironment();
 /// Those options as text (part of the on-disk program cache's key).
 std::string collectiveScheduleDescription();
+
+/// Whether the pipeline runs --rank-fold-transpose-into-matmul: yes unless
+/// DTORCH_FOLD_TRANSPOSE=0 (read once per process; for comparison).
+bool foldTransposeFromEnvironment();
 
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();

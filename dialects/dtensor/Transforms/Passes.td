@@ -270,6 +270,53 @@ def ScheduleCollectives : Pass<"rank-schedule-collectives", "::mlir::ModuleOp"> 
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def FoldTransposeIntoMatmul : Pass<"rank-fold-transpose-into-matmul", "::mlir::func::FuncOp"> {
+  let summary = "Read transposed GEMM operands through the BLAS instead of materialising the transpose";
+  let description = [{
+    Runs on a class function (rank dialect), right after SPMD lowering, so
+    the placements are settled and every rewrite is an identity on each
+    rank's local pieces (a sharded operand's local piece is transposed
+    exactly as the global value is). A `transpose` kernel that swaps the
+    last two dims (and keeps the others) is folded into the GEMMs around
+    it, `matmul` (2-D) and `bmm` (batched: each product's operand is still
+    dense, so the batch strides do not change):
+
+    1. An operand of a GEMM made by such a transpose is replaced by the
+       transpose's input, and the GEMM's `trans_a` (operand 0) or
+       `trans_b` (operand 1) flag is toggled: the runtime's kernel passes
+       it to the BLAS as op(A) = A^T. A chain of two transposes folds
+       twice and leaves the flag as it was.
+    2. Such a transpose of a GEMM's result, when it is the result's only
+       reader, becomes one GEMM: `(op(a) op(b))^T = op(b)^T op(a)^T`, the
+       operands swapped and both flags flipped.
+    3. A transpose of a transpose reads the first one's input with the
+       composed permutation (the input itself when that is the identity),
+       unless it swaps the last two dims for a GEMM that reads it (1.
+       folds it there).
+
+    A transpose left without readers is erased; one that something else
+    reads stays. A cleared flag is left out (the kernel's default is 0).
+    Functions that `--rank-plan-buffers` already planned are left alone.
+    The flags are the kernel attributes `trans_a` / `trans_b` (i64, 1),
+    carried to the runtime like any other (docs/program-format.md).
+
+    Before (linear's `x @ w^T` and its weight gradient `(x^T g)^T`):
+    ```mlir
+    %0 = rank.kernel "transpose"(%w) {perm = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
+    %1 = rank.kernel "matmul"(%x, %0) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+    %2 = rank.kernel "transpose"(%x) {perm = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
+    %3 = rank.kernel "matmul"(%2, %g) : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+    %4 = rank.kernel "transpose"(%3) {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+    ```
+    After:
+    ```mlir
+    %1 = rank.kernel "matmul"(%x, %w) {trans_b = 1 : i64} : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    %4 = rank.kernel "matmul"(%g, %x) {trans_a = 1 : i64} : (tensor<4x16xf32>, tensor<4x8xf32>) -> tensor<16x8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
 def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
   let summary = "Pair every rank.send with its rank.recv; fail on a mismatch";
   let description = [{

@@ -27,6 +27,8 @@ void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createLowerRedistribute());
   pm.addPass(createStageBoundary(kStageRedistributed));
   pm.addPass(createLowerToRank());
+  if (foldTransposeFromEnvironment())
+    pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoMatmul());
   if (fuseElementwise)
     pm.addNestedPass<func::FuncOp>(createFuseElementwise());
   if (std::optional<ScheduleCollectivesOptions> schedule =
@@ -52,6 +54,14 @@ std::optional<double> mebibytesFromEnvironment(const char *name) {
 }
 
 } // namespace
+
+bool dtorch::dtensor::foldTransposeFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_FOLD_TRANSPOSE");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
 
 const std::optional<dtorch::dtensor::ScheduleCollectivesOptions> &
 dtorch::dtensor::collectiveScheduleFromEnvironment() {

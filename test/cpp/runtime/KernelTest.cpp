@@ -3,7 +3,9 @@
 #include "KernelTestSupport.h"
 
 #include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/Shape.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -452,6 +454,37 @@ TYPED_TEST(AllKernels, Transpose) {
                   [](Instruction &inst) { setInts(inst, "perm", {2, 0, 0}); });
       },
       {"repeats a dim"});
+}
+
+// Every permutation of a 5-D tensor with a dim of extent 1 (the kernel
+// merges dims that stay contiguous and copies runs at once) against the
+// index arithmetic of the definition: out dim i is x dim perm[i].
+TYPED_TEST(AllKernels, TransposeEveryPermutation) {
+  using T = typename TypeParam::T;
+  const Shape shape = {2, 3, 1, 4, 5};
+  const Shape strides = {60, 20, 20, 5, 1};
+  std::vector<T> xs = iota<T>(120);
+  Tensor x = makeTensor<T>(TypeParam::dtype, shape, xs);
+  std::vector<int64_t> perm = {0, 1, 2, 3, 4};
+  do {
+    Shape outShape(5);
+    for (int d = 0; d < 5; ++d)
+      outShape[d] = shape[perm[d]];
+    Tensor out =
+        runKernel("transpose", {x}, TypeParam::dtype, outShape,
+                  [&](Instruction &inst) { setInts(inst, "perm", perm); });
+    std::vector<T> got = valuesOf<T>(out);
+    std::vector<int64_t> index(5, 0);
+    for (int64_t i = 0; i < 120; ++i) {
+      int64_t source = 0;
+      for (int d = 0; d < 5; ++d)
+        source += index[d] * strides[perm[d]];
+      ASSERT_EQ(got[i], xs[source])
+          << "perm " << shapeToString(perm) << " at " << i;
+      for (int d = 4; d >= 0 && ++index[d] == outShape[d]; --d)
+        index[d] = 0;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
 }
 
 TYPED_TEST(AllKernels, BroadcastTo) {

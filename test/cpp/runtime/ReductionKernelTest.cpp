@@ -3,7 +3,9 @@
 
 #include "dtorch/runtime/Kernels.h"
 
+#include <cmath>
 #include <limits>
+#include <random>
 
 namespace dtorch::rt::test {
 namespace {
@@ -59,6 +61,49 @@ TYPED_TEST(FloatMinMaxKernels, NanPropagates) {
     EXPECT_TRUE(isNan(got[1])) << op;
     EXPECT_EQ(static_cast<float>(got[2]),
               std::string(op) == "max" ? 1.0f : -2.0f);
+  }
+}
+
+// Reducing contiguous rows walks several rows side by side; each row must
+// still be summed in increasing order (values whose double sum depends on
+// the order: 1e30 + 1 - 1e30 is 0 in that order, 1 in another), and max/min
+// must keep NaN and the extreme of each row. 21 rows: two blocks of rows
+// side by side and a remainder.
+TEST(ReductionKernels, RowReductionsKeepEachRowsOrder) {
+  const int64_t rows = 21, width = 37;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> xs(rows * width);
+  for (int64_t i = 0; i < rows * width; ++i) {
+    int64_t kind = (i * 7) % 5;
+    xs[i] = kind == 0 ? 1e30f : kind == 1 ? -1e30f : dist(gen);
+  }
+  xs[3 * width + 11] = std::numeric_limits<float>::quiet_NaN();
+  xs[16 * width] = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = makeTensor<float>(F32, {3, 7, width}, xs);
+  std::vector<float> sums = valuesOf<float>(reduce("sum", x, {3, 7}, {2}));
+  std::vector<float> maxes = valuesOf<float>(reduce("max", x, {3, 7}, {2}));
+  std::vector<float> mins = valuesOf<float>(reduce("min", x, {3, 7}, {2}));
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    float hi = -std::numeric_limits<float>::infinity(), lo = -hi;
+    bool nan = false;
+    for (int64_t j = 0; j < width; ++j) {
+      float v = xs[r * width + j];
+      sum += static_cast<double>(v);
+      nan |= std::isnan(v);
+      hi = std::max(hi, v);
+      lo = std::min(lo, v);
+    }
+    if (nan) {
+      EXPECT_TRUE(std::isnan(sums[r]) && std::isnan(maxes[r]) &&
+                  std::isnan(mins[r]))
+          << "row " << r;
+      continue;
+    }
+    EXPECT_EQ(sums[r], static_cast<float>(sum)) << "row " << r;
+    EXPECT_EQ(maxes[r], hi) << "row " << r;
+    EXPECT_EQ(mins[r], lo) << "row " << r;
   }
 }
 

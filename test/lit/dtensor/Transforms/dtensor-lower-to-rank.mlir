@@ -237,6 +237,26 @@ func.func @nested_uneven(%x: !dtensor.tensor<11xf32, #m, [S(0), S(0)]>) -> !dten
 
 // -----
 
+// Steps that leave the rank's piece as it is make no op: every step on a
+// mesh axis of one rank (here the 1 of a (2, 1) mesh), and a local slice
+// that keeps the whole piece (1 row over 2 ranks: the rank holding it
+// keeps all of it; the other class slices out nothing and keeps its kernel).
+#m21 = #dtensor.mesh<[2, 1]>
+// CHECK-LABEL: func.func @identity_steps_class0
+// CHECK-SAME: (%[[X:.*]]: tensor<1x4xf32>)
+// CHECK-NEXT: return %[[X]], %[[X]] : tensor<1x4xf32>, tensor<1x4xf32>
+// CHECK-LABEL: func.func @identity_steps_class1
+// CHECK-SAME: (%[[Y:.*]]: tensor<1x4xf32>)
+// CHECK-NEXT: %[[S:.*]] = rank.kernel "slice"(%[[Y]])
+// CHECK-NEXT: return %[[Y]], %[[S]] : tensor<1x4xf32>, tensor<0x4xf32>
+func.func @identity_steps(%x: !dtensor.tensor<1x4xf32, #m21, [R, R]>) -> (!dtensor.tensor<1x4xf32, #m21, [R, P(sum)]>, !dtensor.tensor<1x4xf32, #m21, [S(0), R]>) {
+  %0 = dtensor.to_partial %x on axis 1 : !dtensor.tensor<1x4xf32, #m21, [R, R]> -> !dtensor.tensor<1x4xf32, #m21, [R, P(sum)]>
+  %1 = dtensor.local_slice %x on axis 0 : !dtensor.tensor<1x4xf32, #m21, [R, R]> -> !dtensor.tensor<1x4xf32, #m21, [S(0), R]>
+  return %0, %1 : !dtensor.tensor<1x4xf32, #m21, [R, P(sum)]>, !dtensor.tensor<1x4xf32, #m21, [S(0), R]>
+}
+
+// -----
+
 #m = #dtensor.mesh<[3]>
 
 // A transfer along the axis: each coordinate that sends or receives is a
