@@ -2,6 +2,7 @@
 
 #include "dtorch/runtime/Shape.h"
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <unistd.h>
@@ -183,11 +184,18 @@ MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
 Tensor tensorFromWire(const wire::TensorData &data) {
   Shape shape(data.shape().begin(), data.shape().end());
   int64_t numel = shapeNumel(shape); // rejects negative extents and overflow
-  size_t expected = static_cast<size_t>(numel) * dtypeSize(data.dtype());
-  if (data.data().size() != expected)
+  size_t itemSize = dtypeSize(data.dtype());
+  // numel * itemSize can wrap around size_t (2^61 float64 elements make 0)
+  // and match a short message, which would allocate the shape's full size:
+  // the product is formed only when it fits.
+  bool fits = static_cast<uint64_t>(numel) <= SIZE_MAX / itemSize;
+  size_t expected = fits ? static_cast<size_t>(numel) * itemSize : 0;
+  if (!fits || data.data().size() != expected)
     throw RuntimeError("tensor " + std::string(dtypeName(data.dtype())) +
                        shapeToString(shape) + " needs " +
-                       std::to_string(expected) + " bytes, message has " +
+                       (fits ? std::to_string(expected)
+                             : "more than " + std::to_string(SIZE_MAX)) +
+                       " bytes, message has " +
                        std::to_string(data.data().size()));
   Tensor tensor = Tensor::empty(data.dtype(), shape);
   if (expected)
