@@ -5,8 +5,8 @@
 #   tools/fuzz.sh [LIMIT] [TARGET...]
 #
 # LIMIT is a number of seconds per target (600), or a number of inputs per
-# target with an `r` suffix (1000000r). The default is CI's bounded run:
-# 5000r. New inputs go to build-fuzz/corpus/<target> (the seeds in
+# target with an `r` suffix (1000000r; the seeds count as inputs). The
+# default is CI's bounded run, 5000r. New inputs go to build-fuzz/corpus/<target> (the seeds in
 # test/fuzz/corpus stay as they are); a crash, hang, leak or sanitizer
 # report is written to build-fuzz/artifacts/<target>/ and fails the script.
 # Each target runs with one job: the machine's cores are shared.
