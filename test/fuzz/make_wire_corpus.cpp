@@ -6,6 +6,9 @@
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Transport.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -21,7 +24,15 @@ int written = 0;
 void write(const std::string &dir, const std::string &name,
            const wire::Envelope &envelope) {
   std::ofstream out(dir + "/" + name, std::ios::binary);
-  std::string bytes = dtorch::rt::encodeEnvelope(envelope);
+  // Deterministic: map fields (instruction attributes) in key order, so
+  // that writing the corpus again gives the same bytes.
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    coded.SetSerializationDeterministic(true);
+    envelope.SerializeToCodedStream(&coded);
+  }
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ++written;
 }
@@ -51,10 +62,15 @@ int main(int argc, char **argv) {
   std::string dir = argv[1];
 
   wire::Envelope hello = envelope(0);
+  // Host and pid fixed, so that writing the corpus again changes nothing.
   *hello.mutable_hello() =
       dtorch::rt::makeHello(wire::ROLE_CONTROLLER, "fuzz-token");
+  hello.mutable_hello()->set_host("host");
+  hello.mutable_hello()->set_pid(1234);
   write(dir, "hello_controller", hello);
   *hello.mutable_hello() = dtorch::rt::makeHello(wire::ROLE_WORKER, "wrong");
+  hello.mutable_hello()->set_host("host");
+  hello.mutable_hello()->set_pid(1235);
   hello.mutable_hello()->set_first_rank(2);
   hello.mutable_hello()->set_num_ranks(2);
   hello.mutable_hello()->set_world_size(4);
