@@ -8,7 +8,7 @@ export CCACHE_DIR ?= $(HOME)/.cache/dtorch-ccache
 
 CLANG_FORMAT ?= clang-format-22
 
-.PHONY: format format-check setup configure build test test-lit test-cpp test-python demo clean docs docs-setup docs-check pip-check
+.PHONY: format format-check setup configure build test test-lit test-cpp test-python demo clean docs docs-setup docs-check pip-check test-asan test-tsan test-fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -93,3 +93,75 @@ pip-check: setup
 	cd / && $(CURDIR)/$(BUILD)/pip-venv/bin/python -c "import dtorch, numpy as np; \
 	  m = dtorch.init_device_mesh('cpu', (2,)); x = dtorch.ones(4, device_mesh=m); \
 	  assert (x + 1).numpy().tolist() == [2.0] * 4; print('pip install . works')"
+
+# ---- Sanitizers and fuzzing (docs/guide/fuzzing.md) --------------------------
+# Each in a build folder of its own, so the main build is untouched. Every
+# sanitizer report aborts its process and fails the run: the C++ tests
+# fail directly; the Python tests' processes (the interpreter and the
+# workers it starts) write their reports to $(ASAN_BUILD)/sanitizer-logs,
+# and any report there fails test-asan.
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SANITIZER_RUNTIME_DIR = $(shell clang-22 --print-runtime-dir)
+SANITIZER_CONFIGURE = -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DCMAKE_C_FLAGS_RELEASE=-O1 \
+	  -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
+	  -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+	  -DLLVM_DIR=/usr/lib/llvm-22/lib/cmake/llvm \
+	  -DPython_EXECUTABLE=$(PYTHON) -DPython3_EXECUTABLE=$(PYTHON)
+# The C++ tests under ASan: the runtime, the distributed runtime (real
+# worker processes), the client and the layout math. The compiler's tests
+# (long exhaustive sweeps) stay in the plain build.
+ASAN_CPP_TESTS ?= runtime_tests distributed_tests hostshm_tests client_tests layout_tests
+# Left out under ASan: a 4 MB-per-collective throughput test of the host
+# shared-memory communicator that runs past its own 60 s limit at ASan's
+# speed on 2 cores (the chunked paths it takes are covered by the others).
+ASAN_GTEST_FILTER ?= -HostSharedMemoryCollectives.LargeTensorsGoThroughTheBoundedBuffer
+# The Python tests under ASan: the embedded cluster with ASan workers.
+ASAN_PYTHON_TESTS ?= test/python/test_failure.py test/python/test_ops.py \
+	test/python/test_redistribute.py test/python/test_parallel.py \
+	test/python/test_inplace.py test/python/test_fetch_async.py \
+	test/python/test_memory_stats.py test/python/test_errors.py
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=0:allow_user_poisoning=0:abort_on_error=1:log_path=$(CURDIR)/$(ASAN_BUILD)/sanitizer-logs/asan \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(CURDIR)/$(ASAN_BUILD)/sanitizer-logs/ubsan
+
+$(ASAN_BUILD)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD) $(SANITIZER_CONFIGURE) -DDTORCH_SANITIZE=address
+
+# ASAN_PYTHON_TESTS= (empty) runs the C++ tests only, without building the
+# extension (the compiler and the dialects).
+test-asan: setup $(ASAN_BUILD)/build.ninja
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_CPP_TESTS) dtorch-worker \
+	  $(if $(strip $(ASAN_PYTHON_TESTS)),_C)
+	rm -rf $(ASAN_BUILD)/sanitizer-logs && mkdir -p $(ASAN_BUILD)/sanitizer-logs
+	@rc=0; \
+	for t in $(ASAN_CPP_TESTS); do \
+	  ASAN_OPTIONS=detect_leaks=1:allow_user_poisoning=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(ASAN_BUILD)/bin/$$t --gtest_brief=1 --gtest_filter='$(ASAN_GTEST_FILTER)' || rc=1; done; \
+	if [ -n "$(strip $(ASAN_PYTHON_TESTS))" ]; then \
+	  mkdir -p $(ASAN_BUILD)/python; \
+	  tar -C python --exclude='_C*.so' --exclude=_build_info.py --exclude=__pycache__ \
+	    -cf - dtorch | tar -C $(ASAN_BUILD)/python -xf -; \
+	  $(ASAN_ENV) LD_PRELOAD=$(SANITIZER_RUNTIME_DIR)/libclang_rt.asan-x86_64.so \
+	    PYTHONPATH=$(CURDIR)/$(ASAN_BUILD)/python $(PYTHON) -m pytest -q -p no:cacheprovider \
+	    $(ASAN_PYTHON_TESTS) || rc=1; fi; \
+	if ls $(ASAN_BUILD)/sanitizer-logs/* >/dev/null 2>&1; then \
+	  echo "test-asan: sanitizer reports:"; head -n 40 $(ASAN_BUILD)/sanitizer-logs/*; rc=1; fi; \
+	exit $$rc
+
+# ThreadSanitizer: the runtime and the distributed runtime (executor
+# streams, collectives, worker processes driven by a Cluster) with their
+# tests.
+TSAN_TESTS ?= runtime_tests distributed_tests
+test-tsan: setup
+	@test -f $(TSAN_BUILD)/build.ninja || cmake -S . -B $(TSAN_BUILD) $(SANITIZER_CONFIGURE) -DDTORCH_SANITIZE=thread
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS) dtorch-worker
+	@rc=0; for t in $(TSAN_TESTS); do \
+	  TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 second_deadlock_stack=1 suppressions=$(CURDIR)/test/fuzz/tsan.supp" \
+	    $(TSAN_BUILD)/bin/$$t --gtest_brief=1 || rc=1; done; exit $$rc
+
+# CI's bounded fuzzing run: 5,000 inputs per target, its seeds first
+# (tools/fuzz.sh 1000000r runs the long one).
+test-fuzz: setup
+	bash tools/fuzz.sh $(FUZZ_LIMIT)
+FUZZ_LIMIT ?= 5000r

@@ -3,6 +3,7 @@
 #include "dtorch/runtime/Shape.h"
 #include "dtorch/runtime/WireLimits.h"
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <unistd.h>

@@ -581,17 +581,13 @@ void Worker::dispatch(wire::Envelope &envelope) {
                        upload.programs(0).mesh_shape().end());
     std::shared_ptr<const MeshRanks> mesh;
     std::string invalid = checkMeshBounds(upload, meshShape);
-    std::vector<int64_t> meshRanks;
+    std::vector<int64_t> meshRanks(upload.mesh_ranks().begin(),
+                                   upload.mesh_ranks().end());
     if (invalid.empty()) {
-      meshRanks.assign(upload.mesh_ranks().begin(), upload.mesh_ranks().end());
-      if (meshRanks.empty()) {
-        int64_t size = 1;
-        for (int64_t extent : meshShape)
-          size *= extent; // bounded by checkMeshBounds
-        for (int64_t p = 0; p < size; ++p)
-          meshRanks.push_back(upload.mesh_rank_start() + p);
-      }
       try {
+        // Bounded (kMaxMeshPositions) before a rank list is made.
+        if (meshRanks.empty())
+          meshRanks = consecutiveMeshRanks(meshShape, upload.mesh_rank_start());
         mesh = std::make_shared<const MeshRanks>(meshShape, meshRanks);
       } catch (const std::exception &e) {
         invalid = e.what();

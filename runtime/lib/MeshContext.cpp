@@ -2,6 +2,8 @@
 
 #include "dtorch/runtime/ProgramValidator.h"
 
+#include <limits>
+
 namespace dtorch::rt {
 
 namespace wire = ::dtorch::wire;
@@ -65,15 +67,35 @@ wire::Attr resolveMeshValue(const wire::MeshValue &value,
 
 } // namespace
 
-MeshRanks::MeshRanks(std::vector<int64_t> shape, std::vector<int64_t> ranks)
-    : shape_(std::move(shape)), ranks_(std::move(ranks)) {
+int64_t meshPositionCount(const std::vector<int64_t> &shape) {
   int64_t size = 1;
-  for (int64_t s : shape_) {
+  for (int64_t s : shape) {
     if (s < 1)
-      throw RuntimeError("mesh " + listToString(shape_) +
+      throw RuntimeError("mesh " + listToString(shape) +
                          " has an extent below 1");
+    if (s > kMaxMeshPositions / size)
+      throw RuntimeError("mesh " + listToString(shape) + " has more than " +
+                         std::to_string(kMaxMeshPositions) + " positions");
     size *= s;
   }
+  return size;
+}
+
+std::vector<int64_t> consecutiveMeshRanks(const std::vector<int64_t> &shape,
+                                          int64_t firstRank) {
+  int64_t size = meshPositionCount(shape);
+  if (firstRank < 0 || firstRank > std::numeric_limits<int64_t>::max() - size)
+    throw RuntimeError("mesh ranks from " + std::to_string(firstRank) +
+                       " are out of range");
+  std::vector<int64_t> ranks(static_cast<size_t>(size));
+  for (int64_t p = 0; p < size; ++p)
+    ranks[p] = firstRank + p;
+  return ranks;
+}
+
+MeshRanks::MeshRanks(std::vector<int64_t> shape, std::vector<int64_t> ranks)
+    : shape_(std::move(shape)), ranks_(std::move(ranks)) {
+  int64_t size = meshPositionCount(shape_);
   if (static_cast<int64_t>(ranks_.size()) != size)
     throw RuntimeError("mesh " + listToString(shape_) + " has " +
                        std::to_string(size) + " positions but " +

@@ -198,6 +198,13 @@ struct Validator {
            std::to_string(kMaxProgramInstructions) + ", " +
            std::to_string(kMaxProgramBuffers) + ", " +
            std::to_string(kMaxProgramEvents) + ")");
+    // Each event is recorded by one instruction; the count sizes the
+    // validator's and the executor's tables, so it is bounded by what the
+    // message holds.
+    if (program.num_events() > program.instructions_size())
+      fail("num_events " + std::to_string(program.num_events()) +
+           " exceeds the number of instructions (" +
+           std::to_string(program.instructions_size()) + ")");
     for (int b = 0; b < program.buffers_size(); ++b) {
       const auto &spec = program.buffers(b);
       try {

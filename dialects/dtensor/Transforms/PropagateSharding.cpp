@@ -9,6 +9,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <unordered_map>
 
@@ -97,17 +98,26 @@ void applyStrategy(ShardingRuleOpInterface op, StrategyMemo &memo) {
 void foldRedistributes(func::FuncOp fn) {
   SmallVector<RedistributeOp> ops;
   fn.walk([&](RedistributeOp op) { ops.push_back(op); });
+  // The inner op of a chain is usually in `ops` too: once erased, it must
+  // not be looked at again (fuzz_dtensor_ir: a use after free).
+  llvm::SmallPtrSet<Operation *, 8> erased;
   for (RedistributeOp op : ops) {
+    if (erased.contains(op))
+      continue;
     while (auto inner = op.getInput().getDefiningOp<RedistributeOp>()) {
       op.getInputMutable().assign(inner.getInput());
       // A regather stays one through the chain (CSE must not merge it with
       // the forward's gather).
       copyRegatherAttr(inner, op);
-      if (inner->use_empty())
+      if (inner->use_empty()) {
+        erased.insert(inner);
         inner->erase();
+      }
     }
   }
   for (RedistributeOp op : ops) {
+    if (erased.contains(op))
+      continue;
     if (op.getInput().getType() == op.getResult().getType()) {
       op.getResult().replaceAllUsesWith(op.getInput());
       op->erase();

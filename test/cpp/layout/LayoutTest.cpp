@@ -126,9 +126,11 @@ TEST(Strategy, AxisOfSizeOneStaysReplicated) {
   ShardingStrategy required =
       chooseStrategy(rule, {{16}}, {{R}}, {8, 16}, 4, {1}, &want);
   EXPECT_EQ(required.result, (Placements{R}));
-  // With ranks to share the work, sharding still wins.
+  // With ranks to share the work, sharding still wins. (One placement per
+  // mesh axis: {R} alone made chooseStrategy read past the operand's
+  // placements, an ASan report of make test-asan.)
   ShardingStrategy wide =
-      chooseStrategy(rule, {{16}}, {{R}}, {8, 16}, 4, {1, 2}, nullptr);
+      chooseStrategy(rule, {{16}}, {{R, R}}, {8, 16}, 4, {1, 2}, nullptr);
   EXPECT_EQ(wide.result[0], R);
   EXPECT_TRUE(wide.result[1].isShard());
 }

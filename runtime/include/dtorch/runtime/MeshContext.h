@@ -35,6 +35,20 @@ private:
   std::unordered_map<int64_t, int64_t> positions_;
 };
 
+// The most positions a mesh may have (far above any real world size): a
+// mesh's size is bounded before anything per position is allocated.
+inline constexpr int64_t kMaxMeshPositions = int64_t(1) << 20;
+
+// The number of positions of a mesh of `shape`; throws RuntimeError when an
+// extent is below 1 or there are more than kMaxMeshPositions.
+int64_t meshPositionCount(const std::vector<int64_t> &shape);
+
+// Ranks firstRank, firstRank + 1, ... for every position of `shape` (an
+// upload without explicit mesh ranks); throws as meshPositionCount does, and
+// when the ranks leave the int64 range or firstRank is negative.
+std::vector<int64_t> consecutiveMeshRanks(const std::vector<int64_t> &shape,
+                                          int64_t firstRank);
+
 struct RankContext {
   std::shared_ptr<const MeshRanks> mesh;
   std::vector<int64_t> coords; // this rank's position

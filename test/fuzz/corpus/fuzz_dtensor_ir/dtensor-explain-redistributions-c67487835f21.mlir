@@ -1,0 +1,5 @@
+#m = #dtensor.mesh<[4]>
+func.func @declared_result(%a: !dtensor.tensor<64x64xf32, #m, [S(1)]>, %b: !dtensor.tensor<64x64xf32, #m, [S(0)]>) -> !dtensor.tensor<64x64xf32, #m, [S(0)]> {
+  %0 = dtensor.matmul %a, %b : (!dtensor.tensor<64x64xf32, #m, [S(1)]>, !dtensor.tensor<64x64xf32, #m, [S(0)]>) -> !dtensor.tensor<64x64xf32, #m, [S(0)]>
+  return %0 : !dtensor.tensor<64x64xf32, #m, [S(0)]>
+}

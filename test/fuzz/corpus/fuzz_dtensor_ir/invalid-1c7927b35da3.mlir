@@ -1,0 +1,5 @@
+#m = #dtensor.mesh<[2]>
+func.func @bmm_batch(%a: !dtensor.tensor<2x4x3xf32, #m, [R]>, %b: !dtensor.tensor<3x3x5xf32, #m, [R]>) {
+  %0 = dtensor.bmm %a, %b : (!dtensor.tensor<2x4x3xf32, #m, [R]>, !dtensor.tensor<3x3x5xf32, #m, [R]>) -> !dtensor.tensor<2x4x5xf32, #m, [R]>
+  return
+}

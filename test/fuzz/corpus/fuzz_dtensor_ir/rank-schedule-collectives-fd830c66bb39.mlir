@@ -1,0 +1,12 @@
+func.func @seg_class0(%a: tensor<4xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>]} {
+  %r1 = rank.all_reduce %a {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+  %r2 = rank.all_reduce %b {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+  %r3 = rank.all_reduce %c {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+  return %r1, %r2, %r3 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+func.func @seg_class1(%a: tensor<16xf32>, %b: tensor<4xf32>, %c: tensor<4xf32>) -> (tensor<16xf32>, tensor<4xf32>, tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 1, 2>]} {
+  %r1 = rank.all_reduce %a {axis = 0 : i64, reduce = "sum"} : tensor<16xf32> -> tensor<16xf32>
+  %r2 = rank.all_reduce %b {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+  %r3 = rank.all_reduce %c {axis = 0 : i64, reduce = "sum"} : tensor<4xf32> -> tensor<4xf32>
+  return %r1, %r2, %r3 : tensor<16xf32>, tensor<4xf32>, tensor<4xf32>
+}
