@@ -10,6 +10,7 @@
 #pragma once
 
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/WireLimits.h"
 
 #include <cstdint>
 #include <memory>
@@ -35,9 +36,8 @@ private:
   std::unordered_map<int64_t, int64_t> positions_;
 };
 
-// The most positions a mesh may have (far above any real world size): a
-// mesh's size is bounded before anything per position is allocated.
-inline constexpr int64_t kMaxMeshPositions = int64_t(1) << 20;
+// kMaxMeshPositions (WireLimits.h), the most positions a mesh may have,
+// bounds a mesh's size before anything per position is allocated.
 
 // The number of positions of a mesh of `shape`; throws RuntimeError when an
 // extent is below 1 or there are more than kMaxMeshPositions.
