@@ -70,9 +70,19 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                                StringRef device) {
   if (shape.empty())
     return emitError() << "mesh must have at least one dim";
-  for (int64_t s : shape)
+  // As many positions as the runtime accepts (kMaxMeshPositions in
+  // runtime/include/dtorch/runtime/WireLimits.h): a larger mesh could never
+  // run, and compiling for it walks every position.
+  constexpr int64_t kMaxMeshDevices = int64_t(1) << 20;
+  int64_t devices = 1;
+  for (int64_t s : shape) {
     if (s <= 0)
       return emitError() << "mesh dims must be positive, got " << s;
+    if (s > kMaxMeshDevices / devices)
+      return emitError() << "mesh has more than " << kMaxMeshDevices
+                         << " devices";
+    devices *= s;
+  }
   if (!dimNames.empty() && dimNames.size() != shape.size())
     return emitError() << "mesh has " << shape.size() << " dims but "
                        << dimNames.size() << " dim names";
