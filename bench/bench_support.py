@@ -1,8 +1,13 @@
 """What the benchmark drivers share: running one measurement in a child
 process whose last stdout line is JSON."""
 import json
+import os
 import subprocess
+import sys
+import tempfile
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_json(cmd, timeout, env=None, stderr_lines=None):
@@ -28,3 +33,24 @@ def run_json(cmd, timeout, env=None, stderr_lines=None):
     if isinstance(out, dict):
         out["wall_s"] = time.perf_counter() - t
     return out
+
+
+def run_job_file(script, job, timeout=900):
+    """Runs `script --job FILE` in a fresh interpreter importing this
+    checkout's dtorch with the on-disk program cache off, FILE holding `job`
+    as JSON; returns the JSON object of the child's last stdout line. Raises
+    RuntimeError with the end of its stderr when it fails."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+        path = f.name
+    env = dict(os.environ, DTORCH_CACHE_DIR="",
+               PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    try:
+        proc = subprocess.run([sys.executable, script, "--job", path], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    finally:
+        os.unlink(path)
+    if proc.returncode != 0:
+        raise RuntimeError(f"job failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

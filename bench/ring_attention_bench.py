@@ -14,11 +14,12 @@ by the tests (test_ring_attention_bench.py runs a tiny setting).
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_support import run_job_file  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -52,18 +53,7 @@ def run_job(job):
 
 
 def run_in_fresh_interpreter(job):
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(job, f)
-        path = f.name
-    env = dict(os.environ, DTORCH_CACHE_DIR="",
-               PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep
-               + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, __file__, "--job", path], capture_output=True,
-                          text=True, timeout=900, env=env)
-    os.unlink(path)
-    if proc.returncode != 0:
-        raise RuntimeError(f"job failed: {proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_job_file(__file__, job)
 
 
 def measure(cp, seq, heads, dim):
