@@ -251,10 +251,14 @@ inline ArenaPlan planArena(const std::vector<int64_t> &bytes,
   std::vector<int> orderBySize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i)
     orderBySize[i] = static_cast<int>(i);
-  std::stable_sort(orderBySize.begin(), orderBySize.end(), [&](int a, int b) {
+  // Largest first, then earliest; the index breaks the remaining ties, so
+  // the order is total and a plain sort is deterministic.
+  std::sort(orderBySize.begin(), orderBySize.end(), [&](int a, int b) {
     if (slots[a].size != slots[b].size)
       return slots[a].size > slots[b].size;
-    return slots[a].first < slots[b].first;
+    if (slots[a].first != slots[b].first)
+      return slots[a].first < slots[b].first;
+    return a < b;
   });
   std::vector<int64_t> slotOffset(slots.size(), -1);
   std::vector<int> placed;

@@ -168,7 +168,8 @@ TEST(PointToPointPrograms, TransfersMoveTheBlocksOnEveryBackend) {
   std::vector<wire::Program> programs =
       emitted::programsByPosition(result.functions.at(0));
   std::vector<std::shared_ptr<void>> keepAlive;
-  for (auto &[name, comms] : everyBackend(keepAlive)) {
+  for (auto &[name, backendComms] : everyBackend(keepAlive)) {
+    auto &comms = backendComms; // a lambda may not capture a binding (C++17)
     std::vector<std::vector<rt::Tensor>> outputs(4);
     onThreads(4, [&](int r) {
       rt::Executor exec(comms[r].get());
@@ -208,7 +209,8 @@ func.func @stages(%x: !dtensor.tensor<4x6xf32, #m, [S(0), S(1)]>) -> !dtensor.te
   ASSERT_EQ(fn.programs.size(), 2u); // one per stage, whatever dp is
   std::vector<wire::Program> programs = emitted::programsByPosition(fn);
   std::vector<std::shared_ptr<void>> keepAlive;
-  for (auto &[name, comms] : everyBackend(keepAlive)) {
+  for (auto &[name, backendComms] : everyBackend(keepAlive)) {
+    auto &comms = backendComms; // a lambda may not capture a binding (C++17)
     std::vector<rt::Tensor> outputs(4);
     onThreads(4, [&](int r) {
       rt::Executor exec(comms[r].get());
