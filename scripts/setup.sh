@@ -5,6 +5,9 @@ set -euo pipefail
 
 APT_PACKAGES=(
   cmake ninja-build pkg-config ccache lld-22 clang-22 clang-format-22
+  # compiler-rt: ASan/UBSan/TSan and libFuzzer runtimes (make test-asan,
+  # test-fuzz)
+  libclang-rt-22-dev
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler
   libgloo-dev libgtest-dev libgmock-dev
