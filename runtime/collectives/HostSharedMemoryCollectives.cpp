@@ -1068,8 +1068,8 @@ std::string localHostIdentity() {
   return std::string(host) + "|" +
          readFirstLine("/proc/sys/kernel/random/boot_id") + "|" +
          readLink("/proc/self/ns/ipc") + "|" + readLink("/proc/self/ns/mnt") +
-         "|" + readLink("/proc/self/ns/pid") + "|uid " +
-         std::to_string(getuid());
+         "|" + readLink("/proc/self/ns/pid") + "|" +
+         readLink("/proc/self/ns/net") + "|uid " + std::to_string(getuid());
 }
 
 std::unique_ptr<HostSharedMemoryCommunicator>

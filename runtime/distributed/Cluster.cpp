@@ -6,6 +6,7 @@
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
 #include "dtorch/runtime/WireLimits.h"
+#include "dtorch/runtime/WorkerLaunch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -507,7 +508,10 @@ void Cluster::Impl::onHello(const std::string &id, const wire::Hello &hello) {
   WorkerInfo &w = workers[index];
   w.id = id;
   w.authenticated = true;
-  w.host = hello.host();
+  // A worker started by hand is named with the address it was dialed at
+  // when that says more than its host name (hosts that share a name, as
+  // network namespaces of one machine do).
+  w.host = embedded ? hello.host() : workerHostLabel(hello.host(), w.address);
   w.pid = hello.pid();
   w.firstRank = hello.first_rank();
   w.numRanks = hello.num_ranks();
@@ -629,7 +633,7 @@ void Cluster::Impl::onWorkerMessage(size_t index, wire::Envelope &e) {
     const auto &error = e.error();
     int rank = error.rank() >= 0 ? error.rank() : workers[index].firstRank;
     std::string host =
-        error.host().empty() ? workers[index].host : error.host();
+        workers[index].host.empty() ? error.host() : workers[index].host;
     std::string message = error.message();
     blameDeadPeer(rank, host, message);
     if (requestId) {

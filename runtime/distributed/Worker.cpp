@@ -360,6 +360,8 @@ void Worker::buildGeneration(uint64_t number) {
   hostShm.deadline = options_.collectiveTimeout;
   hostShm.prefix = generationPrefix("hostshm", number);
   hostShm.health = health_;
+  if (!options_.hostId.empty())
+    hostShm.hostIdentity = options_.hostId;
   if (!hostSharedMemoryEnabled())
     // A unique identity: no group with this process counts as one host,
     // and every member of such a group agrees on that.
@@ -988,19 +990,55 @@ int parseInt(const std::string &text, const char *flag) {
 } // namespace
 
 WorkerOptions parseWorkerArgs(int argc, char **argv) {
+  return parseWorkerArgs(argc, argv, processEnvironment());
+}
+
+namespace {
+
+// The specific IPv4 address of a tcp:// endpoint, or empty (a name, a
+// wildcard, another transport).
+std::string specificAddressOf(const std::string &endpoint) {
+  const std::string scheme = "tcp://";
+  if (endpoint.compare(0, scheme.size(), scheme) != 0)
+    return "";
+  std::string host = endpoint.substr(scheme.size());
+  host = host.substr(0, host.rfind(':'));
+  if (host == "*" || host == "0.0.0.0")
+    return "";
+  int dots = 0;
+  for (char c : host) {
+    if (c == '.')
+      ++dots;
+    else if (c < '0' || c > '9')
+      return "";
+  }
+  return dots == 3 ? host : "";
+}
+
+} // namespace
+
+WorkerOptions parseWorkerArgs(int argc, char **argv,
+                              const EnvironmentLookup &env) {
   static const char *usage =
-      "usage: dtorch-worker (--connect ADDR | --listen ADDR) "
-      "(--token-file PATH | --token-fd N | $DTORCH_TOKEN) --ranks A-B "
-      "--world-size N [--collective-timeout-ms MS] "
+      "usage: dtorch-worker (--connect ADDR | --listen ADDR | a launcher's "
+      "variables) (--token-file PATH | --token-fd N | $DTORCH_TOKEN) "
+      "(--ranks A-B --world-size N | a launcher's variables) "
+      "[--launcher auto|slurm|torchrun|none] [--ranks-per-worker N] "
+      "[--port P] [--bind-address ADDR|hostname|interface:NAME] "
+      "[--host-id ID] [--collective-timeout-ms MS] "
       "[--controller-timeout-ms MS] [--heartbeat-ms MS] "
       "[--max-message-bytes B] "
       "[--collective-address HOST] [--ranks-on-host N] [--generation G] "
       "[--curve-secret-key-file F --curve-controller-public-key-file F]\n"
-      "       dtorch-worker --generate-curve-keypair PREFIX";
+      "       dtorch-worker --generate-curve-keypair PREFIX\n"
+      "(docs/guide/multi-host.md: Slurm and torchrun variables)";
   WorkerOptions options;
-  bool haveRanks = false, haveWorld = false, haveCollectiveAddress = false;
+  bool haveRanks = false, haveWorld = false, haveCollectiveAddress = false,
+       haveRanksOnHost = false;
   int tokenSources = 0;
   std::string curveSecretFile, curveControllerFile;
+  LaunchRequest launch;
+  std::string bindFlag, portFlag, ranksPerWorkerFlag, launcherFlag;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (i + 1 >= argc)
@@ -1044,9 +1082,10 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
     else if (flag == "--gloo-host" || flag == "--collective-address") {
       options.glooHost = value;
       haveCollectiveAddress = true;
-    } else if (flag == "--ranks-on-host")
+    } else if (flag == "--ranks-on-host") {
       options.ranksOnHost = parseInt(value, "--ranks-on-host");
-    else if (flag == "--generation") {
+      haveRanksOnHost = true;
+    } else if (flag == "--generation") {
       int generation = parseInt(value, "--generation");
       if (generation < 0)
         throw RuntimeError("--generation must not be negative");
@@ -1060,6 +1099,18 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
       options.firstRank = first;
       options.numRanks = last - first + 1;
       haveRanks = true;
+    } else if (flag == "--launcher")
+      launcherFlag = value;
+    else if (flag == "--ranks-per-worker")
+      ranksPerWorkerFlag = value;
+    else if (flag == "--port")
+      portFlag = value;
+    else if (flag == "--bind-address")
+      bindFlag = value;
+    else if (flag == "--host-id") {
+      if (value.empty())
+        throw RuntimeError("--host-id must not be empty");
+      options.hostId = value;
     } else {
       throw RuntimeError("unknown option " + flag + "\n" + usage);
     }
@@ -1070,24 +1121,119 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
                          std::string(usage));
     return options;
   }
+  // Launch settings: a flag, else its variable; each error names its source.
+  auto setting =
+      [&](const std::string &flagValue, const char *flag,
+          const char *variable) -> std::pair<std::string, std::string> {
+    if (!flagValue.empty())
+      return {flagValue, flag};
+    if (std::optional<std::string> value = env(variable))
+      return {*value, std::string("$") + variable};
+    return {"", ""};
+  };
+  auto [launcher, launcherSource] =
+      setting(launcherFlag, "--launcher", "DTORCH_LAUNCHER");
+  launch.launcher = launcher;
+  if (auto [text, source] = setting(ranksPerWorkerFlag, "--ranks-per-worker",
+                                    "DTORCH_RANKS_PER_WORKER");
+      !text.empty()) {
+    launch.ranksPerWorker = parseInt(text, source.c_str());
+    if (launch.ranksPerWorker < 1)
+      throw RuntimeError(source + " must be at least 1");
+  }
+  if (auto [text, source] = setting(portFlag, "--port", "DTORCH_WORKER_PORT");
+      !text.empty()) {
+    launch.basePort = parseInt(text, source.c_str());
+    if (launch.basePort < 1 || launch.basePort > 65535)
+      throw RuntimeError(source + " must be a port number (1 to 65535)");
+  }
+  std::string bindAddress;
+  if (auto [text, source] =
+          setting(bindFlag, "--bind-address", "DTORCH_BIND_ADDRESS");
+      !text.empty())
+    bindAddress = resolveBindAddress(text, source);
+  launch.bindAddress = bindAddress;
+  if (options.hostId.empty())
+    options.hostId = env("DTORCH_HOST_ID").value_or("");
+
+  // A launcher places only a listening worker, and only what the flags
+  // leave open (the embedded cluster's --connect workers never look).
+  bool needsPlacement = options.connect.empty() &&
+                        (options.listen.empty() || !haveRanks || !haveWorld);
+  if (needsPlacement) {
+    if (std::optional<LaunchPlacement> placement =
+            placementFromLauncher(launch, env)) {
+      std::string overridden;
+      if (options.listen.empty())
+        options.listen = placement->listen;
+      else
+        overridden += " --listen";
+      if (!haveRanks) {
+        options.firstRank = placement->firstRank;
+        options.numRanks = placement->numRanks;
+        haveRanks = true;
+      } else {
+        overridden += " --ranks";
+      }
+      if (!haveWorld) {
+        options.worldSize = placement->worldSize;
+        haveWorld = true;
+      } else {
+        overridden += " --world-size";
+      }
+      if (!haveRanksOnHost)
+        options.ranksOnHost = placement->ranksOnHost;
+      if (bindAddress.empty())
+        bindAddress = placement->bindAddress;
+      options.launchDescription = placement->launcher + " (";
+      for (size_t i = 0; i < placement->sources.size(); ++i)
+        options.launchDescription += (i ? " " : "") + placement->sources[i];
+      options.launchDescription += ")";
+      if (!overridden.empty())
+        options.launchDescription += "; explicit flags win:" + overridden;
+    } else if (options.listen.empty() && launch.basePort > 0) {
+      // By hand: --bind-address (else loopback) and --port.
+      options.listen = "tcp://" +
+                       (bindAddress.empty() ? "127.0.0.1" : bindAddress) + ":" +
+                       std::to_string(launch.basePort);
+    }
+  } else if (!launcherFlag.empty() || env("DTORCH_LAUNCHER")) {
+    // Still check the setting's spelling.
+    LaunchRequest check = launch;
+    if (check.launcher != "auto" && check.launcher != "slurm" &&
+        check.launcher != "torchrun" && check.launcher != "none")
+      throw RuntimeError(launcherSource +
+                         " must be auto, slurm, torchrun or "
+                         "none, not '" +
+                         check.launcher + "'");
+  }
   if (options.connect.empty() == options.listen.empty())
     throw RuntimeError(
-        std::string("give exactly one of --connect and --listen\n") + usage);
+        std::string("give exactly one of --connect and --listen (or --port, "
+                    "or start the worker under a launcher)\n") +
+        usage);
   if (tokenSources > 1)
     throw RuntimeError("give the token once: --token-file, --token-fd or "
                        "--token");
   if (tokenSources == 0) {
-    if (const char *env = std::getenv("DTORCH_TOKEN"); env && *env)
-      options.token = env;
+    if (std::optional<std::string> token = env("DTORCH_TOKEN"))
+      options.token = *token;
   }
   if (options.token.empty())
     throw RuntimeError(
         std::string("a token is required: --token-file PATH, --token-fd N or "
                     "$DTORCH_TOKEN\n") +
         usage);
+  // The collective links: explicit, else the bind address, else the
+  // specific address --listen names, else loopback.
   if (!haveCollectiveAddress) {
-    if (const char *env = std::getenv("DTORCH_COLLECTIVE_ADDRESS"); env && *env)
-      options.glooHost = env;
+    if (std::optional<std::string> address = env("DTORCH_COLLECTIVE_ADDRESS"))
+      options.glooHost = *address;
+    else if (!bindAddress.empty())
+      options.glooHost = bindAddress;
+    else if (std::string listened = specificAddressOf(options.listen);
+             !listened.empty())
+      options.glooHost = listened;
   }
   if (curveSecretFile.empty() != curveControllerFile.empty())
     throw RuntimeError("CURVE needs both --curve-secret-key-file and "
@@ -1100,8 +1246,12 @@ WorkerOptions parseWorkerArgs(int argc, char **argv) {
         curveControllerFile, "the controller's CURVE public key");
   }
   if (!haveRanks || !haveWorld)
-    throw RuntimeError(std::string("--ranks and --world-size are required\n") +
-                       usage);
+    throw RuntimeError(
+        std::string("--ranks and --world-size are required (or start the "
+                    "worker under srun or with torchrun-style variables "
+                    "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
+                    "MASTER_PORT)\n") +
+        usage);
   if (options.numRanks < 1 || options.firstRank < 0 ||
       options.firstRank + options.numRanks > options.worldSize)
     throw RuntimeError(
@@ -1147,6 +1297,13 @@ int runWorker(const WorkerOptions &options) {
     std::fprintf(stderr, "dtorch-worker (ranks %d-%d, %d on this host): %s\n",
                  options.firstRank, options.firstRank + options.numRanks - 1,
                  ranksOnHost, blasLine.c_str());
+  if (!options.launchDescription.empty())
+    std::fprintf(stderr,
+                 "dtorch-worker: placed by %s: ranks %d-%d of %d, listening "
+                 "on %s, collectives on %s\n",
+                 options.launchDescription.c_str(), options.firstRank,
+                 options.firstRank + options.numRanks - 1, options.worldSize,
+                 options.listen.c_str(), options.glooHost.c_str());
   // Deliberately leaked: a rank stuck in a collective may still use it, and
   // the process exits right after.
   auto *worker = new Worker(options);

@@ -58,10 +58,12 @@ struct HostSharedMemoryOptions {
 };
 
 // What identifies "the same host" for shared memory: the hostname, the boot
-// id and the IPC, mount and pid namespaces of this process (two processes
-// with the same identity can map each other's memfd segments and see each
-// other's pids). $DTORCH_HOST_ID, when set, replaces it (tests use it to
-// simulate ranks on different hosts).
+// id and the IPC, mount, pid and network namespaces of this process (two
+// processes with the same identity can map each other's memfd segments and
+// see each other's pids; the network namespace keeps "hosts" simulated by
+// namespaces that share one kernel apart, so they talk over their links).
+// $DTORCH_HOST_ID, when set, replaces it (tests use it to simulate ranks on
+// different hosts).
 std::string localHostIdentity();
 
 // Counters of one communicator, for tests and benchmarks.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "dtorch/runtime/Transport.h"
+#include "dtorch/runtime/WorkerLaunch.h"
 
 #include <chrono>
 #include <string>
@@ -42,8 +43,17 @@ struct WorkerOptions {
   // max(1, cores / ranksOnHost) threads (Blas.h).
   int ranksOnHost = 0;
   // Address the Gloo TCP device binds (--collective-address, alias
-  // --gloo-host, else $DTORCH_COLLECTIVE_ADDRESS): loopback unless set.
+  // --gloo-host, else $DTORCH_COLLECTIVE_ADDRESS, else the bind address
+  // (--bind-address, $DTORCH_BIND_ADDRESS, a launcher's) or the specific
+  // IPv4 address of --listen): loopback unless one of them is set.
   std::string glooHost = "127.0.0.1";
+  // The host identity that groups ranks for shared memory between
+  // processes (--host-id, else $DTORCH_HOST_ID; empty: localHostIdentity(),
+  // which network namespaces also tell apart).
+  std::string hostId;
+  // How a launcher's variables placed this worker (WorkerLaunch.h), for the
+  // start-up line; empty when started by hand.
+  std::string launchDescription;
   std::chrono::milliseconds collectiveTimeout{30000};
   // Exit when no message arrived from the controller for this long (after a
   // controller authenticated; in connect mode also before).
@@ -62,9 +72,17 @@ struct WorkerOptions {
 // --max-message-bytes B, --collective-address H (alias --gloo-host),
 // --ranks-on-host N, --curve-secret-key-file F,
 // --curve-controller-public-key-file F; or only
-// --generate-curve-keypair PREFIX).
+// --generate-curve-keypair PREFIX). A listening worker may instead take its
+// ranks, world size and address from a launcher (WorkerLaunch.h:
+// --launcher auto|slurm|torchrun|none, --ranks-per-worker N, --port P,
+// --bind-address A, and $DTORCH_LAUNCHER, $DTORCH_RANKS_PER_WORKER,
+// $DTORCH_WORKER_PORT, $DTORCH_BIND_ADDRESS); explicit flags win.
+// --host-id ID (else $DTORCH_HOST_ID) sets the shared-memory host identity.
 // Throws RuntimeError with a usage message on errors.
 WorkerOptions parseWorkerArgs(int argc, char **argv);
+// The same, reading the environment through `env` (tests).
+WorkerOptions parseWorkerArgs(int argc, char **argv,
+                              const EnvironmentLookup &env);
 
 // Runs the worker until the controller sends Shutdown or goes silent.
 // Returns the process exit code.
