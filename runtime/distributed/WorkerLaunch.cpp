@@ -401,15 +401,17 @@ placementFromLauncher(const LaunchRequest &request,
         throw RuntimeError("LOCAL_WORLD_SIZE=" + *localWorld +
                            " exceeds WORLD_SIZE=" + std::to_string(workers));
     }
-    std::string masterAddress =
-        vars.required("MASTER_ADDR", "the controller's host");
+    // MASTER_ADDR and MASTER_PORT are needed only for what the flags leave
+    // open: the bind address and the base port.
     if (basePort == 0) {
-      int masterPort =
-          parseBounded(vars.required("MASTER_PORT", "the workers' ports"),
-                       "MASTER_PORT", 1, 65535);
+      int masterPort = parseBounded(
+          vars.required("MASTER_PORT", "the workers' ports (or give --port)"),
+          "MASTER_PORT", 1, 65535);
       basePort = masterPort + 1;
     }
     if (bind.empty()) {
+      std::string masterAddress = vars.required(
+          "MASTER_ADDR", "the address to bind (or give --bind-address)");
       bind = localAddressToward(masterAddress, "MASTER_ADDR");
       bool multiNode = tasksOnNode > 0 && tasksOnNode < workers;
       if (multiNode && isLoopbackAddress(bind))

@@ -170,6 +170,25 @@ TEST(WorkerLaunch, TorchrunVariables) {
   EXPECT_EQ(second.listen, "tcp://127.0.0.1:7103");
 }
 
+TEST(WorkerLaunch, TorchrunWithoutMasterWhenBindAndPortAreGiven) {
+  // As the Kubernetes StatefulSet starts it: RANK from the pod's index, the
+  // pod's address and a fixed port; MASTER_ADDR/MASTER_PORT are not needed.
+  Env env = {{"RANK", "1"},
+             {"WORLD_SIZE", "3"},
+             {"LOCAL_RANK", "0"},
+             {"LOCAL_WORLD_SIZE", "1"},
+             {"DTORCH_BIND_ADDRESS", "10.1.2.3"},
+             {"DTORCH_WORKER_PORT", "29500"}};
+  WorkerOptions o = parse({}, env);
+  EXPECT_EQ(o.firstRank, 1);
+  EXPECT_EQ(o.worldSize, 3);
+  EXPECT_EQ(o.listen, "tcp://10.1.2.3:29500");
+  EXPECT_EQ(o.glooHost, "10.1.2.3");
+  env.erase("DTORCH_WORKER_PORT");
+  EXPECT_NE(errorOf([&] { parse({}, env); }).find("MASTER_PORT is not set"),
+            std::string::npos);
+}
+
 TEST(WorkerLaunch, TorchrunErrorsNameTheVariable) {
   Env noMaster = torchrunProcess(0, 2, 0, 2);
   noMaster.erase("MASTER_ADDR");

@@ -19,8 +19,9 @@
 //   RANK -> W, WORLD_SIZE -> N, LOCAL_RANK -> L, LOCAL_WORLD_SIZE -> T,
 //   MASTER_ADDR: the controller's host; without an explicit bind address
 //     the worker binds the local address its route to MASTER_ADDR leaves
-//     from (loopback when MASTER_ADDR is this host),
-//   MASTER_PORT: the default base port is MASTER_PORT + 1.
+//     from (loopback when MASTER_ADDR is this host; needed only then),
+//   MASTER_PORT: the default base port is MASTER_PORT + 1 (needed only
+//     without --port / $DTORCH_WORKER_PORT).
 // Either way, with R = --ranks-per-worker (default 1): ranks
 // [W*R, W*R+R), world size N*R, ranks on host T*R, and it listens on
 // tcp://BIND:(BASE + L) (BASE: --port, $DTORCH_WORKER_PORT, else 29500 /
