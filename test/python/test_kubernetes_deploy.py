@@ -234,7 +234,7 @@ def test_the_worker_environment_starts_a_placed_worker(manifests, tmp_path):
             if not line:
                 break
             lines.append(line)
-            if "listening on" in line and any("placed by" in l for l in lines):
+            if line.startswith("dtorch-worker listening on"):
                 break
         out = "".join(lines)
     finally:
