@@ -1160,6 +1160,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
   // leave open (the embedded cluster's --connect workers never look).
   bool needsPlacement = options.connect.empty() &&
                         (options.listen.empty() || !haveRanks || !haveWorld);
+  launch.listenGiven = !options.listen.empty();
   if (needsPlacement) {
     if (std::optional<LaunchPlacement> placement =
             placementFromLauncher(launch, env)) {

@@ -374,7 +374,7 @@ placementFromLauncher(const LaunchRequest &request,
                          " task(s) on this node");
     if (basePort == 0)
       basePort = kDefaultSlurmBasePort;
-    if (bind.empty()) {
+    if (bind.empty() && !request.listenGiven) {
       if (placement.nodes > 1)
         throw RuntimeError(
             "the Slurm job spans " + std::to_string(placement.nodes) +
@@ -403,13 +403,13 @@ placementFromLauncher(const LaunchRequest &request,
     }
     // MASTER_ADDR and MASTER_PORT are needed only for what the flags leave
     // open: the bind address and the base port.
-    if (basePort == 0) {
+    if (basePort == 0 && !request.listenGiven) {
       int masterPort = parseBounded(
           vars.required("MASTER_PORT", "the workers' ports (or give --port)"),
           "MASTER_PORT", 1, 65535);
       basePort = masterPort + 1;
     }
-    if (bind.empty()) {
+    if (bind.empty() && !request.listenGiven) {
       std::string masterAddress = vars.required(
           "MASTER_ADDR", "the address to bind (or give --bind-address)");
       bind = localAddressToward(masterAddress, "MASTER_ADDR");
@@ -430,7 +430,7 @@ placementFromLauncher(const LaunchRequest &request,
                        " workers of " + std::to_string(perWorker) +
                        " ranks is too large");
   int port = basePort + local;
-  if (port > 65535)
+  if (!request.listenGiven && port > 65535)
     throw RuntimeError("the listen port " + std::to_string(basePort) + " + " +
                        (launcher == "slurm" ? "SLURM_LOCALID" : "LOCAL_RANK") +
                        " " + std::to_string(local) + " exceeds 65535");
@@ -438,8 +438,10 @@ placementFromLauncher(const LaunchRequest &request,
   placement.numRanks = perWorker;
   placement.worldSize = workers * perWorker;
   placement.ranksOnHost = tasksOnNode > 0 ? tasksOnNode * perWorker : 0;
-  placement.bindAddress = bind;
-  placement.listen = "tcp://" + bind + ":" + std::to_string(port);
+  if (!request.listenGiven) {
+    placement.bindAddress = bind;
+    placement.listen = "tcp://" + bind + ":" + std::to_string(port);
+  }
   placement.sources = std::move(vars.sources);
   return placement;
 }

@@ -189,6 +189,25 @@ TEST(WorkerLaunch, TorchrunWithoutMasterWhenBindAndPortAreGiven) {
             std::string::npos);
 }
 
+TEST(WorkerLaunch, AnExplicitListenNeedsNoAddressVariables) {
+  // --listen given: ranks still come from the launcher, but neither
+  // MASTER_ADDR/MASTER_PORT nor a Slurm bind address is needed.
+  Env env = torchrunProcess(1, 4, 0, 2);
+  env.erase("MASTER_ADDR");
+  env.erase("MASTER_PORT");
+  WorkerOptions o = parse({"--listen", "tcp://10.213.5.2:6000"}, env);
+  EXPECT_EQ(o.firstRank, 1);
+  EXPECT_EQ(o.worldSize, 4);
+  EXPECT_EQ(o.listen, "tcp://10.213.5.2:6000");
+  EXPECT_EQ(o.glooHost, "10.213.5.2");
+  WorkerOptions slurm = parse({"--listen", "tcp://10.213.5.2:6000"},
+                              slurmTask(3, 4, 1, 1, "2(x2)", "n[1-2]"));
+  EXPECT_EQ(slurm.firstRank, 3);
+  EXPECT_EQ(slurm.listen, "tcp://10.213.5.2:6000");
+  EXPECT_NE(slurm.launchDescription.find("explicit flags win: --listen"),
+            std::string::npos);
+}
+
 TEST(WorkerLaunch, TorchrunErrorsNameTheVariable) {
   Env noMaster = torchrunProcess(0, 2, 0, 2);
   noMaster.erase("MASTER_ADDR");

@@ -50,6 +50,9 @@ struct LaunchRequest {
   int ranksPerWorker = 0;  // --ranks-per-worker
   int basePort = 0;        // --port
   std::string bindAddress; // --bind-address (already resolved or a spec)
+  // --listen was given: no address or port is derived (nor MASTER_ADDR,
+  // MASTER_PORT read).
+  bool listenGiven = false;
 };
 
 /// A worker's place in the world as a launcher's variables give it.
@@ -60,7 +63,7 @@ struct LaunchPlacement {
   int worldSize = 1;
   int ranksOnHost = 0;
   int nodes = 0;           // hosts of the job (0: unknown)
-  std::string listen;      // tcp://ADDRESS:PORT
+  std::string listen;      // tcp://ADDRESS:PORT (empty with listenGiven)
   std::string bindAddress; // the numeric address of `listen`
   /// The variables it was derived from, "NAME=value" each, for the start-up
   /// line.
