@@ -15,6 +15,9 @@ APT_PACKAGES=(
   # by default, OpenBLAS (core type chosen from CPUID) for float64, BLIS on
   # request (DTORCH_BLAS=blis).
   libopenblas-dev libdnnl-dev libblis-dev
+  # ip and ss: the multi-host tests' network namespaces
+  # (test/python/test_multihost.py)
+  iproute2
 )
 PIP_PACKAGES=(numpy pytest lit nanobind hypothesis ml_dtypes tqdm matplotlib safetensors)
 
