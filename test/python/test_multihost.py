@@ -1,7 +1,8 @@
-"""Workers on several "hosts": Linux network namespaces joined by veth pairs
-to a bridge in the root namespace (docs/guide/multi-host.md). Every test
-creates its namespaces, bridge and addresses (10.213.X.0/24, X picked free,
-names unique per run) and removes them, also on failure. Workers run inside
+"""Workers on several "hosts": Linux network namespaces joined by veth pairs,
+each two hosts directly and each host to the root namespace
+(docs/guide/multi-host.md). Every test creates its namespaces, links and
+addresses (10.213.X.0/24, X picked free, names unique per run) and removes
+them, also on failure. Workers run inside
 the namespaces (`ip netns exec NS dtorch-worker ...`, by hand, through Slurm's
 or torchrun's variables), the client (controller) in the root namespace in
 a child interpreter. Namespaces share the kernel, /dev/shm and the host name:
@@ -47,7 +48,15 @@ def _skip_reason():
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"ip netns is unavailable: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    try:
+        veth = subprocess.run(["ip", "-n", probe, "link", "add", "name", "probea", "type", "veth", "peer", "name", "probeb"],
+                              capture_output=True, text=True)
+        if veth.returncode != 0:
+            return f"veth pairs are unavailable: {veth.stderr.strip()}"
+        if not shutil.which("ss"):
+            return "the ss command (iproute2) is not installed"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
 
 
@@ -70,33 +79,61 @@ def free_subnet():
 
 
 class Hosts:
-    """`count` network namespaces, each with a veth pair whose other end is
-    on a bridge in the root namespace; the bridge holds 10.213.X.1, host i
-    10.213.X.(i+2). Everything is removed by close(), which kills the
-    processes started in them first."""
+    """`count` network namespaces joined by veth pairs, with no bridge and
+    no forwarding in the root namespace (so the host's firewall and
+    br_netfilter never see their traffic): every two hosts share a pair of
+    their own, and each host has a pair to the root namespace for the
+    client. Host i has the address 10.213.X.(i+2) on each of its links (a
+    /32 with a route per peer), the root namespace 10.213.X.1 on its ends.
+    Everything is removed by close(), which kills the processes started in
+    them first."""
 
     def __init__(self, count):
         tag = f"{os.getpid() % 100000:05d}{random.randrange(36 ** 2):03x}"[-7:]
-        self.bridge = f"dtmb{tag}"
         self.names = [f"dtmh{tag}{i}" for i in range(count)]
         self.links = [f"dtmv{tag}{i}" for i in range(count)]  # root-side veth ends
         self.subnet = free_subnet()
+        self.root_address = f"10.213.{self.subnet}.1"
         self.addresses = [f"10.213.{self.subnet}.{i + 2}" for i in range(count)]
         self.processes = []
         try:
-            ip("link", "add", self.bridge, "type", "bridge")
-            ip("addr", "add", f"10.213.{self.subnet}.1/24", "dev", self.bridge)
-            ip("link", "set", self.bridge, "up")
-            for ns, link, address in zip(self.names, self.links, self.addresses):
+            for ns in self.names:
                 ip("netns", "add", ns)
-                ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns)
-                ip("link", "set", link, "master", self.bridge, "up")
-                ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-                ip("-n", ns, "link", "set", "eth0", "up")
                 ip("-n", ns, "link", "set", "lo", "up")
+            for i, (ns, link, address) in enumerate(zip(self.names, self.links, self.addresses)):
+                # The uplink to the client: "uplink" in the host, `link` in root.
+                ip("link", "add", link, "type", "veth", "peer", "name", "uplink", "netns", ns)
+                ip("addr", "add", f"{self.root_address}/32", "dev", link)
+                ip("link", "set", "dev", link, "up")
+                ip("route", "add", f"{address}/32", "dev", link)
+                self._address_link(ns, "uplink", address, self.root_address)
+                # A link to every host before it: "pJ" in host i, "pI" in j.
+                for j in range(i):
+                    ip("-n", ns, "link", "add", f"p{j}", "type", "veth", "peer", "name", f"p{i}",
+                       "netns", self.names[j])
+                    self._address_link(ns, f"p{j}", address, self.addresses[j])
+                    self._address_link(self.names[j], f"p{i}", self.addresses[j], address)
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _address_link(ns, device, address, peer):
+        ip("-n", ns, "addr", "add", f"{address}/32", "dev", device)
+        ip("-n", ns, "link", "set", "dev", device, "up")
+        ip("-n", ns, "route", "add", f"{peer}/32", "dev", device)
+
+    def host_links(self, host):
+        """Every link of host `host`, as (namespace or None for root,
+        device) pairs."""
+        ns = self.names[host]
+        return [(None, self.links[host])] + [
+            (ns, f"p{j}") for j in range(len(self.names)) if j != host]
+
+    def set_links(self, host, state):
+        """`ip link set ... STATE` commands for every link of `host`."""
+        return [["ip"] + (["-n", ns] if ns else []) + ["link", "set", "dev", dev, state]
+                for ns, dev in self.host_links(host)]
 
     def start(self, host, args, env=None, name="worker"):
         """Starts dtorch-worker ARGS inside host `host`'s namespace; its
@@ -128,25 +165,25 @@ class Hosts:
         namespaces = set(ip("netns", "list").split())
         links = ip("-o", "link", "show")
         return ([n for n in self.names if n in namespaces]
-                + [l for l in self.links + [self.bridge] if f" {l}:" in links or f" {l}@" in links])
+                + [l for l in self.links if f" {l}:" in links or f" {l}@" in links])
 
     def close(self):
+        # Links back up first: sockets of a host whose links were cut would
+        # otherwise keep retransmitting (and keep its namespace alive,
+        # unnamed) for minutes; this way their peers answer and they close.
+        for host in range(len(self.names)):
+            for command in self.set_links(host, "up"):
+                subprocess.run(command, capture_output=True)
         for p in self.processes:
             if p.poll() is None:
                 p.kill()
             p.wait()
             p.log.close()
             os.unlink(p.log.name)
-        # Links back up first: sockets of a namespace whose link was cut
-        # would otherwise keep retransmitting (and keep the namespace alive,
-        # unnamed) for minutes; this way their peers answer and they close.
-        for link in self.links:
-            ip("link", "set", link, "up", check=False)
         for link in self.links:
             ip("link", "del", link, check=False)  # both ends of the pair
         for ns in self.names:
-            ip("netns", "del", ns, check=False)
-        ip("link", "del", self.bridge, check=False)
+            ip("netns", "del", ns, check=False)  # with its links to the others
 
 
 @pytest.fixture
@@ -271,7 +308,7 @@ def one_host_reference(mesh_shape, names):
 def gloo_peers(hosts, p, host):
     """Addresses of other hosts that worker `p` (in `host`'s namespace) has
     TCP connections with: its Gloo pairs across the veth links (the client
-    is on the bridge's address, not a host's)."""
+    is on the root namespace's address, not a host's)."""
     r = subprocess.run(["ip", "netns", "exec", hosts.names[host], "ss", "-tnpH"],
                        capture_output=True, text=True)
     peers = set()
@@ -339,11 +376,11 @@ def test_three_hosts_placed_by_slurm_and_torchrun_variables(hosts, token_file):
     # they share --host-id (separate `ip netns exec` calls get separate
     # mount namespaces, which the default identity tells apart). Hosts 1 and
     # 2: one process each, placed by torchrun-style variables (MASTER_ADDR
-    # is the client's bridge address: each binds the address facing it).
+    # is the client's address: each binds the address facing it).
     # 4 processes of 2 ranks (--ranks-per-worker 2): a 2x4 mesh.
     h = hosts(3)
     token = ["--token-file", token_file, "--ranks-per-worker", "2"]
-    bridge = f"10.213.{h.subnet}.1"
+    client_address = h.root_address
     for local in range(2):
         h.start(0, token + ["--bind-address", h.addresses[0], "--host-id", "host-a"],
                 env={"SLURM_PROCID": str(local), "SLURM_NTASKS": "4", "SLURM_LOCALID": str(local),
@@ -353,7 +390,7 @@ def test_three_hosts_placed_by_slurm_and_torchrun_variables(hosts, token_file):
     for host in (1, 2):
         h.start(host, token,
                 env={"RANK": str(host + 1), "WORLD_SIZE": "4", "LOCAL_RANK": "0",
-                     "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": bridge, "MASTER_PORT": str(PORT - 1)},
+                     "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": client_address, "MASTER_PORT": str(PORT - 1)},
                 name="torchrun")
     h.wait_listening()
     logs = [h.output(p) for p in h.processes]
@@ -395,7 +432,7 @@ def test_a_host_whose_link_goes_down_is_named_within_5s(hosts, token_file):
                for i in range(2)]
     h.wait_listening()
     addresses = [f"tcp://{a}:{PORT}" for a in h.addresses]
-    victim_link = h.links[1]
+    cut_commands = h.set_links(1, "down")
     stdout = run_client(f"""
         import subprocess, threading, time
         import dtorch
@@ -408,7 +445,8 @@ def test_a_host_whose_link_goes_down_is_named_within_5s(hosts, token_file):
         down = {{}}
         def cut():
             down["t"] = time.monotonic()
-            subprocess.run(["ip", "link", "set", {victim_link!r}, "down"], check=True)
+            for command in {cut_commands!r}:
+                subprocess.run(command, check=True)
         threading.Timer(0.3, cut).start()
         y = x
         try:
