@@ -1121,12 +1121,16 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
                          std::string(usage));
     return options;
   }
-  // Launch settings: a flag, else its variable; each error names its source.
+  // Launch settings: a flag, else its variable (not for a --connect worker:
+  // the embedded cluster's workers inherit the client's environment and
+  // stay on loopback); each error names its source.
   auto setting =
       [&](const std::string &flagValue, const char *flag,
           const char *variable) -> std::pair<std::string, std::string> {
     if (!flagValue.empty())
       return {flagValue, flag};
+    if (!options.connect.empty())
+      return {"", ""};
     if (std::optional<std::string> value = env(variable))
       return {*value, std::string("$") + variable};
     return {"", ""};

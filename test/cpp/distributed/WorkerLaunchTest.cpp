@@ -137,11 +137,16 @@ TEST(WorkerLaunch, ExplicitFlagsWinOverSlurm) {
                                broken);
   EXPECT_EQ(manual.listen, "tcp://127.0.0.1:7000");
   EXPECT_TRUE(manual.launchDescription.empty());
-  // An embedded (--connect) worker never looks at a launcher.
+  // An embedded (--connect) worker never looks at a launcher, nor at the
+  // bind settings of the client's environment it inherits: its collective
+  // links stay on loopback.
+  broken["DTORCH_BIND_ADDRESS"] = "10.213.6.2";
+  broken["DTORCH_WORKER_PORT"] = "not-a-port";
   WorkerOptions embedded = parse({"--connect", "tcp://127.0.0.1:7000",
                                   "--ranks", "0", "--world-size", "1"},
                                  broken);
   EXPECT_EQ(embedded.connect, "tcp://127.0.0.1:7000");
+  EXPECT_EQ(embedded.glooHost, "127.0.0.1");
 }
 
 Env torchrunProcess(int rank, int world, int local, int localWorld) {
