@@ -161,6 +161,11 @@ class Hosts:
                     raise AssertionError(f"worker did not start: {self.output(p)}")
                 time.sleep(0.05)
 
+    def processes_inside(self):
+        """Pids of every process still running in the hosts' namespaces."""
+        return {ns: ip("netns", "pids", ns).split() for ns in self.names
+                if ip("netns", "pids", ns, check=False).split()}
+
     def leftovers(self):
         namespaces = set(ip("netns", "list").split())
         links = ip("-o", "link", "show")
@@ -366,6 +371,7 @@ dtorch.shutdown()
     # Shutdown: both workers exit on their own, with status 0.
     for p in workers:
         assert p.wait(timeout=5) == 0, h.output(p)
+    assert not h.processes_inside()
     print(f"[2 hosts] 2x2 mesh on {h.addresses}: matmul, sum, all_reduce equal numpy and one host; "
           f"Gloo pairs across the link: {seen['peers']}")
 
@@ -421,6 +427,7 @@ dtorch.shutdown()
     assert all(peers and peers <= allowed for peers, allowed in zip(seen["peers"], others)), seen
     for p in h.processes:
         assert p.wait(timeout=5) == 0, h.output(p)
+    assert not h.processes_inside()
     print(f"[3 hosts] 2x4 mesh on {h.addresses} (Slurm and torchrun placements) equals numpy and one host")
 
 
@@ -476,3 +483,4 @@ def test_a_host_whose_link_goes_down_is_named_within_5s(hosts, token_file):
     # the controller and exits on its own (--controller-timeout-ms).
     assert workers[0].wait(timeout=5) == 0, h.output(workers[0])
     assert workers[1].wait(timeout=10) == 3, h.output(workers[1])
+    assert not h.processes_inside()
