@@ -1204,13 +1204,11 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
     }
   } else if (!launcherFlag.empty() || env("DTORCH_LAUNCHER")) {
     // Still check the setting's spelling.
-    LaunchRequest check = launch;
-    if (check.launcher != "auto" && check.launcher != "slurm" &&
-        check.launcher != "torchrun" && check.launcher != "none")
+    if (launcher != "auto" && launcher != "slurm" && launcher != "torchrun" &&
+        launcher != "none")
       throw RuntimeError(launcherSource +
-                         " must be auto, slurm, torchrun or "
-                         "none, not '" +
-                         check.launcher + "'");
+                         " must be auto, slurm, torchrun or none, not '" +
+                         launcher + "'");
   }
   if (options.connect.empty() == options.listen.empty())
     throw RuntimeError(
