@@ -51,7 +51,9 @@ TORCH_PINNED=(torch==2.15.0 nvidia-cufile==1.20.0.107 nvidia-cusparselt-cu13==0.
               nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7)
 TORCH_PURE_DEPS=(filelock fsspec sympy networkx jinja2 typing_extensions)
 if ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '2.15.0')" 2>/dev/null; then
-  if ldconfig -p 2>/dev/null | grep -q 'libcublas.so.13'; then
+  # grep reads all of ldconfig's output (-q could end the pipe early: SIGPIPE
+  # under pipefail would read as a miss).
+  if ldconfig -p 2>/dev/null | grep 'libcublas.so.13' >/dev/null; then
     echo "setup: installing torch 2.15.0 (no nvidia-* dependencies but four)"
     "$PY" -m pip install -q "${TORCH_PURE_DEPS[@]}"
     "$PY" -m pip install -q --no-deps "${TORCH_PINNED[@]}"
