@@ -32,6 +32,11 @@ ShardingRule elementwise(const Shape &shape, size_t numOperands,
                          const ElementwiseTraits &traits);
 /// Creation ops (full, random, constant): only a result.
 ShardingRule creation(const Shape &shape);
+/// Point-to-point moves (transfer, send: one operand; recv: none): every
+/// rank's piece moves whole, so the operand and the result share every dim
+/// and a partial of any reduction stays one (each summand moves as it is; a
+/// received piece is the summand it was).
+ShardingRule pointToPoint(const Shape &shape, size_t numOperands);
 ShardingRule matmul(const Shape &lhs, const Shape &rhs);
 ShardingRule bmm(const Shape &lhs, const Shape &rhs);
 /// sum/mean (reduction sum, joint sum/avg) and max (reduction max, joint max).

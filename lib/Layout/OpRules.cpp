@@ -68,6 +68,14 @@ ShardingRule creation(const Shape &shape) {
   return elementwise(shape, 0, ElementwiseTraits{});
 }
 
+ShardingRule pointToPoint(const Shape &shape, size_t numOperands) {
+  return elementwise(shape, numOperands,
+                     ElementwiseTraits{{ReduceOp::Sum, ReduceOp::Avg,
+                                        ReduceOp::Max, ReduceOp::Min},
+                                       {},
+                                       false});
+}
+
 // Factors: i (rows), j (cols), k (contracted), b (batch).
 ShardingRule matmul(const Shape &a, const Shape &b) {
   ShardingRule rule;

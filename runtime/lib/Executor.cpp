@@ -1,5 +1,7 @@
 #include "dtorch/runtime/Executor.h"
 
+#include "dtorch/runtime/AllToAllV.h"
+
 #include "dtorch/runtime/Executable.h"
 
 #include "dtorch/runtime/Kernels.h"
@@ -90,6 +92,14 @@ void runCollective(Communicator &comm, const Instruction &inst,
     comm.all_to_all(*in[0], *out[0], attrs.getInts("group"),
                     attrs.getInt("split_dim"), attrs.getInts("split_sizes"),
                     attrs.getInt("concat_dim"), attrs.getInts("concat_sizes"));
+  } else if (op == "all_to_all_v") {
+    const Tensor &counts = *in[1];
+    std::vector<int64_t> sendCounts(counts.data_as<int64_t>(),
+                                    counts.data_as<int64_t>() + counts.numel());
+    std::vector<int64_t> recvCounts;
+    all_to_all_v(comm, *in[0], sendCounts, *out[0], recvCounts,
+                 attrs.getInts("group"));
+    std::copy(recvCounts.begin(), recvCounts.end(), out[1]->data_as<int64_t>());
   } else {
     throw RuntimeError("unknown collective '" + op + "'");
   }

@@ -19,8 +19,8 @@ using ::dtorch::wire::Program;
 
 bool isCollectiveOp(const std::string &op) {
   static const std::set<std::string> collectives = {
-      "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-      "send",       "recv"};
+      "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+      "broadcast",  "send",       "recv",           "all_to_all_v"};
   return collectives.count(op) != 0;
 }
 
@@ -111,6 +111,26 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
     if (!in.empty())
       requireShape(in[0], out[0], out[0].shape, "broadcast input");
     dtypeSize(out[0].dtype);
+    return;
+  }
+  if (op == "all_to_all_v") {
+    // (rows, send counts) -> (rows received, padded; receive counts).
+    requireArity(inst, 2, 2, 2);
+    const TensorDesc &x = in[0], &y = out[0];
+    if (x.dtype != y.dtype)
+      throw RuntimeError(std::string("input is ") + dtypeName(x.dtype) +
+                         ", output is " + dtypeName(y.dtype));
+    if (x.shape.empty() || x.shape.size() != y.shape.size() ||
+        !std::equal(x.shape.begin() + 1, x.shape.end(), y.shape.begin() + 1))
+      throw RuntimeError("all_to_all_v output " + shapeToString(y.shape) +
+                         " and input " + shapeToString(x.shape) +
+                         " must differ in dim 0 (the rows) alone");
+    std::vector<int64_t> counts = {static_cast<int64_t>(group.size())};
+    for (const TensorDesc *c : {&in[1], &out[1]})
+      if (c->dtype != ::dtorch::wire::I64 || c->shape != counts)
+        throw RuntimeError("all_to_all_v counts must be int64 [" +
+                           std::to_string(group.size()) + "], got " +
+                           dtypeName(c->dtype) + " " + shapeToString(c->shape));
     return;
   }
   requireArity(inst, 1, 1, 1);

@@ -3,10 +3,11 @@ torch twin of examples/gpt/model.py) with given initial weights, trained on
 given batches with torch.optim.AdamW under a LambdaLR cosine-with-warmup
 schedule, single process.
 
-torch is not a test dependency. `run` uses it in this interpreter when it
-imports, else runs this file as a script under the interpreter of
-$DTORCH_TORCH_PYTHON or build/torch-venv (bench/setup_torch.sh), passing
-arrays through .npz files; `unavailable()` says why neither works.
+scripts/setup.sh installs torch where the CUDA toolkit is on the loader
+path. `run` uses it in this interpreter when it imports, else runs this file
+as a script under the interpreter of $DTORCH_TORCH_PYTHON or build/torch-venv
+(bench/setup_torch.sh), passing arrays through .npz files; `unavailable()`
+says why neither works.
 
     TORCH_PYTHON torch_gpt.py SPEC.npz OUT.npz
 """

@@ -715,6 +715,19 @@ static LogicalResult verifyPeers(Operation *op, DTensorType type,
   return success();
 }
 
+// Transfer, send and recv move every rank's piece whole (rules::
+// pointToPoint); the verifiers check what the rule cannot say (the axis
+// that splits a transfer's tensor, one peer per position).
+ShardingRule TransferOp::getShardingRule() {
+  return rules::pointToPoint(toVec(getResult().getType().getShape()), 1);
+}
+ShardingRule SendOp::getShardingRule() {
+  return rules::pointToPoint(toVec(getResult().getType().getShape()), 1);
+}
+ShardingRule RecvOp::getShardingRule() {
+  return rules::pointToPoint(toVec(getResult().getType().getShape()), 0);
+}
+
 LogicalResult SendOp::verify() {
   return verifyPeers(*this, getInput().getType(), getPeers(), getTag());
 }

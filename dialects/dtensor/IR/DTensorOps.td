@@ -694,7 +694,8 @@ def DTensor_RedistributeOp : DTensor_Op<"redistribute", [Pure]> {
 }
 
 def DTensor_TransferOp : DTensor_Op<"transfer",
-    [Pure, AllTypesMatch<["input", "result"]>]> {
+    [Pure, AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<ShardingRuleOpInterface>]> {
   let gradient = ["transfer(like_placements(g, input), axis, destinations, sources)"];
   let family = "layout";
   let test = "test/python/test_pipelining.py::test_transfer_moves_blocks_between_stages";
@@ -727,7 +728,8 @@ def DTensor_TransferOp : DTensor_Op<"transfer",
 }
 
 def DTensor_SendOp : DTensor_Op<"send",
-    [AllTypesMatch<["input", "result"]>]> {
+    [AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<ShardingRuleOpInterface>]> {
   let family = "layout";
   let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
   let kernel = "";
@@ -753,7 +755,8 @@ def DTensor_SendOp : DTensor_Op<"send",
   let hasVerifier = 1;
 }
 
-def DTensor_RecvOp : DTensor_Op<"recv"> {
+def DTensor_RecvOp : DTensor_Op<"recv",
+    [DeclareOpInterfaceMethods<ShardingRuleOpInterface>]> {
   let family = "layout";
   let test = "test/python/test_pipelining.py::test_move_between_stage_meshes";
   let kernel = "";

@@ -122,10 +122,6 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
   if (isa<RedistributeOp>(op))
     return op->emitOpError(
         "must be lowered first (run --dtensor-lower-redistribute)");
-  if (auto transfer = dyn_cast<TransferOp>(op))
-    return lowerTransfer(transfer, map);
-  if (isa<SendOp, RecvOp>(op))
-    return lowerMeshMove(op, map);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -232,6 +228,8 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
                 named("col_offset", boxOffset(resultType, r - 1))});
         return success();
       })
+      .Case<TransferOp>([&](TransferOp o) { return lowerTransfer(o, map); })
+      .Case<SendOp, RecvOp>([&](Operation *o) { return lowerMeshMove(o, map); })
       .Case<IotaOp>([&](IotaOp o) {
         kernel(op, kernelName(op), map,
                {named("dim", o.getDimAttr()), named("start", o.getStartAttr()),

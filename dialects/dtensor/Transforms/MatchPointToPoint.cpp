@@ -9,6 +9,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace dtorch::dtensor {
@@ -148,10 +149,130 @@ LogicalResult checkProgram(const ClassProgram &from,
   return success();
 }
 
+/// A message between global ranks (a move between meshes): one side.
+struct GlobalMessage {
+  Type type;
+  Operation *op;
+  func::FuncOp fn;
+};
+
+/// (sender, receiver, tag) in global ranks.
+using GlobalChannel = std::tuple<int64_t, int64_t, int64_t>;
+
+struct GlobalMessages {
+  std::map<GlobalChannel, SmallVector<GlobalMessage>> sends, receives;
+  std::set<int64_t> ranks; // the global ranks some function runs at
+};
+
+/// Adds the axis-less sends and receives of `fn`, at every position it runs,
+/// to `out` (the dialect verified that `rank.global_ranks` fits the mesh).
+void collectGlobalMessages(func::FuncOp fn, GlobalMessages &out) {
+  auto ranks = fn->getAttrOfType<DenseI64ArrayAttr>(rank::kGlobalRanksAttrName);
+  auto mesh = fn->getAttrOfType<DenseI64ArrayAttr>(rank::kMeshAttrName);
+  auto positions = fn->getAttrOfType<ArrayAttr>(rank::kPositionsAttrName);
+  if (!ranks || !mesh || !positions)
+    return;
+  SmallVector<std::pair<Operation *, bool>> ops; // (op, is a send)
+  fn.walk([&](Operation *op) {
+    if (auto send = dyn_cast<rank::SendOp>(op); send && !send.getAxis())
+      ops.push_back({op, true});
+    else if (auto recv = dyn_cast<rank::RecvOp>(op); recv && !recv.getAxis())
+      ops.push_back({op, false});
+  });
+  ArrayRef<int64_t> shape = mesh.asArrayRef();
+  for (Attribute b : positions) {
+    auto box = dyn_cast<DenseI64ArrayAttr>(b);
+    if (!box || box.size() != (int64_t)(2 * shape.size()))
+      continue;
+    // Every position of the box, row-major.
+    SmallVector<int64_t> coord;
+    for (size_t a = 0; a < shape.size(); ++a)
+      coord.push_back(box[2 * a]);
+    bool done = volume(box.asArrayRef()) == 0;
+    while (!done) {
+      int64_t index = 0;
+      for (size_t a = 0; a < shape.size(); ++a)
+        index = index * shape[a] + coord[a];
+      int64_t me = ranks[index];
+      out.ranks.insert(me);
+      for (auto [op, isSend] : ops) {
+        if (isSend) {
+          auto send = cast<rank::SendOp>(op);
+          out.sends[{me, send.getPeer(), send.getTag()}].push_back(
+              {send.getInput().getType(), op, fn});
+        } else {
+          auto recv = cast<rank::RecvOp>(op);
+          out.receives[{recv.getPeer(), me, recv.getTag()}].push_back(
+              {recv.getResult().getType(), op, fn});
+        }
+      }
+      done = true;
+      for (size_t a = shape.size(); a-- > 0;) {
+        if (++coord[a] < box[2 * a + 1]) {
+          done = false;
+          break;
+        }
+        coord[a] = box[2 * a];
+      }
+    }
+  }
+}
+
+/// Pairs the messages between global ranks: same count, types and order
+/// on every channel whose two ranks both run a function of the module.
+LogicalResult checkGlobalMessages(const GlobalMessages &all) {
+  auto name = [](func::FuncOp fn) { return "@" + fn.getSymName().str(); };
+  for (const auto &[channel, sends] : all.sends) {
+    auto [from, to, tag] = channel;
+    if (!all.ranks.count(to))
+      continue;
+    auto it = all.receives.find(channel);
+    ArrayRef<GlobalMessage> receives;
+    if (it != all.receives.end())
+      receives = it->second;
+    for (size_t k = 0; k < sends.size(); ++k) {
+      if (k >= receives.size())
+        return sends[k].op->emitOpError()
+               << "sends " << sends.size() << " message(s) from global rank "
+               << from << " to global rank " << to << " with tag " << tag
+               << " but global rank " << to << " receives " << receives.size()
+               << ": message " << k << " (" << sends[k].type
+               << ") is unmatched";
+      if (receives[k].type != sends[k].type)
+        return sends[k].op->emitOpError()
+               << "sends " << sends[k].type << " from global rank " << from
+               << " to global rank " << to << " (message " << k << ", tag "
+               << tag << ") but " << name(receives[k].fn) << " receives "
+               << receives[k].type;
+    }
+  }
+  for (const auto &[channel, receives] : all.receives) {
+    auto [from, to, tag] = channel;
+    if (!all.ranks.count(from))
+      continue;
+    auto it = all.sends.find(channel);
+    size_t sent = it == all.sends.end() ? 0 : it->second.size();
+    if (receives.size() > sent)
+      return receives[sent].op->emitOpError()
+             << "receives " << receives.size()
+             << " message(s) from global rank " << from << " at global rank "
+             << to << " with tag " << tag << " but global rank " << from
+             << " sends " << sent << ": message " << sent << " is unmatched";
+  }
+  return success();
+}
+
 struct MatchPointToPointPass
     : public dtorch::dtensor::impl::MatchPointToPointBase<
           MatchPointToPointPass> {
   void runOnOperation() override {
+    // Moves between meshes, across every function that names its ranks.
+    GlobalMessages global;
+    for (func::FuncOp fn : getOperation().getOps<func::FuncOp>())
+      collectGlobalMessages(fn, global);
+    if (failed(checkGlobalMessages(global)))
+      return signalPassFailure();
+
     SmallVector<ClassProgram> programs;
     bool any = false;
     for (func::FuncOp fn : getOperation().getOps<func::FuncOp>()) {

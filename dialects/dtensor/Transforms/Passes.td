@@ -333,6 +333,16 @@ def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
     and the counts, never a hang at run time. Functions without
     point-to-point ops are not looked at.
 
+    Sends and receives without an `axis` name a global rank: the two sides
+    of a move between meshes (pipeline stages), compiled in two segments.
+    Where the class functions carry `rank.global_ranks` (the global rank of
+    every position of their mesh), the pass pairs them across every function
+    of the module that does, in module order (the order the ranks run
+    them): the k-th message from global rank A to global rank B with tag T
+    must be a send in A's programs and a receive of the same type in B's. A
+    message to or from a rank that no function of the module runs is not
+    checked (its program is compiled elsewhere).
+
     ```mlir
     // error: 'rank.send' op sends tensor<4xf32> (message 0 on axis 0, tag 0)
     // but @f_class1 at coordinate 1 receives tensor<8xf32>

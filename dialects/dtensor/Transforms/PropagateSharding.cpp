@@ -59,6 +59,14 @@ void applyStrategy(ShardingRuleOpInterface op, StrategyMemo &memo) {
     placements.push_back(t.getLayout());
   }
   Placements required = resultType.getLayout();
+  // An op without operands (a creation, a receive) that makes its declared
+  // result locally keeps it: nothing is cheaper, and for a receive another
+  // result would change what the received pieces mean (a summand of a
+  // P(sum) is not a replica).
+  if (operation->getNumOperands() == 0 &&
+      isLocalStrategy(op.getShardingRule(), {}, required,
+                      toVec(resultType.getMesh().getShape())))
+    return;
   if (found == memo.end()) {
     ShardingStrategy chosen = chooseStrategy(
         op.getShardingRule(), shapes, placements, toVec(resultType.getShape()),

@@ -24,6 +24,11 @@ namespace dtorch::rank {
 /// coordinate ranges, one pair per mesh axis).
 inline constexpr llvm::StringLiteral kMeshAttrName = "rank.mesh";
 inline constexpr llvm::StringLiteral kPositionsAttrName = "rank.positions";
+/// On a class function: the global rank of every position of its mesh
+/// (row-major). `--rank-match-p2p` uses it to pair the sends and receives
+/// that name global ranks (moves between meshes) across the functions of a
+/// module.
+inline constexpr llvm::StringLiteral kGlobalRanksAttrName = "rank.global_ranks";
 /// Set by --rank-plan-buffers: an op's result offset in the rank's arena
 /// (bytes, I64) and a function's arena size (bytes, I64).
 inline constexpr llvm::StringLiteral kArenaOffsetAttrName = "rank.arena_offset";

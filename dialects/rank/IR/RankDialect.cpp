@@ -26,6 +26,7 @@ void RankDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "rank/IR/RankAttrs.cpp.inc"
+#include <set>
       >();
 }
 
@@ -120,6 +121,26 @@ LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
                  << a << " is not inside [0, " << mesh[a] << ")";
       }
     }
+    return success();
+  }
+  if (name == kGlobalRanksAttrName) {
+    auto mesh = op->getAttrOfType<DenseI64ArrayAttr>(kMeshAttrName);
+    auto ranks = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!mesh || !ranks)
+      return op->emitOpError("'") << name << "' must be an i64 array beside '"
+                                  << kMeshAttrName << "'";
+    int64_t positions = 1;
+    for (int64_t s : mesh.asArrayRef())
+      positions *= s;
+    if (ranks.size() != positions)
+      return op->emitOpError("'")
+             << name << "' has " << ranks.size() << " ranks for a mesh of "
+             << positions << " positions";
+    std::set<int64_t> seen;
+    for (int64_t r : ranks.asArrayRef())
+      if (r < 0 || !seen.insert(r).second)
+        return op->emitOpError("'")
+               << name << "' has a negative or repeated rank " << r;
     return success();
   }
   if (name == kScheduledAttrName) {
@@ -271,6 +292,34 @@ LogicalResult AllToAllOp::verify() {
                  succeeded(verifyPieces(*this, info, getAxis(),
                                         getConcatSizes(), in.getDimSize(c),
                                         out.getDimSize(c), "concat_sizes")));
+}
+
+LogicalResult AllToAllVOp::verify() {
+  ClassInfo info = classInfoOf(*this);
+  if (failed(verifyMeshAxis(*this, info, getAxis())))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getRank() < 1 || in.getRank() != out.getRank() ||
+      in.getElementType() != out.getElementType())
+    return emitOpError("input and result must share element type and rank "
+                       "(at least 1: the rows)");
+  for (int64_t d = 1; d < in.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return emitOpError("input and result differ in dim ")
+             << d << "; only the rows (dim 0) may differ";
+  for (auto [what, value] :
+       {std::pair<StringRef, Value>{"send_counts", getSendCounts()},
+        {"recv_counts", getRecvCounts()}}) {
+    auto t = cast<RankedTensorType>(value.getType());
+    if (t.getRank() != 1 || !t.getElementType().isInteger(64))
+      return emitOpError(what) << " must be a 1-D i64 tensor, got " << t;
+    if (!info.mesh.empty() && t.getDimSize(0) != info.mesh[getAxis()])
+      return emitOpError(what) << " has " << t.getDimSize(0)
+                               << " entries for the " << info.mesh[getAxis()]
+                               << " coordinates of mesh axis " << getAxis();
+  }
+  return success();
 }
 
 namespace {

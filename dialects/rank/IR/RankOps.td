@@ -159,6 +159,32 @@ def Rank_AllToAllOp : Rank_CollectiveOp<"all_to_all"> {
                        I64Attr:$concat_dim, DenseI64ArrayAttr:$concat_sizes);
 }
 
+def Rank_AllToAllVOp : Rank_Op<"all_to_all_v"> {
+  let summary = "Exchanges rows of data-dependent counts among the ranks of a mesh axis";
+  let description = [{
+    all_to_all with uneven counts (torch's `all_to_all_single` with split
+    sizes), for an MoE dispatch whose counts depend on the routing. Rows
+    `[offset_j, offset_j + send_counts[j])` of the input (dim 0; `offset_j`
+    the sum of the counts before j) go to the rank at coordinate j of
+    `axis`. The counts travel first, then the rows
+    (runtime/include/dtorch/runtime/AllToAllV.h). Shapes stay static: the
+    result has a fixed upper bound of rows (e.g. every token of every rank),
+    holds the rows received at its front, coordinate by coordinate, and is
+    zero after them; `recv_counts[j]` is the number of rows coordinate j
+    sent. Both count tensors are 1-D i64 with one entry per coordinate of
+    the axis; input and result share the element type and every dim but 0.
+
+    ```mlir
+    %1, %2 = rank.all_to_all_v %0, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x4xf32>, tensor<2xi64>)
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$send_counts,
+                       I64Attr:$axis);
+  let results = (outs AnyRankedTensor:$result, AnyRankedTensor:$recv_counts);
+  let assemblyFormat = "$input `,` $send_counts attr-dict `:` `(` type($input) `,` type($send_counts) `)` `->` `(` type($result) `,` type($recv_counts) `)`";
+  let hasVerifier = 1;
+}
+
 def Rank_FusedOp : Rank_Op<"fused", [IsolatedFromAbove, Pure]> {
   let summary = "A group of elementwise kernels run as one generated kernel";
   let description = [{

@@ -8,6 +8,7 @@
 //
 // Its own binary: fork() is only safe while the process has one thread, and
 // the other distributed tests leave Gloo's threads running.
+#include "AllToAllVCheck.h"
 #include "CollectiveReference.h"
 #include "DistributedTestSupport.h"
 #include "TestSupport.h"
@@ -146,6 +147,17 @@ TEST(HostSharedMemoryCollectives, EveryCollectiveOnTwoProcessesOfTwoRanks) {
 // Tensors of hundreds of chunks: every reduction of all_reduce (in place
 // too, output written with non-temporal stores) and reduce_scatter,
 // all_gather along an inner dim, broadcast.
+// all_to_all with uneven counts (AllToAllV.h), one rank per process.
+TEST(HostSharedMemoryCollectives, AllToAllWithUnevenCountsAcrossProcesses) {
+  StoreDirectory dir;
+  auto codes = runProcesses(4, [&](int process) {
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comm = makeHostSharedMemoryCommunicator(process, store, smallChunks());
+    checkAllToAllV(*comm, process);
+  });
+  expectAllSucceeded(codes);
+}
+
 TEST(HostSharedMemoryCollectives, LargeTensorsGoThroughTheBoundedBuffer) {
   StoreDirectory dir;
   auto codes = runProcesses(3, [&](int rank) {

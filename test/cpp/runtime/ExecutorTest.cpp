@@ -82,6 +82,54 @@ TEST(Executor, CollectiveOnCommConsumesComputeOutputThroughEvents) {
   });
 }
 
+// all_to_all with uneven counts as a program instruction: the send counts
+// are a tensor the program computed (data-dependent), the output has an
+// upper bound of rows and the receive counts come back as a tensor.
+TEST(Executor, AllToAllWithUnevenCountsFromATensor) {
+  const int world = 4;
+  FakeCollectiveHub hub(world, std::chrono::seconds(5));
+  runRanks(world, [&](int rank) {
+    ProgramBuilder b;
+    int x = b.input(F32, {4, 2});
+    int counts = b.input(I64, {4});
+    int rows = b.buffer(F32, {8, 2});
+    int received = b.buffer(I64, {4});
+    Instruction &exchange =
+        b.add("all_to_all_v", {x, counts}, {rows, received}, COMM);
+    setInts(exchange, "group", {0, 1, 2, 3});
+    b.output(rows);
+    b.output(received);
+    // Rank 0 sends its first two rows to rank 3, ranks 1 and 2 keep their
+    // first `rank` rows, rank 3 sends nothing.
+    std::vector<int64_t> sendCounts(4, 0);
+    if (rank == 0)
+      sendCounts[3] = 2;
+    if (rank == 1 || rank == 2)
+      sendCounts[rank] = rank;
+    std::vector<float> data;
+    for (int k = 0; k < 4; ++k)
+      data.insert(data.end(), {float(rank), float(k)});
+    auto comm = hub.communicator(rank);
+    Executor executor(comm.get());
+    auto outputs =
+        executor.run(b.program(), {makeTensor<float>(F32, {4, 2}, data),
+                                   makeTensor<int64_t>(I64, {4}, sendCounts)});
+    std::vector<int64_t> want(4, 0);
+    std::vector<float> rowsWant;
+    if (rank == 3) {
+      want[0] = 2;
+      rowsWant = {0, 0, 0, 1};
+    } else if (rank == 1 || rank == 2) {
+      want[rank] = rank;
+      for (int k = 0; k < rank; ++k)
+        rowsWant.insert(rowsWant.end(), {float(rank), float(k)});
+    }
+    rowsWant.resize(16, 0.0f);
+    EXPECT_EQ(valuesOf<int64_t>(outputs[1]), want) << "rank " << rank;
+    EXPECT_EQ(valuesOf<float>(outputs[0]), rowsWant) << "rank " << rank;
+  });
+}
+
 TEST(Executor, ComputeRunsWhileCommWaits) {
   // COMM waits on an event recorded by the second COMPUTE instruction; the
   // first COMPUTE instruction consumes nothing from COMM.
@@ -162,6 +210,21 @@ void expectInvalid(Program &program, const std::vector<std::string> &fragments,
     }
   }
   expectRuntimeError([&] { executor.run(program, inputs); }, fragments);
+}
+
+TEST(Executor, AllToAllVCountsMustFitTheGroup) {
+  ProgramBuilder b;
+  int x = b.input(F32, {4, 2});
+  int counts = b.input(I64, {3});
+  int rows = b.buffer(F32, {8, 2});
+  int received = b.buffer(I64, {4});
+  setInts(b.add("all_to_all_v", {x, counts}, {rows, received}, COMM), "group",
+          {0, 1, 2, 3});
+  b.output(rows);
+  FakeCollectiveHub hub(4, std::chrono::seconds(1));
+  auto comm = hub.communicator(0);
+  expectInvalid(b.program(), {"all_to_all_v counts must be int64 [4]"},
+                comm.get());
 }
 
 TEST(Validation, WrongVersion) {

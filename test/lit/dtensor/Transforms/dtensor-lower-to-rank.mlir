@@ -332,3 +332,19 @@ func.func @from_previous_stage() -> !dtensor.tensor<4x4xf32, #m, [S(1)]> {
   %1 = dtensor.relu %0 : (!dtensor.tensor<4x4xf32, #m, [S(1)]>) -> !dtensor.tensor<4x4xf32, #m, [S(1)]>
   return %1 : !dtensor.tensor<4x4xf32, #m, [S(1)]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[2], names = ["tp"]>
+
+// A received partial is a local strategy of recv's rule (each rank receives
+// its summand): it lowers with no collective.
+// CHECK-LABEL: func @receive_a_partial_class0
+// CHECK: rank.recv {peer = 2 : i64, tag = 1048576 : i64} : tensor<4x4xf32>
+// CHECK-NOT: rank.all_reduce
+// CHECK-LABEL: func @receive_a_partial_class1
+// CHECK: rank.recv {peer = 3 : i64, tag = 1048576 : i64} : tensor<4x4xf32>
+func.func @receive_a_partial() -> !dtensor.tensor<4x4xf32, #m, [P(sum)]> {
+  %0 = dtensor.recv {peers = array<i64: 2, 3>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [P(sum)]>
+  return %0 : !dtensor.tensor<4x4xf32, #m, [P(sum)]>
+}

@@ -144,3 +144,17 @@ func.func @bmm_rules(%q: !dtensor.tensor<4x2x6x8xf32, #m, [R]>, %k: !dtensor.ten
   %0 = dtensor.bmm %q, %k : (!dtensor.tensor<4x2x6x8xf32, #m, [R]>, !dtensor.tensor<4x2x8x6xf32, #m, [R]>) -> !dtensor.tensor<4x2x6x6xf32, #m, [R]>
   return
 }
+
+// Point-to-point moves carry every rank's piece whole: the operand (none for
+// a receive) and the result share every dim, and a partial of any reduction
+// stays one.
+#pp = #dtensor.mesh<[2, 2], names = ["pp", "dp"]>
+func.func @point_to_point_rules(%x: !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]>) {
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %0 = dtensor.transfer %x {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %1 = dtensor.send %0 {peers = array<i64: 4, 5, 6, 7>, tag = 1048576 : i64} : !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]>
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) reduction={} joint={sum, avg, max, min} linear={}}}
+  %2 = dtensor.recv {peers = array<i64: 4, 5, 6, 7>, tag = 1048576 : i64} : !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]>
+  return
+}

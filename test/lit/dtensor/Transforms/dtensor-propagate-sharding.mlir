@@ -137,3 +137,23 @@ func.func @reshape_split_nested(%a: !dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -
   %0 = dtensor.reshape %a : (!dtensor.tensor<48xf32, #m, [S(0), S(0)]>) -> !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
   return %0 : !dtensor.tensor<8x6xf32, #m, [S(0), S(0)]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[2, 2], names = ["pp", "tp"]>
+
+// Point-to-point moves by their rules: a transfer, a send and a receive of a
+// tensor that is partial on "tp" keep it partial, with no redistribution
+// (every summand moves whole).
+// CHECK-LABEL: func @moves_keep_partials
+// CHECK-NOT: dtensor.redistribute
+// CHECK: dtensor.transfer
+// CHECK: dtensor.send
+// CHECK: dtensor.recv
+// CHECK-NOT: dtensor.redistribute
+func.func @moves_keep_partials(%a: !dtensor.tensor<4x6xf32, #m, [S(0), P(sum)]>) -> !dtensor.tensor<4x6xf32, #m, [S(0), P(max)]> {
+  %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #m, [S(0), P(sum)]>
+  %1 = dtensor.send %0 {peers = array<i64: 4, 5, 6, 7>, tag = 1048576 : i64} : !dtensor.tensor<4x6xf32, #m, [S(0), P(sum)]>
+  %2 = dtensor.recv {peers = array<i64: 4, 5, 6, 7>, tag = 1048577 : i64} : !dtensor.tensor<4x6xf32, #m, [S(0), P(max)]>
+  return %2 : !dtensor.tensor<4x6xf32, #m, [S(0), P(max)]>
+}

@@ -231,3 +231,65 @@ func.func @batch_recv_peer_self(%x: tensor<4xf32>) attributes {rank.mesh = array
   %0 = rank.batch_send_recv(%x) {axis = 0 : i64, send_peers = array<i64: 1>, recv_peers = array<i64: 0>, tag = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @a2av_axis(%x: tensor<6x4xf32>, %c: tensor<2xi64>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{mesh axis 1 is out of range for a mesh of rank 1}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 1 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x4xf32>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_row_shape(%x: tensor<6x4xf32>, %c: tensor<2xi64>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{input and result differ in dim 1; only the rows (dim 0) may differ}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x5xf32>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_element_type(%x: tensor<6x4xf32>, %c: tensor<2xi64>) {
+  // expected-error @+1 {{input and result must share element type and rank (at least 1: the rows)}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x4xf64>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_count_type(%x: tensor<6x4xf32>, %c: tensor<2xi32>) {
+  // expected-error @+1 {{send_counts must be a 1-D i64 tensor, got 'tensor<2xi32>'}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi32>) -> (tensor<12x4xf32>, tensor<2xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_count_extent(%x: tensor<6x4xf32>, %c: tensor<2xi64>) attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 0, 4>]} {
+  // expected-error @+1 {{send_counts has 2 entries for the 4 coordinates of mesh axis 0}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x4xf32>, tensor<4xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_recv_counts(%x: tensor<6x4xf32>, %c: tensor<4xi64>) attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 0, 4>]} {
+  // expected-error @+1 {{recv_counts has 3 entries for the 4 coordinates of mesh axis 0}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<4xi64>) -> (tensor<12x4xf32>, tensor<3xi64>)
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'rank.global_ranks' has 3 ranks for a mesh of 2 positions}}
+func.func @global_ranks_size(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 0, 1, 2>} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'rank.global_ranks' has a negative or repeated rank 1}}
+func.func @global_ranks_repeated(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 1, 1>} {
+  return
+}

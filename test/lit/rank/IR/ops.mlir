@@ -59,3 +59,16 @@ func.func @stage_class1(%x: tensor<4x5xf32>) attributes {rank.mesh = array<i64: 
   %1:2 = rank.batch_send_recv(%x, %0) {axis = 0 : i64, send_peers = array<i64: 0, 2>, recv_peers = array<i64: 0, 2>, tag = 2 : i64} : (tensor<4x5xf32>, tensor<4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
   return
 }
+
+// all_to_all with uneven counts: static upper-bound rows, counts as tensors.
+// CHECK-LABEL: func @dispatch_class0
+// CHECK: = rank.all_to_all_v %arg0, %arg1 {axis = 1 : i64} : (tensor<6x4xf32>, tensor<3xi64>) -> (tensor<18x4xf32>, tensor<3xi64>)
+// CHECK-LABEL: func @dispatch_global_ranks_class0
+// CHECK-SAME: rank.global_ranks = array<i64: 4, 5>
+func.func @dispatch_class0(%x: tensor<6x4xf32>, %c: tensor<3xi64>) -> tensor<18x4xf32> attributes {rank.mesh = array<i64: 2, 3>, rank.positions = [array<i64: 0, 2, 0, 3>]} {
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 1 : i64} : (tensor<6x4xf32>, tensor<3xi64>) -> (tensor<18x4xf32>, tensor<3xi64>)
+  return %0 : tensor<18x4xf32>
+}
+func.func @dispatch_global_ranks_class0(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 4, 5>} {
+  return
+}
