@@ -11,6 +11,8 @@
 #include "dtorch/runtime/PolynomialMath.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace dtorch::rt {
 
@@ -94,10 +96,16 @@ mapAvx512(const void *x, void *out, int64_t n) {
 
 enum class Isa { Baseline, Avx2, Avx512 };
 
+// The best variant the host runs; DTORCH_KERNEL_ISA=avx2 or baseline picks
+// a lesser one (the tests check that every variant gives the same bits).
 Isa hostIsa() {
   static const Isa isa = [] {
+    const char *forced = std::getenv("DTORCH_KERNEL_ISA");
+    std::string cap = forced ? forced : "";
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") &&
+    if (cap == "baseline")
+      return Isa::Baseline;
+    if (cap != "avx2" && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
