@@ -81,17 +81,29 @@ void mapBaseline(const void *x, void *out, int64_t n) {
 
 #if defined(__x86_64__) && defined(__clang__)
 #define DTORCH_HAS_ISA_VARIANTS 1
+// With F16C, float16 converts through the compiler's _Float16 (vcvtph2ps,
+// vcvtps2ph: the conversions of the generated kernels, which round to
+// nearest even like Half), so the loop vectorizes.
+template <class T> struct HardwareType {
+  using type = T;
+};
+template <> struct HardwareType<Half> {
+  using type = _Float16;
+};
+
 template <class T, class Op>
 __attribute__((target("avx2,fma,f16c,bmi,bmi2"))) void
 mapAvx2(const void *x, void *out, int64_t n) {
-  mapElements<T, Op>(static_cast<const T *>(x), static_cast<T *>(out), n);
+  using H = typename HardwareType<T>::type;
+  mapElements<H, Op>(static_cast<const H *>(x), static_cast<H *>(out), n);
 }
 
 template <class T, class Op>
 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi,"
                       "bmi2"))) void
 mapAvx512(const void *x, void *out, int64_t n) {
-  mapElements<T, Op>(static_cast<const T *>(x), static_cast<T *>(out), n);
+  using H = typename HardwareType<T>::type;
+  mapElements<H, Op>(static_cast<const H *>(x), static_cast<H *>(out), n);
 }
 
 enum class Isa { Baseline, Avx2, Avx512 };
