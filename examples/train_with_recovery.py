@@ -72,7 +72,9 @@ def load(path, model, opt):
     opt.load_state_dict(state["optim"])
     dtorch.set_rng_state(state["rng"])
     # The load's own work runs now, in a segment of its own, so the next
-    # training step is the same segment as in a run without the fault.
+    # training step is the segment the session has compiled (and fused)
+    # before: a cache hit. (The losses would be bitwise the same without
+    # it: unfused and fused kernels give the same bits.)
     dtorch.synchronize()
     return state["step"]
 

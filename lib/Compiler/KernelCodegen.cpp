@@ -9,10 +9,13 @@
 // on another host must have the same features (the executable records them
 // in `target`).
 //
-// Numerics follow the runtime's hand-written kernels: float16 and bfloat16
-// are computed in float32 and rounded after every op, integers wrap, and
-// float32 exp, log, tanh and erf use MLIR's polynomial approximations (a few
-// ulp from libm, and vectorizable); float64 calls libm.
+// Numerics are the runtime's hand-written kernels', bit for bit: float16 and
+// bfloat16 are computed in float32 and rounded after every op (bfloat16 by
+// integer code, as the runtime rounds), integers wrap, and float32 exp,
+// log, tanh and erf use MLIR's polynomial approximations (vectorizable),
+// which the runtime's kernels compute operation for operation
+// (dtorch/runtime/PolynomialMath.h); float64 calls libm, as they do.
+// test/cpp/compiler/FusedKernelBitwiseTest.cpp checks every kernel.
 //
 //===----------------------------------------------------------------------===//
 #include "KernelCodegen.h"
@@ -75,12 +78,19 @@ std::atomic<int64_t> compiles{0};
 // ---- the scalar body ---------------------------------------------------===//
 
 /// How the generated code holds one element type: in memory (`storage`,
-/// i8 for bool) and while computing (`compute`, f32 for the 16-bit floats).
+/// i8 for bool, i16 for bfloat16) and while computing (`compute`, f32 for
+/// the 16-bit floats).
 struct ElementTypes {
   Type storage;
   Type compute;
   bool isFloat = false;
   bool isBool = false;
+  // bfloat16 is held as its bits: LLVM legalizes bfloat values through
+  // float32 and back, and may convert back with vcvtneps2bf16, which
+  // flushes denormals to zero; the runtime's kernels round them like any
+  // value (FusedKernelBitwiseTest). With no bfloat type in the IR the
+  // conversions are the integer code below.
+  bool isBF16 = false;
 };
 
 ElementTypes elementTypesFor(Type t, MLIRContext *ctx) {
@@ -93,8 +103,10 @@ ElementTypes elementTypesFor(Type t, MLIRContext *ctx) {
     e.storage = Float16Type::get(ctx);
     e.compute = Float32Type::get(ctx);
   } else if (t.isBF16()) {
-    e.storage = BFloat16Type::get(ctx);
+    e.storage = IntegerType::get(ctx, 16);
     e.compute = Float32Type::get(ctx);
+    e.isFloat = e.isBF16 = true;
+    return e;
   } else if (t.isInteger(1)) {
     e.storage = e.compute = IntegerType::get(ctx, 8);
     e.isBool = true;
@@ -104,6 +116,38 @@ ElementTypes elementTypesFor(Type t, MLIRContext *ctx) {
         IntegerType::get(ctx, cast<IntegerType>(t).getWidth());
   e.isFloat = isa<FloatType>(e.storage);
   return e;
+}
+
+/// The float32 value of bfloat16 bits: the upper half of a float32.
+Value bf16BitsToF32(OpBuilder &b, Location loc, Value bits) {
+  Type i32 = b.getI32Type();
+  Value wide = arith::ExtUIOp::create(b, loc, i32, bits);
+  Value shifted = arith::ShLIOp::create(
+      b, loc, wide, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16)));
+  return arith::BitcastOp::create(b, loc, b.getF32Type(), shifted);
+}
+
+/// float32 to bfloat16 bits as the runtime's BFloat16 rounds (Half.h): to
+/// nearest even, denormals too; a NaN stays a NaN with its sign and upper
+/// payload bits, made quiet.
+Value f32ToBF16Bits(OpBuilder &b, Location loc, Value value) {
+  Type i32 = b.getI32Type();
+  auto c = [&](uint32_t v) -> Value {
+    return arith::ConstantOp::create(
+        b, loc, b.getI32IntegerAttr(static_cast<int32_t>(v)));
+  };
+  Value bits = arith::BitcastOp::create(b, loc, i32, value);
+  Value magnitude = arith::AndIOp::create(b, loc, bits, c(0x7fffffffu));
+  Value isNaN = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
+                                      magnitude, c(0x7f800000u));
+  Value upper = arith::ShRUIOp::create(b, loc, bits, c(16));
+  Value quietNaN = arith::OrIOp::create(b, loc, upper, c(0x40));
+  Value odd = arith::AndIOp::create(b, loc, upper, c(1));
+  Value bias = arith::AddIOp::create(b, loc, odd, c(0x7fff));
+  Value rounded = arith::ShRUIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, bits, bias), c(16));
+  Value result = arith::SelectOp::create(b, loc, isNaN, quietNaN, rounded);
+  return arith::TruncIOp::create(b, loc, b.getI16Type(), result);
 }
 
 /// Emits the scalar computation of one kernel on values of the compute
@@ -305,7 +349,9 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
       // no float64 -> 16-bit runtime library call).
       if (et.storage != f64)
         v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
-      if (et.storage != f64 && !et.storage.isF32())
+      if (et.isBF16)
+        v = f32ToBF16Bits(b, loc, v);
+      else if (et.storage != f64 && !et.storage.isF32())
         v = arith::TruncFOp::create(b, loc, et.storage, v);
     }
     constants[full] = v;
@@ -330,6 +376,8 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
         auto toCompute = [&](Value v) -> Value {
           if (v.getType() == et.compute)
             return v;
+          if (et.isBF16)
+            return bf16BitsToF32(nb, nloc, v);
           return arith::ExtFOp::create(nb, nloc, et.compute, v);
         };
         for (Operation &inner : body.without_terminator()) {
@@ -353,7 +401,9 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
             status = failure();
             r = arith::ConstantOp::create(nb, nloc, nb.getZeroAttr(et.compute));
           }
-          if (r.getType() != et.storage)
+          if (et.isBF16)
+            r = f32ToBF16Bits(nb, nloc, r);
+          else if (r.getType() != et.storage)
             r = arith::TruncFOp::create(nb, nloc, et.storage, r);
           stored[kernel.getResult()] = r;
         }
@@ -379,6 +429,8 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
   if (failed(pm.run(module)))
     return failure();
 
+  // The runtime's float32 kernels compute these expansions operation for
+  // operation (dtorch/runtime/PolynomialMath.h): change both together.
   RewritePatternSet patterns(ctx);
   populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
     name.consume_front("math.");

@@ -55,11 +55,12 @@ void registerBinary(KernelRegistry &registry, const char *op, Fn fn) {
   addCpuKernel<T>(registry, op, std::move(kernel));
 }
 
-template <class C> C sigmoidOf(C x) {
-  if (x >= C(0))
-    return C(1) / (C(1) + std::exp(-x));
-  C e = std::exp(x);
-  return e / (C(1) + e);
+// float64 only: float32 and the 16-bit floats use FloatMathKernels.cpp.
+double sigmoidOf(double x) {
+  if (x >= 0.0)
+    return 1.0 / (1.0 + std::exp(-x));
+  double e = std::exp(x);
+  return e / (1.0 + e);
 }
 
 // T is float, double, Half or BFloat16; C is what it is computed in.
@@ -67,18 +68,22 @@ template <class T> void registerFloatKernels(KernelRegistry &registry) {
   using C = ComputeType<T>;
   registerUnary<T>(registry, "neg", [](C x) { return -x; });
   registerUnary<T>(registry, "abs", [](C x) { return std::abs(x); });
-  registerUnary<T>(registry, "exp", [](C x) { return std::exp(x); });
-  registerUnary<T>(registry, "log", [](C x) { return std::log(x); });
   registerUnary<T>(registry, "sqrt", [](C x) { return std::sqrt(x); });
   registerUnary<T>(registry, "rsqrt", [](C x) { return C(1) / std::sqrt(x); });
   registerUnary<T>(registry, "relu",
                    [](C x) { return x < C(0) ? C(0) : x; }); // keeps NaN
-  registerUnary<T>(registry, "tanh", [](C x) { return std::tanh(x); });
-  registerUnary<T>(registry, "sigmoid", [](C x) { return sigmoidOf(x); });
-  registerUnary<T>(registry, "gelu", [](C x) {
-    return C(0.5) * x * (C(1) + std::erf(x * C(M_SQRT1_2)));
-  });
-  registerUnary<T>(registry, "silu", [](C x) { return x * sigmoidOf(x); });
+  if constexpr (std::is_same_v<C, double>) {
+    // float64 calls libm, as the generated kernels do; the others compute
+    // the generated kernels' float32 approximations (FloatMathKernels.cpp).
+    registerUnary<T>(registry, "exp", [](C x) { return std::exp(x); });
+    registerUnary<T>(registry, "log", [](C x) { return std::log(x); });
+    registerUnary<T>(registry, "tanh", [](C x) { return std::tanh(x); });
+    registerUnary<T>(registry, "sigmoid", [](C x) { return sigmoidOf(x); });
+    registerUnary<T>(registry, "gelu", [](C x) {
+      return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
+    });
+    registerUnary<T>(registry, "silu", [](C x) { return x * sigmoidOf(x); });
+  }
   registerUnary<T>(registry, "sin", [](C x) { return std::sin(x); });
   registerUnary<T>(registry, "cos", [](C x) { return std::cos(x); });
 
@@ -86,16 +91,17 @@ template <class T> void registerFloatKernels(KernelRegistry &registry) {
   registerBinary<T>(registry, "sub", [](C a, C b) { return a - b; });
   registerBinary<T>(registry, "mul", [](C a, C b) { return a * b; });
   registerBinary<T>(registry, "div", [](C a, C b) { return a / b; });
-  // NaN-propagating, like torch.maximum / torch.minimum.
+  // NaN-propagating, like torch.maximum / torch.minimum, and written as the
+  // generated kernels compute them (arith.maximumf/minimumf as MLIR's
+  // arith-expand lowers them): a NaN operand is the result (b when both
+  // are), and of two equal values (+0 and -0) the second.
   registerBinary<T>(registry, "maximum", [](C a, C b) {
-    if (std::isnan(a) || std::isnan(b))
-      return std::numeric_limits<C>::quiet_NaN();
-    return a < b ? b : a;
+    C larger = !(a <= b) ? a : b;
+    return std::isnan(b) ? b : larger;
   });
   registerBinary<T>(registry, "minimum", [](C a, C b) {
-    if (std::isnan(a) || std::isnan(b))
-      return std::numeric_limits<C>::quiet_NaN();
-    return b < a ? b : a;
+    C smaller = !(a >= b) ? a : b;
+    return std::isnan(b) ? b : smaller;
   });
   registerBinary<T>(registry, "pow", [](C a, C b) { return std::pow(a, b); });
 }
@@ -179,6 +185,7 @@ void registerElementwiseKernels(KernelRegistry &registry) {
   forEachType(FloatTypes{}, [&](auto tag) {
     registerFloatKernels<typename decltype(tag)::type>(registry);
   });
+  registerFloatMathKernels(registry);
   forEachType(IntegerTypes{}, [&](auto tag) {
     registerIntegerKernels<typename decltype(tag)::type>(registry);
   });

@@ -131,6 +131,10 @@ inline void checkAllSame(const std::vector<TensorDesc> &inputs,
                      ("input " + std::to_string(i) + " vs output").c_str());
 }
 
+// exp, log, tanh, sigmoid, gelu, silu on float32, float16 and bfloat16, as
+// the generated kernels compute them (FloatMathKernels.cpp).
+void registerFloatMathKernels(KernelRegistry &registry);
+
 // Reduction dims from `dims` (empty or absent: all dims), normalized,
 // deduplicated check, as a per-dim mask.
 std::vector<bool> reductionMask(const AttrReader &attrs, int64_t rank);

@@ -475,31 +475,127 @@ for step in range(start, stop):
     if mode == "fresh" and step + 1 == int(sys.argv[4]):
         dcp.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1,
                   "rng": dtorch.get_rng_state()}, checkpoint_id=path)
+import hashlib
+digest = hashlib.sha256()
+for name, value in sorted(model.state_dict().items()):
+    digest.update(name.encode() + value.numpy().tobytes())
+print("PARAMS", stop, digest.hexdigest(), flush=True)
 dtorch.shutdown()
 """
 
 
-def run_trainer(fusion, *args):
-    env = dict(subprocess_env(), DTORCH_FUSION=fusion)
-    r = subprocess.run([sys.executable, "-c", TRAINER, *map(str, args)], capture_output=True,
+def run_trainer(fusion, *args, script=TRAINER):
+    """Runs `script` in a fresh interpreter with the on-disk program cache
+    off; `fusion` is DTORCH_FUSION ("default": unset)."""
+    env = dict(subprocess_env(), DTORCH_CACHE_DIR="")
+    env.pop("DTORCH_FUSION", None)
+    if fusion != "default":
+        env["DTORCH_FUSION"] = fusion
+    r = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
                        text=True, timeout=300, env=env, cwd="/")
     assert r.returncode == 0, r.stdout + r.stderr
-    return {int(l.split()[1]): l.split()[2] for l in r.stdout.splitlines()
-            if l.startswith("LOSS")}
+    # LOSS step value; PARAMS step digest (of the parameters after the run)
+    losses = {(l.split()[0], int(l.split()[1])): l.split()[2] for l in r.stdout.splitlines()
+              if l.startswith(("LOSS ", "PARAMS "))}
+    stats = [json.loads(l[len("STATS "):]) for l in r.stdout.splitlines()
+             if l.startswith("STATS ")]
+    return losses, stats[-1] if stats else None
 
 
-# The fusion tier is fixed in both runs: by default a segment's first run is
-# unfused and later runs use generated kernels, whose float results may
-# differ in the last bit, so the resumed run's first step (a first run)
-# would not match the uninterrupted run's fifth (docs/guide/checkpoints.md).
-@pytest.mark.parametrize("fusion", ["0", "1"])
+# Every fusion tier, the default included: by default a segment's first run
+# uses the runtime's kernels and later runs generated ones, so the resumed
+# run's first step (a first run in the new process, the disk cache off)
+# runs unfused where the uninterrupted run's fifth ran fused. Both give the
+# same bits (test_fusion_tiers.py, FusedKernelBitwiseTest).
+@pytest.mark.parametrize("fusion", ["0", "1", "default"])
 def test_resumed_training_gives_bitwise_the_same_losses(tmp_path, fusion):
     path = tmp_path / "ckpt"
-    full = run_trainer(fusion, path, "fresh", 8, 4)
-    resumed = run_trainer(fusion, path, "resume", 8)
-    assert sorted(resumed) == [4, 5, 6, 7]
+    full, _ = run_trainer(fusion, path, "fresh", 8, 4)
+    resumed, _ = run_trainer(fusion, path, "resume", 8)
+    assert sorted(resumed) == [("LOSS", s) for s in [4, 5, 6, 7]] + [("PARAMS", 8)]
     assert {s: full[s] for s in resumed} == resumed, (full, resumed)
-    assert len(set(full.values())) == 8  # the losses move
+    assert len({v for k, v in full.items() if k[0] == "LOSS"}) == 8  # the losses move
+
+
+# An MLP whose forward, loss and backward are made of the transcendental
+# kernels (gelu, tanh, sigmoid, silu, exp, log) in float32 and a bfloat16
+# branch, trained with AdamW; each step is one segment (forward, backward,
+# update). The first step after the resume is that segment's first run in
+# the new process: unfused, against the fused one of the uninterrupted run.
+TRANSCENDENTAL_TRAINER = """
+import json, sys
+import numpy as np
+import dtorch
+import dtorch.distributed.checkpoint as dcp
+from dtorch import Replicate, Shard, nn
+from dtorch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+path, mode, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
+F = nn.functional
+mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 48)
+        self.fc2 = nn.Linear(48, 5)
+    def forward(self, x):
+        h = self.fc1(x)
+        h = F.gelu(h) + h.tanh() * F.silu(h) * 0.5
+        out = self.fc2(h)
+        low = out.bfloat16()
+        return out.tanh() * 2.0 + (low.sigmoid() * low.exp().log()).float() * 0.25
+dtorch.manual_seed(0 if mode == "fresh" else 99)
+model = Net()
+parallelize_module(model, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+opt = dtorch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
+start = 0
+if mode == "resume":
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 0}
+    dcp.load(state, checkpoint_id=path)
+    opt.load_state_dict(state["optim"])
+    start = state["step"]
+for step in range(start, stop):
+    rng = np.random.default_rng(step)
+    x = dtorch.distribute_tensor(rng.standard_normal((16, 16)).astype(np.float32), mesh,
+                                 [Shard(0), Replicate()])
+    t = dtorch.distribute_tensor(rng.standard_normal((16, 5)).astype(np.float32), mesh,
+                                 [Shard(0), Replicate()])
+    y = dtorch.distribute_tensor(rng.integers(0, 5, 16), mesh, [Shard(0), Replicate()])
+    opt.zero_grad()
+    out = model(x)
+    # softplus(out * t) = log(1 + exp(out * t)), plus cross entropy
+    # (log_softmax: exp and log) and a sigmoid term.
+    z = out * t
+    loss = (z.exp() + 1.0).log().mean() + F.cross_entropy(out, y) + (out.sigmoid() * t).mean()
+    loss.backward()
+    opt.step()
+    print("LOSS", step, float(loss.item()).hex(), flush=True)
+    if mode == "fresh" and step + 1 == int(sys.argv[4]):
+        dcp.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step + 1},
+                 checkpoint_id=path)
+import hashlib
+digest = hashlib.sha256()
+for name, value in sorted(model.state_dict().items()):
+    digest.update(name.encode() + value.numpy().tobytes())
+print("PARAMS", stop, digest.hexdigest(), flush=True)
+print("STATS " + json.dumps(dtorch._C.controller_stats()))
+dtorch.shutdown()
+"""
+
+
+def test_resumed_transcendental_training_is_bitwise_in_a_fresh_process_by_default(tmp_path):
+    """The requirement "a resumed run produces bitwise the same losses",
+    in its hardest setting: a fresh process, the disk program cache off,
+    the default fusion tier (DTORCH_FUSION unset)."""
+    path = tmp_path / "ckpt"
+    full, full_stats = run_trainer("default", path, "fresh", 8, 4,
+                                   script=TRANSCENDENTAL_TRAINER)
+    resumed, resumed_stats = run_trainer("default", path, "resume", 8,
+                                         script=TRANSCENDENTAL_TRAINER)
+    assert sorted(resumed) == [("LOSS", s) for s in [4, 5, 6, 7]] + [("PARAMS", 8)]
+    # Both runs fused the training step from its second run on.
+    assert full_stats["fused_recompiles"] >= 1 and resumed_stats["fused_recompiles"] >= 1
+    assert {s: full[s] for s in resumed} == resumed, (full, resumed)
+    assert len({v for k, v in full.items() if k[0] == "LOSS"}) == 8  # the losses move
 
 
 def test_arrays_and_dtensors_load_into_each_other(meshes, tmp_path):

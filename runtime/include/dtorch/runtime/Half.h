@@ -51,8 +51,9 @@ struct Half {
     uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1f) // inf or NaN
-      return detail::bitsFloat(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0x1f) // inf, or NaN made quiet (as the hardware converts)
+      return detail::bitsFloat(sign | 0x7f800000u | (mant << 13) |
+                               (mant ? 0x400000u : 0u));
     if (exp == 0) { // zero or subnormal: mant * 2^-24
       float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
       return sign ? -v : v;
