@@ -1,6 +1,6 @@
 //===- compile_profile.cpp - where a cold compile spends its time --------===//
 //
-//   build/bin/compile_profile [--ops 2000] [--ranks 4] [--repeat 5]
+//   build/bin/compile_profile [--ops 2000] [--ranks 4] [--repeat 5] [--fuse]
 //                             [--json bench/results/compile_profile.json]
 //
 // Compiles a chain of `ops` elementwise adds (y = y + x, x sharded on dim 0)
@@ -9,7 +9,10 @@
 // from the description (compileGraph), and prints the time of each phase
 // per op (CPU time of the compiling thread, the fastest of `repeat` runs),
 // with the protobuf serialization of the programs (what an upload costs).
-// Not run by the tests.
+// Like the controller's first compile of a segment (a cache miss), it
+// leaves fusion out; --fuse adds --rank-fuse-elementwise and the kernel
+// generator (the second run's compile). DTORCH_VERIFY_STAGES=1 verifies
+// every stage (a release build verifies the last). Not run by the tests.
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Compiler.h"
@@ -111,8 +114,16 @@ template <typename Compile> Profile profile(Compile compile, int repeat) {
 
 int main(int argc, char **argv) {
   int ops = 2000, ranks = 4, repeat = 5;
+  bool fuse = false;
   std::string json;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--fuse"))
+      fuse = true;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--fuse")) {
+      --i; // a flag without a value
+      continue;
+    }
     if (!std::strcmp(argv[i], "--json"))
       json = argv[i + 1];
     if (!std::strcmp(argv[i], "--ops"))
@@ -124,6 +135,7 @@ int main(int argc, char **argv) {
   }
   CompileOptions options;
   options.profile = true;
+  options.fuseElementwise = fuse;
   SegmentGraph graph = chainGraph(ops, ranks);
   std::string text = chainText(ops, ranks);
   Profile viaText = profile(

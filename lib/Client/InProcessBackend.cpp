@@ -114,7 +114,7 @@ public:
     // Checked once, shared by every rank's context.
     auto mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
     // What needs no rank to prepare is prepared once for all ranks.
-    auto preparation = std::make_shared<rt::SharedPreparation>();
+    auto preparation = std::make_shared<rt::SharedPreparation>(shared);
     for (int64_t rank : meshRanks) {
       RankThread &t = at(static_cast<int>(rank));
       rt::RankContext context = rt::RankContext::of(mesh, rank);

@@ -63,16 +63,21 @@ SegmentGraph segmentGraph(const Segment &seg, const Mesh &mesh,
   auto nextValue = [&] {
     return static_cast<int32_t>(g.args.size() + g.nodes.size());
   };
+  // One full per distinct scalar (scalarFullKey), as segmentText writes it.
+  std::unordered_map<std::string, int32_t> fulls;
   for (const Node &n : seg.nodes) {
     if (n.scalar.index >= 0) {
       // A Python number operand: a full tensor of the node's shape, read
       // through the input slot that holds handle 0.
-      GraphNode full;
-      full.op = "full";
-      full.attrs.emplace_back("value", GraphAttr::ofFloat(n.scalar.value));
-      full.type = {n.meta.shape, n.meta.dtype, n.scalar.placements};
-      values[0] = nextValue();
-      g.nodes.push_back(std::move(full));
+      auto [it, added] = fulls.try_emplace(scalarFullKey(n), nextValue());
+      if (added) {
+        GraphNode full;
+        full.op = "full";
+        full.attrs.emplace_back("value", GraphAttr::ofFloat(n.scalar.value));
+        full.type = {n.meta.shape, n.meta.dtype, n.scalar.placements};
+        g.nodes.push_back(std::move(full));
+      }
+      values[0] = it->second;
     }
     GraphNode node;
     node.op = n.op;

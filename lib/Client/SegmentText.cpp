@@ -133,6 +133,27 @@ std::string typeText(const TensorMeta &meta, const Mesh &mesh) {
   return s;
 }
 
+std::string scalarFullKey(const Node &n) {
+  std::string key;
+  auto append = [&](const void *data, size_t bytes) {
+    key.append(static_cast<const char *>(data), bytes);
+  };
+  append(&n.scalar.value, sizeof n.scalar.value);
+  int32_t dtype = static_cast<int32_t>(n.meta.dtype);
+  append(&dtype, sizeof dtype);
+  int64_t rank = static_cast<int64_t>(n.meta.shape.size());
+  append(&rank, sizeof rank);
+  for (int64_t d : n.meta.shape)
+    append(&d, sizeof d);
+  for (const Placement &p : n.scalar.placements) {
+    char kind = static_cast<char>(p.kind), op = static_cast<char>(p.op);
+    append(&kind, 1);
+    append(&p.dim, sizeof p.dim);
+    append(&op, 1);
+  }
+  return key;
+}
+
 std::string segmentText(const Segment &seg, const Mesh &mesh,
                         const std::string &name, std::vector<int64_t> *seeds) {
   std::unordered_map<Handle, std::string> names;
@@ -154,16 +175,21 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
   os << ") {\n";
 
   size_t counter = 0;
+  // One full per distinct scalar (scalarFullKey): its name and type.
+  std::unordered_map<std::string, std::pair<std::string, std::string>> fulls;
   for (const Node &n : seg.nodes) {
     if (n.scalar.index >= 0) {
       // A Python number operand: a full tensor of the node's shape.
-      std::string s = "%" + std::to_string(counter++);
-      TensorMeta sm{n.meta.shape, n.meta.dtype, n.meta.meshId,
-                    n.scalar.placements};
-      names[0] = s;
-      types[0] = typeText(sm, mesh);
-      os << "  " << s << " = dtensor.full " << floatText(n.scalar.value)
-         << " : " << types[0] << "\n";
+      auto [full, added] = fulls.try_emplace(scalarFullKey(n));
+      if (added) {
+        TensorMeta sm{n.meta.shape, n.meta.dtype, n.meta.meshId,
+                      n.scalar.placements};
+        full->second = {"%" + std::to_string(counter++), typeText(sm, mesh)};
+        os << "  " << full->second.first << " = dtensor.full "
+           << floatText(n.scalar.value) << " : " << full->second.second << "\n";
+      }
+      names[0] = full->second.first;
+      types[0] = full->second.second;
     }
     std::string self = "%" + std::to_string(counter++);
     std::string ty = typeText(n.meta, mesh);

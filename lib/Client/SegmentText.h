@@ -14,6 +14,13 @@ namespace dtorch::client {
 /// ["dp", "tp"]>, [S(0), R]>.
 std::string typeText(const TensorMeta &meta, const Mesh &mesh);
 
+/// What identifies the full tensor a Python number operand stands for: its
+/// value's bits, shape, dtype and placements. A segment holds one `full`
+/// per distinct key, written where it is first read, and every node with
+/// that scalar reads it (what CSE would make of one full per use, without
+/// building, verifying and merging the copies).
+std::string scalarFullKey(const Node &node);
+
 /// A function `@name` whose arguments are the segment's args and whose
 /// results are its results. Values are numbered locally, so the same step
 /// gives the same text (the structural cache key). With `seeds`, random ops

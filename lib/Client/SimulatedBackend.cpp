@@ -57,7 +57,10 @@ public:
                                      programs[0].mesh_shape().end());
       p.mesh = std::make_shared<const rt::MeshRanks>(meshShape, meshRanks);
       for (const wire::Program &program : programs) {
-        p.classes.push_back(program);
+        // Where each class runs is all a fetch needs of it (no copy of the
+        // instructions).
+        wire::Program &where = p.classes.emplace_back();
+        *where.mutable_positions() = program.positions();
         std::vector<wire::TensorSpec> specs;
         for (int buffer : program.outputs())
           if (buffer >= 0 && buffer < program.buffers_size())
@@ -73,9 +76,15 @@ public:
         for (size_t a = 0; a < coords.size(); ++a)
           position = position * meshShape[a] + coords[a];
         int64_t rank = p.mesh->rankAt(position);
-        rt::validateProgram(
-            rt::resolveForRank(program, rt::RankContext::of(p.mesh, rank)),
-            static_cast<int>(rank));
+        rt::RankContext context = rt::RankContext::of(p.mesh, rank);
+        if (rt::rankIndependent(program)) {
+          // Its own resolution: checked without a copy (as workers do).
+          rt::checkClassProgramFor(program, context);
+          rt::validateProgram(program, static_cast<int>(rank));
+        } else {
+          rt::validateProgram(rt::resolveForRank(program, context),
+                              static_cast<int>(rank));
+        }
       }
     } catch (const std::exception &e) {
       p.invalid = e.what();
@@ -184,7 +193,7 @@ public:
 private:
   struct Program {
     std::shared_ptr<const rt::MeshRanks> mesh;
-    std::vector<wire::Program> classes;
+    std::vector<wire::Program> classes;                 // their positions only
     std::vector<std::vector<wire::TensorSpec>> outputs; // by class
     std::string invalid; // why validation refused the upload
   };

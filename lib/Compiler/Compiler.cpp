@@ -5,6 +5,7 @@
 #include "ProgramEmitter.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
+#include "dtensor/Transforms/StageVerification.h"
 #include "rank/IR/Rank.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -75,6 +76,8 @@ public:
     std::optional<StringRef> stage = dtensor::stageBoundaryName(pass);
     if (!stage && pass->getArgument().empty())
       return; // a pass manager's adaptor: its passes are counted
+    if (stage && !dtensor::stageBoundaryVerifies(pass))
+      return; // a boundary that only marks its stage
     std::string name =
         stage ? "verify (" + stage->str() + ")" : pass->getArgument().str();
     double s = secondsSince(start);
@@ -159,15 +162,20 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   }
 
   // One pipeline definition (buildDTensorToRankPipeline); its stage
-  // boundaries verify the IR between phases, so the pass manager's verifier
-  // after every pass is off. Stages are printed, and redistributions
-  // explained, only when asked for.
+  // boundaries verify the IR between phases (all of them in a debug build
+  // or with DTORCH_VERIFY_STAGES=1, the last one in release:
+  // StageVerification.h), so the pass manager's verifier after every pass
+  // is off. Stages are printed, and redistributions explained, only when
+  // asked for.
   if (options.recordStages)
     result.stages.emplace_back("input", printModule(module));
   Clock::time_point setupStart = Clock::now();
   PassManager pm(ctx);
   pm.enableVerifier(false);
-  dtensor::buildDTensorToRankPipeline(pm, options.fuseElementwise);
+  dtensor::DTensorToRankPipelineOptions pipeline;
+  pipeline.fuseElementwise = options.fuseElementwise;
+  pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
+  dtensor::buildDTensorToRankPipeline(pm, pipeline);
   if (options.planBuffers)
     pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
   if (options.profile)

@@ -1229,9 +1229,20 @@ void Cluster::uploadPrograms(uint64_t programId,
       wire::Envelope e = envelope();
       auto *upload = e.mutable_upload();
       upload->set_program_id(programId);
+      // The class programs are lent to the message while it is encoded,
+      // not copied into it (a copy of a long program costs as much as
+      // encoding it); they are taken back before the message is destroyed.
+      auto *lent = upload->mutable_programs();
+      struct TakeBack {
+        google::protobuf::RepeatedPtrField<wire::Program> *field;
+        ~TakeBack() {
+          while (!field->empty())
+            (void)field->ReleaseLast();
+        }
+      } takeBack{lent};
       for (size_t k = 0; k < programs.size(); ++k)
         if (uses[k])
-          *upload->add_programs() = *programs[k];
+          lent->AddAllocated(const_cast<wire::Program *>(programs[k]));
       if (consecutive)
         upload->set_mesh_rank_start(meshRanks[0]);
       else
@@ -1256,13 +1267,14 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<int64_t> &seeds) {
   Impl &impl = *impl_;
   std::unique_lock<std::mutex> lock(impl.mutex);
-  std::vector<int64_t> involved = impl.deps.involved(programId, ranks);
+  detail::RunDependencies::Ranks involved =
+      impl.deps.involvedRanks(programId, ranks);
   // Work that needs a lost rank is not sent: its outputs are lost here, and
   // fetching one fails at once naming the lost worker.
   std::optional<detail::LostValue> lost;
   if (impl.anyDead()) {
     std::vector<bool> lostRanks = impl.lostRanks();
-    for (int64_t rank : involved)
+    for (int64_t rank : *involved)
       if (!lost && rank >= 0 && rank < impl.worldSize && lostRanks[rank])
         lost = impl.lostValue(rank);
   }
@@ -1274,7 +1286,7 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
       impl.deps.poison(output, *lost);
     return;
   }
-  impl.deps.recordRun(involved, inputs, outputs);
+  impl.deps.recordRunShared(involved, inputs, outputs);
   // One RunProgram per worker process, naming its ranks.
   impl.postPerProcess(
       ranks,

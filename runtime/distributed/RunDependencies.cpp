@@ -25,6 +25,36 @@ void RunDependencies::setProgramRanks(
       }
     }
   programRanks_[programId] = std::vector<int64_t>(ranks.begin(), ranks.end());
+  involvedCache_.erase(programId);
+}
+
+RunDependencies::Ranks
+RunDependencies::involvedRanks(uint64_t programId,
+                               const std::vector<int64_t> &ranks) {
+  InvolvedCache &cache = involvedCache_[programId];
+  if (!cache.involved || cache.ranks != ranks) {
+    cache.ranks = ranks;
+    std::vector<int64_t> all = involved(programId, ranks);
+    uint64_t hash = all.size();
+    for (int64_t r : all)
+      hash = hash * 1099511628211ULL ^ static_cast<uint64_t>(r);
+    std::vector<Ranks> &same = interned_[hash];
+    cache.involved = nullptr;
+    for (const Ranks &list : same)
+      if (*list == all)
+        cache.involved = list;
+    if (!cache.involved) {
+      cache.involved =
+          std::make_shared<const std::vector<int64_t>>(std::move(all));
+      same.push_back(cache.involved);
+    }
+  }
+  return cache.involved;
+}
+
+const std::vector<int64_t> *RunDependencies::neededList(uint64_t handle) const {
+  auto it = needs_.find(handle);
+  return it == needs_.end() ? nullptr : it->second.get();
 }
 
 std::vector<int64_t>
@@ -42,25 +72,38 @@ RunDependencies::involved(uint64_t programId,
 void RunDependencies::recordRun(const std::vector<int64_t> &involved,
                                 const std::vector<uint64_t> &inputs,
                                 const std::vector<uint64_t> &outputs) {
+  recordRunShared(std::make_shared<const std::vector<int64_t>>(involved),
+                  inputs, outputs);
+}
+
+void RunDependencies::recordRunShared(const Ranks &involvedList,
+                                      const std::vector<uint64_t> &inputs,
+                                      const std::vector<uint64_t> &outputs) {
   if (outputs.empty())
     return;
-  // Usually every input needs the ranks of this very mesh: then the
-  // outputs share the inputs' list and nothing is allocated.
+  const std::vector<int64_t> &involved = *involvedList;
+  // Usually every input needs the ranks of this very mesh (the same shared
+  // list, or an equal one): then the outputs share it and nothing is
+  // allocated.
   Ranks shared;
   std::vector<int64_t> extra;
   for (uint64_t input : inputs) {
     auto it = needs_.find(input);
     if (it == needs_.end())
       continue;
-    if (!shared && *it->second == involved) {
-      shared = it->second;
+    if (it->second == involvedList ||
+        (it->second->size() == involved.size() && *it->second == involved)) {
+      if (!shared)
+        shared = it->second;
       continue;
     }
     for (int64_t rank : *it->second)
       if (!std::binary_search(involved.begin(), involved.end(), rank))
         extra.push_back(rank);
   }
-  if (!extra.empty() || !shared) {
+  if (extra.empty() && !shared)
+    shared = involvedList;
+  if (!extra.empty()) {
     std::vector<int64_t> all = involved;
     all.insert(all.end(), extra.begin(), extra.end());
     std::sort(all.begin(), all.end());

@@ -36,6 +36,9 @@ struct LostValue {
 
 class RunDependencies {
 public:
+  /// A sorted rank list, shared by every value that needs those ranks.
+  using Ranks = std::shared_ptr<const std::vector<int64_t>>;
+
   /// The ranks a program may communicate with: its mesh's ranks and the
   /// ranks its collectives name explicitly (`group`, `peer`, `root`).
   void
@@ -45,11 +48,23 @@ public:
   /// Every rank a run of `programId` on `ranks` needs, sorted.
   std::vector<int64_t> involved(uint64_t programId,
                                 const std::vector<int64_t> &ranks) const;
+  /// The same as one shared list, kept per program: every run of a program
+  /// on the ranks of its last run gets the same list (one comparison of
+  /// the rank vectors, no sort, no allocation), and programs that involve
+  /// the same ranks get the same list.
+  Ranks involvedRanks(uint64_t programId, const std::vector<int64_t> &ranks);
   /// Records a run that needs `involved` and reads `inputs`: its outputs
-  /// need those ranks and whatever the inputs needed.
+  /// need those ranks and whatever the inputs needed. An input made by a
+  /// run with the same shared list is recognized by pointer, without
+  /// comparing ranks.
+  void recordRunShared(const Ranks &involved,
+                       const std::vector<uint64_t> &inputs,
+                       const std::vector<uint64_t> &outputs);
   void recordRun(const std::vector<int64_t> &involved,
                  const std::vector<uint64_t> &inputs,
                  const std::vector<uint64_t> &outputs);
+  /// The rank list `handle` needs (nullptr when unknown), for tests.
+  const std::vector<int64_t> *neededList(uint64_t handle) const;
   /// The first rank in `lost` (indexed by rank) that the value of `handle`
   /// needs; -1 when none does (or the handle is unknown: a put value).
   int64_t needs(uint64_t handle, const std::vector<bool> &lost) const;
@@ -68,11 +83,19 @@ public:
   size_t handlesTracked() const { return needs_.size(); }
 
 private:
-  using Ranks = std::shared_ptr<const std::vector<int64_t>>;
   // Sorted rank lists, shared by every output of a run (and by later runs
   // that need the same ranks), so a training loop holds one per mesh.
   std::unordered_map<uint64_t, Ranks> needs_;
   std::map<uint64_t, std::vector<int64_t>> programRanks_;
+  // Per program: the ranks of its last run and that run's shared list.
+  struct InvolvedCache {
+    std::vector<int64_t> ranks;
+    Ranks involved;
+  };
+  std::unordered_map<uint64_t, InvolvedCache> involvedCache_;
+  // Every distinct list involvedRanks made, by a hash of its ranks: programs
+  // on the same ranks share one list (a handful per session: one per mesh).
+  std::unordered_map<uint64_t, std::vector<Ranks>> interned_;
   std::map<uint64_t, LostValue> poisoned_;
 };
 

@@ -599,7 +599,7 @@ void Worker::dispatch(wire::Envelope &envelope) {
     for (const wire::Program &program : upload.programs())
       classes->push_back(&program);
     // The ranks of this process share what needs no rank to prepare.
-    auto preparation = std::make_shared<SharedPreparation>();
+    auto preparation = std::make_shared<SharedPreparation>(shared);
     for (int r = options_.firstRank; r < options_.firstRank + options_.numRanks;
          ++r) {
       // An upload refused before its ranks were read is refused on every

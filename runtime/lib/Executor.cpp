@@ -133,16 +133,35 @@ void Executor::validate(const Program &program) const {
     loadExecutable(exe);
 }
 
-Program Executor::prepare(const Program &program,
-                          const RankContext &context) const {
-  if (comm_ && comm_->rank() != context.rank)
+namespace {
+
+void checkCommunicatorRank(const Communicator *comm, const Program &program,
+                           const RankContext &context) {
+  if (comm && comm->rank() != context.rank)
     throw RuntimeError(
         "program '" + program.name() + "' is prepared for rank " +
         std::to_string(context.rank) + " but the communicator is rank " +
-        std::to_string(comm_->rank()));
+        std::to_string(comm->rank()));
+}
+
+} // namespace
+
+Program Executor::prepare(const Program &program,
+                          const RankContext &context) const {
+  checkCommunicatorRank(comm_, program, context);
   Program resolved = resolveForRank(program, context);
   validate(resolved);
   return resolved;
+}
+
+void Executor::checkPrepared(const Program &program,
+                             const RankContext &context) const {
+  checkCommunicatorRank(comm_, program, context);
+  if (!rankIndependent(program))
+    throw RuntimeError("program '" + program.name() +
+                       "' depends on the rank: it must be resolved");
+  checkClassProgramFor(program, context);
+  validate(program);
 }
 
 std::vector<Tensor> Executor::runValidated(const Program &program,

@@ -196,8 +196,8 @@ PieceBox pieceBox(const std::vector<int64_t> &globalShape,
   return box;
 }
 
-wire::Program resolveForRank(const wire::Program &program,
-                             const RankContext &context) {
+void checkClassProgramFor(const wire::Program &program,
+                          const RankContext &context) {
   validateMeshProgram(program);
   const std::string prefix = "program '" + program.name() + "': ";
   std::vector<int64_t> shape(program.mesh_shape().begin(),
@@ -210,6 +210,24 @@ wire::Program resolveForRank(const wire::Program &program,
     throw RuntimeError(prefix + "it does not run at mesh position " +
                        listToString(context.coords) + " (rank " +
                        std::to_string(context.rank) + ")");
+}
+
+bool rankIndependent(const wire::Program &program) {
+  for (const wire::Instruction &inst : program.instructions()) {
+    if (isCollectiveOp(inst.op()))
+      return false;
+    for (const auto &[name, attr] : inst.attrs())
+      if (attr.value_case() == wire::Attr::kMesh || name == "axis" ||
+          name == "group")
+        return false;
+  }
+  return true;
+}
+
+wire::Program resolveForRank(const wire::Program &program,
+                             const RankContext &context) {
+  checkClassProgramFor(program, context);
+  const std::string prefix = "program '" + program.name() + "': ";
   wire::Program resolved = program;
   for (int i = 0; i < resolved.instructions_size(); ++i) {
     wire::Instruction &inst = *resolved.mutable_instructions(i);

@@ -34,33 +34,24 @@ void RankState::poisonAll(const std::vector<uint64_t> &handles,
     poison(handle, message);
 }
 
-namespace {
-
-/// Whether `program` resolves to itself for every rank: no mesh value, no
-/// mesh axis or group, no collective.
-bool rankIndependent(const ::dtorch::wire::Program &program) {
-  for (const ::dtorch::wire::Instruction &inst : program.instructions()) {
-    if (isCollectiveOp(inst.op()))
-      return false;
-    for (const auto &[name, attr] : inst.attrs())
-      if (attr.value_case() == ::dtorch::wire::Attr::kMesh || name == "axis" ||
-          name == "group")
-        return false;
-  }
-  return true;
-}
-
-} // namespace
-
 std::shared_ptr<const ::dtorch::wire::Program> SharedPreparation::get(
     const ::dtorch::wire::Program *classProgram,
-    const std::function<::dtorch::wire::Program()> &prepare) {
+    const std::function<::dtorch::wire::Program()> &prepare,
+    const std::function<void(const ::dtorch::wire::Program &)> &check) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = prepared_.find(classProgram);
   if (it == prepared_.end()) {
     std::shared_ptr<const ::dtorch::wire::Program> made;
-    if (rankIndependent(*classProgram))
-      made = std::make_shared<const ::dtorch::wire::Program>(prepare());
+    if (rankIndependent(*classProgram)) {
+      if (owner_ && check) {
+        // Its own resolution: checked where it lies, kept without a copy.
+        check(*classProgram);
+        made = std::shared_ptr<const ::dtorch::wire::Program>(owner_,
+                                                              classProgram);
+      } else {
+        made = std::make_shared<const ::dtorch::wire::Program>(prepare());
+      }
+    }
     it = prepared_.emplace(classProgram, std::move(made)).first;
   }
   return it->second;
@@ -95,10 +86,13 @@ void RankState::upload(
                          " runs at mesh position (" + where + ")");
     }
     auto prepare = [&] { return executor_.prepare(*classes[index], context); };
+    auto check = [&](const ::dtorch::wire::Program &program) {
+      executor_.checkPrepared(program, context);
+    };
     // A failed preparation throws out of get() and is not kept: every rank
     // then reports it itself.
     std::shared_ptr<const ::dtorch::wire::Program> common =
-        shared ? shared->get(classes[index], prepare) : nullptr;
+        shared ? shared->get(classes[index], prepare, check) : nullptr;
     uploaded.program =
         common ? std::move(common)
                : std::make_shared<const ::dtorch::wire::Program>(prepare());

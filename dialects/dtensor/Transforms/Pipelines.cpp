@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "dtensor/Transforms/Passes.h"
+#include "dtensor/Transforms/StageVerification.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -21,21 +22,30 @@ void dtorch::dtensor::StageObserver::runAfterPass(Pass *pass, Operation *op) {
 
 void dtorch::dtensor::buildDTensorToRankPipeline(OpPassManager &pm,
                                                  bool fuseElementwise) {
+  DTensorToRankPipelineOptions options;
+  options.fuseElementwise = fuseElementwise;
+  buildDTensorToRankPipeline(pm, options);
+}
+
+void dtorch::dtensor::buildDTensorToRankPipeline(
+    OpPassManager &pm, const DTensorToRankPipelineOptions &options) {
+  bool verifyEach = options.verifyEachStage;
   pm.addNestedPass<func::FuncOp>(createPropagateSharding());
   pm.addNestedPass<func::FuncOp>(createCSEPass());
-  pm.addPass(createStageBoundary(kStageSharded));
+  pm.addPass(createStageBoundary(kStageSharded, verifyEach));
   pm.addNestedPass<func::FuncOp>(createLowerRedistribute());
-  pm.addPass(createStageBoundary(kStageRedistributed));
+  pm.addPass(createStageBoundary(kStageRedistributed, verifyEach));
   pm.addPass(createLowerToRank());
   if (foldTransposeFromEnvironment())
     pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoMatmul());
-  if (fuseElementwise)
+  if (options.fuseElementwise)
     pm.addNestedPass<func::FuncOp>(createFuseElementwise());
   if (std::optional<ScheduleCollectivesOptions> schedule =
           collectiveScheduleFromEnvironment())
     pm.addPass(createScheduleCollectives(*schedule));
   pm.addPass(createMatchPointToPoint());
-  pm.addPass(createStageBoundary(kStageRank));
+  // The emitter reads this module: its stage is always verified.
+  pm.addPass(createStageBoundary(kStageRank, /*verify=*/true));
 }
 
 namespace {

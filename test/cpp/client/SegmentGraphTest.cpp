@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -294,6 +295,51 @@ TEST(SegmentGraph, ScalarOperandsSeedsAndChains) {
   EXPECT_EQ(g.results.front(), g.results.back());
 }
 
+// A scalar used again (same value, shape, dtype and placements) reads the
+// one full made where it was first used, in the text and in the graph; a
+// scalar that differs in any of these gets its own.
+TEST(SegmentGraph, RepeatedScalarsShareOneFull) {
+  SegmentMaker m;
+  Handle x = m.arg({8, 6}, F32, layout({S(0), R}));
+  auto scalar = [](double value, Placements ps) {
+    ScalarOperand s;
+    s.index = 1;
+    s.value = value;
+    s.placements = std::move(ps);
+    return s;
+  };
+  Placements rowS = layout({S(0), R}), rep = layout({R, R});
+  Handle y = x;
+  for (int k = 0; k < 3; ++k) {
+    y = m.node("mul", {y, 0}, {}, {8, 6}, F32, rowS, scalar(1.5, rep));
+    y = m.node("add", {y, 0}, {}, {8, 6}, F32, rowS, scalar(0.25, rep));
+  }
+  y = m.node("add", {y, 0}, {}, {8, 6}, F32, rowS, scalar(0.25, rowS));
+  y = m.node("add", {y, 0}, {}, {8, 6}, F32, rowS, scalar(-0.0, rep));
+  y = m.node("add", {y, 0}, {}, {8, 6}, F32, rowS, scalar(0.0, rep));
+  Segment seg = m.done({y});
+  expectSameCompile(seg, m.mesh, "repeated scalars");
+
+  SegmentGraph g = segmentGraph(seg, m.mesh, "segment");
+  std::vector<std::string> ops;
+  for (const GraphNode &n : g.nodes)
+    ops.push_back(n.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"full", "mul", "full", "add", "mul",
+                                           "add", "mul", "add", "full", "add",
+                                           "full", "add", "full", "add"}));
+  // Every mul reads the first full (value 1), every add of 0.25 on R the
+  // second (value 3).
+  EXPECT_EQ(g.nodes[4].operands, (std::vector<int32_t>{4, 1}));
+  EXPECT_EQ(g.nodes[5].operands, (std::vector<int32_t>{5, 3}));
+  EXPECT_EQ(g.nodes[7].operands, (std::vector<int32_t>{7, 3}));
+  std::string text = segmentText(seg, m.mesh, "segment");
+  size_t fulls = 0;
+  for (size_t at = text.find("dtensor.full"); at != std::string::npos;
+       at = text.find("dtensor.full", at + 1))
+    ++fulls;
+  EXPECT_EQ(fulls, 5u) << text;
+}
+
 TEST(SegmentGraph, MeshWithDeviceAndWithoutNames) {
   SegmentMaker m;
   m.mesh.dimNames.clear();
@@ -401,7 +447,17 @@ TEST(SegmentGraph, InvalidDescriptionsGiveDiagnostics) {
 TEST(SegmentGraph, ProfileTimesEveryPhase) {
   CompileOptions options;
   options.profile = true;
+  // Every stage verified (a release build verifies the last one unless
+  // asked: StageVerification.h).
+  std::string saved;
+  if (const char *old = std::getenv("DTORCH_VERIFY_STAGES"))
+    saved = old;
+  setenv("DTORCH_VERIFY_STAGES", "1", 1);
   CompileResult r = compileGraph(validGraph(), options);
+  if (saved.empty())
+    unsetenv("DTORCH_VERIFY_STAGES");
+  else
+    setenv("DTORCH_VERIFY_STAGES", saved.c_str(), 1);
   ASSERT_TRUE(r.ok) << r.error;
   std::map<std::string, double> phases(r.timings.begin(), r.timings.end());
   for (const char *phase :

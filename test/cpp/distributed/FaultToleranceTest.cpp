@@ -89,6 +89,38 @@ Program allReduceOn(std::vector<int64_t> group) {
   return b.program();
 }
 
+// Runs of a program share one involved-rank list (no sort per run), and so
+// do programs on the same ranks; the values they make share it too.
+TEST(RunDependencies, RunsShareOneRankListPerProgramAndRanks) {
+  detail::RunDependencies deps;
+  Program reduce = allReduceOn({0, 2});
+  deps.setProgramRanks(7, {&reduce}, {0});
+  deps.setProgramRanks(8, {}, {0, 2});
+  deps.setProgramRanks(9, {}, {1, 3});
+  detail::RunDependencies::Ranks first = deps.involvedRanks(7, {0});
+  EXPECT_EQ(*first, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(deps.involvedRanks(7, {0}).get(), first.get());
+  EXPECT_EQ(deps.involvedRanks(8, {2, 0}).get(), first.get()); // same ranks
+  detail::RunDependencies::Ranks other = deps.involvedRanks(9, {3, 1});
+  EXPECT_EQ(*other, (std::vector<int64_t>{1, 3}));
+  EXPECT_NE(other.get(), first.get());
+  deps.recordRunShared(first, {}, {10});
+  deps.recordRunShared(deps.involvedRanks(8, {0, 2}), {10}, {11});
+  EXPECT_EQ(deps.neededList(10), first.get());
+  EXPECT_EQ(deps.neededList(11), first.get());
+  // Reading a value of other ranks: the union, a list of its own.
+  deps.recordRunShared(other, {11}, {12});
+  ASSERT_NE(deps.neededList(12), nullptr);
+  EXPECT_EQ(*deps.neededList(12), (std::vector<int64_t>{0, 1, 2, 3}));
+  std::vector<bool> lost = {false, false, true, false};
+  EXPECT_EQ(deps.needs(12, lost), 2);
+  EXPECT_EQ(deps.needs(11, lost), 2);
+  EXPECT_EQ(deps.neededList(99), nullptr);
+  // A program uploaded again under its id gets its ranks again.
+  deps.setProgramRanks(7, {}, {1});
+  EXPECT_EQ(*deps.involvedRanks(7, {1}), (std::vector<int64_t>{1}));
+}
+
 TEST(RunDependencies, ValuesNeedTheirRunsRanksThroughTheDataFlow) {
   detail::RunDependencies deps;
   Program reduce = allReduceOn({0, 2});

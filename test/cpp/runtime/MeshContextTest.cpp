@@ -291,6 +291,103 @@ TEST(MeshContext, SharedPreparationPreparesRankIndependentProgramsOnce) {
   }
 }
 
+// Given the owner of the class programs (the upload message), a
+// rank-independent one is checked where it lies and shared without a copy,
+// kept alive by the ranks that hold it; a rank-dependent one is still
+// prepared per rank, and an invalid or misplaced one fails on every rank.
+TEST(MeshContext, SharedPreparationWithAnOwnerSharesTheClassProgramItself) {
+  auto owner = std::make_shared<std::vector<Program>>();
+  {
+    ProgramBuilder plain = classProgram({3});
+    int x = plain.input(F32, {2});
+    int y = plain.buffer(F32, {2});
+    plain.add("mul", {x, x}, {y});
+    plain.output(y);
+    owner->push_back(plain.program());
+    ProgramBuilder lead = classProgram({3});
+    x = lead.input(F32, {2});
+    y = lead.buffer(F32, {2});
+    MeshValue *coord =
+        (*lead.add("lead_or_zero", {x}, {y}).mutable_attrs())["coord"]
+            .mutable_mesh();
+    coord->set_kind(MeshValue::MESH_COORD);
+    coord->set_axis(0);
+    lead.output(y);
+    owner->push_back(lead.program());
+    ProgramBuilder bad = classProgram({3});
+    x = bad.input(F32, {2});
+    y = bad.buffer(F32, {2});
+    bad.add("no_such_kernel", {x}, {y});
+    bad.output(y);
+    owner->push_back(bad.program());
+    ProgramBuilder elsewhere = classProgram({3});
+    elsewhere.program().mutable_positions(0)->set_lo(0, 2); // position 2 only
+    x = elsewhere.input(F32, {2});
+    y = elsewhere.buffer(F32, {2});
+    elsewhere.add("add", {x, x}, {y});
+    elsewhere.output(y);
+    owner->push_back(elsewhere.program());
+  }
+  const Program *plain = &(*owner)[0], *lead = &(*owner)[1],
+                *bad = &(*owner)[2], *elsewhere = &(*owner)[3];
+  EXPECT_TRUE(rankIndependent(*plain));
+  EXPECT_FALSE(rankIndependent(*lead));
+
+  SharedPreparation shared(owner);
+  int prepared = 0, checked = 0;
+  auto prepare = [&] {
+    ++prepared;
+    return *plain;
+  };
+  auto check = [&](const Program &) { ++checked; };
+  auto first = shared.get(plain, prepare, check);
+  EXPECT_EQ(first.get(), plain); // the class program itself, no copy
+  EXPECT_EQ(shared.get(plain, prepare, check).get(), plain);
+  EXPECT_EQ(prepared, 0);
+  EXPECT_EQ(checked, 1);
+  EXPECT_EQ(shared.get(lead, prepare, check), nullptr);
+
+  std::vector<std::unique_ptr<RankState>> states;
+  {
+    SharedPreparation perUpload(owner);
+    for (int64_t rank : {0, 1, 2}) {
+      RankContext context = RankContext::of({3}, {0, 1, 2}, rank);
+      states.push_back(
+          std::make_unique<RankState>(static_cast<int>(rank), nullptr));
+      RankState &state = *states.back();
+      state.upload(1, {plain}, context, &perUpload);
+      state.upload(2, {lead}, context, &perUpload);
+      state.upload(3, {bad}, context, &perUpload);
+      state.upload(4, {elsewhere}, context, &perUpload);
+    }
+  }
+  first.reset();
+  long holders = owner.use_count();
+  EXPECT_GE(holders, 2); // the ranks keep the message alive
+  owner.reset();         // ... after the upload is gone
+  for (int64_t rank : {0, 1, 2}) {
+    RankState &state = *states[static_cast<size_t>(rank)];
+    state.put(1, makeTensor<float>(F32, {2}, {1.5f, -2}));
+    ASSERT_EQ(state.run(1, {1}, {2}), std::nullopt);
+    EXPECT_EQ(valuesOf<float>(state.fetch(2)), (std::vector<float>{2.25f, 4}));
+    ASSERT_EQ(state.run(2, {1}, {3}), std::nullopt);
+    EXPECT_EQ(valuesOf<float>(state.fetch(3)),
+              rank == 0 ? (std::vector<float>{1.5f, -2})
+                        : (std::vector<float>{0, 0}));
+    std::optional<std::string> error = state.run(3, {1}, {4});
+    ASSERT_TRUE(error);
+    EXPECT_NE(error->find("no_such_kernel"), std::string::npos) << *error;
+    error = state.run(4, {1}, {5});
+    if (rank == 2) {
+      EXPECT_EQ(error, std::nullopt);
+    } else {
+      ASSERT_TRUE(error);
+      EXPECT_NE(error->find("runs at mesh position"), std::string::npos)
+          << *error;
+    }
+  }
+}
+
 TEST(MeshContext, PointToPointPeersBecomeTheGlobalRankAtTheCoordinate) {
   // pp x dp = 3 x 2 over ranks in reverse order; the stage at pp = 1 sends
   // to pp = 2 and receives from pp = 0, each at its own dp coordinate.

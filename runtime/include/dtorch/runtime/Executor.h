@@ -59,6 +59,10 @@ public:
   // RuntimeError. The communicator, when there is one, must be that rank's.
   ::dtorch::wire::Program prepare(const ::dtorch::wire::Program &program,
                                   const RankContext &context) const;
+  // What prepare checks, for a class program that resolves to itself
+  // (rankIndependent): the same errors, without making a copy.
+  void checkPrepared(const ::dtorch::wire::Program &program,
+                     const RankContext &context) const;
   std::vector<Tensor> runValidated(const ::dtorch::wire::Program &program,
                                    const std::vector<Tensor> &inputs,
                                    const std::vector<int64_t> &seeds = {});

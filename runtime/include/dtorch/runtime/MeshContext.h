@@ -79,6 +79,16 @@ bool programRunsAt(const ::dtorch::wire::Program &program,
 int programIndexAt(const std::vector<const ::dtorch::wire::Program *> &programs,
                    const std::vector<int64_t> &coords);
 
+// The checks resolveForRank makes before it resolves anything: the class
+// program is well formed (validateMeshProgram), for the context's mesh and
+// runs at its coordinates. Throws RuntimeError.
+void checkClassProgramFor(const ::dtorch::wire::Program &program,
+                          const RankContext &context);
+
+// Whether a class program resolves to itself for every rank: it names no
+// mesh value, mesh axis or group and has no collective.
+bool rankIndependent(const ::dtorch::wire::Program &program);
+
 // The program of the rank of `context`: checks the class program
 // (validateMeshProgram), that it is for the context's mesh and runs at its
 // coordinates, and resolves its mesh values and axes. The result names no

@@ -35,17 +35,26 @@ namespace dtorch::rt {
 // that run them: a class program with no mesh value, no mesh axis and no
 // collective resolves to itself for every rank, so the first rank to need
 // it validates it and the others share that copy. One per upload, shared by
-// the ranks it reaches (thread-safe).
+// the ranks it reaches (thread-safe). Given the `owner` of the class
+// programs (the upload message they lie in), a rank-independent one is
+// not copied at all: it is checked where it lies and shared, the owner
+// kept alive by every rank that holds it.
 class SharedPreparation {
 public:
+  explicit SharedPreparation(std::shared_ptr<const void> owner = nullptr)
+      : owner_(std::move(owner)) {}
   // The prepared program for `classProgram`, made by `prepare` on the first
-  // call; nullptr when the program depends on the rank (then every rank
-  // prepares its own).
+  // call (or, with an owner and `check`, the class program itself once
+  // `check` accepted it); nullptr when the program depends on the rank
+  // (then every rank prepares its own).
   std::shared_ptr<const ::dtorch::wire::Program>
   get(const ::dtorch::wire::Program *classProgram,
-      const std::function<::dtorch::wire::Program()> &prepare);
+      const std::function<::dtorch::wire::Program()> &prepare,
+      const std::function<void(const ::dtorch::wire::Program &)> &check =
+          nullptr);
 
 private:
+  std::shared_ptr<const void> owner_;
   std::mutex mutex_;
   // nullptr: rank-dependent.
   std::unordered_map<const ::dtorch::wire::Program *,
