@@ -17,8 +17,7 @@ void check(cudaError_t error, const char *what) {
                        " (" + cudaGetErrorString(error) + ")");
 }
 
-// ---- caching pools
-// ------------------------------------------------------------
+// ---- caching pools ----
 void *CachingBlockPool::take(size_t bytes) {
   size_t bucket = CachingAllocator::bucketSize(bytes);
   {
@@ -84,8 +83,7 @@ cudaError_t mallocHost(void **ptr, size_t bytes) {
   return cudaMallocHost(ptr, bytes);
 }
 
-// ---- streams and events
-// -------------------------------------------------------
+// ---- streams and events ----
 class CudaEvent final : public Event {
 public:
   explicit CudaEvent(const CudaDevice &device) {
@@ -156,8 +154,7 @@ std::string describeDevice(int ordinal) {
 
 } // namespace
 
-// ---- the device
-// ---------------------------------------------------------------
+// ---- the device ----
 CudaDevice::CudaDevice(int ordinal)
     : ordinal_(ordinal), description_(describeDevice(ordinal)),
       devicePool_("cudaMalloc", mallocDevice, cudaFree),
@@ -270,8 +267,7 @@ void CudaDevice::checkErrorWord(cudaStream_t stream, const char *op) {
   throw RuntimeError(what);
 }
 
-// ---- the process's devices
-// ------------------------------------------------------
+// ---- the process's devices ----
 namespace {
 
 int visibleDevices(std::string &whyNone) {

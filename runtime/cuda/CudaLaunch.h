@@ -101,6 +101,14 @@ struct StridedCopy {
 void launchStridedCopy(int elementSize, const StridedCopy &copy,
                        const void *src, void *dst, cudaStream_t stream);
 
+// tril (`lower`) / triu over the last two dims [rows, cols] of `n`
+// elements: with global i = row + rowOffset, j = col + colOffset, tril keeps
+// j - i <= diagonal, triu keeps j - i >= diagonal, the rest is 0.
+void launchTriangle(int elementSize, bool lower, int64_t diagonal,
+                    int64_t rowOffset, int64_t colOffset, int64_t rows,
+                    int64_t cols, int64_t n, const void *src, void *dst,
+                    cudaStream_t stream);
+
 // Integer GEMMs (wrapping, as on the CPU) for int32/int64, batched:
 // out[b] = op(a[b]) * op(b[b]) with row-major [M,K] / [K,N] (or transposed
 // storage), batch strides in elements.

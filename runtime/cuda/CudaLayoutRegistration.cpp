@@ -1,8 +1,8 @@
 // The "cuda" twins of the layout and indexing-by-box kernels (reshape,
 // copy, lead_or_zero, transpose, slice, broadcast_to, bucket_pack,
-// bucket_unpack, extract_slice, concat) and of the reductions (sum, max,
-// min, argmax, argmin). Every data movement is one strided copy kernel or a
-// device-to-device memcpy on the current stream.
+// bucket_unpack, extract_slice, concat, tril, triu) and of the reductions (sum,
+// max, min, argmax, argmin). Every data movement is one strided copy kernel or
+// a device-to-device memcpy on the current stream.
 #include "CudaRegistrationSupport.h"
 
 #include <cuda_runtime_api.h>
@@ -165,10 +165,25 @@ void concatRun(const AttrReader &attrs,
   }
 }
 
-// ---- reductions
-// --------------------------------------------------------------- `mask` as
-// [outer kept, reduced, inner kept] after merging neighbours (dims of extent 1
-// drop out); false when kept and reduced dims alternate more.
+KernelRunFn triangleRun(bool lower, const char *name) {
+  return [lower, name](const AttrReader &attrs,
+                       const std::vector<const Tensor *> &inputs,
+                       const std::vector<Tensor *> &outputs) {
+    LaunchContext c = launchContext(inputs, outputs, name);
+    const Tensor &x = *inputs[0];
+    Tensor &out = *outputs[0];
+    const Shape &shape = x.shape();
+    launchTriangle(static_cast<int>(dtypeSize(x.dtype())), lower,
+                   attrs.getInt("diagonal", 0), attrs.getInt("row_offset", 0),
+                   attrs.getInt("col_offset", 0), shape[shape.size() - 2],
+                   shape[shape.size() - 1], out.numel(), x.data(), out.data(),
+                   c.stream);
+  };
+}
+
+// ---- reductions ----
+// `mask` as [outer kept, reduced, inner kept] after merging neighbours (dims
+// of extent 1 drop out); false when kept and reduced dims alternate more.
 bool collapse(const Shape &shape, const std::vector<bool> &mask, int64_t &outer,
               int64_t &reduced, int64_t &inner) {
   std::vector<std::pair<bool, int64_t>> runs;
@@ -300,6 +315,10 @@ void registerCudaLayoutKernels(KernelRegistry &registry) {
       addCudaTwin(registry, op, dtype, extractSliceRun);
     else if (op == "concat")
       addCudaTwin(registry, op, dtype, concatRun);
+    else if (op == "tril")
+      addCudaTwin(registry, op, dtype, triangleRun(true, "tril"));
+    else if (op == "triu")
+      addCudaTwin(registry, op, dtype, triangleRun(false, "triu"));
   }
 }
 

@@ -174,6 +174,19 @@ __global__ void stridedCopyKernel(StridedCopy c, const E *src, E *dst,
   }
 }
 
+template <class E>
+__global__ void triangleKernel(bool lower, int64_t diagonal, int64_t rowOffset,
+                               int64_t colOffset, int64_t rows, int64_t cols,
+                               int64_t n, const E *src, E *dst) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t col = i % cols, row = (i / cols) % rows;
+    int64_t offDiagonal = (col + colOffset) - (row + rowOffset);
+    bool keep = lower ? offDiagonal <= diagonal : offDiagonal >= diagonal;
+    dst[i] = keep ? src[i] : E(0);
+  }
+}
+
 template <class T>
 __global__ void integerGemmKernel(bool transA, bool transB, int64_t batch,
                                   int64_t m, int64_t n, int64_t k, const T *a,
@@ -285,6 +298,35 @@ void launchStridedCopy(int elementSize, const StridedCopy &copy,
                              std::to_string(elementSize));
   }
   checkLaunch("strided copy kernel");
+}
+
+void launchTriangle(int elementSize, bool lower, int64_t diagonal,
+                    int64_t rowOffset, int64_t colOffset, int64_t rows,
+                    int64_t cols, int64_t n, const void *src, void *dst,
+                    cudaStream_t stream) {
+  if (n == 0)
+    return;
+  auto go = [&](auto tag) {
+    using E = decltype(tag);
+    triangleKernel<E><<<blocksFor(n, kThreads), kThreads, 0, stream>>>(
+        lower, diagonal, rowOffset, colOffset, rows, cols, n,
+        static_cast<const E *>(src), static_cast<E *>(dst));
+  };
+  switch (elementSize) {
+  case 1:
+    go(uint8_t{});
+    break;
+  case 2:
+    go(uint16_t{});
+    break;
+  case 4:
+    go(uint32_t{});
+    break;
+  default:
+    go(uint64_t{});
+    break;
+  }
+  checkLaunch("triangle kernel");
 }
 
 void launchIntegerGemm(ElemType type, bool transA, bool transB, int64_t batch,

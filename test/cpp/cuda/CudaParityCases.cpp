@@ -312,6 +312,18 @@ std::vector<ParityCase> parityCases(const std::string &op, DType d) {
                    },
                    d,
                    {2, 3}});
+  } else if (op == "tril" || op == "triu") {
+    // A piece of a larger matrix (offsets) and a diagonal off the middle.
+    for (int64_t diagonal : {-1, 0, 2})
+      add(ParityCase{op + tag + " diagonal " + std::to_string(diagonal),
+                     {randomTensor(d, {2, 5, 7}, -9, 9, 104)},
+                     [diagonal](Instruction &i) {
+                       setInt(i, "diagonal", diagonal);
+                       setInt(i, "row_offset", 3);
+                       setInt(i, "col_offset", 1);
+                     },
+                     d,
+                     {2, 5, 7}});
   } else if (op == "concat") {
     add(ParityCase{op + tag,
                    {randomTensor(d, {3, 2}, -9, 9, 101),
