@@ -1,4 +1,5 @@
 #include "CudaDevice.h"
+#include "CudaLaunch.h"
 
 #include "dtorch/runtime/Allocator.h"
 #include "dtorch/runtime/Kernels.h"
@@ -262,6 +263,8 @@ void CudaDevice::checkErrorWord(cudaStream_t stream, const char *op) {
     what += "integer division by zero";
   else if (word & 2u)
     what += "negative exponent of an integer base other than 1 or -1";
+  else if (word & kErrorIndexOutOfRange)
+    what += "an index is out of range";
   else
     what += "scaled integer sum is out of range";
   throw RuntimeError(what);

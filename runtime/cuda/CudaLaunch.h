@@ -41,6 +41,7 @@ constexpr int kMaxRank = 8;
 constexpr unsigned kErrorIntegerDivisionByZero = 1u;
 constexpr unsigned kErrorNegativeIntegerExponent = 2u;
 constexpr unsigned kErrorScaledSumOutOfRange = 4u;
+constexpr unsigned kErrorIndexOutOfRange = 8u;
 
 // out = op(x), n elements.
 void launchUnary(UnaryOp op, ElemType type, const void *x, void *out, int64_t n,
@@ -108,6 +109,27 @@ void launchTriangle(int elementSize, bool lower, int64_t diagonal,
                     int64_t rowOffset, int64_t colOffset, int64_t rows,
                     int64_t cols, int64_t n, const void *src, void *dst,
                     cudaStream_t stream);
+
+// index_select: out[o, j, :] = x[o, index[j] - offset, :] with x viewed as
+// [outer, extent, inner] (elements of `elementSize` bytes); an index outside
+// [offset, offset + extent) gives zeros when `masked`, else sets
+// kErrorIndexOutOfRange.
+void launchIndexSelect(int elementSize, const void *x, const int64_t *index,
+                       void *out, int64_t outer, int64_t extent, int64_t inner,
+                       int64_t count, int64_t offset, bool masked,
+                       unsigned *errorWord, cudaStream_t stream);
+// gather along `dim`: out[p] = x[p with p[dim] = index[p]]; `indexShape` is
+// the output's shape, `xStrides` x's row-major strides (rank <= kMaxRank);
+// an index outside [0, x extent of dim) sets kErrorIndexOutOfRange.
+struct GatherLayout {
+  int rank = 0, dim = 0;
+  int64_t indexShape[kMaxRank] = {};
+  int64_t xStrides[kMaxRank] = {};
+  int64_t extent = 0; // x's extent along dim
+};
+void launchGather(int elementSize, const GatherLayout &layout, const void *x,
+                  const int64_t *index, void *out, int64_t n,
+                  unsigned *errorWord, cudaStream_t stream);
 
 // Integer GEMMs (wrapping, as on the CPU) for int32/int64, batched:
 // out[b] = op(a[b]) * op(b[b]) with row-major [M,K] / [K,N] (or transposed

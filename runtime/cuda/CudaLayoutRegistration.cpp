@@ -1,8 +1,8 @@
 // The "cuda" twins of the layout and indexing-by-box kernels (reshape,
 // copy, lead_or_zero, transpose, slice, broadcast_to, bucket_pack,
-// bucket_unpack, extract_slice, concat, tril, triu) and of the reductions (sum,
-// max, min, argmax, argmin). Every data movement is one strided copy kernel or
-// a device-to-device memcpy on the current stream.
+// bucket_unpack, extract_slice, concat, tril, triu, index_select, gather) and
+// of the reductions (sum, max, min, argmax, argmin). Every data movement is one
+// strided copy kernel or a device-to-device memcpy on the current stream.
 #include "CudaRegistrationSupport.h"
 
 #include <cuda_runtime_api.h>
@@ -181,6 +181,56 @@ KernelRunFn triangleRun(bool lower, const char *name) {
   };
 }
 
+void indexSelectRun(const AttrReader &attrs,
+                    const std::vector<const Tensor *> &inputs,
+                    const std::vector<Tensor *> &outputs) {
+  LaunchContext c = launchContext(inputs, outputs, "index_select");
+  const Tensor &x = *inputs[0], &index = *inputs[1];
+  Tensor &out = *outputs[0];
+  int64_t dim = normalizeDim(attrs.getInt("dim"), x.dim(), "index_select dim");
+  bool masked = attrs.getInt("masked", 0) == 1;
+  int64_t outer = 1, inner = 1, extent = x.shape()[dim];
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dim)
+      outer *= x.shape()[d];
+    else if (d > dim)
+      inner *= x.shape()[d];
+  }
+  launchIndexSelect(static_cast<int>(dtypeSize(x.dtype())), x.data(),
+                    index.data_as<int64_t>(), out.data(), outer, extent, inner,
+                    index.numel(), attrs.getInt("offset", 0), masked,
+                    c.device.errorWord(), c.stream);
+  if (!masked && out.numel() > 0)
+    c.device.checkErrorWord(c.stream, "index_select");
+}
+
+void gatherRun(const AttrReader &attrs,
+               const std::vector<const Tensor *> &inputs,
+               const std::vector<Tensor *> &outputs) {
+  LaunchContext c = launchContext(inputs, outputs, "gather");
+  const Tensor &x = *inputs[0], &index = *inputs[1];
+  Tensor &out = *outputs[0];
+  if (out.numel() == 0)
+    return;
+  Shape xShape = x.shape().empty() ? Shape{1} : x.shape();
+  Shape indexShape = index.shape().empty() ? Shape{1} : index.shape();
+  requireRank(xShape.size(), "gather");
+  GatherLayout g;
+  g.rank = static_cast<int>(xShape.size());
+  g.dim =
+      static_cast<int>(normalizeDim(attrs.getInt("dim"), g.rank, "gather dim"));
+  g.extent = xShape[g.dim];
+  std::vector<int64_t> strides = rowMajorStrides(xShape);
+  for (int d = 0; d < g.rank; ++d) {
+    g.indexShape[d] = indexShape[d];
+    g.xStrides[d] = strides[d];
+  }
+  launchGather(static_cast<int>(dtypeSize(x.dtype())), g, x.data(),
+               index.data_as<int64_t>(), out.data(), out.numel(),
+               c.device.errorWord(), c.stream);
+  c.device.checkErrorWord(c.stream, "gather");
+}
+
 // ---- reductions ----
 // `mask` as [outer kept, reduced, inner kept] after merging neighbours (dims
 // of extent 1 drop out); false when kept and reduced dims alternate more.
@@ -315,6 +365,10 @@ void registerCudaLayoutKernels(KernelRegistry &registry) {
       addCudaTwin(registry, op, dtype, extractSliceRun);
     else if (op == "concat")
       addCudaTwin(registry, op, dtype, concatRun);
+    else if (op == "index_select")
+      addCudaTwin(registry, op, dtype, indexSelectRun);
+    else if (op == "gather")
+      addCudaTwin(registry, op, dtype, gatherRun);
     else if (op == "tril")
       addCudaTwin(registry, op, dtype, triangleRun(true, "tril"));
     else if (op == "triu")

@@ -187,6 +187,61 @@ __global__ void triangleKernel(bool lower, int64_t diagonal, int64_t rowOffset,
   }
 }
 
+template <class E>
+__global__ void indexSelectKernel(const E *x, const int64_t *index, E *out,
+                                  int64_t outer, int64_t extent, int64_t inner,
+                                  int64_t count, int64_t offset, bool masked,
+                                  unsigned *errorWord) {
+  int64_t n = outer * count * inner;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t k = i % inner, j = (i / inner) % count, o = i / (inner * count);
+    int64_t local = index[j] - offset;
+    if (local < 0 || local >= extent) {
+      if (!masked)
+        atomicOr(errorWord, kErrorIndexOutOfRange);
+      out[i] = E(0);
+    } else {
+      out[i] = x[(o * extent + local) * inner + k];
+    }
+  }
+}
+
+template <class E>
+__global__ void gatherKernel(GatherLayout g, const E *x, const int64_t *index,
+                             E *out, int64_t n, unsigned *errorWord) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t value = index[i];
+    if (value < 0 || value >= g.extent) {
+      atomicOr(errorWord, kErrorIndexOutOfRange);
+      out[i] = E(0);
+      continue;
+    }
+    int64_t rest = i, source = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      int64_t p = rest % g.indexShape[d];
+      rest /= g.indexShape[d];
+      source += (d == g.dim ? value : p) * g.xStrides[d];
+    }
+    out[i] = x[source];
+  }
+}
+
+// Calls go(E{}) for the unsigned type of `elementSize` bytes.
+template <class Go> void byElementSize(int elementSize, Go &&go) {
+  switch (elementSize) {
+  case 1:
+    return go(uint8_t{});
+  case 2:
+    return go(uint16_t{});
+  case 4:
+    return go(uint32_t{});
+  default:
+    return go(uint64_t{});
+  }
+}
+
 template <class T>
 __global__ void integerGemmKernel(bool transA, bool transB, int64_t batch,
                                   int64_t m, int64_t n, int64_t k, const T *a,
@@ -327,6 +382,36 @@ void launchTriangle(int elementSize, bool lower, int64_t diagonal,
     break;
   }
   checkLaunch("triangle kernel");
+}
+
+void launchIndexSelect(int elementSize, const void *x, const int64_t *index,
+                       void *out, int64_t outer, int64_t extent, int64_t inner,
+                       int64_t count, int64_t offset, bool masked,
+                       unsigned *errorWord, cudaStream_t stream) {
+  int64_t n = outer * count * inner;
+  if (n == 0)
+    return;
+  byElementSize(elementSize, [&](auto tag) {
+    using E = decltype(tag);
+    indexSelectKernel<E><<<blocksFor(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const E *>(x), index, static_cast<E *>(out), outer, extent,
+        inner, count, offset, masked, errorWord);
+  });
+  checkLaunch("index_select kernel");
+}
+
+void launchGather(int elementSize, const GatherLayout &layout, const void *x,
+                  const int64_t *index, void *out, int64_t n,
+                  unsigned *errorWord, cudaStream_t stream) {
+  if (n == 0)
+    return;
+  byElementSize(elementSize, [&](auto tag) {
+    using E = decltype(tag);
+    gatherKernel<E><<<blocksFor(n, kThreads), kThreads, 0, stream>>>(
+        layout, static_cast<const E *>(x), index, static_cast<E *>(out), n,
+        errorWord);
+  });
+  checkLaunch("gather kernel");
 }
 
 void launchIntegerGemm(ElemType type, bool transA, bool transB, int64_t batch,

@@ -97,6 +97,25 @@ TEST(CudaKernelParity, EveryCudaKernelHasACase) {
   EXPECT_EQ(without, "") << "CUDA kernels without a parity case";
 }
 
+// Runs here: every case is well formed (its CPU twin checks and runs it),
+// so a failure on a GPU is the CUDA kernel's.
+TEST(CudaKernelParity, EveryCaseRunsOnTheCpu) {
+  registerCudaBackend();
+  KernelRegistry &registry = KernelRegistry::global();
+  int cases = 0;
+  for (const auto &[op, dtype] : registry.entriesFor(kCudaDevice))
+    for (const ParityCase &c : parityCases(op, dtype)) {
+      try {
+        runOn(*registry.lookup(op, dtype, kCpuDevice), c, c.inputs,
+              cpuDevice());
+      } catch (const std::exception &e) {
+        ADD_FAILURE() << c.name << ": " << e.what();
+      }
+      ++cases;
+    }
+  std::cout << cases << " parity cases run on the CPU\n";
+}
+
 TEST(CudaKernelParity, EveryCudaKernelMatchesItsCpuTwin) {
   registerCudaBackend();
   std::string why;

@@ -312,6 +312,30 @@ std::vector<ParityCase> parityCases(const std::string &op, DType d) {
                    },
                    d,
                    {2, 3}});
+  } else if (op == "index_select") {
+    // Indices of a shard held from offset 4; masked: others give zeros.
+    for (int masked : {0, 1}) {
+      std::vector<int64_t> picks = masked
+                                       ? std::vector<int64_t>{4, 9, 2, 6, 4, 12}
+                                       : std::vector<int64_t>{4, 8, 5, 4, 7};
+      add(ParityCase{op + tag + (masked ? " masked" : ""),
+                     {randomTensor(d, {3, 5, 2}, -9, 9, 105),
+                      makeTensor<int64_t>(I64, {int64_t(picks.size())}, picks)},
+                     [masked](Instruction &i) {
+                       setInt(i, "dim", 1);
+                       setInt(i, "offset", 4);
+                       setInt(i, "masked", masked);
+                     },
+                     d,
+                     {3, int64_t(picks.size()), 2}});
+    }
+  } else if (op == "gather") {
+    Tensor index = randomTensor(I64, {4, 3}, 0, 6.99, 106);
+    add(ParityCase{op + tag,
+                   {randomTensor(d, {5, 7}, -9, 9, 107), index},
+                   [](Instruction &i) { setInt(i, "dim", 1); },
+                   d,
+                   {4, 3}});
   } else if (op == "tril" || op == "triu") {
     // A piece of a larger matrix (offsets) and a diagonal off the middle.
     for (int64_t diagonal : {-1, 0, 2})
