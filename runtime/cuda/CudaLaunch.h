@@ -131,6 +131,22 @@ void launchGather(int elementSize, const GatherLayout &layout, const void *x,
                   const int64_t *index, void *out, int64_t n,
                   unsigned *errorWord, cudaStream_t stream);
 
+// scatter_add into `out` (already a copy of self): for every index element
+// p, out[p with p[dim] = index[p]] += src[p]. One thread per line along
+// `dim` adds in increasing index order, as the CPU does (lines never share
+// a target), so results are bitwise the CPU's. An index outside [0, extent)
+// sets kErrorIndexOutOfRange.
+struct ScatterLayout {
+  int rank = 0, dim = 0;
+  int64_t indexShape[kMaxRank] = {};
+  int64_t srcStrides[kMaxRank] = {};
+  int64_t outStrides[kMaxRank] = {};
+  int64_t extent = 0; // out's extent along dim
+};
+void launchScatterAdd(ElemType type, const ScatterLayout &layout,
+                      const int64_t *index, const void *src, void *out,
+                      unsigned *errorWord, cudaStream_t stream);
+
 // Integer GEMMs (wrapping, as on the CPU) for int32/int64, batched:
 // out[b] = op(a[b]) * op(b[b]) with row-major [M,K] / [K,N] (or transposed
 // storage), batch strides in elements.

@@ -1,8 +1,9 @@
 // The "cuda" twins of the layout and indexing-by-box kernels (reshape,
 // copy, lead_or_zero, transpose, slice, broadcast_to, bucket_pack,
-// bucket_unpack, extract_slice, concat, tril, triu, index_select, gather) and
-// of the reductions (sum, max, min, argmax, argmin). Every data movement is one
-// strided copy kernel or a device-to-device memcpy on the current stream.
+// bucket_unpack, extract_slice, concat, tril, triu, index_select, gather,
+// scatter_add) and of the reductions (sum, max, min, argmax, argmin). Every
+// data movement is one strided copy kernel or a device-to-device memcpy on the
+// current stream.
 #include "CudaRegistrationSupport.h"
 
 #include <cuda_runtime_api.h>
@@ -231,6 +232,36 @@ void gatherRun(const AttrReader &attrs,
   c.device.checkErrorWord(c.stream, "gather");
 }
 
+void scatterAddRun(const AttrReader &attrs,
+                   const std::vector<const Tensor *> &inputs,
+                   const std::vector<Tensor *> &outputs) {
+  LaunchContext c = launchContext(inputs, outputs, "scatter_add");
+  const Tensor &self = *inputs[0], &index = *inputs[1], &src = *inputs[2];
+  Tensor &out = *outputs[0];
+  copyBytes(c, out.data(), self.data(), out.nbytes());
+  if (index.numel() == 0)
+    return;
+  Shape selfShape = self.shape().empty() ? Shape{1} : self.shape();
+  Shape indexShape = index.shape().empty() ? Shape{1} : index.shape();
+  Shape srcShape = src.shape().empty() ? Shape{1} : src.shape();
+  requireRank(selfShape.size(), "scatter_add");
+  ScatterLayout g;
+  g.rank = static_cast<int>(selfShape.size());
+  g.dim = static_cast<int>(
+      normalizeDim(attrs.getInt("dim"), g.rank, "scatter_add dim"));
+  g.extent = selfShape[g.dim];
+  std::vector<int64_t> srcStrides = rowMajorStrides(srcShape);
+  std::vector<int64_t> outStrides = rowMajorStrides(selfShape);
+  for (int d = 0; d < g.rank; ++d) {
+    g.indexShape[d] = indexShape[d];
+    g.srcStrides[d] = srcStrides[d];
+    g.outStrides[d] = outStrides[d];
+  }
+  launchScatterAdd(elemTypeOf(out.dtype()), g, index.data_as<int64_t>(),
+                   src.data(), out.data(), c.device.errorWord(), c.stream);
+  c.device.checkErrorWord(c.stream, "scatter_add");
+}
+
 // ---- reductions ----
 // `mask` as [outer kept, reduced, inner kept] after merging neighbours (dims
 // of extent 1 drop out); false when kept and reduced dims alternate more.
@@ -369,6 +400,8 @@ void registerCudaLayoutKernels(KernelRegistry &registry) {
       addCudaTwin(registry, op, dtype, indexSelectRun);
     else if (op == "gather")
       addCudaTwin(registry, op, dtype, gatherRun);
+    else if (op == "scatter_add")
+      addCudaTwin(registry, op, dtype, scatterAddRun);
     else if (op == "tril")
       addCudaTwin(registry, op, dtype, triangleRun(true, "tril"));
     else if (op == "triu")

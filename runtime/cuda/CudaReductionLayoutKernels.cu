@@ -228,6 +228,56 @@ __global__ void gatherKernel(GatherLayout g, const E *x, const int64_t *index,
   }
 }
 
+template <class T> __device__ T addLikeTheCpu(T a, T b) {
+  if constexpr (isFloat<T>)
+    return store<T>(load(a) + load(b));
+  else if constexpr (isInteger<T>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) +
+                          static_cast<std::make_unsigned_t<T>>(b));
+  else
+    return a || b;
+}
+
+template <class T>
+__global__ void scatterAddKernel(ScatterLayout g, const int64_t *index,
+                                 const T *src, T *out, int64_t lines,
+                                 unsigned *errorWord) {
+  for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+       line < lines; line += int64_t(gridDim.x) * blockDim.x) {
+    // The line's coordinates in the index shape (p[dim] = 0).
+    int64_t p[kMaxRank];
+    int64_t rest = line;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      if (d == g.dim) {
+        p[d] = 0;
+        continue;
+      }
+      p[d] = rest % g.indexShape[d];
+      rest /= g.indexShape[d];
+    }
+    int64_t indexLinear = 0, indexStride = 1, source = 0, target = 0;
+    int64_t indexDimStride = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      if (d == g.dim)
+        indexDimStride = indexStride;
+      indexLinear += p[d] * indexStride;
+      indexStride *= g.indexShape[d];
+      source += p[d] * g.srcStrides[d];
+      if (d != g.dim)
+        target += p[d] * g.outStrides[d];
+    }
+    for (int64_t k = 0; k < g.indexShape[g.dim]; ++k) {
+      int64_t value = index[indexLinear + k * indexDimStride];
+      if (value < 0 || value >= g.extent) {
+        atomicOr(errorWord, kErrorIndexOutOfRange);
+        return;
+      }
+      T *slot = out + target + value * g.outStrides[g.dim];
+      *slot = addLikeTheCpu(*slot, src[source + k * g.srcStrides[g.dim]]);
+    }
+  }
+}
+
 // Calls go(E{}) for the unsigned type of `elementSize` bytes.
 template <class Go> void byElementSize(int elementSize, Go &&go) {
   switch (elementSize) {
@@ -412,6 +462,24 @@ void launchGather(int elementSize, const GatherLayout &layout, const void *x,
         errorWord);
   });
   checkLaunch("gather kernel");
+}
+
+void launchScatterAdd(ElemType type, const ScatterLayout &layout,
+                      const int64_t *index, const void *src, void *out,
+                      unsigned *errorWord, cudaStream_t stream) {
+  int64_t lines = 1;
+  for (int d = 0; d < layout.rank; ++d)
+    if (d != layout.dim)
+      lines *= layout.indexShape[d];
+  if (lines == 0 || layout.indexShape[layout.dim] == 0)
+    return;
+  visitType(type, [&](auto tag) {
+    using T = decltype(tag);
+    scatterAddKernel<T><<<blocksFor(lines, kThreads), kThreads, 0, stream>>>(
+        layout, index, static_cast<const T *>(src), static_cast<T *>(out),
+        lines, errorWord);
+  });
+  checkLaunch("scatter_add kernel");
 }
 
 void launchIntegerGemm(ElemType type, bool transA, bool transB, int64_t batch,

@@ -336,6 +336,16 @@ std::vector<ParityCase> parityCases(const std::string &op, DType d) {
                    [](Instruction &i) { setInt(i, "dim", 1); },
                    d,
                    {4, 3}});
+  } else if (op == "scatter_add") {
+    // Repeated targets along dim 0 (ties add in index order); an index
+    // smaller than src in dim 1.
+    add(ParityCase{op + tag,
+                   {randomTensor(d, {4, 6}, -9, 9, 108),
+                    randomTensor(I64, {7, 5}, 0, 3.99, 109),
+                    randomTensor(d, {8, 5}, -9, 9, 110)},
+                   [](Instruction &i) { setInt(i, "dim", 0); },
+                   d,
+                   {4, 6}});
   } else if (op == "tril" || op == "triu") {
     // A piece of a larger matrix (offsets) and a diagonal off the middle.
     for (int64_t diagonal : {-1, 0, 2})
