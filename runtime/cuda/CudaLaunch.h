@@ -147,6 +147,15 @@ void launchScatterAdd(ElemType type, const ScatterLayout &layout,
                       const int64_t *index, const void *src, void *out,
                       unsigned *errorWord, cudaStream_t stream);
 
+// topk_indices: out (int64)[outer, k, inner] = the indices of the k largest
+// (or smallest) values of x[outer, extent, inner] along extent, in order; NaN
+// counts as the largest, equal values keep index order. The order is total,
+// so each element's rank (how many come before it) says where it goes: one
+// thread per element counts, and the result is the CPU's exactly.
+void launchTopk(ElemType type, bool largest, const void *x, int64_t *out,
+                int64_t outer, int64_t extent, int64_t inner, int64_t k,
+                cudaStream_t stream);
+
 // Integer GEMMs (wrapping, as on the CPU) for int32/int64, batched:
 // out[b] = op(a[b]) * op(b[b]) with row-major [M,K] / [K,N] (or transposed
 // storage), batch strides in elements.

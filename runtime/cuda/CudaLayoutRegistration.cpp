@@ -1,8 +1,8 @@
-// The "cuda" twins of the layout and indexing-by-box kernels (reshape,
-// copy, lead_or_zero, transpose, slice, broadcast_to, bucket_pack,
-// bucket_unpack, extract_slice, concat, tril, triu, index_select, gather,
-// scatter_add) and of the reductions (sum, max, min, argmax, argmin). Every
-// data movement is one strided copy kernel or a device-to-device memcpy on the
+// The "cuda" twins of the layout and indexing kernels (reshape, copy,
+// lead_or_zero, transpose, slice, broadcast_to, bucket_pack, bucket_unpack,
+// extract_slice, concat, tril, triu, index_select, gather, scatter_add,
+// topk_indices) and of the reductions (sum, max, min, argmax, argmin). Data
+// movement is one strided copy kernel or a device-to-device memcpy on the
 // current stream.
 #include "CudaRegistrationSupport.h"
 
@@ -262,6 +262,27 @@ void scatterAddRun(const AttrReader &attrs,
   c.device.checkErrorWord(c.stream, "scatter_add");
 }
 
+void topkRun(const AttrReader &attrs, const std::vector<const Tensor *> &inputs,
+             const std::vector<Tensor *> &outputs) {
+  LaunchContext c = launchContext(inputs, outputs, "topk_indices");
+  const Tensor &x = *inputs[0];
+  int64_t rank = x.dim();
+  int64_t dim = normalizeDim(attrs.getInt("dim"), rank == 0 ? 1 : rank,
+                             "topk_indices dim");
+  int64_t outer = 1, extent = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < dim)
+      outer *= x.shape()[d];
+    else if (d == dim)
+      extent = x.shape()[d];
+    else
+      inner *= x.shape()[d];
+  }
+  launchTopk(elemTypeOf(x.dtype()), attrs.getInt("largest", 1) == 1, x.data(),
+             outputs[0]->data_as<int64_t>(), outer, extent, inner,
+             attrs.getInt("k"), c.stream);
+}
+
 // ---- reductions ----
 // `mask` as [outer kept, reduced, inner kept] after merging neighbours (dims
 // of extent 1 drop out); false when kept and reduced dims alternate more.
@@ -402,6 +423,8 @@ void registerCudaLayoutKernels(KernelRegistry &registry) {
       addCudaTwin(registry, op, dtype, gatherRun);
     else if (op == "scatter_add")
       addCudaTwin(registry, op, dtype, scatterAddRun);
+    else if (op == "topk_indices")
+      addCudaTwin(registry, op, dtype, topkRun);
     else if (op == "tril")
       addCudaTwin(registry, op, dtype, triangleRun(true, "tril"));
     else if (op == "triu")

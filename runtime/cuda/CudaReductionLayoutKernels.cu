@@ -278,6 +278,44 @@ __global__ void scatterAddKernel(ScatterLayout g, const int64_t *index,
   }
 }
 
+template <class T>
+__global__ void topkKernel(bool largest, const T *x, int64_t *out,
+                           int64_t outer, int64_t extent, int64_t inner,
+                           int64_t k) {
+  int64_t total = outer * extent * inner;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t i = t % inner, e = (t / inner) % extent, o = t / (inner * extent);
+    const T *column = x + o * extent * inner + i;
+    auto value = load(column[e * inner]);
+    // rank = how many elements come before element e.
+    int64_t rank = 0;
+    for (int64_t f = 0; f < extent; ++f) {
+      if (f == e)
+        continue;
+      auto other = load(column[f * inner]);
+      bool before;
+      bool nanHandled = false;
+      if constexpr (isFloat<T>) {
+        bool nf = isnan(other), ne = isnan(value);
+        if (nf || ne) {
+          before = nf == ne ? f < e : (largest ? nf : ne);
+          nanHandled = true;
+        }
+      }
+      if (!nanHandled) {
+        if (other == value)
+          before = f < e;
+        else
+          before = largest ? value < other : other < value;
+      }
+      rank += before;
+    }
+    if (rank < k)
+      out[o * k * inner + rank * inner + i] = e;
+  }
+}
+
 // Calls go(E{}) for the unsigned type of `elementSize` bytes.
 template <class Go> void byElementSize(int elementSize, Go &&go) {
   switch (elementSize) {
@@ -480,6 +518,21 @@ void launchScatterAdd(ElemType type, const ScatterLayout &layout,
         lines, errorWord);
   });
   checkLaunch("scatter_add kernel");
+}
+
+void launchTopk(ElemType type, bool largest, const void *x, int64_t *out,
+                int64_t outer, int64_t extent, int64_t inner, int64_t k,
+                cudaStream_t stream) {
+  int64_t total = outer * extent * inner;
+  if (total == 0 || k == 0)
+    return;
+  visitType(type, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>)
+      topkKernel<T><<<blocksFor(total, kThreads), kThreads, 0, stream>>>(
+          largest, static_cast<const T *>(x), out, outer, extent, inner, k);
+  });
+  checkLaunch("topk kernel");
 }
 
 void launchIntegerGemm(ElemType type, bool transA, bool transB, int64_t batch,

@@ -336,6 +336,24 @@ std::vector<ParityCase> parityCases(const std::string &op, DType d) {
                    [](Instruction &i) { setInt(i, "dim", 1); },
                    d,
                    {4, 3}});
+  } else if (op == "topk_indices") {
+    // Few distinct values (ties keep index order) and a NaN in float rows.
+    for (DType in : {F32, BF16, I32, I64})
+      for (int largest : {1, 0}) {
+        Tensor x = randomTensor(in, {3, 9, 2}, -4, 4, 111);
+        if (in == F32)
+          x.data_as<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+        add(ParityCase{op + " of " + dtypeName(in) +
+                           (largest ? " largest" : " smallest"),
+                       {x},
+                       [largest](Instruction &i) {
+                         setInt(i, "dim", 1);
+                         setInt(i, "k", 4);
+                         setInt(i, "largest", largest);
+                       },
+                       I64,
+                       {3, 4, 2}});
+      }
   } else if (op == "scatter_add") {
     // Repeated targets along dim 0 (ties add in index order); an index
     // smaller than src in dim 1.
