@@ -28,6 +28,9 @@ public:
   }
   int worldSize() const override { return cluster_->worldSize(); }
   std::string hostOf(int rank) const override { return cluster_->hostOf(rank); }
+  int cudaDevicesOf(int rank, std::string &whyNone) const override {
+    return cluster_->cudaDevicesOf(rank, whyNone);
+  }
   void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
                       const std::vector<int64_t> &meshRanks) override {
     std::vector<const wire::Program *> classes;

@@ -107,6 +107,9 @@ public:
   std::optional<std::vector<RedistributionExplanation>> lastExplanation();
   int worldSize() const { return backend_->worldSize(); }
   std::string hostOf(int rank) const { return backend_->hostOf(rank); }
+  int cudaDevicesOf(int rank, std::string &whyNone) const {
+    return backend_->cudaDevicesOf(rank, whyNone);
+  }
   uint64_t messagesSent() const { return backend_->messagesSent(); }
   uint64_t roundTrips() const { return backend_->roundTrips(); }
   /// Tensors that exist on the workers (as of the last handled request).

@@ -124,9 +124,24 @@ int Session::addMesh(Shape shape, std::vector<std::string> names,
   if (!names.empty() && names.size() != shape.size())
     throw ValueError("mesh has " + std::to_string(shape.size()) + " dims but " +
                      std::to_string(names.size()) + " dim names");
+  if (device == "cuda") {
+    // Every rank's worker must have a GPU; the first that has none is named.
+    for (int64_t rank : ranks) {
+      std::string why;
+      if (controller_->cudaDevicesOf(static_cast<int>(rank), why) == 0)
+        throw DTorchError("init_device_mesh('cuda'): rank " +
+                          std::to_string(rank) + " on host " +
+                          controller_->hostOf(static_cast<int>(rank)) +
+                          " has no CUDA device (" + why + ")");
+    }
+    throw DTorchError(
+        "init_device_mesh('cuda'): the workers have GPUs, but running "
+        "programs on them is not wired into the executor yet (issue 13: "
+        "the CUDA kernels and device layer exist; see docs/guide/gpu.md)");
+  }
   if (device != "cpu")
     throw ValueError("device type '" + device +
-                     "' is not available (workers run on cpu)");
+                     "' is not available (workers run on cpu or cuda)");
   Mesh m{static_cast<int>(meshes_.size()), std::move(shape), std::move(names),
          std::move(ranks), std::move(device)};
   meshes_.push_back(m);

@@ -312,8 +312,11 @@ def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):
         DeviceMesh: the new mesh.
 
     Raises:
-        ValueError: the mesh has more ranks than the world, or the number of
-            names differs from the number of mesh dims.
+        ValueError: the mesh has more ranks than the world, the number of
+            names differs from the number of mesh dims, or the device type
+            is neither ``"cpu"`` nor ``"cuda"``.
+        DTorchError: ``"cuda"`` where a rank's worker has no CUDA device
+            (the message names the rank, its host and why).
 
     Example:
         >>> import dtorch

@@ -39,7 +39,9 @@ struct WorkerInfo {
   int numRanks = 0;
   std::string host = "?";
   int64_t pid = 0;
-  pid_t child = -1; // embedded mode
+  int cudaDevices = 0;         // from its Hello
+  std::string cudaUnavailable; // why cudaDevices is 0
+  pid_t child = -1;            // embedded mode
   bool authenticated = false;
   bool dead = false;
   std::string deathReason;
@@ -515,6 +517,8 @@ void Cluster::Impl::onHello(const std::string &id, const wire::Hello &hello) {
   w.pid = hello.pid();
   w.firstRank = hello.first_rank();
   w.numRanks = hello.num_ranks();
+  w.cudaDevices = hello.cuda_devices();
+  w.cudaUnavailable = hello.cuda_unavailable();
   w.lastHeard = Clock::now();
   if (embedded) {
     wire::Envelope reply = envelope();
@@ -1192,6 +1196,13 @@ int Cluster::worldSize() const { return impl_->worldSize; }
 std::string Cluster::hostOf(int rank) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->workers[impl_->workerOfRank(rank)].host;
+}
+
+int Cluster::cudaDevicesOf(int rank, std::string &whyNone) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const WorkerInfo &w = impl_->workers[impl_->workerOfRank(rank)];
+  whyNone = w.cudaDevices > 0 ? std::string() : w.cudaUnavailable;
+  return w.cudaDevices;
 }
 
 void Cluster::uploadPrograms(uint64_t programId,

@@ -1,5 +1,7 @@
 #include "dtorch/runtime/Worker.h"
 
+#include "dtorch/runtime/Device.h"
+
 #include "ReplaceableCommunicator.h"
 
 #include "dtorch/runtime/Blas.h"
@@ -488,6 +490,9 @@ void Worker::sendHello(const std::string &peer) {
   hello->set_first_rank(options_.firstRank);
   hello->set_num_ranks(options_.numRanks);
   hello->set_world_size(options_.worldSize);
+  std::string whyNoCuda;
+  hello->set_cuda_devices(deviceCount("cuda", &whyNoCuda));
+  hello->set_cuda_unavailable(whyNoCuda);
   sendFrames(peer, encodeEnvelope(envelope));
   helloSent_ = true;
 }

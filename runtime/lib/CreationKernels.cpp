@@ -1,5 +1,6 @@
 // full, random, constant, iota.
 #include "KernelSupport.h"
+#include "dtorch/runtime/CounterRandom.h"
 
 #include <cmath>
 #include <cstring>
@@ -12,27 +13,15 @@ namespace dtorch::rt {
 using namespace detail;
 
 uint64_t randomBits(uint64_t seed, uint64_t linearIndex, uint64_t stream) {
-  auto splitmix64 = [](uint64_t x) {
-    uint64_t z = x + 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  };
-  return splitmix64(splitmix64(seed) ^ (2 * linearIndex + stream));
+  return counter_random::bits(seed, linearIndex, stream);
 }
 
 double randomUniform(uint64_t seed, uint64_t linearIndex) {
-  return static_cast<double>(randomBits(seed, linearIndex, 0) >> 11) *
-         0x1.0p-53;
+  return counter_random::uniform(seed, linearIndex);
 }
 
 double randomNormal(uint64_t seed, uint64_t linearIndex) {
-  double u1 =
-      static_cast<double>((randomBits(seed, linearIndex, 0) >> 11) + 1) *
-      0x1.0p-53;
-  double u2 =
-      static_cast<double>(randomBits(seed, linearIndex, 1) >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return counter_random::normal(seed, linearIndex);
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include <future>
 #include <mutex>
 #include <new>
+#include <optional>
 
 namespace dtorch::rt {
 
@@ -114,6 +115,15 @@ uint64_t Executor::arenaCapacity() const {
   return arena_->storage.nbytes();
 }
 
+void Executor::setDevice(Device &device) {
+  if (&device == device_)
+    return;
+  device_ = &device;
+  computeStream_.reset();
+  std::lock_guard<std::mutex> lock(arena_->mutex);
+  arena_->storage = Tensor(); // the next run allocates it on the new device
+}
+
 std::thread::id Executor::commThreadId() const {
   return commStream_ ? commStream_->id() : std::thread::id();
 }
@@ -187,8 +197,21 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
                          std::to_string(id) + ") must be " +
                          dtypeName(spec.dtype()) + shapeToString(expected) +
                          ", got " + given.describe());
-    buffers[id] = given;
+    // An input on another device (a host tensor given to a GPU executor)
+    // is copied over.
+    buffers[id] = &given.device() == device_ ? given : given.to(*device_);
   }
+  bool onCpu = device_->kind() == DeviceKind::Cpu;
+  if (!onCpu)
+    for (const auto &inst : program.instructions()) {
+      if (inst.stream() == ::dtorch::wire::COMM)
+        throw RuntimeError(prefix + "collectives on " + device_->describe() +
+                           " need a device communicator (NCCL), which this "
+                           "runtime does not have yet");
+      if (inst.op() == kFusedOp)
+        throw RuntimeError(prefix + "generated kernels are host code; " +
+                           device_->describe() + " runs the kernel registry's");
+    }
   // Planned buffers are views into the arena (validated: they fit and never
   // overlap while live); the others get their own storage.
   RunMemory memory;
@@ -204,12 +227,14 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         if (!kept.defined() ||
             kept.nbytes() < static_cast<size_t>(program.arena_bytes())) {
           kept = Tensor(); // release the old one before growing
-          kept = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()});
+          kept = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()},
+                               *device_);
           ++memory.allocations;
         }
         runArena = kept;
       } else {
-        runArena = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()});
+        runArena = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()},
+                                 *device_);
         ++memory.allocations;
       }
     }
@@ -224,7 +249,10 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
             std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
         continue;
       }
-      buffers[id] = Tensor::emptyLike(spec);
+      buffers[id] = Tensor::empty(
+          spec.dtype(),
+          std::vector<int64_t>(spec.shape().begin(), spec.shape().end()),
+          *device_);
       memory.ownBytes += buffers[id].nbytes();
       ++memory.allocations;
     }
@@ -253,9 +281,27 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         std::memcpy(scalars[i].data(), bytes.data(),
                     scalars[i].size() * sizeof(double));
       }
-    } else
-      kernels[i] =
-          lookupKernel(inst.op(), buffers[inst.outputs(0)].dtype(), kCpuDevice);
+    } else {
+      DType dtype = buffers[inst.outputs(0)].dtype();
+      kernels[i] = lookupKernel(inst.op(), dtype, device_->name());
+      if (!kernels[i]) // validated for the CPU registry
+        throw RuntimeError(prefix + describeInstruction(program, i) + ": no " +
+                           device_->name() + " kernel for " + dtypeName(dtype));
+    }
+  }
+  // Kernels on a device with streams launch on the executor's compute
+  // stream (this thread's current stream for the run).
+  struct CurrentStream {
+    Device &device;
+    Stream *previous;
+    ~CurrentStream() { device.setCurrentStream(previous); }
+  };
+  std::optional<CurrentStream> restoreStream;
+  if (!onCpu) {
+    if (!computeStream_)
+      computeStream_ = device_->newStream();
+    restoreStream.emplace(CurrentStream{*device_, &device_->currentStream()});
+    device_->setCurrentStream(computeStream_.get());
   }
 
   RunState state(program.num_events());
@@ -323,6 +369,14 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
     commDone.get();
   } else {
     runStream(::dtorch::wire::COMPUTE);
+  }
+  if (computeStream_ && !onCpu) {
+    try {
+      computeStream_->synchronize(); // results ready, asynchronous errors seen
+    } catch (const std::exception &error) {
+      if (!state.error())
+        throw RuntimeError(prefix + error.what());
+    }
   }
   if (std::exception_ptr error = state.error())
     std::rethrow_exception(error);

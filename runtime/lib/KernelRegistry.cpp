@@ -2,6 +2,8 @@
 
 #include "dtorch/runtime/Shape.h"
 
+#include <algorithm>
+
 namespace dtorch::rt {
 
 KernelRegistry &KernelRegistry::global() {
@@ -63,6 +65,23 @@ std::vector<DType> KernelRegistry::dtypesFor(const std::string &op,
   for (const auto &[dtype, kernel] : byDevice->second)
     dtypes.push_back(static_cast<DType>(dtype)); // ascending: a std::map
   return dtypes;
+}
+
+std::vector<std::pair<std::string, DType>>
+KernelRegistry::entriesFor(const std::string &device) const {
+  std::vector<std::pair<std::string, DType>> entries;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto &[op, byDevice] : kernels_) {
+      auto it = byDevice.find(device);
+      if (it == byDevice.end())
+        continue;
+      for (const auto &[dtype, kernel] : it->second)
+        entries.emplace_back(op, static_cast<DType>(dtype));
+    }
+  }
+  std::sort(entries.begin(), entries.end());
+  return entries;
 }
 
 const Kernel *lookupKernel(const std::string &op, DType dtype,

@@ -55,17 +55,20 @@ const char *dtypeName(DType dtype) {
   }
 }
 
-// One allocator block; returned to the cache when the last Tensor goes away.
+// One block of a device's allocator (the caching host allocator for the
+// CPU); returned to it when the last Tensor goes away.
 class Storage {
 public:
-  explicit Storage(size_t bytes)
-      : bytes_(bytes), data_(CachingAllocator::instance().allocate(bytes)) {}
-  ~Storage() { CachingAllocator::instance().deallocate(data_, bytes_); }
+  Storage(size_t bytes, Device &device)
+      : device_(device), bytes_(bytes), data_(device.allocate(bytes)) {}
+  ~Storage() { device_.deallocate(data_, bytes_); }
   Storage(const Storage &) = delete;
   Storage &operator=(const Storage &) = delete;
   void *data() const { return data_; }
+  Device &device() const { return device_; }
 
 private:
+  Device &device_;
   size_t bytes_;
   void *data_;
 };
@@ -73,6 +76,10 @@ private:
 Tensor::Tensor() = default;
 
 Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
+  return empty(dtype, std::move(shape), cpuDevice());
+}
+
+Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape, Device &device) {
   size_t elementSize = dtypeSize(dtype);
   int64_t numel = shapeNumel(shape);
   if (numel > 0 && static_cast<uint64_t>(numel) >
@@ -83,8 +90,8 @@ Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
   tensor.dtype_ = dtype;
   tensor.shape_ = std::move(shape);
   tensor.numel_ = numel;
-  tensor.storage_ =
-      std::make_shared<Storage>(static_cast<size_t>(numel) * elementSize);
+  tensor.storage_ = std::make_shared<Storage>(
+      static_cast<size_t>(numel) * elementSize, device);
   return tensor;
 }
 
@@ -131,11 +138,32 @@ const void *Tensor::data() const {
                   : nullptr;
 }
 
+Device &Tensor::device() const {
+  return storage_ ? storage_->device() : cpuDevice();
+}
+
 Tensor Tensor::clone() const {
   if (!defined())
     return Tensor();
-  Tensor copy = empty(dtype_, shape_);
-  std::memcpy(copy.data(), data(), nbytes());
+  Tensor copy = empty(dtype_, shape_, device());
+  device().copyDeviceToDevice(copy.data(), data(), nbytes(), nullptr);
+  return copy;
+}
+
+Tensor Tensor::to(Device &target) const {
+  if (!defined())
+    return Tensor();
+  Device &source = device();
+  if (&source == &target)
+    return clone();
+  Tensor copy = empty(dtype_, shape_, target);
+  if (source.kind() == DeviceKind::Cpu)
+    target.copyHostToDevice(copy.data(), data(), nbytes(), nullptr);
+  else if (target.kind() == DeviceKind::Cpu)
+    source.copyDeviceToHost(copy.data(), data(), nbytes(), nullptr);
+  else
+    throw RuntimeError("a copy from " + source.describe() + " to " +
+                       target.describe() + " must go through the host");
   return copy;
 }
 

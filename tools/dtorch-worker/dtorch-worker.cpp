@@ -9,6 +9,10 @@
 // (docs/guide/security.md: tokens, CURVE keys, the collective address).
 #include "dtorch/runtime/Worker.h"
 
+#ifdef DTORCH_HAVE_CUDA
+#include "CudaDevice.h"
+#endif
+
 #include <cstdio>
 #include <exception>
 #include <unistd.h>
@@ -16,6 +20,11 @@
 int main(int argc, char **argv) {
   int code = 0;
   try {
+#ifdef DTORCH_HAVE_CUDA
+    // The "cuda" device and kernels; touches no GPU (its Hello reports
+    // how many the process sees).
+    dtorch::rt::cuda::registerCudaBackend();
+#endif
     dtorch::rt::WorkerOptions options = dtorch::rt::parseWorkerArgs(argc, argv);
     code = dtorch::rt::runWorker(options);
   } catch (const std::exception &error) {

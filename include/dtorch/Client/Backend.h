@@ -28,6 +28,12 @@ public:
   virtual ~Backend() = default;
   virtual int worldSize() const = 0;
   virtual std::string hostOf(int rank) const = 0;
+  /// CUDA devices the process of `rank` has; when 0, `whyNone` says why.
+  /// Backends without workers run on the CPU.
+  virtual int cudaDevicesOf(int rank, std::string &whyNone) const {
+    whyNone = "ranks of this backend run in the client process, on the CPU";
+    return 0;
+  }
   /// Uploads the class programs of one compiled function (each names the
   /// mesh positions that run it) for the mesh whose global ranks, in
   /// row-major order, are `meshRanks`; every rank of the mesh keeps its own

@@ -726,9 +726,9 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
     if (!fake.recv(frames[0]) || !fake.recv(frames[1]))
       return;
     wire::Envelope reply;
-    reply.set_protocol_version(7);
+    reply.set_protocol_version(wire::PROTOCOL_VERSION + 1);
     *reply.mutable_hello() = makeHello(wire::ROLE_WORKER, "t");
-    reply.mutable_hello()->set_protocol_version(7);
+    reply.mutable_hello()->set_protocol_version(wire::PROTOCOL_VERSION + 1);
     reply.mutable_hello()->set_num_ranks(1);
     fake.send(frames[0], zmq::send_flags::sndmore);
     fake.send(zmq::buffer(encodeEnvelope(reply)), zmq::send_flags::none);
@@ -743,7 +743,10 @@ TEST(Cluster, VersionMismatchFailsTheHandshake) {
     ADD_FAILURE() << "expected the handshake to fail";
   } catch (const WorkerError &error) {
     std::string message = error.what();
-    EXPECT_NE(message.find("version 7"), std::string::npos) << message;
+    EXPECT_NE(
+        message.find("version " + std::to_string(wire::PROTOCOL_VERSION + 1)),
+        std::string::npos)
+        << message;
     EXPECT_NE(message.find("this side speaks version " +
                            std::to_string(wire::PROTOCOL_VERSION)),
               std::string::npos)

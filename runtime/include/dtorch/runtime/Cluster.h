@@ -104,6 +104,9 @@ public:
 
   int worldSize() const;
   std::string hostOf(int rank) const;
+  /// The CUDA devices the worker process of `rank` reported in its Hello;
+  /// when 0, `whyNone` says why (its words).
+  int cudaDevicesOf(int rank, std::string &whyNone) const;
 
   /// Sends the class programs of a compiled function (of one mesh, whose
   /// global ranks in row-major order are `meshRanks`): one UploadProgram per

@@ -78,6 +78,15 @@ public:
   // (Trace.h); nullptr: nowhere. Not owned.
   void setTrace(TraceBuffer *trace) { trace_ = trace; }
 
+  // The device the executor computes on (the CPU unless set): its buffers
+  // and arena live there, inputs on another device are copied over, kernels
+  // are looked up under the device's name, and on a device with streams the
+  // compute instructions run on a stream of the executor's, synchronized at
+  // the end of each run. Programs with collectives or generated kernels run
+  // on the CPU only for now (a RuntimeError says so). Not owned.
+  void setDevice(Device &device);
+  Device &device() const { return *device_; }
+
 private:
   // Planned buffers (Program.buffer_offsets) are views into one arena that
   // the executor keeps across runs and grows to the largest arena_bytes it
@@ -94,6 +103,8 @@ private:
   // Started by the first run whose program has COMM instructions.
   std::unique_ptr<StreamThread> commStream_;
   TraceBuffer *trace_ = nullptr;
+  Device *device_ = &cpuDevice();
+  std::unique_ptr<Stream> computeStream_; // non-CPU devices
 };
 
 } // namespace dtorch::rt

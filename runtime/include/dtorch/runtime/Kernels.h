@@ -14,6 +14,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dtorch::rt {
@@ -42,6 +43,7 @@ struct Kernel {
 };
 
 constexpr const char *kCpuDevice = "cpu";
+constexpr const char *kCudaDevice = "cuda";
 
 class KernelRegistry {
 public:
@@ -59,6 +61,9 @@ public:
   // Dtypes registered for (op, device), ascending.
   std::vector<DType> dtypesFor(const std::string &op,
                                const std::string &device) const;
+  // Every (op, dtype) registered for `device`, sorted.
+  std::vector<std::pair<std::string, DType>>
+  entriesFor(const std::string &device) const;
 
 private:
   // op -> device -> dtype -> kernel: a lookup hashes the op and device

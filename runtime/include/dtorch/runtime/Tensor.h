@@ -1,7 +1,9 @@
-// Dense, row-major, contiguous tensors whose storage comes from the caching
-// allocator (Allocator.h). A Tensor is a cheap handle: copies share storage.
+// Dense, row-major, contiguous tensors whose storage belongs to a Device
+// (Device.h): the CPU's caching allocator (Allocator.h) unless another device
+// is named. A Tensor is a cheap handle: copies share storage.
 #pragma once
 
+#include "dtorch/runtime/Device.h"
 #include "dtorch_program.pb.h"
 
 #include <cstddef>
@@ -37,6 +39,8 @@ public:
   // Uninitialized contents. Throws RuntimeError for an invalid dtype, a
   // negative extent, or a size that overflows.
   static Tensor empty(DType dtype, std::vector<int64_t> shape);
+  // The same in the memory of `device` (data() is then a device pointer).
+  static Tensor empty(DType dtype, std::vector<int64_t> shape, Device &device);
   static Tensor emptyLike(const ::dtorch::wire::TensorSpec &spec);
   // A tensor of `dtype` and `shape` whose elements are the bytes of `base`
   // from `byteOffset` on (it shares, and keeps alive, base's storage): how
@@ -66,8 +70,14 @@ public:
     return static_cast<const T *>(data());
   }
 
-  // A deep copy with fresh storage.
+  // The device the storage belongs to (the CPU for an undefined tensor).
+  Device &device() const;
+
+  // A deep copy with fresh storage on the same device.
   Tensor clone() const;
+  // A deep copy on `target` (host <-> device; a copy between two non-CPU
+  // devices throws RuntimeError).
+  Tensor to(Device &target) const;
   // "float32[2, 3]".
   std::string describe() const;
 

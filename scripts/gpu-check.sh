@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# gpu-check.sh: on a machine with an NVIDIA GPU, builds DTorch with its CUDA
+# backend and runs every GPU test and benchmark, then prints one table:
+#   - cuda_kernel_tests: every CUDA kernel against its CPU twin (parity),
+#     the device layer (streams, events, caching allocator), coverage;
+#   - gpu_gemm_bench: GEMM TFLOP/s of DTorch's CUDA matmul next to cuBLAS.
+# Fails at once with "no GPU" where there is none. Budget: 8 minutes.
+#
+#   scripts/gpu-check.sh [--no-build]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+START=$(date +%s)
+
+no_gpu() {
+  echo "gpu-check: no GPU: $1" >&2
+  exit 1
+}
+if ! command -v nvidia-smi > /dev/null 2>&1; then
+  no_gpu "nvidia-smi not found (no NVIDIA driver on this machine)"
+fi
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)
+if [ -z "$GPU" ] || echo "$GPU" | grep -qiE "failed|error|no devices"; then
+  no_gpu "nvidia-smi: ${GPU:-no device listed}"
+fi
+echo "gpu-check: $GPU"
+
+ROWS=()
+row() { ROWS+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); }
+elapsed() { echo $(( $(date +%s) - $1 ))s; }
+
+# ---- build -------------------------------------------------------------------
+if [ "${1:-}" != "--no-build" ]; then
+  t=$(date +%s)
+  if make build > /tmp/gpu-check-build.log 2>&1; then
+    row "build (make build)" ok "$(elapsed "$t")"
+  else
+    tail -30 /tmp/gpu-check-build.log
+    row "build (make build)" FAILED "$(elapsed "$t"), log /tmp/gpu-check-build.log"
+  fi
+fi
+STATUS=0
+if [ ! -x "$BUILD/bin/cuda_kernel_tests" ]; then
+  STATUS=1
+  row "CUDA backend" MISSING "$BUILD/bin/cuda_kernel_tests not built (nvcc found? DTORCH_CUDA?)"
+fi
+
+# ---- tests -------------------------------------------------------------------
+if [ -x "$BUILD/bin/cuda_kernel_tests" ]; then
+  t=$(date +%s)
+  timeout 240 "$BUILD/bin/cuda_kernel_tests" > /tmp/gpu-check-tests.log 2>&1
+  rc=$?
+  parity=$(grep -o "parity: .*" /tmp/gpu-check-tests.log | head -1)
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " /tmp/gpu-check-tests.log | tr '\n' ' ')
+  if [ $rc -eq 0 ] && ! grep -q "SKIPPED \]" /tmp/gpu-check-tests.log; then
+    row "cuda_kernel_tests" ok "$(elapsed "$t"); $parity"
+  else
+    STATUS=1
+    grep -E "Failure|FAILED|Skipped|no CUDA device" /tmp/gpu-check-tests.log | head -20
+    row "cuda_kernel_tests" FAILED "rc $rc; $summary; $parity"
+  fi
+fi
+
+# ---- benchmarks --------------------------------------------------------------
+if [ -x "$BUILD/bin/gpu_gemm_bench" ]; then
+  t=$(date +%s)
+  if timeout 180 "$BUILD/bin/gpu_gemm_bench" > /tmp/gpu-check-gemm.log 2>&1; then
+    row "gpu_gemm_bench" ok "$(elapsed "$t")"
+    while read -r dtype n ours theirs ratio; do
+      row "  GEMM $dtype n=$n" "" "dtorch $ours TFLOP/s, cuBLAS $theirs TFLOP/s, ratio $ratio"
+    done < <(grep -E "^(float32|bfloat16|float16) " /tmp/gpu-check-gemm.log)
+  else
+    STATUS=1
+    row "gpu_gemm_bench" FAILED "$(tail -1 /tmp/gpu-check-gemm.log)"
+  fi
+fi
+row "python per-op parity" "n/a" "CUDA meshes do not run programs yet (executor on the device layer: to do)"
+
+# ---- the table -----------------------------------------------------------------
+echo
+echo "== gpu-check: $GPU, $(elapsed "$START") =="
+printf '%-34s %-8s %s\n' "check" "result" "details"
+for r in "${ROWS[@]}"; do echo "$r"; done
+exit $STATUS
