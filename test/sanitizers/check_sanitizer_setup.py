@@ -53,8 +53,8 @@ def with_log_path(options, log_dir, prefix):
 def run_isolated(argv, log_dir):
     """Runs ARGV with this environment, its reports going to LOG_DIR."""
     env = dict(os.environ)
-    env["ASAN_OPTIONS"] = with_log_path(env.get("ASAN_OPTIONS", ""), log_dir, "asan")
-    env["UBSAN_OPTIONS"] = with_log_path(env.get("UBSAN_OPTIONS", ""), log_dir, "ubsan")
+    env["ASAN_OPTIONS"] = with_log_path(env.get("ASAN_OPTIONS", ""), log_dir, "report")
+    env["UBSAN_OPTIONS"] = with_log_path(env.get("UBSAN_OPTIONS", ""), log_dir, "report")
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     reports = ""
     for path in sorted(glob.glob(os.path.join(log_dir, "*"))):
