@@ -536,7 +536,12 @@ void missingPeerIsAnErrorNamingTheRank() {
   } catch (const WorkerError &error) {
     std::string what = error.what();
     EXPECT_EQ(error.rank(), 0) << what;
-    EXPECT_NE(what.find("rank(s) 2"), std::string::npos) << what;
+    // Named by the collective that waited for it, or by the rendezvous
+    // of the mesh when that is what times out first (a slow machine, a
+    // sanitizer build).
+    EXPECT_TRUE(what.find("rank(s) 2") != std::string::npos ||
+                what.find("rank 2 did not join") != std::string::npos)
+        << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, Ms(5000));
 }
