@@ -242,15 +242,17 @@ struct FuseElementwisePass
       }
       RankedTensorType type = fusibleResultType(&op);
       // A broadcast of a value of the group must be a per-row value (kept
-      // dims) spread over its row.
-      if (type && rank::isKernel(&op, "broadcast_to") &&
+      // dims) spread over its row; another one (a per-row value with its
+      // dims dropped, which numpy aligns with the last dims) starts a new
+      // group, which reads the value from outside.
+      bool foreignBroadcast =
+          type && rank::isKernel(&op, "broadcast_to") &&
           inCurrent.contains(op.getOperand(0).getDefiningOp()) &&
           op.getOperand(0).getType() != currentType &&
           (reducedDims == 0 ||
            op.getOperand(0).getType() !=
-               rank::rowReducedType(currentType, reducedDims, true)))
-        type = {};
-      if (type && currentType && !full &&
+               rank::rowReducedType(currentType, reducedDims, true));
+      if (type && currentType && !full && !foreignBroadcast &&
           (type == currentType ||
            (isReducedType(type) && !rank::isKernel(&op, "broadcast_to")))) {
         add(&op);
