@@ -52,10 +52,6 @@ bool isRowReduction(Operation &op) {
   return name == "sum" || name == "max" || name == "min";
 }
 
-/// Rows computed side by side, and the largest group that does so.
-constexpr int64_t kRowLanes = 8;
-constexpr size_t kMaxOpsForLanes = 64;
-
 int64_t numElements(Type t) {
   return cast<RankedTensorType>(t).getNumElements();
 }
@@ -78,9 +74,7 @@ private:
                     Value j) const;
   Value emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
                      llvm::DenseMap<Value, Value> &sweep);
-  void emitReadyRowScalars();
-  LogicalResult emitRows(ArrayRef<Value> rows, ArrayRef<Value> outs,
-                         int64_t lastSweep);
+  void emitReadyRowScalars(Value row);
   Value finishReduction(rank::KernelOp red, Value acc);
 
   rank::FusedOp op;
@@ -101,8 +95,8 @@ private:
   // Kernel arguments: the body's block arguments as flat memrefs.
   llvm::DenseMap<Value, Value> memrefOf;
   llvm::DenseMap<Operation *, Value> constants;
-  // Per-row values known in the row being emitted (storage type).
-  llvm::DenseMap<Value, Value> *rowScalars = nullptr;
+  // Per-row values known in the current row (storage type).
+  llvm::DenseMap<Value, Value> rowScalars;
   bool failed = false;
 };
 
@@ -259,7 +253,7 @@ Value RowKernelBuilder::emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
       // shape numpy broadcasts to the rows) read through its strides.
       Value in = kernel.getInputs()[0];
       if (!isa<BlockArgument>(in) && perRow.contains(in))
-        result = rowScalars->lookup(in);
+        result = rowScalars.lookup(in);
       else
         result = emitRowValue(nb, in, row, j, sweep);
     } else if (name == "full") {
@@ -284,27 +278,27 @@ Value RowKernelBuilder::emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
 
 /// Computes, in body order, every per-row elementwise value whose operands
 /// are known (at the row loop's level, after a sweep).
-void RowKernelBuilder::emitReadyRowScalars() {
+void RowKernelBuilder::emitReadyRowScalars(Value row) {
+  (void)row;
   bool progress = true;
   while (progress) {
     progress = false;
     for (Operation &innerOp : body.without_terminator()) {
       auto kernel = cast<rank::KernelOp>(innerOp);
       Value r = kernel.getResult();
-      if (!perRow.contains(r) || rowScalars->count(r) ||
-          isRowReduction(innerOp))
+      if (!perRow.contains(r) || rowScalars.count(r) || isRowReduction(innerOp))
         continue;
       if (kernel.getKernel() == "full") {
-        (*rowScalars)[r] = constants.lookup(kernel);
+        rowScalars[r] = constants.lookup(kernel);
         progress = true;
         continue;
       }
       if (!llvm::all_of(kernel.getInputs(),
-                        [&](Value in) { return rowScalars->count(in) != 0; }))
+                        [&](Value in) { return rowScalars.count(in) != 0; }))
         continue;
       SmallVector<Value> args;
       for (Value in : kernel.getInputs())
-        args.push_back(toCompute(b, rowScalars->lookup(in)));
+        args.push_back(toCompute(b, rowScalars.lookup(in)));
       Value v = emitScalar(b, loc, kernel.getKernel(), args, et);
       if (!v) {
         kernel.emitOpError("has no generated form for ")
@@ -312,7 +306,7 @@ void RowKernelBuilder::emitReadyRowScalars() {
         failed = true;
         v = arith::ConstantOp::create(b, loc, b.getZeroAttr(et.compute));
       }
-      (*rowScalars)[r] = toStorage(b, v);
+      rowScalars[r] = toStorage(b, v);
       progress = true;
     }
   }
@@ -371,64 +365,20 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
     if (!perRow.contains(v))
       lastSweep = std::max(lastSweep, level.lookup(v));
 
-  // Blocks of kRowLanes rows, then the rest one by one: the rows of a block
-  // are independent chains of additions that overlap (as the library's
-  // kernels sum 8 rows side by side), each still computed in its own order.
-  // A large group keeps one row per block (code size).
-  int64_t lanes =
-      body.getOperations().size() <= kMaxOpsForLanes ? kRowLanes : 1;
-  int64_t blocked = outer / lanes * lanes;
-  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-  Value blockedBound = arith::ConstantIndexOp::create(b, loc, blocked);
-  Value outerBound = arith::ConstantIndexOp::create(b, loc, outer);
-  if (blocked > 0) {
-    Value step = arith::ConstantIndexOp::create(b, loc, lanes);
-    auto blockLoop = scf::ForOp::create(b, loc, zero, blockedBound, step);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(blockLoop.getBody());
-    SmallVector<Value> rows;
-    for (int64_t l = 0; l < lanes; ++l)
-      rows.push_back(l == 0 ? blockLoop.getInductionVar()
-                            : arith::AddIOp::create(
-                                  b, loc, blockLoop.getInductionVar(),
-                                  arith::ConstantIndexOp::create(b, loc, l))
-                                  .getResult());
-    if (mlir::failed(emitRows(rows, outs, lastSweep)))
-      return failure();
-  }
-  if (blocked < outer) {
-    Value one = arith::ConstantIndexOp::create(b, loc, 1);
-    auto rowLoop = scf::ForOp::create(b, loc, blockedBound, outerBound, one);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(rowLoop.getBody());
-    if (mlir::failed(emitRows({rowLoop.getInductionVar()}, outs, lastSweep)))
-      return failure();
-  }
-  func::ReturnOp::create(b, loc);
-  if (failed)
-    return failure();
-  return module;
-}
-
-/// The whole group for the rows `rows` (at `b`'s insertion point, inside
-/// the loop over rows).
-LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
-                                         ArrayRef<Value> outs,
-                                         int64_t lastSweep) {
-  size_t lanes = rows.size();
-  SmallVector<llvm::DenseMap<Value, Value>> scalars(lanes);
-  // Per-row inputs of each row.
-  for (size_t l = 0; l < lanes; ++l) {
-    rowScalars = &scalars[l];
-    for (BlockArgument arg : body.getArguments())
-      if (perRow.contains(arg))
-        (*rowScalars)[arg] = memref::LoadOp::create(
-            b, loc, memrefOf.lookup(arg), ValueRange{rows[l]});
-    emitReadyRowScalars();
-  }
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value outerBound = arith::ConstantIndexOp::create(b, loc, outer);
   Value innerBound = arith::ConstantIndexOp::create(b, loc, inner);
+  auto rowLoop = scf::ForOp::create(b, loc, zero, outerBound, one);
+  b.setInsertionPointToStart(rowLoop.getBody());
+  Value row = rowLoop.getInductionVar();
+  // Per-row inputs of the current row.
+  for (BlockArgument arg : body.getArguments())
+    if (perRow.contains(arg))
+      rowScalars[arg] =
+          memref::LoadOp::create(b, loc, memrefOf.lookup(arg), ValueRange{row});
+  emitReadyRowScalars(row);
+
   Type f64 = Float64Type::get(ctx);
   for (int64_t s = 0; s <= lastSweep; ++s) {
     SmallVector<rank::KernelOp> reductions;
@@ -441,21 +391,18 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         stores.push_back({static_cast<unsigned>(i), v});
     if (reductions.empty() && stores.empty())
       continue;
-    // Accumulators: reduction k of lane l at k * lanes + l.
     SmallVector<Value> init;
-    for (rank::KernelOp red : reductions)
-      for (size_t l = 0; l < lanes; ++l) {
-        if (red.getKernel() == "sum")
-          init.push_back(
-              arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0)));
-        else
-          init.push_back(arith::ConstantOp::create(
-              b, loc,
-              b.getFloatAttr(et.compute,
-                             red.getKernel() == "max"
-                                 ? -std::numeric_limits<double>::infinity()
-                                 : std::numeric_limits<double>::infinity())));
-      }
+    for (rank::KernelOp red : reductions) {
+      if (red.getKernel() == "sum")
+        init.push_back(arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0)));
+      else
+        init.push_back(arith::ConstantOp::create(
+            b, loc,
+            b.getFloatAttr(et.compute,
+                           red.getKernel() == "max"
+                               ? -std::numeric_limits<double>::infinity()
+                               : std::numeric_limits<double>::infinity())));
+    }
     auto sweep = scf::ForOp::create(b, loc, zero, innerBound, one, init);
     {
       // The builder adds a terminator only without iteration arguments.
@@ -464,67 +411,61 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         loopBody->back().erase();
       OpBuilder nb = OpBuilder::atBlockEnd(loopBody);
       Value j = sweep.getInductionVar();
-      SmallVector<Value> next(init.size());
-      for (size_t l = 0; l < lanes; ++l) {
-        rowScalars = &scalars[l];
-        Value row = rows[l];
-        llvm::DenseMap<Value, Value> values;
-        for (auto [k, red] : llvm::enumerate(reductions)) {
-          size_t slot = k * lanes + l;
-          Value acc = sweep.getRegionIterArgs()[slot];
-          Value x = emitRowValue(nb, red.getInputs()[0], row, j, values);
-          if (red.getKernel() == "sum") {
-            Value wide =
-                x.getType() == f64
-                    ? x
-                    : arith::ExtFOp::create(nb, loc, f64, x).getResult();
-            next[slot] = arith::AddFOp::create(nb, loc, acc, wide);
-            continue;
-          }
-          // The first NaN stays; otherwise a strictly better value replaces
-          // the running one (equal values keep the first).
-          Value c = toCompute(nb, x);
-          Value accNaN = arith::CmpFOp::create(
-              nb, loc, arith::CmpFPredicate::UNO, acc, acc);
-          Value xNaN =
-              arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, c, c);
-          Value better = red.getKernel() == "max"
-                             ? arith::CmpFOp::create(
-                                   nb, loc, arith::CmpFPredicate::OLT, acc, c)
-                                   .getResult()
-                             : arith::CmpFOp::create(
-                                   nb, loc, arith::CmpFPredicate::OLT, c, acc)
-                                   .getResult();
-          Value take = arith::OrIOp::create(nb, loc, xNaN, better);
-          Value replaced = arith::SelectOp::create(nb, loc, take, c, acc);
-          next[slot] = arith::SelectOp::create(nb, loc, accNaN, acc, replaced);
+      llvm::DenseMap<Value, Value> values;
+      SmallVector<Value> next;
+      for (auto [k, red] : llvm::enumerate(reductions)) {
+        Value acc = sweep.getRegionIterArgs()[k];
+        Value x = emitRowValue(nb, red.getInputs()[0], row, j, values);
+        if (red.getKernel() == "sum") {
+          Value wide = x.getType() == f64
+                           ? x
+                           : arith::ExtFOp::create(nb, loc, f64, x).getResult();
+          next.push_back(arith::AddFOp::create(nb, loc, acc, wide));
+          continue;
         }
-        for (auto [i, v] : stores) {
-          Value x = emitRowValue(nb, v, row, j, values);
-          Value index = arith::AddIOp::create(
-              nb, loc, arith::MulIOp::create(nb, loc, row, innerBound), j);
-          memref::StoreOp::create(nb, loc, x, outs[i], ValueRange{index});
-        }
+        // The first NaN stays; otherwise a strictly better value replaces
+        // the running one (equal values keep the first).
+        Value c = toCompute(nb, x);
+        Value accNaN =
+            arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, acc, acc);
+        Value xNaN =
+            arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, c, c);
+        Value better = red.getKernel() == "max"
+                           ? arith::CmpFOp::create(
+                                 nb, loc, arith::CmpFPredicate::OLT, acc, c)
+                                 .getResult()
+                           : arith::CmpFOp::create(
+                                 nb, loc, arith::CmpFPredicate::OLT, c, acc)
+                                 .getResult();
+        Value take = arith::OrIOp::create(nb, loc, xNaN, better);
+        Value replaced = arith::SelectOp::create(nb, loc, take, c, acc);
+        next.push_back(arith::SelectOp::create(nb, loc, accNaN, acc, replaced));
+      }
+      for (auto [i, v] : stores) {
+        Value x = emitRowValue(nb, v, row, j, values);
+        Value index = arith::AddIOp::create(
+            nb, loc, arith::MulIOp::create(nb, loc, row, innerBound), j);
+        memref::StoreOp::create(nb, loc, x, outs[i], ValueRange{index});
       }
       scf::YieldOp::create(nb, loc, next);
     }
-    for (size_t l = 0; l < lanes; ++l) {
-      rowScalars = &scalars[l];
-      for (auto [k, red] : llvm::enumerate(reductions))
-        (*rowScalars)[red.getResult()] = finishReduction(
-            red, sweep.getResult(static_cast<unsigned>(k * lanes + l)));
-      emitReadyRowScalars();
-    }
+    for (auto [k, red] : llvm::enumerate(reductions))
+      rowScalars[red.getResult()] =
+          finishReduction(red, sweep.getResult(static_cast<unsigned>(k)));
+    emitReadyRowScalars(row);
   }
-  for (size_t l = 0; l < lanes; ++l)
-    for (auto [i, v] : llvm::enumerate(yield.getValues()))
-      if (perRow.contains(v)) {
-        Value x = scalars[l].lookup(v);
-        if (!x)
-          return op.emitOpError("cannot compute a per-row result");
-        memref::StoreOp::create(b, loc, x, outs[i], ValueRange{rows[l]});
-      }
-  return success();
+  for (auto [i, v] : llvm::enumerate(yield.getValues()))
+    if (perRow.contains(v)) {
+      Value x = rowScalars.lookup(v);
+      if (!x)
+        return op.emitOpError("cannot compute a per-row result");
+      memref::StoreOp::create(b, loc, x, outs[i], ValueRange{row});
+    }
+  b.setInsertionPointAfter(rowLoop);
+  func::ReturnOp::create(b, loc);
+  if (failed)
+    return failure();
+  return module;
 }
 
 } // namespace
