@@ -17,6 +17,9 @@
 //
 // A row value is computed again in each sweep that needs it (an exp is
 // evaluated once per sweep rather than written to memory and read back).
+// Rows go one at a time: computing 8 rows side by side (independent chains
+// of additions, as the library's sum does) measured slower here (softmax of
+// 2048x32 f32: 373-455 us against 328-347 us one row at a time).
 //
 // Results are bitwise those of the runtime's kernels run one after the
 // other (runtime/lib/ReductionKernels.cpp): each row is summed in increasing
@@ -132,7 +135,7 @@ LogicalResult RowKernelBuilder::classify() {
     if (isRowReduction(inner)) {
       if (kernel.getInputs()[0].getType() != rowType ||
           inner.getAttrOfType<DenseI64ArrayAttr>("dims").size() !=
-              static_cast<size_t>(reducedDims) ||
+              reducedDims ||
           !isPerRowType(r.getType()))
         return kernel.emitOpError("is not a reduction of the group's rows");
       level[r] = l + 1;
