@@ -20,6 +20,8 @@
 //===----------------------------------------------------------------------===//
 #include "KernelCodegen.h"
 
+#include "KernelCodegenSupport.h"
+
 #include "ProgramEmitter.h"
 #include "dtorch/runtime/Executable.h"
 #include "rank/IR/FusibleKernels.h"
@@ -69,29 +71,9 @@
 using namespace mlir;
 
 namespace dtorch {
-namespace {
-
-constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
-
-std::atomic<int64_t> compiles{0};
+namespace codegen {
 
 // ---- the scalar body ---------------------------------------------------===//
-
-/// How the generated code holds one element type: in memory (`storage`,
-/// i8 for bool, i16 for bfloat16) and while computing (`compute`, f32 for
-/// the 16-bit floats).
-struct ElementTypes {
-  Type storage;
-  Type compute;
-  bool isFloat = false;
-  bool isBool = false;
-  // bfloat16 is held as its bits: LLVM legalizes bfloat values through
-  // float32 and back, and may convert back with vcvtneps2bf16, which
-  // flushes denormals to zero; the runtime's kernels round them like any
-  // value (FusedKernelBitwiseTest). With no bfloat type in the IR the
-  // conversions are the integer code below.
-  bool isBF16 = false;
-};
 
 ElementTypes elementTypesFor(Type t, MLIRContext *ctx) {
   ElementTypes e;
@@ -254,6 +236,55 @@ Value emitScalar(OpBuilder &b, Location loc, StringRef name, ValueRange x,
   return {};
 }
 
+/// Each `full` of `body` (body order) read from the kernel's scalar
+/// argument once, before the loops, and converted to the storage type as
+/// the `full` kernel stores it.
+llvm::DenseMap<Operation *, Value> emitFullConstants(OpBuilder &b, Location loc,
+                                                     Block &body,
+                                                     Value scalarArg,
+                                                     const ElementTypes &et) {
+  MLIRContext *ctx = b.getContext();
+  Type f64 = Float64Type::get(ctx);
+  llvm::DenseMap<Operation *, Value> constants;
+  int64_t j = 0;
+  for (Operation &inner : body.without_terminator()) {
+    auto full = dyn_cast<rank::KernelOp>(inner);
+    if (!full || full.getKernel() != "full")
+      continue;
+    Value index = arith::ConstantIndexOp::create(b, loc, j++);
+    Value v = memref::LoadOp::create(b, loc, scalarArg, ValueRange{index});
+    if (et.isBool) {
+      Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
+      Value nonZero =
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, zero);
+      v = arith::ExtUIOp::create(b, loc, et.storage, nonZero);
+    } else if (!et.isFloat) {
+      v = arith::FPToSIOp::create(b, loc, et.storage, v);
+    } else {
+      // float64 -> float32 -> 16-bit, as the `full` kernel converts (and
+      // no float64 -> 16-bit runtime library call).
+      if (et.storage != f64)
+        v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
+      if (et.isBF16)
+        v = f32ToBF16Bits(b, loc, v);
+      else if (et.storage != f64 && !et.storage.isF32())
+        v = arith::TruncFOp::create(b, loc, et.storage, v);
+    }
+    constants[full] = v;
+  }
+  return constants;
+}
+
+} // namespace codegen
+
+namespace {
+
+using namespace codegen;
+
+constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
+
+std::atomic<int64_t> compiles{0};
+
 /// The indexing map of an operand of shape `shape` in a loop nest over
 /// `group` (numpy broadcasting: trailing dims aligned, extent 1 repeated).
 AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> group,
@@ -294,6 +325,8 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   auto yield = cast<rank::YieldOp>(body.getTerminator());
   if (yield.getValues().empty())
     return op.emitOpError("has no results to generate code for");
+  if (hasRowReduction(body))
+    return buildRowKernelModule(op, ctx, kImplName);
   auto groupType = cast<RankedTensorType>(yield.getValues()[0].getType());
   ArrayRef<int64_t> group = groupType.getShape();
   ElementTypes et = elementTypesFor(groupType.getElementType(), ctx);
@@ -331,31 +364,8 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   SmallVector<Value> ins(entry->getArguments().take_front(numInputs));
   SmallVector<Value> outs(entry->getArguments().slice(numInputs, numOutputs));
   Value scalarArg = entry->getArguments().back();
-  // Each constant converted once, before the loops, to the storage type, as
-  // the `full` kernel stores it.
-  llvm::DenseMap<Operation *, Value> constants;
-  for (auto [j, full] : llvm::enumerate(fulls)) {
-    Value index = arith::ConstantIndexOp::create(b, loc, j);
-    Value v = memref::LoadOp::create(b, loc, scalarArg, ValueRange{index});
-    if (et.isBool) {
-      Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
-      Value nonZero =
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, zero);
-      v = arith::ExtUIOp::create(b, loc, et.storage, nonZero);
-    } else if (!et.isFloat) {
-      v = arith::FPToSIOp::create(b, loc, et.storage, v);
-    } else {
-      // float64 -> float32 -> 16-bit, as the `full` kernel converts (and
-      // no float64 -> 16-bit runtime library call).
-      if (et.storage != f64)
-        v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
-      if (et.isBF16)
-        v = f32ToBF16Bits(b, loc, v);
-      else if (et.storage != f64 && !et.storage.isF32())
-        v = arith::TruncFOp::create(b, loc, et.storage, v);
-    }
-    constants[full] = v;
-  }
+  llvm::DenseMap<Operation *, Value> constants =
+      emitFullConstants(b, loc, body, scalarArg, et);
   SmallVector<AffineMap> maps;
   for (Value in : op.getInputs())
     maps.push_back(broadcastMap(cast<RankedTensorType>(in.getType()).getShape(),

@@ -6,7 +6,10 @@
 // the host's CPU features (vectorizing the loops), emits an object file,
 // and ld.lld links it into a shared object that workers load (runtime
 // Executable.h). Compiled once per signature (the body's ops, attributes,
-// dtypes and shapes) per process.
+// dtypes and shapes) per process. A body holding reductions over the
+// innermost dims (softmax, layer_norm) is generated row by row instead
+// (RowKernelCodegen.cpp), summing each row in the order of the runtime's
+// reduction kernels, so fused and unfused results are bitwise equal.
 //
 //===----------------------------------------------------------------------===//
 #ifndef DTORCH_LIB_COMPILER_KERNELCODEGEN_H

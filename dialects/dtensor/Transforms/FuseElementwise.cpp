@@ -85,7 +85,59 @@ RankedTensorType fusibleResultType(Operation *op) {
   return type;
 }
 
+/// Number of trailing dims a row reduction (`sum`, `max`, `min` over the
+/// innermost dims of a float tensor) reduces, or 0 when `op` is not one the
+/// generator computes per row.
+int64_t rowReductionDims(Operation *op) {
+  auto kernel = dyn_cast<rank::KernelOp>(op);
+  if (!kernel || kernel.getInputs().size() != 1)
+    return 0;
+  StringRef name = kernel.getKernel();
+  if (name != "sum" && name != "max" && name != "min")
+    return 0;
+  auto in = dyn_cast<RankedTensorType>(kernel.getInputs()[0].getType());
+  auto out = dyn_cast<RankedTensorType>(kernel.getResult().getType());
+  if (!in || !out || !in.hasStaticShape() || !out.hasStaticShape() ||
+      in.getNumElements() == 0 || in.getElementType() != out.getElementType())
+    return 0;
+  Type element = in.getElementType();
+  if (!(element.isF32() || element.isF64() || element.isF16() ||
+        element.isBF16()))
+    return 0;
+  for (NamedAttribute a : kernel->getAttrs())
+    if (a.getName() != "kernel" && a.getName() != "dims" &&
+        a.getName() != "keepdim" && !(name == "sum" && a.getName() == "scale"))
+      return 0;
+  if (auto scale = kernel->getAttrOfType<FloatAttr>("scale"))
+    if (!std::isfinite(scale.getValueAsDouble()))
+      return 0;
+  auto dims = kernel->getAttrOfType<DenseI64ArrayAttr>("dims");
+  int64_t rank = in.getRank();
+  if (!dims || dims.empty() || rank == 0)
+    return 0;
+  // The dims must be exactly the last dims.size() dims, each named once.
+  llvm::SmallVector<bool> seen(rank, false);
+  for (int64_t d : dims.asArrayRef()) {
+    int64_t n = d < 0 ? d + rank : d;
+    if (n < 0 || n >= rank || seen[n])
+      return 0;
+    seen[n] = true;
+  }
+  int64_t k = static_cast<int64_t>(dims.size());
+  for (int64_t d = rank - k; d < rank; ++d)
+    if (!seen[d])
+      return 0;
+  if (rank::rowReducedType(in, k, /*keepdim=*/true) == in)
+    return 0; // reduces nothing (extent-1 dims): not worth a group
+  auto keepdim = kernel->getAttrOfType<IntegerAttr>("keepdim");
+  if (out != rank::rowReducedType(in, k, keepdim && keepdim.getInt() != 0))
+    return 0;
+  return k;
+}
+
 bool computes(Operation *op) {
+  if (rowReductionDims(op) > 0)
+    return true;
   const rank::FusibleKernel *entry = rank::lookupFusibleKernel(
       cast<rank::KernelOp>(op).getKernel(),
       cast<RankedTensorType>(op->getResult(0).getType()).getElementType());
@@ -148,32 +200,69 @@ struct FuseElementwisePass
     SmallVector<SmallVector<Operation *>> groups;
     SmallVector<Operation *> current;
     llvm::SmallPtrSet<Operation *, 16> inCurrent;
+    // The group's row type, and how many trailing dims its reductions
+    // reduce (0: no reduction yet).
     RankedTensorType currentType;
+    int64_t reducedDims = 0;
     auto close = [&] {
       if (current.size() >= 2 && llvm::any_of(current, computes))
         groups.push_back(current);
       current.clear();
       inCurrent.clear();
       currentType = {};
+      reducedDims = 0;
     };
     auto readsGroup = [&](Operation *op) {
       return llvm::any_of(op->getOperands(), [&](Value v) {
         return inCurrent.contains(v.getDefiningOp());
       });
     };
+    auto add = [&](Operation *op) {
+      current.push_back(op);
+      inCurrent.insert(op);
+    };
+    // A per-row value of the group (a reduction's result, either form).
+    auto isReducedType = [&](Type t) {
+      return reducedDims > 0 &&
+             (t == rank::rowReducedType(currentType, reducedDims, true) ||
+              t == rank::rowReducedType(currentType, reducedDims, false));
+    };
     for (Operation &op : fn.getBody().front()) {
+      bool full = current.size() >= maxOps;
+      if (int64_t k = rowReductionDims(&op)) {
+        auto in = cast<RankedTensorType>(op.getOperand(0).getType());
+        if (full || !currentType || in != currentType ||
+            (reducedDims != 0 && reducedDims != k))
+          close();
+        if (!currentType)
+          currentType = in;
+        reducedDims = k;
+        add(&op);
+        continue;
+      }
       RankedTensorType type = fusibleResultType(&op);
-      if (type && currentType &&
-          (type != currentType || current.size() >= maxOps)) {
-        // Another shape or element type: a new group starts here when it
-        // does not read the current one; else this op ends the group.
-        close();
+      // A broadcast of a value of the group must be a per-row value (kept
+      // dims) spread over its row; another one (a per-row value with its
+      // dims dropped, which numpy aligns with the last dims) starts a new
+      // group, which reads the value from outside.
+      bool foreignBroadcast =
+          type && rank::isKernel(&op, "broadcast_to") &&
+          inCurrent.contains(op.getOperand(0).getDefiningOp()) &&
+          op.getOperand(0).getType() != currentType &&
+          (reducedDims == 0 ||
+           op.getOperand(0).getType() !=
+               rank::rowReducedType(currentType, reducedDims, true));
+      if (type && currentType && !full && !foreignBroadcast &&
+          (type == currentType ||
+           (isReducedType(type) && !rank::isKernel(&op, "broadcast_to")))) {
+        add(&op);
+        continue;
       }
       if (type) {
-        if (!currentType)
-          currentType = type;
-        current.push_back(&op);
-        inCurrent.insert(&op);
+        // Another shape or element type: a new group starts here.
+        close();
+        currentType = type;
+        add(&op);
         continue;
       }
       // Not fusible: ends the group when it reads a value of it, or when it

@@ -365,6 +365,14 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
     member: its inputs are the values it reads from outside, its results
     the values of the group used outside it (by later ops or the return).
     Empty pieces and groups whose values nobody reads stay as they are.
+
+    A group may also take in float reductions (`sum`, `max`, `min`) over
+    the innermost dims of its type (the group's rows: softmax, layer_norm,
+    log_softmax), elementwise ops and `full` on the reductions' result type
+    (per-row values: eps, rsqrt), and `broadcast_to` of a per-row value with
+    kept dims back over the rows. All reductions of a group reduce the same
+    number of trailing dims. Its kernel computes the group one row at a
+    time, bitwise as the runtime's kernels (KernelCodegen.h).
     The emitter compiles each `rank.fused` body to native code. A group
     holds at most `max-ops` ops: a longer chain becomes several groups of
     the same structure, which share one generated kernel (constants are

@@ -1,6 +1,8 @@
 //===- FusibleKernels.cpp - kernels a fused group may hold ---------------===//
 #include "rank/IR/FusibleKernels.h"
 
+#include "rank/IR/Rank.h"
+
 #include "mlir/IR/BuiltinTypes.h"
 
 using namespace mlir;
@@ -59,6 +61,22 @@ const FusibleKernel *lookupFusibleKernel(llvm::StringRef name,
     if (k.name == name)
       return (k.types & bit) ? &k : nullptr;
   return nullptr;
+}
+
+RankedTensorType rowReducedType(RankedTensorType rowType, int64_t reducedDims,
+                                bool keepdim) {
+  if (!rowType || reducedDims <= 0 || reducedDims > rowType.getRank())
+    return {};
+  SmallVector<int64_t> shape(
+      rowType.getShape().drop_back(static_cast<size_t>(reducedDims)));
+  if (keepdim)
+    shape.append(static_cast<size_t>(reducedDims), 1);
+  return RankedTensorType::get(shape, rowType.getElementType());
+}
+
+bool isKernel(Operation *op, llvm::StringRef kernel) {
+  auto k = dyn_cast_or_null<KernelOp>(op);
+  return k && k.getKernel() == kernel;
 }
 
 } // namespace dtorch::rank

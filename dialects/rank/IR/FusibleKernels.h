@@ -10,6 +10,8 @@
 #ifndef DTORCH_DIALECTS_RANK_IR_FUSIBLEKERNELS_H
 #define DTORCH_DIALECTS_RANK_IR_FUSIBLEKERNELS_H
 
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Operation.h"
 #include "mlir/IR/Types.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
@@ -44,6 +46,15 @@ llvm::ArrayRef<FusibleKernel> fusibleKernels();
 /// The entry for `name` when it is fused for `elementType`, else nullptr.
 const FusibleKernel *lookupFusibleKernel(llvm::StringRef name,
                                          mlir::Type elementType);
+
+/// The type of a row reduction's result: `rowType` with its last
+/// `reducedDims` dims set to 1 (`keepdim`) or dropped. Null for
+/// reducedDims <= 0 or more than the rank.
+mlir::RankedTensorType rowReducedType(mlir::RankedTensorType rowType,
+                                      int64_t reducedDims, bool keepdim);
+
+/// True when `op` is a `rank.kernel` calling `kernel`.
+bool isKernel(mlir::Operation *op, llvm::StringRef kernel);
 
 } // namespace dtorch::rank
 

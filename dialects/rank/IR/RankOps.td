@@ -189,7 +189,9 @@ def Rank_FusedOp : Rank_Op<"fused", [IsolatedFromAbove, Pure]> {
   let summary = "A group of elementwise kernels run as one generated kernel";
   let description = [{
     Made by `--rank-fuse-elementwise`. The body holds the original
-    `rank.kernel` ops (elementwise, all of the same shape) on the block's
+    `rank.kernel` ops (elementwise, all of the same shape, or a chain that
+    reduces the innermost dims of that shape and reads the per-row results
+    back) on the block's
     arguments (one per input) and ends with `rank.yield` of the values the
     group makes that are used outside it (one per result). The emitter
     compiles the body through MLIR to native code (KernelCodegen.h) and the

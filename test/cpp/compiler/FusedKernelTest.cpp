@@ -24,6 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -400,3 +402,302 @@ TEST(FusedKernels, TheValidatorChecksTheSignature) {
 }
 
 } // namespace
+
+// ---- groups that end in row reductions --------------------------------===//
+
+namespace {
+
+wire::DType wireDtypeOf(const std::string &dtype) {
+  for (const DtypeCase &d : kDtypes)
+    if (dtype == d.mlir)
+      return d.wire;
+  return wire::F32;
+}
+
+wire::TensorSpec specOf(wire::DType dtype, std::vector<int64_t> shape) {
+  wire::TensorSpec s;
+  s.set_dtype(dtype);
+  for (int64_t e : shape)
+    s.add_shape(e);
+  return s;
+}
+
+/// Fused and unfused runs of `source` give the same bytes in every output;
+/// a NaN equals any NaN (IEEE leaves the sign and payload of an arithmetic
+/// op's NaN open, and the 16-bit conversions differ there).
+void expectBitwiseEqual(const std::string &source,
+                        const std::vector<rt::Tensor> &inputs,
+                        const std::string &what) {
+  RunResult fused = compileAndRun(source, true, inputs);
+  RunResult plain = compileAndRun(source, false, inputs);
+  ASSERT_GE(countOp(fused.program, "fused"), 1) << what;
+  ASSERT_EQ(countOp(plain.program, "fused"), 0) << what;
+  ASSERT_LT(fused.program.instructions_size(),
+            plain.program.instructions_size())
+      << what;
+  ASSERT_EQ(fused.outputs.size(), plain.outputs.size()) << what;
+  for (size_t o = 0; o < fused.outputs.size(); ++o) {
+    const rt::Tensor &f = fused.outputs[o], &p = plain.outputs[o];
+    ASSERT_EQ(f.dtype(), p.dtype()) << what;
+    ASSERT_EQ(f.numel(), p.numel()) << what;
+    int64_t width =
+        f.numel() == 0 ? 1 : static_cast<int64_t>(f.nbytes()) / f.numel();
+    int bad = 0;
+    for (int64_t i = 0; i < f.numel() && bad < 5; ++i)
+      if (!(std::isnan(valueAt(f, i)) && std::isnan(valueAt(p, i))) &&
+          std::memcmp(static_cast<const char *>(f.data()) + i * width,
+                      static_cast<const char *>(p.data()) + i * width,
+                      static_cast<size_t>(width)) != 0) {
+        ++bad;
+        ADD_FAILURE() << what << ": output " << o << " element " << i
+                      << ": generated " << valueAt(f, i) << ", hand-written "
+                      << valueAt(p, i);
+      }
+  }
+}
+
+/// A small builder of dtensor functions over one mesh of 1 rank.
+struct Source {
+  std::string dtype;
+  std::string text;
+  int next = 0;
+  std::string type(const std::string &shape) const {
+    return tensorType(shape, dtype.c_str());
+  }
+  std::string scalarType() const {
+    return "!dtensor.tensor<" + dtype + ", #m, [R]>";
+  }
+  std::string op(const std::string &body, const std::string &resultType) {
+    std::string name = "%v" + std::to_string(next++);
+    text += "  " + name + " = " + body + " -> " + resultType + "\n";
+    return name;
+  }
+  std::string unary(const std::string &k, const std::string &x,
+                    const std::string &t) {
+    return op("dtensor." + k + " " + x + " : (" + t + ")", t);
+  }
+  std::string binary(const std::string &k, const std::string &x,
+                     const std::string &y, const std::string &t) {
+    return op("dtensor." + k + " " + x + ", " + y + " : (" + t + ", " + t + ")",
+              t);
+  }
+  std::string reduce(const std::string &k, const std::string &x,
+                     const std::string &dims, bool keepdim,
+                     const std::string &from, const std::string &to) {
+    return op("dtensor." + k + " " + x + " dims = [" + dims + "]" +
+                  (keepdim ? " keepdim" : "") + " : (" + from + ")",
+              to);
+  }
+  std::string broadcast(const std::string &x, const std::string &from,
+                        const std::string &to) {
+    return op("dtensor.broadcast_to " + x + " : (" + from + ")", to);
+  }
+  std::string fill(double v, const std::string &t) {
+    std::string name = "%v" + std::to_string(next++);
+    char value[64];
+    std::snprintf(value, sizeof value, "%.17g", v);
+    std::string literal = value;
+    if (literal.find_first_of(".en") == std::string::npos)
+      literal += ".0";
+    text += "  " + name + " = dtensor.full " + literal + " : " + t + "\n";
+    return name;
+  }
+  std::string function(
+      const std::string &args,
+      const std::vector<std::pair<std::string, std::string>> &results) const {
+    std::string types, names;
+    for (size_t i = 0; i < results.size(); ++i) {
+      types += (i ? ", " : "") + results[i].second;
+      names += (i ? ", " : "") + results[i].first;
+    }
+    return "#m = #dtensor.mesh<[1]>\nfunc.func @f(" + args + ") -> (" + types +
+           ") {\n" + text + "  return " + names + " : " + types + "\n}\n";
+  }
+};
+
+const char *kFloatDtypes[] = {"f32", "f64", "f16", "bf16"};
+
+/// `x` [rows, n] normalized per row (layer_norm: mean, centered, mean of
+/// squares, eps, rsqrt; then weight and bias of shape [n]); also returns the
+/// per-row mean (a per-row result of the group).
+std::string layerNormSource(const std::string &dtype, int64_t rows, int64_t n) {
+  Source s{dtype};
+  std::string r = std::to_string(rows), c = std::to_string(n);
+  std::string row = s.type(r + "x" + c), kept = s.type(r + "x1"),
+              vec = s.type(c);
+  std::string mean =
+      s.op("dtensor.mean %x dims = [1] keepdim : (" + row + ")", kept);
+  std::string centered =
+      s.binary("sub", "%x", s.broadcast(mean, kept, row), row);
+  std::string sq = s.binary("mul", centered, centered, row);
+  std::string var =
+      s.op("dtensor.mean " + sq + " dims = [1] keepdim : (" + row + ")", kept);
+  std::string inv =
+      s.unary("rsqrt", s.binary("add", var, s.fill(1e-5, kept), kept), kept);
+  std::string y = s.binary("mul", centered, s.broadcast(inv, kept, row), row);
+  y = s.binary("mul", y, s.broadcast("%w", vec, row), row);
+  y = s.binary("add", y, s.broadcast("%b", vec, row), row);
+  return s.function("%x: " + row + ", %w: " + vec + ", %b: " + vec,
+                    {{y, row}, {mean, kept}});
+}
+
+/// softmax over the last dim of [rows, n], with `unary` in place of exp
+/// (exp itself, or `neg`, whose generated and hand-written forms are
+/// bitwise equal, to check the reductions' order alone).
+std::string softmaxSource(const std::string &dtype, int64_t rows, int64_t n,
+                          const std::string &unary) {
+  Source s{dtype};
+  std::string r = std::to_string(rows), c = std::to_string(n);
+  std::string row = s.type(r + "x" + c), kept = s.type(r + "x1");
+  std::string m = s.reduce("max", "%x", "1", true, row, kept);
+  std::string e = s.unary(
+      unary, s.binary("sub", "%x", s.broadcast(m, kept, row), row), row);
+  std::string total = s.reduce("sum", e, "1", true, row, kept);
+  std::string y = s.binary("div", e, s.broadcast(total, kept, row), row);
+  return s.function("%x: " + row, {{y, row}});
+}
+
+/// log_softmax over the last two dims of [2, rows, 3, n] with a per-row
+/// result whose reduced dims are dropped (min, then a sum scaled as a
+/// mean).
+std::string logSoftmaxSource(const std::string &dtype, int64_t rows,
+                             int64_t n) {
+  Source s{dtype};
+  std::string r = std::to_string(rows), c = std::to_string(n);
+  std::string row = s.type("2x" + r + "x3x" + c),
+              kept = s.type("2x" + r + "x1x1"), dropped = s.type("2x" + r);
+  std::string m = s.reduce("max", "%x", "2, 3", true, row, kept);
+  std::string shifted = s.binary("sub", "%x", s.broadcast(m, kept, row), row);
+  std::string lse = s.unary(
+      "log",
+      s.reduce("sum", s.unary("exp", shifted, row), "2, 3", true, row, kept),
+      kept);
+  std::string y = s.binary("sub", shifted, s.broadcast(lse, kept, row), row);
+  std::string low = s.reduce("min", y, "3, 2", false, row, dropped);
+  std::string avg =
+      s.op("dtensor.mean " + y + " dims = [2, 3] : (" + row + ")", dropped);
+  return s.function("%x: " + row, {{y, row}, {low, dropped}, {avg, dropped}});
+}
+
+} // namespace
+
+TEST(FusedRowReductions, LayerNormIsBitwiseTheLibrarys) {
+  std::mt19937 rng(21);
+  for (const char *dtype : kFloatDtypes)
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{19, 37},
+                           {3, 1001},
+                           {8, 64},
+                           {1, 5},
+                           {9, 2500}}) {
+      wire::DType wd = wireDtypeOf(dtype);
+      std::vector<rt::Tensor> inputs = {
+          randomTensor(specOf(wd, {rows, n}), -3, 5, rng),
+          randomTensor(specOf(wd, {n}), -2, 2, rng),
+          randomTensor(specOf(wd, {n}), -1, 1, rng)};
+      expectBitwiseEqual(layerNormSource(dtype, rows, n), inputs,
+                         std::string("layer_norm ") + dtype + " " +
+                             std::to_string(rows) + "x" + std::to_string(n));
+    }
+}
+
+TEST(FusedRowReductions, SoftmaxReductionsKeepTheLibrarysOrder) {
+  // With `neg` for exp every op is correctly rounded in both forms, so the
+  // results are equal bit for bit only if each row is reduced in the
+  // library's order (rows longer than the generator's chunk included).
+  std::mt19937 rng(22);
+  for (const char *dtype : kFloatDtypes)
+    for (auto [rows, n] :
+         {std::pair<int64_t, int64_t>{19, 37}, {17, 1001}, {2, 3}, {3, 3001}}) {
+      wire::DType wd = wireDtypeOf(dtype);
+      std::vector<rt::Tensor> inputs = {
+          randomTensor(specOf(wd, {rows, n}), -1e3, 1e3, rng)};
+      expectBitwiseEqual(softmaxSource(dtype, rows, n, "neg"), inputs,
+                         std::string("softmax(neg) ") + dtype);
+    }
+}
+
+TEST(FusedRowReductions, SoftmaxMatchesTheLibrary) {
+  // exp: float64 calls libm in both forms (bitwise); the float32 family
+  // uses the generator's polynomial exp, within the elementwise tolerance.
+  std::mt19937 rng(23);
+  for (const char *dtype : kFloatDtypes) {
+    wire::DType wd = wireDtypeOf(dtype);
+    std::vector<rt::Tensor> inputs = {
+        randomTensor(specOf(wd, {19, 129}), -8, 8, rng)};
+    std::string source = softmaxSource(dtype, 19, 129, "exp");
+    if (wd == wire::F64)
+      expectBitwiseEqual(source, inputs, "softmax f64");
+    else
+      expectFusedMatches(source, inputs, tolerance(wd, true),
+                         std::string("softmax ") + dtype);
+  }
+}
+
+TEST(FusedRowReductions, LogSoftmaxOverTwoDimsWithDroppedResults) {
+  std::mt19937 rng(24);
+  for (const char *dtype : kFloatDtypes) {
+    wire::DType wd = wireDtypeOf(dtype);
+    std::vector<rt::Tensor> inputs = {
+        randomTensor(specOf(wd, {2, 9, 3, 11}), -6, 6, rng)};
+    std::string source = logSoftmaxSource(dtype, 9, 11);
+    if (wd == wire::F64)
+      expectBitwiseEqual(source, inputs, "log_softmax f64");
+    else
+      expectFusedMatches(source, inputs, tolerance(wd, true),
+                         std::string("log_softmax ") + dtype);
+  }
+}
+
+TEST(FusedRowReductions, MaxAndMinKeepSignedZerosAndNaNLikeTheLibrary) {
+  // Rows of -0/+0 in either order, NaN first, last and in the middle, and
+  // infinities: the first of equal values and the first NaN win.
+  for (const char *dtype : kFloatDtypes) {
+    wire::DType wd = wireDtypeOf(dtype);
+    Source s{dtype};
+    std::string row = s.type("6x4"), kept = s.type("6x1");
+    std::string hi = s.reduce("max", "%x", "1", true, row, kept);
+    std::string lo = s.reduce("min", "%x", "1", true, row, kept);
+    std::string y =
+        s.binary("add", s.binary("mul", "%x", s.broadcast(hi, kept, row), row),
+                 s.broadcast(lo, kept, row), row);
+    std::string source =
+        s.function("%x: " + row, {{y, row}, {hi, kept}, {lo, kept}});
+    const double inf = INFINITY, nan = NAN;
+    const double rows[6][4] = {{-0.0, 0.0, -0.0, 0.0}, {0.0, -0.0, 0.0, -0.0},
+                               {nan, 1, 2, 3},         {1, 2, 3, nan},
+                               {-inf, nan, inf, -nan}, {-inf, -inf, inf, 5}};
+    rt::Tensor x = rt::Tensor::emptyLike(specOf(wd, {6, 4}));
+    for (int i = 0; i < 24; ++i) {
+      double v = rows[i / 4][i % 4];
+      switch (wd) {
+      case wire::F32:
+        x.data_as<float>()[i] = static_cast<float>(v);
+        break;
+      case wire::F64:
+        x.data_as<double>()[i] = v;
+        break;
+      case wire::F16:
+        x.data_as<rt::Half>()[i] = rt::Half(static_cast<float>(v));
+        break;
+      default:
+        x.data_as<rt::BFloat16>()[i] = rt::BFloat16(static_cast<float>(v));
+        break;
+      }
+    }
+    expectBitwiseEqual(source, {x}, std::string("max/min ") + dtype);
+  }
+}
+
+TEST(FusedRowReductions, TheFusionPassGroupsARowReductionWithItsChain) {
+  // softmax: max, broadcast, sub, exp, sum, broadcast, div in one kernel.
+  std::string source = softmaxSource("f32", 4, 8, "exp");
+  CompileOptions options;
+  options.fuseElementwise = true;
+  CompileResult result = compileModule(source, "softmax.mlir", options);
+  ASSERT_TRUE(result.ok) << result.error;
+  wire::Program program = emitted::programsByPosition(result.functions[0])[0];
+  EXPECT_EQ(countOp(program, "fused"), 1);
+  EXPECT_EQ(countOp(program, "sum"), 0);
+  EXPECT_EQ(countOp(program, "max"), 0);
+  EXPECT_EQ(program.executables_size(), 1);
+}

@@ -39,18 +39,19 @@ func.func @chain(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> attr
 
 // -----
 
-// A value of the group used after it becomes a second result.
+// A value of the group used after it becomes a second result (a sum over a
+// leading dim is no row reduction: it reads the group from outside).
 
 // CHECK-LABEL: func.func @extra_output
-// CHECK: %[[F:.*]]:2 = rank.fused(%arg0) : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+// CHECK: %[[F:.*]]:2 = rank.fused(%arg0) : (tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>)
 // CHECK: rank.yield
 // CHECK: %[[S:.*]] = rank.kernel "sum"(%[[F]]#0)
 // CHECK: return %[[F]]#1, %[[S]]
-func.func @extra_output(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<f32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
-  %0 = rank.kernel "exp"(%x) : (tensor<4xf32>) -> tensor<4xf32>
-  %1 = rank.kernel "neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
-  %2 = rank.kernel "sum"(%0) {dims = array<i64: 0>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4xf32>) -> tensor<f32>
-  return %1, %2 : tensor<4xf32>, tensor<f32>
+func.func @extra_output(%x: tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<3xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0 = rank.kernel "exp"(%x) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  %1 = rank.kernel "neg"(%0) : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  %2 = rank.kernel "sum"(%0) {dims = array<i64: 0>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4x3xf32>) -> tensor<3xf32>
+  return %1, %2 : tensor<4x3xf32>, tensor<3xf32>
 }
 
 // -----
@@ -114,4 +115,121 @@ func.func @kept(%x: tensor<4xf32>, %i: tensor<4xi32>, %e: tensor<3x0xf64>) -> (t
   %7 = rank.kernel "full"() {value = 1.0 : f64} : () -> tensor<4xf32>
   %8 = rank.kernel "add"(%6, %7) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %0, %1, %2, %3, %5 : tensor<4xf32>, tensor<2xf32>, tensor<4xi32>, tensor<4xi32>, tensor<3x0xf64>
+}
+
+// -----
+
+// softmax: the reductions over the last dim join the chain they end and the
+// chain that reads them back (through broadcast_to of the kept-dims value):
+// one group.
+
+// CHECK-LABEL: func.func @softmax
+// CHECK-NEXT: %[[F:.*]] = rank.fused(%arg0) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<4x8xf32>):
+// CHECK-NEXT: %[[M:.*]] = rank.kernel "max"(%[[X]]) {dims = array<i64: 1>, keepdim = 1 : i64}
+// CHECK-NEXT: %[[MB:.*]] = rank.kernel "broadcast_to"(%[[M]])
+// CHECK-NEXT: %[[S:.*]] = rank.kernel "sub"(%[[X]], %[[MB]])
+// CHECK-NEXT: %[[E:.*]] = rank.kernel "exp"(%[[S]])
+// CHECK-NEXT: %[[T:.*]] = rank.kernel "sum"(%[[E]])
+// CHECK-NEXT: %[[TB:.*]] = rank.kernel "broadcast_to"(%[[T]])
+// CHECK-NEXT: %[[Y:.*]] = rank.kernel "div"(%[[E]], %[[TB]])
+// CHECK-NEXT: rank.yield %[[Y]] : tensor<4x8xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[F]]
+func.func @softmax(%x: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %m = rank.kernel "max"(%x) {dims = array<i64: 1>, keepdim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %mb = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+  %s = rank.kernel "sub"(%x, %mb) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %e = rank.kernel "exp"(%s) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %t = rank.kernel "sum"(%e) {dims = array<i64: 1>, keepdim = 1 : i64, scale = 1.0 : f64} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %tb = rank.kernel "broadcast_to"(%t) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+  %y = rank.kernel "div"(%e, %tb) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+// layer_norm over the last two dims: per-row ops (eps, rsqrt) on the
+// reduced type join the group; the weight, broadcast from outside, is an
+// input; the mean used after the group is a second, per-row result.
+
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-NEXT: %[[F:.*]]:2 = rank.fused(%arg0, %arg1) : (tensor<2x3x8xf32>, tensor<3x8xf32>) -> (tensor<2x1x1xf32>, tensor<2x3x8xf32>)
+// CHECK: rank.kernel "sum"({{.*}}) {dims = array<i64: 1, 2>, keepdim = 1 : i64, scale = 0.041666666666666664 : f64}
+// CHECK: rank.kernel "full"() {value = 1.000000e-05 : f64} : () -> tensor<2x1x1xf32>
+// CHECK-NEXT: rank.kernel "add"
+// CHECK-NEXT: rank.kernel "rsqrt"
+// CHECK: rank.kernel "broadcast_to"(%{{.*}}) : (tensor<3x8xf32>) -> tensor<2x3x8xf32>
+// CHECK: rank.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[F]]#1, %[[F]]#0
+func.func @layer_norm(%x: tensor<2x3x8xf32>, %w: tensor<3x8xf32>) -> (tensor<2x3x8xf32>, tensor<2x1x1xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %mean = rank.kernel "sum"(%x) {dims = array<i64: 1, 2>, keepdim = 1 : i64, scale = 0.041666666666666664 : f64} : (tensor<2x3x8xf32>) -> tensor<2x1x1xf32>
+  %mb = rank.kernel "broadcast_to"(%mean) : (tensor<2x1x1xf32>) -> tensor<2x3x8xf32>
+  %c = rank.kernel "sub"(%x, %mb) : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %sq = rank.kernel "mul"(%c, %c) : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %var = rank.kernel "sum"(%sq) {dims = array<i64: 1, 2>, keepdim = 1 : i64, scale = 0.041666666666666664 : f64} : (tensor<2x3x8xf32>) -> tensor<2x1x1xf32>
+  %eps = rank.kernel "full"() {value = 1.0e-5 : f64} : () -> tensor<2x1x1xf32>
+  %ve = rank.kernel "add"(%var, %eps) : (tensor<2x1x1xf32>, tensor<2x1x1xf32>) -> tensor<2x1x1xf32>
+  %inv = rank.kernel "rsqrt"(%ve) : (tensor<2x1x1xf32>) -> tensor<2x1x1xf32>
+  %ib = rank.kernel "broadcast_to"(%inv) : (tensor<2x1x1xf32>) -> tensor<2x3x8xf32>
+  %n = rank.kernel "mul"(%c, %ib) : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %wb = rank.kernel "broadcast_to"(%w) : (tensor<3x8xf32>) -> tensor<2x3x8xf32>
+  %y = rank.kernel "mul"(%n, %wb) : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %y, %mean : tensor<2x3x8xf32>, tensor<2x1x1xf32>
+}
+
+// -----
+
+// Kept out of groups: a reduction over a leading dim (it ends the group it
+// reads), an integer reduction, and a reduction over other dims than the
+// group's (it starts a group of its own, here one op: unfused).
+
+// CHECK-LABEL: func.func @not_row_reductions
+// CHECK-NEXT: %[[F:.*]] = rank.fused(%arg0)
+// CHECK: rank.kernel "exp"
+// CHECK-NEXT: rank.kernel "neg"
+// CHECK-NEXT: rank.yield
+// CHECK: rank.kernel "sum"(%[[F]]) {dims = array<i64: 0>
+// CHECK-NEXT: rank.kernel "sum"(%arg1)
+// CHECK-NEXT: rank.fused(%arg0)
+// CHECK: rank.kernel "max"({{.*}}) {dims = array<i64: 1>
+// CHECK-NEXT: rank.kernel "relu"
+// CHECK-NEXT: rank.yield
+// CHECK: rank.kernel "sum"(%arg2) {dims = array<i64: 1, 2>
+// CHECK-NEXT: return
+func.func @not_row_reductions(%x: tensor<4x8xf32>, %i: tensor<4x8xi32>, %z: tensor<2x4x8xf32>) -> (tensor<8xf32>, tensor<4xi32>, tensor<4x1xf32>, tensor<2xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0 = rank.kernel "exp"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %1 = rank.kernel "neg"(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = rank.kernel "sum"(%1) {dims = array<i64: 0>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4x8xf32>) -> tensor<8xf32>
+  %3 = rank.kernel "sum"(%i) {dims = array<i64: 1>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4x8xi32>) -> tensor<4xi32>
+  %4 = rank.kernel "max"(%x) {dims = array<i64: 1>, keepdim = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+  %5 = rank.kernel "relu"(%4) : (tensor<4x1xf32>) -> tensor<4x1xf32>
+  %6 = rank.kernel "sum"(%z) {dims = array<i64: 1, 2>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<2x4x8xf32>) -> tensor<2xf32>
+  return %2, %3, %5, %6 : tensor<8xf32>, tensor<4xi32>, tensor<4x1xf32>, tensor<2xf32>
+}
+
+// -----
+
+// A per-row value whose reduced dims are dropped is a result of the group,
+// but its broadcast back over the rows is not taken in (numpy would align
+// it with the last dim): that broadcast and what follows form their own
+// group.
+
+// CHECK-LABEL: func.func @dropped_broadcast
+// CHECK-NEXT: %[[F:.*]] = rank.fused(%arg0) : (tensor<4x4xf32>) -> tensor<4xf32>
+// CHECK: rank.kernel "sum"
+// CHECK-NEXT: rank.kernel "neg"
+// CHECK-NEXT: rank.yield
+// CHECK: %[[G:.*]] = rank.fused(%[[F]], %arg0)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: rank.kernel "broadcast_to"
+// CHECK-NEXT: rank.kernel "add"
+// CHECK: return %[[G]]
+func.func @dropped_broadcast(%x: tensor<4x4xf32>) -> tensor<4x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0 = rank.kernel "sum"(%x) {dims = array<i64: 1>, keepdim = 0 : i64, scale = 1.0 : f64} : (tensor<4x4xf32>) -> tensor<4xf32>
+  %1 = rank.kernel "neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = rank.kernel "broadcast_to"(%1) : (tensor<4xf32>) -> tensor<4x4xf32>
+  %3 = rank.kernel "add"(%2, %x) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %3 : tensor<4x4xf32>
 }
