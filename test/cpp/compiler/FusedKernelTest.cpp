@@ -521,7 +521,7 @@ const char *kFloatDtypes[] = {"f32", "f64", "f16", "bf16"};
 /// squares, eps, rsqrt; then weight and bias of shape [n]); also returns the
 /// per-row mean (a per-row result of the group).
 std::string layerNormSource(const std::string &dtype, int64_t rows, int64_t n) {
-  Source s{dtype};
+  Source s{dtype, {}};
   std::string r = std::to_string(rows), c = std::to_string(n);
   std::string row = s.type(r + "x" + c), kept = s.type(r + "x1"),
               vec = s.type(c);
@@ -546,7 +546,7 @@ std::string layerNormSource(const std::string &dtype, int64_t rows, int64_t n) {
 /// bitwise equal, to check the reductions' order alone).
 std::string softmaxSource(const std::string &dtype, int64_t rows, int64_t n,
                           const std::string &unary) {
-  Source s{dtype};
+  Source s{dtype, {}};
   std::string r = std::to_string(rows), c = std::to_string(n);
   std::string row = s.type(r + "x" + c), kept = s.type(r + "x1");
   std::string m = s.reduce("max", "%x", "1", true, row, kept);
@@ -562,7 +562,7 @@ std::string softmaxSource(const std::string &dtype, int64_t rows, int64_t n,
 /// mean).
 std::string logSoftmaxSource(const std::string &dtype, int64_t rows,
                              int64_t n) {
-  Source s{dtype};
+  Source s{dtype, {}};
   std::string r = std::to_string(rows), c = std::to_string(n);
   std::string row = s.type("2x" + r + "x3x" + c),
               kept = s.type("2x" + r + "x1x1"), dropped = s.type("2x" + r);
@@ -653,7 +653,7 @@ TEST(FusedRowReductions, MaxAndMinKeepSignedZerosAndNaNLikeTheLibrary) {
   // infinities: the first of equal values and the first NaN win.
   for (const char *dtype : kFloatDtypes) {
     wire::DType wd = wireDtypeOf(dtype);
-    Source s{dtype};
+    Source s{dtype, {}};
     std::string row = s.type("6x4"), kept = s.type("6x1");
     std::string hi = s.reduce("max", "%x", "1", true, row, kept);
     std::string lo = s.reduce("min", "%x", "1", true, row, kept);
