@@ -5,17 +5,13 @@ fused programs (DTORCH_FUSION=1) give the bits the unfused ones give
 (DTORCH_FUSION=0) in every float dtype, and they hold generated kernels
 that take in the reductions.
 
-Bitwise everywhere except where a float32-family exp or log is in the group:
-the generated exp/log of float32 are MLIR's polynomial approximations while
-the library calls libm (a separate piece of work makes them agree); those
-values are compared within a few ulp, and their float64 forms (libm in both)
-bitwise."""
+Bitwise everywhere, exp and log included: the runtime's float32-family
+exp/log compute the generated kernels' polynomial approximations operation
+for operation (runtime/include/dtorch/runtime/PolynomialMath.h)."""
 import json
 import subprocess
 import sys
 import textwrap
-
-import numpy as np
 
 from conftest import subprocess_env
 
@@ -79,28 +75,12 @@ def _run(fusion):
     return json.loads(line[len("RESULT "):])
 
 
-def _values(hexbits, dtype):
-    raw = bytes.fromhex(hexbits)
-    return np.frombuffer(raw, dtype={"float16": np.float16, "float64": np.float64}.get(
-        dtype, np.float32))
-
-
 def test_fused_reductions_match_unfused_bitwise():
     fused = _run(True)
     plain = _run(False)
     assert fused.pop("fused_reduction") is True
     assert plain.pop("fused_reduction") is False
     assert fused.keys() == plain.keys()
-    approximate = ("softmax", "log_softmax", "cross_entropy")
-    checked_bitwise = 0
     for key in sorted(fused):
-        placement, dtype, op = key.split()
-        if op in approximate and dtype != "float64":
-            a, b = _values(fused[key], dtype), _values(plain[key], dtype)
-            tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
-            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64),
-                                       rtol=tol, atol=tol, err_msg=key)
-        else:
-            assert fused[key] == plain[key], key
-            checked_bitwise += 1
-    assert checked_bitwise >= 30
+        assert fused[key] == plain[key], key
+    assert len(fused) >= 50
