@@ -284,30 +284,6 @@ void topkRun(const AttrReader &attrs, const std::vector<const Tensor *> &inputs,
 }
 
 // ---- reductions ----
-// `mask` as [outer kept, reduced, inner kept] after merging neighbours (dims
-// of extent 1 drop out); false when kept and reduced dims alternate more.
-bool collapse(const Shape &shape, const std::vector<bool> &mask, int64_t &outer,
-              int64_t &reduced, int64_t &inner) {
-  std::vector<std::pair<bool, int64_t>> runs;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1)
-      continue;
-    if (!runs.empty() && runs.back().first == mask[d])
-      runs.back().second *= shape[d];
-    else
-      runs.push_back({mask[d], shape[d]});
-  }
-  outer = reduced = inner = 1;
-  size_t i = 0;
-  if (i < runs.size() && !runs[i].first)
-    outer = runs[i++].second;
-  if (i < runs.size() && runs[i].first)
-    reduced = runs[i++].second;
-  if (i < runs.size() && !runs[i].first)
-    inner = runs[i++].second;
-  return i == runs.size();
-}
-
 std::vector<bool> maskOf(const AttrReader &attrs, int64_t rank) {
   std::vector<int64_t> dims = attrs.getInts("dims", {});
   std::vector<bool> mask(static_cast<size_t>(rank), dims.empty());
@@ -330,7 +306,7 @@ KernelRunFn reduceRun(ReduceOp op, const char *name) {
     int64_t outer, reduced, inner;
     const void *source = x.data();
     Tensor moved; // x with the reduced dims moved last, when needed
-    if (!collapse(x.shape(), mask, outer, reduced, inner)) {
+    if (!collapseReduction(x.shape(), mask, outer, reduced, inner)) {
       // Kept dims first, then reduced ones, each in their order: every
       // output's elements keep their relative (increasing) order.
       requireRank(x.shape().size(), name);

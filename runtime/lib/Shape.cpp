@@ -124,4 +124,29 @@ void copyBox(const void *src, const Shape &srcShape, const Shape &srcOffset,
   }
 }
 
+// The reduction as at most three dims after merging neighbours that are
+// both reduced or both kept: [outer kept, reduced, inner kept] (a missing
+// part has extent 1). False when the dims alternate more often.
+bool collapseReduction(const Shape &shape, const std::vector<bool> &mask,
+                       int64_t &outer, int64_t &reduced, int64_t &inner) {
+  std::vector<std::pair<bool, int64_t>> runs; // (reduced?, extent)
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1)
+      continue;
+    if (!runs.empty() && runs.back().first == mask[d])
+      runs.back().second *= shape[d];
+    else
+      runs.push_back({mask[d], shape[d]});
+  }
+  outer = reduced = inner = 1;
+  size_t i = 0;
+  if (i < runs.size() && !runs[i].first)
+    outer = runs[i++].second;
+  if (i < runs.size() && runs[i].first)
+    reduced = runs[i++].second;
+  if (i < runs.size() && !runs[i].first)
+    inner = runs[i++].second;
+  return i == runs.size();
+}
+
 } // namespace dtorch::rt

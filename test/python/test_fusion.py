@@ -3,15 +3,11 @@ cluster (4 ranks in 2 worker processes) a fused chain gives the values the
 unfused one gives (DTORCH_FUSION=0 turns fusion off), its compiled program
 has fewer instructions, and the generated kernel is shipped inside the
 program and run by the workers."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
-from conftest import subprocess_env
+from conftest import run_fusion_script
 
 CHAIN = textwrap.dedent("""
     import json, sys
@@ -49,14 +45,7 @@ CHAIN = textwrap.dedent("""
 
 
 def _run(fusion):
-    env = subprocess_env()
-    env["DTORCH_FUSION"] = "1" if fusion else "0"
-    env["DTORCH_CACHE_DIR"] = ""
-    done = subprocess.run([sys.executable, "-c", CHAIN], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return run_fusion_script(CHAIN, "1" if fusion else "0", timeout=300)
 
 
 def test_fused_chain_matches_unfused_with_fewer_instructions():

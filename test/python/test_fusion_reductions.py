@@ -8,12 +8,9 @@ that take in the reductions.
 Bitwise everywhere, exp and log included: the runtime's float32-family
 exp/log compute the generated kernels' polynomial approximations operation
 for operation (runtime/include/dtorch/runtime/PolynomialMath.h)."""
-import json
-import subprocess
-import sys
 import textwrap
 
-from conftest import subprocess_env
+from conftest import run_fusion_script
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -65,14 +62,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(fusion):
-    env = subprocess_env()
-    env["DTORCH_FUSION"] = "1" if fusion else "0"
-    env["DTORCH_CACHE_DIR"] = ""
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return run_fusion_script(SCRIPT, "1" if fusion else "0", timeout=600)
 
 
 def test_fused_reductions_match_unfused_bitwise():

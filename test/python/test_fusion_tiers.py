@@ -9,13 +9,11 @@ sign and payload are not specified. test/cpp/compiler/
 FusedKernelBitwiseTest.cpp checks the same per kernel, with every 16-bit
 pattern."""
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
-from conftest import subprocess_env
+from conftest import run_fusion_script
 
 UNARY = ["neg", "abs", "relu", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
          "silu", "sin", "cos"]
@@ -76,14 +74,10 @@ CHILD = textwrap.dedent("""
 
 def run_tier(fusion, tmp_path):
     out = tmp_path / f"tier{fusion}.npz"
-    env = dict(subprocess_env(), DTORCH_FUSION=fusion, DTORCH_CACHE_DIR="")
-    done = subprocess.run([sys.executable, "-c", CHILD,
-                           json.dumps([UNARY, BINARY, DTYPES, str(out)])],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    line = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    instructions = run_fusion_script(CHILD, fusion,
+                                     json.dumps([UNARY, BINARY, DTYPES, str(out)]))
     with np.load(out) as data:
-        return {k: data[k] for k in data.files}, json.loads(line[len("RESULT "):])
+        return {k: data[k] for k in data.files}, instructions
 
 
 def differing(a, b):

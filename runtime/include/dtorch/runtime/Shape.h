@@ -11,6 +11,13 @@ namespace dtorch::rt {
 using Shape = std::vector<int64_t>;
 
 // Product of the extents; throws RuntimeError on a negative extent or overflow.
+// A reduction over the dims where `mask` is true, as at most three dims
+// after merging neighbours that are both reduced or both kept:
+// [outer kept, reduced, inner kept] (a missing part has extent 1; dims of
+// extent 1 drop out). False when kept and reduced dims alternate more often.
+bool collapseReduction(const Shape &shape, const std::vector<bool> &mask,
+                       int64_t &outer, int64_t &reduced, int64_t &inner);
+
 int64_t shapeNumel(const Shape &shape);
 // Row-major strides in elements.
 std::vector<int64_t> rowMajorStrides(const Shape &shape);
