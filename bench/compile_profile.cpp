@@ -1,6 +1,7 @@
 //===- compile_profile.cpp - where a cold compile spends its time --------===//
 //
 //   build/bin/compile_profile [--ops 2000] [--ranks 4] [--repeat 5] [--fuse]
+//                             [--explain]
 //                             [--json bench/results/compile_profile.json]
 //
 // Compiles a chain of `ops` elementwise adds (y = y + x, x sharded on dim 0)
@@ -11,8 +12,11 @@
 // with the protobuf serialization of the programs (what an upload costs).
 // Like the controller's first compile of a segment (a cache miss), it
 // leaves fusion out; --fuse adds --rank-fuse-elementwise and the kernel
-// generator (the second run's compile). DTORCH_VERIFY_STAGES=1 verifies
-// every stage (a release build verifies the last). Not run by the tests.
+// generator (the second run's compile); --explain explains the
+// redistributions too (what explain() asks for: a miss no longer does it,
+// the chain has none, so it measures the observer's walk).
+// DTORCH_VERIFY_STAGES=1 verifies every stage (a release build verifies the
+// last). Not run by the tests.
 //
 //===----------------------------------------------------------------------===//
 #include "dtorch/Compiler.h"
@@ -114,13 +118,16 @@ template <typename Compile> Profile profile(Compile compile, int repeat) {
 
 int main(int argc, char **argv) {
   int ops = 2000, ranks = 4, repeat = 5;
-  bool fuse = false;
+  bool fuse = false, explain = false;
   std::string json;
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fuse"))
       fuse = true;
+    if (!std::strcmp(argv[i], "--explain"))
+      explain = true;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--fuse")) {
+    if (!std::strcmp(argv[i], "--fuse") || !std::strcmp(argv[i], "--explain")) {
       --i; // a flag without a value
       continue;
     }
@@ -136,6 +143,7 @@ int main(int argc, char **argv) {
   CompileOptions options;
   options.profile = true;
   options.fuseElementwise = fuse;
+  options.explain = explain;
   SegmentGraph graph = chainGraph(ops, ranks);
   std::string text = chainText(ops, ranks);
   Profile viaText = profile(

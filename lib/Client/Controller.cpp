@@ -276,7 +276,7 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   }
   auto start = std::chrono::steady_clock::now();
   ++compiles_;
-  compileInto(*c, seg, mesh, false, fuse);
+  compileInto(*c, seg, mesh, false, false, fuse);
   c->fused = fuse;
   {
     std::lock_guard<std::mutex> lock(statsMutex_);
@@ -313,7 +313,7 @@ uint64_t Controller::diskKeyOf(const Segment &seg, const Mesh &mesh,
 void Controller::promoteToFused(Compiled &c) {
   auto start = std::chrono::steady_clock::now();
   Compiled fresh;
-  compileInto(fresh, c.structure, c.mesh, false, true);
+  compileInto(fresh, c.structure, c.mesh, false, false, true);
   c.fused = true;
   bool generated = false;
   for (const wire::Program &p : fresh.programs)
@@ -343,14 +343,15 @@ void Controller::promoteToFused(Compiled &c) {
 }
 
 void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
-                             bool withStages, bool fused) {
+                             bool withStages, bool withExplanation,
+                             bool fused) {
   // The module is built from the segment's description (no text printed or
   // parsed); random ops get their slot number as seed.
   std::vector<int64_t> slots;
   CompileOptions options;
   options.recordStages = withStages;
   options.fuseElementwise = fused;
-  options.explain = true;
+  options.explain = withExplanation;
   CompileResult result =
       compileGraph(segmentGraph(seg, mesh, "segment", &slots), options);
   if (!result.ok || result.functions.size() != 1)
@@ -362,7 +363,7 @@ void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
     markSeedSlots(p);
   c.stages = std::move(result.stages);
   c.explanation = std::move(result.explanations);
-  c.hasExplanation = true;
+  c.hasExplanation = withExplanation;
   c.hasStages = withStages;
 }
 
@@ -371,9 +372,14 @@ void Controller::ensureIr(Compiled &c, bool stages) {
     return;
   // Compiled again for what it lacks (the uploaded programs stay): the IR
   // stages are printed only when asked (printing them costs more than the
-  // compile on large meshes), and programs from the disk have neither.
+  // compile on large meshes), the redistributions are explained only when
+  // asked (a miss leaves both out), and programs from the disk have neither.
   Compiled fresh;
-  compileInto(fresh, c.structure, c.mesh, stages, c.fused);
+  compileInto(fresh, c.structure, c.mesh, stages, true, c.fused);
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.irRecompiles;
+  }
   if (stages) {
     c.stages = std::move(fresh.stages);
     c.hasStages = true;

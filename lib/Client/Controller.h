@@ -141,7 +141,7 @@ private:
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
     /// Whether the explanation and the IR stages are known: a miss compiles
-    /// without stages, the disk gives neither; ensureIr compiles again from
+    /// without either, the disk gives neither; ensureIr compiles again from
     /// `structure` for what is asked.
     bool hasExplanation = false;
     bool hasStages = false;
@@ -162,10 +162,10 @@ private:
   /// The on-disk cache's key of `segment` compiled with or without fusion.
   uint64_t diskKeyOf(const Segment &segment, const Mesh &mesh,
                      bool fused) const;
-  /// Compiles `segment`; fills programs and explanation, and the IR stages
-  /// `withStages`; generates fused kernels when `fused`.
+  /// Compiles `segment`; fills programs, the IR stages `withStages` and the
+  /// explanation `withExplanation`; generates fused kernels when `fused`.
   void compileInto(Compiled &c, const Segment &segment, const Mesh &mesh,
-                   bool withStages, bool fused);
+                   bool withStages, bool withExplanation, bool fused);
   /// Makes sure c's explanation (and its IR stages with `stages`) are known
   /// (controller thread).
   void ensureIr(Compiled &c, bool stages);

@@ -677,6 +677,7 @@ NB_MODULE(_C, m) {
         d["compile_seconds"] = st.compileSeconds;
         d["fused_recompiles"] = st.fusedRecompiles;
         d["fused_recompile_seconds"] = st.fusedRecompileSeconds;
+        d["ir_recompiles"] = st.irRecompiles;
         d["disk_seconds"] = st.diskSeconds;
         d["hit_seconds"] = st.hitSeconds;
         d["last_hit_seconds"] = st.lastHitSeconds;

@@ -106,6 +106,29 @@ def test_cache_hit_keeps_the_cached_programs_explanation(dt, meshes):
     assert list(dt.explain()) == first
 
 
+def test_a_miss_leaves_the_explanation_to_explain(dt, meshes):
+    # A cache miss compiles without explaining; the first explain() of the
+    # segment compiles it again once for the explanation, later ones reuse it.
+    mesh = meshes["2x2"]
+    xn = np.arange(8 * 12, dtype=np.float32).reshape(8, 12) / 97
+    wn = np.arange(12 * 6, dtype=np.float32).reshape(12, 6) / 41
+    x = dt.tensor(xn, device_mesh=mesh, placements=[S0, S1])
+    w = dt.tensor(wn, device_mesh=mesh, placements=[R, S0])
+    dt.synchronize()
+    compiles = dt._C.compile_count()
+    z = (x @ w).redistribute(mesh, [S0, R])  # a structure no other test runs
+    assert_close(z.numpy(), xn @ wn, tol=1e-4)
+    assert dt._C.compile_count() == compiles + 1  # a miss
+    before = dt._C.controller_stats()["ir_recompiles"]
+    rows = list(dt.explain())
+    assert dt._C.controller_stats()["ir_recompiles"] == before + 1
+    assert len(rows) == 1 and rows[0]["collectives"] == ['all_reduce(sum) on "tp"']
+    assert rows[0]["shape"] == (8, 6) and rows[0]["after"] == "dp: S(0), tp: R"
+    assert list(dt.explain()) == rows
+    assert dt._C.controller_stats()["ir_recompiles"] == before + 1
+    assert dt._C.compile_count() == compiles + 1  # not counted as a miss
+
+
 def test_explain_before_any_segment_is_empty():
     code = (
         "import dtorch\n"

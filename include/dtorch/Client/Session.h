@@ -217,6 +217,9 @@ struct ControllerStats {
   /// first compile leaves fusion out: see Controller's FusionTier).
   uint64_t fusedRecompiles = 0;
   double fusedRecompileSeconds = 0;
+  /// Segments compiled again for explain() or the IR stages (a miss
+  /// computes neither; once per cached segment and what it lacks).
+  uint64_t irRecompiles = 0;
   double diskSeconds = 0;    // on-disk cache lookups, loads and stores
   double hitSeconds = 0;     // lookup + dispatch of the in-memory hits
   double lastHitSeconds = 0; // ... of the last one

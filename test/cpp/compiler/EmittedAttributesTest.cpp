@@ -2,7 +2,8 @@
 //
 // The emitter writes every attribute the runtime's validator reads, empty
 // lists included: a reduction of a 0-d tensor has `dims = []`, which must
-// reach the worker as an empty int list, not as an unset attribute.
+// reach the worker as an empty int list, not as an unset attribute. Each
+// instruction carries its op's location as MLIR prints it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,9 @@
 #include "dtorch/runtime/ProgramValidator.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 using namespace dtorch;
 
@@ -44,6 +48,21 @@ TEST(EmittedAttributes, AnEmptyDimsListIsAnEmptyIntList) {
     }
     EXPECT_EQ(reductions, 2);
     EXPECT_NO_THROW(rt::validateProgram(program, -1));
+  }
+}
+
+TEST(EmittedAttributes, EachInstructionCarriesItsOpsLocationText) {
+  CompileResult result = compileModule(kZeroDimReductions, "zero_dim.mlir");
+  ASSERT_TRUE(result.ok) << result.error;
+  ASSERT_EQ(result.functions.size(), 1u);
+  for (const wire::Program &program : result.functions[0].programs) {
+    std::map<std::string, std::string> locationOf;
+    for (const wire::Instruction &inst : program.instructions())
+      locationOf[inst.op()] = inst.location();
+    // The kernels keep the dtensor ops' locations: lines 4 and 5, column 8
+    // (the op name; the text's first line is empty).
+    EXPECT_EQ(locationOf["sum"], "loc(\"zero_dim.mlir\":4:8)");
+    EXPECT_EQ(locationOf["max"], "loc(\"zero_dim.mlir\":5:8)");
   }
 }
 
