@@ -91,6 +91,11 @@ struct SegmentGraph {
   std::vector<int64_t> meshShape;
   std::vector<std::string> meshDimNames; // empty, or one per mesh dim
   std::string device = "cpu";
+  /// The global rank of every mesh position (row-major), or empty. Set for
+  /// a segment that moves values between meshes (send, recv): the function
+  /// carries it as `dtensor.global_ranks`, and its class programs as
+  /// `rank.global_ranks`, which --rank-match-p2p pairs messages by.
+  std::vector<int64_t> globalRanks;
   std::vector<GraphTensorType> args;
   std::vector<GraphNode> nodes;
   std::vector<int32_t> results; // value numbers

@@ -194,6 +194,14 @@ void Controller::runSegment(Segment &seg) {
     promoteToFused(*c);
   }
   last_ = c;
+  // Sends and receives between meshes live in different segments, compiled
+  // apart: paired here, in run order, before anything is sent.
+  if (c->movesOf != c->programId) {
+    c->moves = MoveLedger::movesOf(c->programs, mesh.ranks,
+                                   "program " + std::to_string(c->programId));
+    c->movesOf = c->programId;
+  }
+  moves_.admit(c->moves);
   if (!c->uploaded) {
     std::optional<rt::TraceSpan> uploadSpan =
         controllerSpan(trace_, "controller", "upload");

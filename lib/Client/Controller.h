@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "MoveLedger.h"
 #include "ProgramDiskCache.h"
 #include "dtorch/Client/Session.h"
 
@@ -140,6 +141,10 @@ private:
     Mesh mesh;
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
+    /// The programs' moves between meshes (MoveLedger::movesOf), found at
+    /// the first run of `programId`.
+    std::vector<MoveLedger::Move> moves;
+    uint64_t movesOf = 0; // the programId `moves` was found for; 0: none yet
     /// Whether the explanation and the IR stages are known: a miss compiles
     /// without either, the disk gives neither; ensureIr compiles again from
     /// `structure` for what is asked.
@@ -189,6 +194,10 @@ private:
       live_; // handle -> mesh; controller thread only
   /// Values lost by a restart, until freed; controller thread only.
   std::unordered_map<Handle, LostValue> lost_;
+  /// The moves between meshes sent and not yet received, by channel: a
+  /// segment whose receive has no matching message is refused
+  /// (MoveLedger.h). Controller thread only.
+  MoveLedger moves_;
   std::atomic<bool> autoRestart_{false};
   std::mutex autoLostMutex_;
   std::unordered_map<Handle, LostValue> autoLost_; // guarded by autoLostMutex_

@@ -37,6 +37,7 @@ Controller::RestartOutcome
 Controller::restartNow(std::chrono::milliseconds idleBound) {
   RestartOutcome outcome;
   outcome.replacedRanks = backend_->restart(idleBound);
+  moves_.clear(); // messages in flight went with the old transports
   ++restartCount_;
   {
     std::lock_guard<std::mutex> lock(statsMutex_);

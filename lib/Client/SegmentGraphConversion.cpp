@@ -52,6 +52,8 @@ SegmentGraph segmentGraph(const Segment &seg, const Mesh &mesh,
   g.meshShape = mesh.shape;
   g.meshDimNames = mesh.dimNames;
   g.device = mesh.device;
+  if (movesBetweenMeshes(seg))
+    g.globalRanks = mesh.ranks;
   std::unordered_map<Handle, int32_t> values;
   values.reserve(seg.args.size() + seg.nodes.size());
   g.args.reserve(seg.args.size());

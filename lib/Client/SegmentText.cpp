@@ -154,6 +154,13 @@ std::string scalarFullKey(const Node &n) {
   return key;
 }
 
+bool movesBetweenMeshes(const Segment &seg) {
+  for (const Node &n : seg.nodes)
+    if (n.op == "send" || n.op == "recv")
+      return true;
+  return false;
+}
+
 std::string segmentText(const Segment &seg, const Mesh &mesh,
                         const std::string &name, std::vector<int64_t> *seeds) {
   std::unordered_map<Handle, std::string> names;
@@ -172,7 +179,14 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
     byId[n.id] = &n;
   for (size_t i = 0; i < seg.results.size(); ++i)
     os << (i ? ", " : "") << typeText(byId.at(seg.results[i])->meta, mesh);
-  os << ") {\n";
+  os << ")";
+  if (movesBetweenMeshes(seg)) {
+    os << " attributes {dtensor.global_ranks = array<i64";
+    for (size_t i = 0; i < mesh.ranks.size(); ++i)
+      os << (i ? ", " : ": ") << mesh.ranks[i];
+    os << ">}";
+  }
+  os << " {\n";
 
   size_t counter = 0;
   // One full per distinct scalar (scalarFullKey): its name and type.

@@ -21,6 +21,11 @@ std::string typeText(const TensorMeta &meta, const Mesh &mesh);
 /// building, verifying and merging the copies).
 std::string scalarFullKey(const Node &node);
 
+/// Whether the segment moves values between meshes (a send or a recv): its
+/// function then names the global rank of every mesh position
+/// (`dtensor.global_ranks`), so the compiler can pair those messages.
+bool movesBetweenMeshes(const Segment &segment);
+
 /// A function `@name` whose arguments are the segment's args and whose
 /// results are its results. Values are numbered locally, so the same step
 /// gives the same text (the structural cache key). With `seeds`, random ops

@@ -204,6 +204,9 @@ OwningOpRef<ModuleOp> GraphBuilder::build() {
   b.setInsertionPointToEnd(module->getBody());
   auto fn = func::FuncOp::create(b, funcLoc, graph.name,
                                  b.getFunctionType(argTypes, {}));
+  if (!graph.globalRanks.empty())
+    fn->setAttr(dtensor::kGlobalRanksAttrName,
+                b.getDenseI64ArrayAttr(graph.globalRanks));
   Block *body = fn.addEntryBlock();
   b.setInsertionPointToEnd(body);
   values.reserve(numValues);

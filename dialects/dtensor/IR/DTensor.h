@@ -40,6 +40,12 @@ namespace dtorch::dtensor {
 /// CSE, survives chain folding, and LowerRedistribute copies it onto the
 /// collective steps, so the compiled program shows both gathers.
 inline constexpr llvm::StringLiteral kRegatherAttrName = "dtorch.regather";
+/// On a dtensor function: the global rank of every position of its mesh
+/// (row-major, DenseI64ArrayAttr). SPMD lowering copies it onto every class
+/// function as `rank.global_ranks`, so that --rank-match-p2p pairs the
+/// moves between meshes (dtensor.send/recv) of the functions of a module.
+inline constexpr llvm::StringLiteral kGlobalRanksAttrName =
+    "dtensor.global_ranks";
 /// Copies `from`'s regather attribute (if any) onto `to`.
 void copyRegatherAttr(mlir::Operation *from, mlir::Operation *to);
 /// Bytes per element of an MLIR element type (for the cost model).

@@ -406,6 +406,29 @@ FailureOr<MeshAttr> functionMesh(func::FuncOp fn) {
   return mesh;
 }
 
+/// The function's `dtensor.global_ranks` (null when it has none), checked
+/// against its mesh: one distinct non-negative rank per position.
+FailureOr<DenseI64ArrayAttr> functionGlobalRanks(func::FuncOp fn,
+                                                 MeshAttr mesh) {
+  Attribute attr = fn->getAttr(kGlobalRanksAttrName);
+  if (!attr)
+    return DenseI64ArrayAttr();
+  auto ranks = dyn_cast<DenseI64ArrayAttr>(attr);
+  if (!ranks)
+    return fn.emitOpError("'")
+           << kGlobalRanksAttrName << "' must be an i64 array";
+  if (ranks.size() != mesh.getNumDevices())
+    return fn.emitOpError("'")
+           << kGlobalRanksAttrName << "' has " << ranks.size()
+           << " ranks for a mesh of " << mesh.getNumDevices() << " positions";
+  std::set<int64_t> seen;
+  for (int64_t r : ranks.asArrayRef())
+    if (r < 0 || !seen.insert(r).second)
+      return fn.emitOpError("'") << kGlobalRanksAttrName << "' names rank " << r
+                                 << (r < 0 ? ", below 0" : " twice");
+  return ranks;
+}
+
 /// The local-shape classes of a function's mesh positions.
 struct ShapeClass {
   std::vector<int64_t> representative;     // the coordinates lowered for it
@@ -571,6 +594,9 @@ struct LowerToRankPass
           shapeClasses(mesh->getShape(), types, transfers, moves);
       OpBuilder b(fn);
       auto meshAttr = b.getDenseI64ArrayAttr(mesh->getShape());
+      FailureOr<DenseI64ArrayAttr> globalRanks = functionGlobalRanks(fn, *mesh);
+      if (failed(globalRanks))
+        return signalPassFailure();
       for (size_t k = 0; k < classes.size(); ++k) {
         RankLowering lowering(*mesh, classes[k].representative, b);
         SmallVector<Type> ins, outs;
@@ -587,6 +613,8 @@ struct LowerToRankPass
           boxes.push_back(b.getDenseI64ArrayAttr(box));
         rf->setAttr(rank::kMeshAttrName, meshAttr);
         rf->setAttr(rank::kPositionsAttrName, b.getArrayAttr(boxes));
+        if (*globalRanks)
+          rf->setAttr(rank::kGlobalRanksAttrName, *globalRanks);
         Block *entry = rf.addEntryBlock();
         IRMapping map;
         for (auto [from, to] :

@@ -161,7 +161,8 @@ using GlobalChannel = std::tuple<int64_t, int64_t, int64_t>;
 
 struct GlobalMessages {
   std::map<GlobalChannel, SmallVector<GlobalMessage>> sends, receives;
-  std::set<int64_t> ranks; // the global ranks some function runs at
+  /// The functions that run at each global rank, in module order.
+  std::map<int64_t, SmallVector<func::FuncOp>> programs;
 };
 
 /// Adds the axis-less sends and receives of `fn`, at every position it runs,
@@ -194,7 +195,9 @@ void collectGlobalMessages(func::FuncOp fn, GlobalMessages &out) {
       for (size_t a = 0; a < shape.size(); ++a)
         index = index * shape[a] + coord[a];
       int64_t me = ranks[index];
-      out.ranks.insert(me);
+      SmallVector<func::FuncOp> &here = out.programs[me];
+      if (!llvm::is_contained(here, fn))
+        here.push_back(fn);
       for (auto [op, isSend] : ops) {
         if (isSend) {
           auto send = cast<rank::SendOp>(op);
@@ -218,13 +221,23 @@ void collectGlobalMessages(func::FuncOp fn, GlobalMessages &out) {
   }
 }
 
+/// "@f" or "@f, @g": the functions of a module that run at a global rank.
+std::string programsText(ArrayRef<func::FuncOp> fns) {
+  std::string text;
+  for (func::FuncOp fn : fns)
+    text += (text.empty() ? "@" : ", @") + fn.getSymName().str();
+  return text;
+}
+
 /// Pairs the messages between global ranks: same count, types and order
-/// on every channel whose two ranks both run a function of the module.
+/// on every channel whose two ranks both run a function of the module. Every
+/// diagnostic names the program of each side.
 LogicalResult checkGlobalMessages(const GlobalMessages &all) {
   auto name = [](func::FuncOp fn) { return "@" + fn.getSymName().str(); };
   for (const auto &[channel, sends] : all.sends) {
     auto [from, to, tag] = channel;
-    if (!all.ranks.count(to))
+    auto there = all.programs.find(to);
+    if (there == all.programs.end())
       continue;
     auto it = all.receives.find(channel);
     ArrayRef<GlobalMessage> receives;
@@ -233,31 +246,34 @@ LogicalResult checkGlobalMessages(const GlobalMessages &all) {
     for (size_t k = 0; k < sends.size(); ++k) {
       if (k >= receives.size())
         return sends[k].op->emitOpError()
-               << "sends " << sends.size() << " message(s) from global rank "
-               << from << " to global rank " << to << " with tag " << tag
-               << " but global rank " << to << " receives " << receives.size()
-               << ": message " << k << " (" << sends[k].type
-               << ") is unmatched";
+               << "in " << name(sends[k].fn) << " sends " << sends.size()
+               << " message(s) from global rank " << from << " to global rank "
+               << to << " with tag " << tag << " but "
+               << programsText(there->second) << " at global rank " << to
+               << " receive(s) " << receives.size() << ": message " << k << " ("
+               << sends[k].type << ") is unmatched";
       if (receives[k].type != sends[k].type)
         return sends[k].op->emitOpError()
-               << "sends " << sends[k].type << " from global rank " << from
-               << " to global rank " << to << " (message " << k << ", tag "
-               << tag << ") but " << name(receives[k].fn) << " receives "
-               << receives[k].type;
+               << "in " << name(sends[k].fn) << " sends " << sends[k].type
+               << " from global rank " << from << " to global rank " << to
+               << " (message " << k << ", tag " << tag << ") but "
+               << name(receives[k].fn) << " receives " << receives[k].type;
     }
   }
   for (const auto &[channel, receives] : all.receives) {
     auto [from, to, tag] = channel;
-    if (!all.ranks.count(from))
+    auto there = all.programs.find(from);
+    if (there == all.programs.end())
       continue;
     auto it = all.sends.find(channel);
     size_t sent = it == all.sends.end() ? 0 : it->second.size();
     if (receives.size() > sent)
       return receives[sent].op->emitOpError()
-             << "receives " << receives.size()
-             << " message(s) from global rank " << from << " at global rank "
-             << to << " with tag " << tag << " but global rank " << from
-             << " sends " << sent << ": message " << sent << " is unmatched";
+             << "in " << name(receives[sent].fn) << " receives "
+             << receives.size() << " message(s) from global rank " << from
+             << " at global rank " << to << " with tag " << tag << " but "
+             << programsText(there->second) << " at global rank " << from
+             << " send(s) " << sent << ": message " << sent << " is unmatched";
   }
   return success();
 }

@@ -150,7 +150,7 @@ func.func @front_class0() attributes {rank.mesh = array<i64: 1>, rank.positions 
 
 // The receiving stage expects another local shape: a compile error.
 func.func @shape_stage0_class0(%x: tensor<2x4xf32>) attributes {rank.mesh = array<i64: 1>, rank.positions = [array<i64: 0, 1>], rank.global_ranks = array<i64: 0>} {
-  // expected-error @+1 {{sends 'tensor<2x4xf32>' from global rank 0 to global rank 1 (message 0, tag 0) but @shape_stage1_class0 receives 'tensor<4x4xf32>'}}
+  // expected-error @+1 {{in @shape_stage0_class0 sends 'tensor<2x4xf32>' from global rank 0 to global rank 1 (message 0, tag 0) but @shape_stage1_class0 receives 'tensor<4x4xf32>'}}
   rank.send %x {peer = 1 : i64, tag = 0 : i64} : tensor<2x4xf32>
   return
 }
@@ -164,7 +164,7 @@ func.func @shape_stage1_class0() attributes {rank.mesh = array<i64: 1>, rank.pos
 // The receivers swapped their peers: rank 2 waits for rank 1 and rank 3 for
 // rank 0, so rank 0's message to rank 2 is never received.
 func.func @swap_stage0_class0(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 1>], rank.global_ranks = array<i64: 0, 1>} {
-  // expected-error @+1 {{sends 1 message(s) from global rank 0 to global rank 2 with tag 0 but global rank 2 receives 0: message 0 ('tensor<4xf32>') is unmatched}}
+  // expected-error @+1 {{in @swap_stage0_class0 sends 1 message(s) from global rank 0 to global rank 2 with tag 0 but @swap_stage1_class0 at global rank 2 receive(s) 0: message 0 ('tensor<4xf32>') is unmatched}}
   rank.send %x {peer = 2 : i64, tag = 0 : i64} : tensor<4xf32>
   return
 }
@@ -190,7 +190,7 @@ func.func @extra_stage0_class0(%x: tensor<4xf32>) attributes {rank.mesh = array<
 }
 func.func @extra_stage1_class0() attributes {rank.mesh = array<i64: 1>, rank.positions = [array<i64: 0, 1>], rank.global_ranks = array<i64: 1>} {
   %0 = rank.recv {peer = 0 : i64, tag = 0 : i64} : tensor<4xf32>
-  // expected-error @+1 {{receives 2 message(s) from global rank 0 at global rank 1 with tag 0 but global rank 0 sends 1: message 1 is unmatched}}
+  // expected-error @+1 {{in @extra_stage1_class0 receives 2 message(s) from global rank 0 at global rank 1 with tag 0 but @extra_stage0_class0 at global rank 0 send(s) 1: message 1 is unmatched}}
   %1 = rank.recv {peer = 0 : i64, tag = 0 : i64} : tensor<4xf32>
   return
 }
