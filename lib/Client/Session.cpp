@@ -861,7 +861,33 @@ Tensor Session::transfer(const Tensor &x, int64_t axis,
   return addNode("transfer", {x}, attrs, m);
 }
 
-Tensor Session::moveToMesh(const Tensor &x, int meshId) {
+namespace {
+
+// Messages between two ranks are matched in issue order; moves use tags of
+// their own, apart from the transfers inside one mesh.
+constexpr int64_t kMoveTag = int64_t(1) << 20;
+
+Attrs moveAttrs(const std::vector<int64_t> &peers, int64_t tag) {
+  Attrs attrs;
+  AttrValue p;
+  p.kind = AttrValue::Kind::Ints;
+  p.ints = peers;
+  attrs.emplace_back("peers", p);
+  AttrValue t;
+  t.i = kMoveTag + tag;
+  attrs.emplace_back("tag", t);
+  return attrs;
+}
+
+void checkMoveTag(int64_t tag) {
+  if (tag < 0 || tag >= kMoveTag)
+    throw ValueError("move to another mesh: tag " + std::to_string(tag) +
+                     " is outside [0, " + std::to_string(kMoveTag) + ")");
+}
+
+} // namespace
+
+void Session::checkMovable(const Tensor &x, int meshId) const {
   const TensorMeta &m = x->meta();
   const Mesh &from = mesh(m.meshId), &to = mesh(meshId);
   if (from.shape != to.shape)
@@ -872,29 +898,36 @@ Tensor Session::moveToMesh(const Tensor &x, int meshId) {
       throw ValueError("move to another mesh: rank " +
                        std::to_string(from.ranks[p]) + " is at mesh position " +
                        std::to_string(p) + " of both meshes");
-  TensorMeta moved{m.shape, m.dtype, meshId, m.placements};
+}
+
+Tensor Session::sendToMesh(const Tensor &x, int meshId, int64_t tag) {
+  checkMoveTag(tag);
+  checkMovable(x, meshId);
+  const TensorMeta &m = x->meta();
   if (x->storage_->meta)
+    return meta(m.shape, m.dtype, m.meshId, m.placements);
+  // The result (the token) is a result of the sender's segment while it is
+  // held: the segment, with its send, runs even when nothing else of it is
+  // kept, and its value stays until the receive ran.
+  return addNode("send", {x}, moveAttrs(mesh(meshId).ranks, tag), m);
+}
+
+Tensor Session::receiveFromMesh(const Tensor &token, int meshId, int64_t tag) {
+  checkMoveTag(tag);
+  checkMovable(token, meshId);
+  const TensorMeta &m = token->meta();
+  TensorMeta moved{m.shape, m.dtype, meshId, m.placements};
+  if (token->storage_->meta)
     return meta(moved.shape, moved.dtype, meshId, moved.placements);
-  // Messages between two ranks are matched in issue order; moves use a tag
-  // of their own, apart from the transfers inside one mesh.
-  constexpr int64_t kMoveTag = int64_t(1) << 20;
-  auto attrsFor = [&](const std::vector<int64_t> &peers) {
-    Attrs attrs;
-    AttrValue p;
-    p.kind = AttrValue::Kind::Ints;
-    p.ints = peers;
-    attrs.emplace_back("peers", p);
-    AttrValue t;
-    t.i = kMoveTag;
-    attrs.emplace_back("tag", t);
-    return attrs;
-  };
-  // The send's result stays alive until the receive is recorded: that cuts
-  // the sender's segment (another mesh), with the send in it.
-  Tensor token = addNode("send", {x}, attrsFor(to.ranks), m);
-  Tensor out = addNode("recv", {}, attrsFor(from.ranks), moved);
-  (void)token;
-  return out;
+  // Recording it cuts the sender's segment (another mesh) if still pending,
+  // so the send is submitted before its receive (the controller's
+  // MoveLedger pairs them in that order).
+  return addNode("recv", {}, moveAttrs(mesh(m.meshId).ranks, tag), moved);
+}
+
+Tensor Session::moveToMesh(const Tensor &x, int meshId) {
+  Tensor token = sendToMesh(x, meshId);
+  return receiveFromMesh(token, meshId);
 }
 
 void Session::assign(const Tensor &target, const Tensor &value) {

@@ -779,6 +779,18 @@ NB_MODULE(_C, m) {
       "move_to_mesh",
       [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
       nb::arg("x"), nb::arg("mesh"));
+  m.def(
+      "send_to_mesh",
+      [](const Tensor &x, int mesh, int64_t tag) {
+        return session().sendToMesh(x, mesh, tag);
+      },
+      nb::arg("x"), nb::arg("mesh"), nb::arg("tag") = 0);
+  m.def(
+      "receive_from_mesh",
+      [](const Tensor &token, int mesh, int64_t tag) {
+        return session().receiveFromMesh(token, mesh, tag);
+      },
+      nb::arg("token"), nb::arg("mesh"), nb::arg("tag") = 0);
   m.def("assign", [](const Tensor &target, const Tensor &value) {
     session().assign(target, value);
   });

@@ -143,6 +143,34 @@ def test_move_between_stage_meshes(dt):
                            dt.DeviceMesh("cpu", [2, 1])._mesh_id)
 
 
+def test_send_and_receive_recorded_apart(dt):
+    # The halves of a move recorded apart (as pipeline() records them: the
+    # receive where the receiving stage reads the value), with work on both
+    # meshes between them, two messages in flight on one tag (received in
+    # the order sent) and another tag crossing them.
+    a = dt.DeviceMesh("cpu", [0, 1], mesh_dim_names=("dp",))
+    b = dt.DeviceMesh("cpu", [2, 3], mesh_dim_names=("dp",))
+    rng = np.random.default_rng(9)
+    v, w = (rng.standard_normal((4, 3)).astype(np.float32) for _ in range(2))
+    x = dt.distribute_tensor(v, a, [Shard(0)])
+    first = dt._C.send_to_mesh(x, b._mesh_id, 3)
+    second = dt._C.send_to_mesh(x * 2.0, b._mesh_id, 3)
+    other = dt._C.send_to_mesh(dt.distribute_tensor(w, a, [Replicate()]), b._mesh_id, 4)
+    busy = dt.distribute_tensor(w, b, [Replicate()]).relu()  # b works meanwhile
+    got_other = dt._C.receive_from_mesh(other, b._mesh_id, 4)
+    got_first = dt._C.receive_from_mesh(first, b._mesh_id, 3)
+    got_second = dt._C.receive_from_mesh(second, b._mesh_id, 3)
+    assert got_first.device_mesh == b and got_first.placements == (Shard(0),)
+    assert_close(got_first.numpy(), v, tol=0)
+    assert_close(got_second.numpy(), 2 * v, tol=0)
+    assert_close(got_other.numpy(), w, tol=0)
+    assert_close(busy.numpy(), np.maximum(w, 0), tol=0)
+    with pytest.raises(ValueError, match=r"tag -1 is outside \[0, 1048576\)"):
+        dt._C.send_to_mesh(x, b._mesh_id, -1)
+    with pytest.raises(ValueError, match="rank 1 is at mesh position 1 of both meshes"):
+        dt._C.receive_from_mesh(first, dt.DeviceMesh("cpu", [2, 1])._mesh_id)
+
+
 # ---- pipeline(): schedules, parity with an unpipelined step, errors ---------------------
 
 from dtorch import nn  # noqa: E402
@@ -233,6 +261,33 @@ def test_four_stages_eight_microbatches_train_like_one_device(dt, schedule):
     for lin, (w, b, _) in zip(linears, ws):
         assert_close(lin.weight.numpy(), w, tol=1e-4)
         assert_close(lin.bias.numpy(), b, tol=1e-4)
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B", "Interleaved1F1B"])
+def test_every_receive_recording_gives_the_same_step(dt, schedule):
+    # pipeline() records each receive one action of the receiving rank
+    # ahead of its use; at use, or with its send (the old order), kept for
+    # the benchmark, must give the same loss and gradients.
+    mesh = dt.init_device_mesh("cpu", (2,), mesh_dim_names=("pp",))
+    n = 4 if schedule == "Interleaved1F1B" else 2
+    stages, linears, weights = make_stages([5, 6, 6, 6, 3], n, seed=11)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    y = rng.standard_normal((8, 3)).astype(np.float32)
+    pp = pipeline(stages, mesh["pp"], n_microbatches=4, schedule=schedule)
+    got = []
+    assert pp._receive == "ahead"
+    for mode in ("ahead", "at_use", "with_send"):
+        for s in stages:
+            s.zero_grad()
+        pp._receive = mode
+        loss = pp.step(x, target=y, loss_fn=dt.nn.functional.mse_loss).item()
+        got.append((loss, [lin.weight.grad.numpy() for lin in linears]))
+    want_loss, want_grads = numpy_step(weights, x, y)
+    for loss, grads in got:
+        assert_close(loss, want_loss, tol=1e-5)
+        for g, (gw, _) in zip(grads, want_grads):
+            assert_close(g, gw, tol=1e-5)
 
 
 def test_schedules_keep_each_stage_order_and_1f1b_holds_fewer_activations():

@@ -339,9 +339,13 @@ def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
     every position of their mesh), the pass pairs them across every function
     of the module that does, in module order (the order the ranks run
     them): the k-th message from global rank A to global rank B with tag T
-    must be a send in A's programs and a receive of the same type in B's. A
-    message to or from a rank that no function of the module runs is not
-    checked (its program is compiled elsewhere).
+    must be a send in A's programs and a receive of the same type in B's;
+    the diagnostic names both functions. SPMD lowering sets
+    `rank.global_ranks` from the dtensor function's `dtensor.global_ranks`,
+    which the controller gives every segment that sends or receives across
+    meshes. A message to or from a rank that no function of the module runs
+    is not checked here (its program is compiled elsewhere: the controller
+    pairs the moves of segments compiled apart in run order).
 
     ```mlir
     // error: 'rank.send' op sends tensor<4xf32> (message 0 on axis 0, tag 0)

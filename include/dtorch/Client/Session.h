@@ -359,6 +359,20 @@ public:
   /// autograd history. ValueError when the meshes differ in shape or a
   /// position has the same rank in both.
   Tensor moveToMesh(const Tensor &x, int meshId);
+  /// The two halves of moveToMesh, recorded apart: `sendToMesh` records
+  /// x's send now (in x's mesh's queue) and returns the send's result, a
+  /// token on x's mesh; `receiveFromMesh(token, meshId)` records the
+  /// matching receive on mesh `meshId` later, where the receiving side's
+  /// schedule needs the value. A receive recorded with its send would sit
+  /// in the receiver's in-order queue (and communication stream) ahead of
+  /// work recorded after it that does not need it (a pipeline stage's
+  /// backward behind the next microbatch's activation). Messages of one
+  /// (sender, receiver, tag) channel pair in issue order: receive the
+  /// tokens of one tag in the order they were sent. `tag` is added to the
+  /// moves' own tag range (0 <= tag < 2^20). The token keeps the sent value
+  /// (and its segment's send) alive until the receive is recorded.
+  Tensor sendToMesh(const Tensor &x, int meshId, int64_t tag = 0);
+  Tensor receiveFromMesh(const Tensor &token, int meshId, int64_t tag = 0);
   /// In-place update: `target` names `value` from now on (its storage, after
   /// redistributing `value` to the target's placements), so every holder of
   /// `target` sees the new value; the old value is freed when unused. Shape,
@@ -497,6 +511,9 @@ public:
   void release(const TensorStorage &s);
 
 private:
+  /// ValueError unless x may move to mesh `meshId` (same shape, no rank at
+  /// the same position of both).
+  void checkMovable(const Tensor &x, int meshId) const;
   Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);

@@ -9,8 +9,12 @@ microbatches and records every microbatch's forward and backward, stage by
 stage, in the order of the schedule; the single controller sends each
 stage's ops to that stage's ranks only, and the activations (forward) and
 their gradients (backward) move between neighbouring stages with
-``dtensor.send``/``dtensor.recv`` pairs (`Session::moveToMesh`), issued on
-the communication stream. Ranks of different stages run their queues at the
+``dtensor.send``/``dtensor.recv`` pairs, issued on the communication
+stream: the send is recorded with the action that makes the value
+(`Session::sendToMesh`) and the receive with the action that reads it
+(`Session::receiveFromMesh`), so each rank's queue holds its own actions in
+the schedule's order and no receive waits ahead of work that does not need
+it. Ranks of different stages run their queues at the
 same time, so stage s works on microbatch i + 1 while stage s + 1 works on
 microbatch i: the order in which the ops are recorded is the schedule.
 
@@ -182,6 +186,13 @@ class PipelineSchedule:
                     continue
                 _layout.relayout_(t, stage_mesh, _placements_on(t, stage_mesh, root, axis))
         self._root, self._axis = root, axis
+        # When each move's receive is recorded: "ahead" (default: at the end
+        # of the receiving rank's action before the one that reads it, or
+        # at use when the send comes later), "at_use" (with the action that
+        # reads it) or "with_send" (right after its send, how moves were
+        # recorded before). The last two are kept for
+        # bench/pipeline_bench.py, which measures them side by side.
+        self._receive = "ahead"
 
     def _microbatches(self, value, what, stage_mesh):
         """`value` (numpy array or tensor) cut into n_microbatches along
@@ -253,15 +264,62 @@ class PipelineSchedule:
         inputs[0] = xs
         scale = 1.0 / m
         losses = []
-        for kind, s, i in recording_order(self.schedule, p, m, self.n_ranks):
+        meshes = [sm._mesh_id for sm in self.stage_meshes]
+        n_ranks = self.n_ranks
+        order = recording_order(self.schedule, p, m, n_ranks)
+        # A move's send is recorded with the action that makes the value;
+        # its receive is recorded once the send exists, at the end of the
+        # receiving rank's action before the one that reads it. A rank runs
+        # its queue and its communication stream in order: a receive
+        # recorded with its send (at the sender's time) would wait there
+        # ahead of the receiver's work that does not need it (1F1B's
+        # backward behind the next activation, and the backward's send
+        # behind that receive); one recorded at use leaves the message's
+        # latency exposed. One action ahead, it waits behind the sends of
+        # the action before, while the rank has nothing else to run. Each
+        # stage boundary and direction has a tag of its own, so a channel
+        # carries one boundary's messages, sent and received in microbatch
+        # order.
+        fwd_tag = lambda s: 2 * s  # noqa: E731 - stage s -> s + 1
+        bwd_tag = lambda s: 2 * s + 1  # noqa: E731 - stage s -> s - 1
+        received = {}  # (kind, stage, microbatch) -> its received input
+
+        def incoming(kind, s, i):
+            """(token, mesh, tag) of the move an action reads, None when it
+            reads none or its send is not recorded yet."""
+            if kind == "F" and s > 0 and inputs[s][i] is not None:
+                return inputs[s][i], meshes[s], fwd_tag(s - 1)
+            if kind == "B" and s < p - 1 and grads[s][i] is not None:
+                return grads[s][i], meshes[s], bwd_tag(s + 1)
+            return None
+
+        def receive(action):
+            if action not in received:
+                token, mesh_id, tag = incoming(*action)
+                received[action] = _C.receive_from_mesh(token, mesh_id, tag)
+            return received.pop(action)
+
+        next_action = {}  # an action -> the next action of its rank
+        last = {}
+        for action in order:
+            r = action[1] % n_ranks
+            if r in last:
+                next_action[last[r]] = action
+            last[r] = action
+        for kind, s, i in order:
             if kind == "F":
                 inp = inputs[s][i]
                 if s > 0:
+                    if self._receive != "with_send":
+                        inp = receive(("F", s, i))
                     inp = inp.detach().requires_grad_()
                     inputs[s][i] = inp
                 out = self.stages[s](inp)
                 if s < p - 1:
-                    inputs[s + 1][i] = _C.move_to_mesh(out.detach(), self.stage_meshes[s + 1]._mesh_id)
+                    inputs[s + 1][i] = _C.send_to_mesh(out.detach(), meshes[s + 1], fwd_tag(s))
+                    if self._receive == "with_send":
+                        inputs[s + 1][i] = _C.receive_from_mesh(
+                            inputs[s + 1][i], meshes[s + 1], fwd_tag(s))
                     outputs[s][i] = out
                 else:
                     loss = loss_fn(out, ts[i]) if loss_fn is not None else out
@@ -274,13 +332,24 @@ class PipelineSchedule:
                 if s == p - 1:
                     outputs[s][i].backward()
                 else:
-                    outputs[s][i].backward(grads[s][i])
+                    g = grads[s][i]
+                    if self._receive != "with_send":
+                        g = receive(("B", s, i))
+                    outputs[s][i].backward(g)
                 if s > 0:
                     g = inputs[s][i].grad
-                    grads[s - 1][i] = _C.move_to_mesh(g, self.stage_meshes[s - 1]._mesh_id)
+                    grads[s - 1][i] = _C.send_to_mesh(g, meshes[s - 1], bwd_tag(s))
+                    if self._receive == "with_send":
+                        grads[s - 1][i] = _C.receive_from_mesh(
+                            grads[s - 1][i], meshes[s - 1], bwd_tag(s))
                 # What the microbatch kept alive on this stage goes now (1F1B
                 # holds fewer activations than GPipe this way).
                 outputs[s][i] = inputs[s][i] = grads[s][i] = None
+            following = next_action.get((kind, s, i))
+            if (self._receive == "ahead" and following is not None
+                    and following not in received and incoming(*following) is not None):
+                receive_ahead = incoming(*following)
+                received[following] = _C.receive_from_mesh(*receive_ahead)
         total = losses[0]
         for loss in losses[1:]:
             total = total + loss
