@@ -295,6 +295,8 @@ def main():
                         help="profiled steps per setting; the fastest is kept")
     parser.add_argument("--receives", default="ahead,at_use,with_send",
                         help="ways of recording receives to compare (comma list)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the whole grid this many times (rows per round)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "pipeline"))
     args = parser.parse_args()
     if args.job:
@@ -304,10 +306,11 @@ def main():
     variants = tuple(args.receives.split(","))
     results = []
     with tempfile.TemporaryDirectory() as workdir:
-        for p in [int(v) for v in args.stages.split(",")]:
-            for m in [int(v) for v in args.microbatches.split(",")]:
-                results += measure(p, m, args.rows, args.width, args.layers, args.warmup,
-                                   workdir, args.chunks, args.repeats, variants)
+        for _ in range(args.rounds):
+            for p in [int(v) for v in args.stages.split(",")]:
+                for m in [int(v) for v in args.microbatches.split(",")]:
+                    results += measure(p, m, args.rows, args.width, args.layers, args.warmup,
+                                       workdir, args.chunks, args.repeats, variants)
     text = table(results)
     print(text)
     os.makedirs(args.out, exist_ok=True)
