@@ -8,7 +8,9 @@ batch is split into microbatches, every microbatch's forward and backward
 is recorded stage by stage in the order of the schedule (GPipe or 1F1B),
 and activations and gradients move between the stages' ranks with
 point-to-point messages (``dtensor.send``/``dtensor.recv``) on the
-communication stream, so the stages run concurrently. `transfer` moves
+communication stream, so the stages run concurrently; the controller pairs
+every receive with a message sent before it, of its type, before running
+it (a mismatch is an error naming both programs, never a hang). `transfer` moves
 blocks of one tensor between the positions of a mesh dim inside one
 program (``dtensor.transfer``, checked at compile time to pair every send
 with its receive). The user writes no send or recv.
