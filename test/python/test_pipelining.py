@@ -171,6 +171,30 @@ def test_send_and_receive_recorded_apart(dt):
         dt._C.receive_from_mesh(first, dt.DeviceMesh("cpu", [2, 1])._mesh_id)
 
 
+def test_a_mismatched_move_is_an_error_naming_both_programs_not_a_hang(dt):
+    # Two messages in flight on one tag: receiving the second first would
+    # take the first's bytes (another shape), and a receive on a tag nobody
+    # sent on would wait forever. The controller refuses both before they
+    # run, naming the receiving and the sending program; the messages stay
+    # and the right receives still get them.
+    a = dt.DeviceMesh("cpu", [0, 1])
+    b = dt.DeviceMesh("cpu", [2, 3])
+    x = dt.distribute_tensor(np.ones((4, 3), np.float32), a, [Shard(0)])
+    y = dt.distribute_tensor(np.full((2, 3), 2, np.float32), a, [Shard(0)])
+    first = dt._C.send_to_mesh(x, b._mesh_id, 0)
+    second = dt._C.send_to_mesh(y, b._mesh_id, 0)
+    with pytest.raises(dt.DTorchError,
+                       match=r"mismatched move between meshes: @segment_class0 of program \d+ at "
+                             r"global rank 2 receives F32\[1x3\] from global rank 0 .*sent by "
+                             r"@segment_class0 of program \d+, is F32\[2x3\]"):
+        dt._C.receive_from_mesh(second, b._mesh_id, 0).numpy()
+    with pytest.raises(dt.DTorchError, match="receive would wait forever"):
+        dt._C.receive_from_mesh(first, b._mesh_id, 5).numpy()
+    assert_close(dt._C.receive_from_mesh(first, b._mesh_id, 0).numpy(), np.ones((4, 3)), tol=0)
+    assert_close(dt._C.receive_from_mesh(second, b._mesh_id, 0).numpy(), np.full((2, 3), 2),
+                 tol=0)
+
+
 # ---- pipeline(): schedules, parity with an unpipelined step, errors ---------------------
 
 from dtorch import nn  # noqa: E402
