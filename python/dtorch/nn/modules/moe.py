@@ -161,7 +161,7 @@ class MoE(Module):
         (destination position, local expert), and `all_to_all_v` moves only
         the filled rows there (dispatch) and back (combine).
         docs/guide/parallelism.md, "Expert parallelism", says why."""
-        from ...autograd import all_to_all_v, transposed_counts
+        from ...autograd import _exchange_layout, all_to_all_v, transposed_counts
         _, axis, p = ep
         e, k, d = self.n_experts, self.top_k, self.d_model
         n = x.shape[0]
@@ -175,6 +175,10 @@ class MoE(Module):
                   .reshape(p, assigned, e))  # [P, A, E]
         gates_b = (gates.transpose(0, 1).reshape(k, p, nl).transpose(0, 1)
                    .reshape(p, assigned, 1))  # [P, A, 1]
+        # Each block's routing on its own rank before it grows into one-hot
+        # slot matrices (E * rows times larger), so those are built in place.
+        kept_b = _exchange_layout(kept_b, axis, False)
+        gates_b = _exchange_layout(gates_b, axis, True)
         # The slot of a kept assignment in its (block, expert) segment: the
         # kept assignments of that block to that expert before it.
         before = dtorch.tril(dtorch.ones(p, assigned, assigned, device_mesh=mesh))
