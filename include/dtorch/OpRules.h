@@ -37,6 +37,11 @@ ShardingRule creation(const Shape &shape);
 /// and a partial of any reduction stays one (each summand moves as it is; a
 /// received piece is the summand it was).
 ShardingRule pointToPoint(const Shape &shape, size_t numOperands);
+/// dtensor.all_to_all_v on an input [n, rows, ...] and counts [n, segments]:
+/// dim 0 (the positions of the exchange's axis) shared by all three, the
+/// rows and segments never split, the other dims pass through; linear in
+/// the input (a partial sum stays one).
+ShardingRule allToAllV(const Shape &input);
 ShardingRule matmul(const Shape &lhs, const Shape &rhs);
 ShardingRule bmm(const Shape &lhs, const Shape &rhs);
 /// sum/mean (reduction sum, joint sum/avg) and max (reduction max, joint max).

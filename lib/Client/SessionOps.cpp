@@ -156,6 +156,57 @@ Tensor Session::topkIndices(const Tensor &x, int64_t k, int64_t dim,
       {out, wire::I64, m.meshId, p});
 }
 
+Tensor Session::allToAllV(const Tensor &x, const Tensor &counts, int64_t axis) {
+  const TensorMeta &m = x->meta(), &c = counts->meta();
+  const std::string where = "all_to_all_v: ";
+  if (c.dtype != wire::I64)
+    throw TypeError(where + "counts must be an int64 tensor, got " +
+                    dtypeName(c.dtype));
+  if (c.meshId != m.meshId)
+    throw ValueError(where + "the rows and the counts are on different meshes");
+  const Shape &meshShape = mesh(m.meshId).shape;
+  int64_t axes = static_cast<int64_t>(meshShape.size());
+  if (axis < 0 || axis >= axes)
+    throw ValueError(where + "mesh dim " + std::to_string(axis) +
+                     " is out of range for a mesh of " + std::to_string(axes) +
+                     " dims");
+  int64_t n = meshShape[axis];
+  if (m.shape.size() < 2 || c.shape.size() != 2)
+    throw ValueError(where +
+                     "needs rows [n, rows, ...] and counts [n, "
+                     "segments], got " +
+                     shapeStr(m.shape) + " and " + shapeStr(c.shape));
+  if (m.shape[0] != n || c.shape[0] != n)
+    throw ValueError(where + "dim 0 of the rows (" +
+                     std::to_string(m.shape[0]) + ") and of the counts (" +
+                     std::to_string(c.shape[0]) + ") must be the " +
+                     std::to_string(n) + " positions of mesh dim " +
+                     std::to_string(axis));
+  int64_t segments = c.shape[1], rows = m.shape[1];
+  if (segments == 0 || segments % n != 0)
+    throw ValueError(where + std::to_string(segments) +
+                     " segments do not split over the " + std::to_string(n) +
+                     " positions of mesh dim " + std::to_string(axis));
+  if (rows % segments != 0)
+    throw ValueError(where + std::to_string(rows) + " rows do not split into " +
+                     std::to_string(segments) + " segments");
+  for (const TensorMeta *t : {&m, &c})
+    for (int64_t a = 0; a < axes; ++a) {
+      const Placement &p = t->placements[a];
+      bool ok = a == axis ? p.isShard(0) : !(p.isShard(0) || p.isShard(1));
+      if (!ok || (t == &c && p.isPartial()))
+        throw ValueError(where + (t == &m ? "the rows" : "the counts") +
+                         " must be Shard(0) on mesh dim " +
+                         std::to_string(axis) +
+                         ", split neither dim 0 nor dim 1 on another mesh "
+                         "dim, and the counts not partial; got " +
+                         placementsStr(t->placements));
+    }
+  if (x->storage_->meta)
+    return meta(m.shape, m.dtype, m.meshId, m.placements);
+  return addNode("all_to_all_v", {x, counts}, {{"axis", intAttr(axis)}}, m);
+}
+
 Tensor Session::slice(const Tensor &x, Shape offsets, Shape sizes,
                       Shape strides) {
   const TensorMeta &m = x->meta();

@@ -76,6 +76,24 @@ ShardingRule pointToPoint(const Shape &shape, size_t numOperands) {
                                        false});
 }
 
+// Factors: the position dim (dim 0 of input, counts and result), then the
+// input's dims after the slot rows; the slot rows and the counts' segments
+// have none (never split: the exchange needs them whole on each rank).
+ShardingRule allToAllV(const Shape &input) {
+  ShardingRule rule;
+  rule.factorSizes.push_back(input[0]);
+  std::vector<int64_t> dims = {0, -1};
+  for (size_t d = 2; d < input.size(); ++d) {
+    dims.push_back(static_cast<int64_t>(rule.factorSizes.size()));
+    rule.factorSizes.push_back(input[d]);
+  }
+  rule.operands = {dims, {0, -1}};
+  rule.results = {dims};
+  rule.linearOperands = {0};
+  rule.evenFactors = {0};
+  return rule;
+}
+
 // Factors: i (rows), j (cols), k (contracted), b (batch).
 ShardingRule matmul(const Shape &a, const Shape &b) {
   ShardingRule rule;

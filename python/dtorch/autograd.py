@@ -332,10 +332,70 @@ def transfer(x, axis, sources, destinations):
                        [int(d) for d in destinations])
 
 
+def _exchange_layout(t, axis, keep_partial):
+    """t laid out as ``dtensor.all_to_all_v`` needs it: Shard(0) on root mesh
+    dim `axis`, dims 0 and 1 split by no other mesh dim (those become
+    Replicate), other placements kept (a Partial only where `keep_partial`)."""
+    raw = []
+    for a, (k, d, o) in enumerate(t._placements_raw):
+        if a == axis:
+            raw.append(("S", 0, ""))
+        elif (k == "S" and d in (0, 1)) or (k == "P" and not keep_partial):
+            raw.append(("R", 0, ""))
+        else:
+            raw.append((k, d, o))
+    if raw == [tuple(p) for p in t._placements_raw]:
+        return t
+    return _C.redistribute(t, t._mesh_id, raw, t._view)
+
+
+def all_to_all_v(x, counts, axis):
+    """The exchange op (``dtensor.all_to_all_v``) on root mesh dim `axis` of
+    n positions: x is ``[n, n * S * C, ...]`` (position i's rows: n * S
+    segments of C rows, segment (j, s) bound for position j) and counts
+    ``[n, n * S]`` int64 (how many rows of each segment are real). Block j
+    of the result holds in its segment (i, s) the first ``counts[i, j * S +
+    s]`` rows of x's segment (j, s) of block i, then zeros; only those rows
+    move. x and counts are first laid out as the op needs (Shard(0) on
+    `axis`). Its gradient is the exchange with `transposed_counts`. The
+    user-facing form is `dtorch.distributed.all_to_all_v`.
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch import Shard
+        >>> from dtorch.autograd import all_to_all_v
+        >>> mesh = dtorch.init_device_mesh("cpu", (2,))
+        >>> x = dtorch.arange(8.0, device_mesh=mesh).reshape(2, 4, 1)
+        >>> counts = dtorch.tensor([[2, 1], [0, 2]], device_mesh=mesh)
+        >>> all_to_all_v(x, counts, 0).reshape(2, 4).numpy().tolist()
+        [[0.0, 1.0, 0.0, 0.0], [2.0, 0.0, 6.0, 7.0]]
+    """
+    axis = int(axis)
+    return _C.all_to_all_v(_exchange_layout(x, axis, True),
+                           _exchange_layout(counts, axis, False), axis)
+
+
+def transposed_counts(counts):
+    """The counts of the reverse exchange: ``[n, n * S]`` with entry
+    ``[j, i * S + s]`` the entry ``[i, j * S + s]`` of `counts` (what
+    position j received from position i is what it sends back).
+
+    Example:
+        >>> import dtorch
+        >>> from dtorch.autograd import transposed_counts
+        >>> transposed_counts(dtorch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])).numpy().tolist()
+        [[1, 2, 5, 6], [3, 4, 7, 8]]
+    """
+    n, segments = counts.shape
+    per = segments // n
+    return counts.reshape(n, n, per).transpose(0, 1).reshape(n, segments)
+
+
 _HELPERS = dict(kept_shape=kept_shape, reduced_count=reduced_count, expand_to=expand_to,
                 sum_to=sum_to, scatter_slice=scatter_slice, pad_to=pad_to,
                 concat_offset=concat_offset, like_placements=like_placements,
-                transfer=transfer)
+                transfer=transfer, all_to_all_v=all_to_all_v,
+                transposed_counts=transposed_counts)
 
 # ---- the formulas of the registry -------------------------------------------------------
 _FORMULAS = {}

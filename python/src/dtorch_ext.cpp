@@ -776,6 +776,14 @@ NB_MODULE(_C, m) {
       nb::arg("x"), nb::arg("axis"), nb::arg("sources"),
       nb::arg("destinations"));
   m.def(
+      "all_to_all_v",
+      [](const Tensor &x, const Tensor &counts, int64_t axis) {
+        Tensor t = session().allToAllV(x, counts, axis);
+        t->view = x->view;
+        return t;
+      },
+      nb::arg("x"), nb::arg("counts"), nb::arg("axis"));
+  m.def(
       "move_to_mesh",
       [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
       nb::arg("x"), nb::arg("mesh"));

@@ -118,4 +118,111 @@ void all_to_all_v(Communicator &comm, const Tensor &x,
                 0, static_cast<size_t>(capacity - received) * rowBytes);
 }
 
+int64_t all_to_all_v_segments(Communicator &comm, const Tensor &x,
+                              const std::vector<int64_t> &counts, Tensor &out,
+                              std::vector<int64_t> &recvCounts,
+                              const Group &group, int64_t segmentRows,
+                              int64_t tag) {
+  const size_t n = group.size();
+  const size_t me = groupIndexOf(group, comm.rank());
+  if (n == 0 || counts.empty() || counts.size() % n != 0)
+    throw RuntimeError("all_to_all_v: " + std::to_string(counts.size()) +
+                       " segment counts do not split over a group of " +
+                       std::to_string(n) + " members " + groupToString(group));
+  const size_t perMember = counts.size() / n;
+  if (segmentRows < 0)
+    throw RuntimeError("all_to_all_v: segment_rows " +
+                       std::to_string(segmentRows) + " is negative");
+  const int64_t rowsNeeded = static_cast<int64_t>(counts.size()) * segmentRows;
+  if (x.dim() < 1 || x.shape() != out.shape() || x.dtype() != out.dtype() ||
+      x.shape()[0] != rowsNeeded)
+    throw RuntimeError("all_to_all_v: input and output must both have " +
+                       std::to_string(rowsNeeded) + " rows (" +
+                       std::to_string(counts.size()) + " segments of " +
+                       std::to_string(segmentRows) +
+                       ") and the same dtype and row shape");
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] < 0 || counts[i] > segmentRows)
+      throw RuntimeError("all_to_all_v: count " + std::to_string(counts[i]) +
+                         " of segment " + std::to_string(i) +
+                         " is outside [0, " + std::to_string(segmentRows) +
+                         "]");
+  const size_t rowBytes =
+      rowsNeeded ? x.nbytes() / static_cast<size_t>(rowsNeeded) : 0;
+  auto segment = [&](const Tensor &t, size_t member, size_t s, int64_t c) {
+    return rows(t, static_cast<int64_t>(member * perMember + s) * segmentRows,
+                c, rowBytes);
+  };
+
+  // Counts first, one message per member, then each non-empty segment.
+  int64_t sentBytes = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (j == me)
+      continue;
+    Tensor c = Tensor::empty(DType::I64, {static_cast<int64_t>(perMember)});
+    std::memcpy(c.data(), counts.data() + j * perMember,
+                perMember * sizeof(int64_t));
+    comm.send(c, group[j], tag);
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (j == me)
+      continue;
+    for (size_t s = 0; s < perMember; ++s) {
+      int64_t c = counts[j * perMember + s];
+      if (c == 0)
+        continue;
+      comm.send(segment(x, j, s, c), group[j], tag);
+      sentBytes += c * static_cast<int64_t>(rowBytes);
+    }
+  }
+
+  recvCounts.assign(counts.size(), 0);
+  for (size_t j = 0; j < n; ++j) {
+    if (j == me) {
+      for (size_t s = 0; s < perMember; ++s)
+        recvCounts[j * perMember + s] = counts[me * perMember + s];
+      continue;
+    }
+    Tensor c = Tensor::empty(DType::I64, {static_cast<int64_t>(perMember)});
+    comm.recv(c, group[j], tag);
+    std::memcpy(recvCounts.data() + j * perMember, c.data(),
+                perMember * sizeof(int64_t));
+  }
+  // Take every message even when a count is bad, so that the channels stay
+  // in step for what follows; then report.
+  std::string bad;
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t s = 0; s < perMember; ++s) {
+      int64_t c = recvCounts[j * perMember + s];
+      bool fits = c >= 0 && c <= segmentRows;
+      if (!fits && bad.empty())
+        bad = "all_to_all_v: member " + std::to_string(j) + " sent " +
+              std::to_string(c) + " rows for a segment of " +
+              std::to_string(segmentRows);
+      Tensor dst = segment(out, j, s, segmentRows);
+      int64_t kept = fits ? c : 0;
+      if (kept > 0) {
+        if (j == me)
+          std::memcpy(dst.data(), segment(x, me, s, kept).data(),
+                      static_cast<size_t>(kept) * rowBytes);
+        else {
+          Tensor front = segment(out, j, s, kept);
+          comm.recv(front, group[j], tag);
+        }
+      } else if (c > 0 && j != me) {
+        std::vector<int64_t> shape = x.shape();
+        shape[0] = c;
+        Tensor sink = Tensor::empty(x.dtype(), shape);
+        comm.recv(sink, group[j], tag);
+      }
+      std::memset(static_cast<char *>(dst.data()) +
+                      static_cast<size_t>(kept) * rowBytes,
+                  0, static_cast<size_t>(segmentRows - kept) * rowBytes);
+    }
+  }
+  if (!bad.empty())
+    throw RuntimeError(bad);
+  return sentBytes;
+}
+
 } // namespace dtorch::rt

@@ -66,9 +66,12 @@ private:
   std::exception_ptr error_;
 };
 
-void runCollective(Communicator &comm, const Instruction &inst,
-                   const std::vector<const Tensor *> &in,
-                   const std::vector<Tensor *> &out) {
+/// Runs one collective; returns the bytes it sent when they depend on the
+/// data (all_to_all_v: the rows the counts name), else -1 (the trace then
+/// counts the buffers).
+int64_t runCollective(Communicator &comm, const Instruction &inst,
+                      const std::vector<const Tensor *> &in,
+                      const std::vector<Tensor *> &out) {
   AttrReader attrs(inst.attrs());
   const std::string &op = inst.op();
   if (op == "send") {
@@ -98,12 +101,20 @@ void runCollective(Communicator &comm, const Instruction &inst,
     std::vector<int64_t> sendCounts(counts.data_as<int64_t>(),
                                     counts.data_as<int64_t>() + counts.numel());
     std::vector<int64_t> recvCounts;
-    all_to_all_v(comm, *in[0], sendCounts, *out[0], recvCounts,
-                 attrs.getInts("group"));
+    int64_t sent = -1;
+    if (attrs.has("segment_rows"))
+      sent = all_to_all_v_segments(comm, *in[0], sendCounts, *out[0],
+                                   recvCounts, attrs.getInts("group"),
+                                   attrs.getInt("segment_rows"));
+    else
+      all_to_all_v(comm, *in[0], sendCounts, *out[0], recvCounts,
+                   attrs.getInts("group"));
     std::copy(recvCounts.begin(), recvCounts.end(), out[1]->data_as<int64_t>());
+    return sent;
   } else {
     throw RuntimeError("unknown collective '" + op + "'");
   }
+  return -1;
 }
 
 } // namespace
@@ -323,6 +334,7 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         for (int id : inst.outputs())
           out.push_back(&buffers[id]);
         int64_t traceStart = trace_ && trace_->enabled() ? traceClockNs() : -1;
+        int64_t movedBytes = -1;
         if (generated[i]) {
           std::vector<void *> inData, outData;
           for (const Tensor *t : in)
@@ -333,12 +345,12 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else
-          runCollective(*comm_, inst, in, out);
+          movedBytes = runCollective(*comm_, inst, in, out);
         if (traceStart >= 0)
           recordInstruction(*trace_, program, i,
                             stream == ::dtorch::wire::COMM ? TraceLane::Comm
                                                            : TraceLane::Compute,
-                            traceStart, in, out);
+                            traceStart, in, out, movedBytes);
         if (inst.record_event() >= 0)
           state.signal(inst.record_event());
       } catch (const std::exception &error) {

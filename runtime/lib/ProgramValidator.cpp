@@ -126,10 +126,25 @@ void checkCollective(const Instruction &inst, const std::vector<TensorDesc> &in,
                          " and input " + shapeToString(x.shape) +
                          " must differ in dim 0 (the rows) alone");
     std::vector<int64_t> counts = {static_cast<int64_t>(group.size())};
+    if (attrs.has("segment_rows")) {
+      // Segmented: n * S counts, input and output n * S * segment_rows rows.
+      int64_t segmentRows = attrs.getInt("segment_rows");
+      const TensorDesc &c = in[1];
+      int64_t n = static_cast<int64_t>(group.size());
+      if (c.shape.size() != 1 || c.shape[0] % n != 0 || segmentRows < 0 ||
+          x.shape != y.shape || x.shape[0] != c.shape[0] * segmentRows)
+        throw RuntimeError(
+            "all_to_all_v with segment_rows " + std::to_string(segmentRows) +
+            ": input " + shapeToString(x.shape) + ", output " +
+            shapeToString(y.shape) + " and counts " + shapeToString(c.shape) +
+            " must be rows = counts * segment_rows, counts a multiple of " +
+            std::to_string(n));
+      counts = c.shape;
+    }
     for (const TensorDesc *c : {&in[1], &out[1]})
       if (c->dtype != ::dtorch::wire::I64 || c->shape != counts)
-        throw RuntimeError("all_to_all_v counts must be int64 [" +
-                           std::to_string(group.size()) + "], got " +
+        throw RuntimeError("all_to_all_v counts must be int64 " +
+                           shapeToString(counts) + ", got " +
                            dtypeName(c->dtype) + " " + shapeToString(c->shape));
     return;
   }

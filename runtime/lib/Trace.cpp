@@ -90,7 +90,8 @@ void recordInstruction(TraceBuffer &buffer,
                        const ::dtorch::wire::Program &program, int index,
                        TraceLane lane, int64_t startNs,
                        const std::vector<const Tensor *> &inputs,
-                       const std::vector<Tensor *> &outputs) {
+                       const std::vector<Tensor *> &outputs,
+                       int64_t movedBytes) {
   TraceEvent event;
   event.endNs = traceClockNs();
   event.startNs = startNs;
@@ -108,7 +109,7 @@ void recordInstruction(TraceBuffer &buffer,
       out += static_cast<int64_t>(t->nbytes());
   if (lane == TraceLane::Comm) {
     event.category = "collective";
-    event.bytes = std::max(in, out);
+    event.bytes = movedBytes >= 0 ? movedBytes : std::max(in, out);
   } else {
     event.category = "kernel";
     event.bytes = out;

@@ -111,6 +111,19 @@ def extra_samples(name):
             x = t["x"].redistribute(mesh, [Shard(0)] + [Replicate()] * (mesh.ndim - 1))
             return transfer(transfer(x, 0, stages, on).tanh(), 0, on, stages)
         yield "ring-and-back", dict(x=f(4, 6)), lambda a: np.tanh(a["x"]), build
+    elif name == "all_to_all_v":
+        # Every slot full: the exchange transposes the blocks' segments, and
+        # the exchange back (counts transposed) undoes it, through tanh; the
+        # counts' masking is checked against numpy in test_all_to_all_v.py.
+        def build(t):
+            from dtorch.autograd import all_to_all_v, transposed_counts
+            mesh = t["x"].device_mesh
+            n = mesh.shape[0]
+            x = t["x"].reshape(n, 32 // n, 2)
+            counts = dtorch.full((n, n), 32 // n // n, dtype=dtorch.int64, device_mesh=mesh)
+            there = all_to_all_v(x, counts, 0).tanh()
+            return all_to_all_v(there, transposed_counts(counts), 0).reshape(32, 2)
+        yield "full-slots-and-back", dict(x=f(32, 2)), lambda a: np.tanh(a["x"]), build
     elif name == "pow":
         yield "scalar-exponent", dict(x=np.abs(f(5, 3)) + 0.5), lambda a: a["x"] ** 3, \
             lambda t: t["x"] ** 3

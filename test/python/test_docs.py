@@ -30,7 +30,7 @@ DOCUMENTED = ["dtorch.device_mesh", "dtorch.placement_types", "dtorch._creation"
               "dtorch.distributed.pipelining",
               "dtorch.distributed.pipelining.schedules",
               "dtorch.distributed.tensor.experimental", "dtorch.nn.modules.moe",
-              "dtorch.distributed.tensor.parallel.expert"]
+              "dtorch.distributed.tensor.parallel.expert", "dtorch.distributed._all_to_all_v"]
 
 
 def fresh_python(code, timeout=180):

@@ -9,7 +9,8 @@ loss and the final weights agree to 1e-4.
 - Expert parallel: ``dtorch.nn.MoE`` with ExpertParallel on EP = 2 (DP x EP)
   and EP = 4, top-2 routing with a capacity that drops tokens, plus the
   load-balancing loss, against a dense torch implementation of the same
-  routing (token by token, first choices before second ones).
+  routing (token by token, first choices before second ones); dispatch and
+  combine are ``dtensor.all_to_all_v`` exchanges of the kept rows.
 - Context parallel: an attention layer whose ``scaled_dot_product_attention``
   runs as ring attention on CP = 2 (DP x CP) and CP = 4, causal (zig-zag)
   and not, against ``torch.nn.functional.scaled_dot_product_attention``.
@@ -232,6 +233,9 @@ def test_expert_parallel_trains_like_a_dense_torch_moe(dt, ep):
     assert_close(got, want, tol=TOL)
     for name, value in moe.state_dict().items():
         assert_close(value.numpy(), ref.p[name.replace(".", "_")].detach().numpy(), tol=TOL)
+    # Dispatch and combine went through the exchange of counted rows.
+    moe(dt.distribute_tensor(batches[0][0], mesh, tokens)).numpy()
+    assert dt.last_ir("rank").count("rank.all_to_all_v") >= 2
 
 
 # ---- context parallel ---------------------------------------------------------------

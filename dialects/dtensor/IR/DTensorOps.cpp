@@ -698,6 +698,53 @@ LogicalResult TransferOp::verify() {
   return success();
 }
 
+LogicalResult AllToAllVOp::verify() {
+  DTensorType in = getInput().getType(), counts = getCounts().getType();
+  ArrayRef<int64_t> mesh = in.getMesh().getShape();
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= (int64_t)mesh.size())
+    return emitOpError("mesh axis ")
+           << axis << " is out of range for a mesh of rank " << mesh.size();
+  if (counts.getMesh() != in.getMesh())
+    return emitOpError("input and counts must be on one mesh");
+  if (!counts.getElementType().isInteger(64) || counts.getShape().size() != 2)
+    return emitOpError("counts must be a 2-D i64 tensor [positions, "
+                       "segments]");
+  if (in.getShape().size() < 2)
+    return emitOpError("input needs a position dim and a row dim");
+  int64_t n = mesh[axis], segments = counts.getShape()[1],
+          rows = in.getShape()[1];
+  if (in.getShape()[0] != n || counts.getShape()[0] != n)
+    return emitOpError("dim 0 of input (")
+           << in.getShape()[0] << ") and counts (" << counts.getShape()[0]
+           << ") must be the " << n << " positions of mesh axis " << axis;
+  if (segments == 0 || segments % n != 0)
+    return emitOpError("the counts' ")
+           << segments << " segments do not split over the " << n
+           << " positions of mesh axis " << axis;
+  if (rows % segments != 0)
+    return emitOpError("the input's ")
+           << rows << " rows do not split into " << segments << " segments";
+  for (auto [what, type] :
+       {std::pair<StringRef, DTensorType>{"input", in}, {"counts", counts}}) {
+    const Placements &layout = type.getLayout();
+    for (int64_t a = 0; a < (int64_t)mesh.size(); ++a) {
+      const Placement &p = layout[a];
+      if (a == axis ? !p.isShard(0) : p.isShard(0) || p.isShard(1))
+        return emitOpError(what)
+               << " must be Shard(0) on mesh axis " << axis
+               << " and split neither dim 0 nor dim 1 on any other";
+      if (what == "counts" && p.isPartial())
+        return emitOpError("counts must not be partial");
+    }
+  }
+  return success();
+}
+
+ShardingRule AllToAllVOp::getShardingRule() {
+  return rules::allToAllV(toVec(getInput().getType().getShape()));
+}
+
 /// The peers of a move between meshes: one global rank per position.
 static LogicalResult verifyPeers(Operation *op, DTensorType type,
                                  ArrayRef<int64_t> peers, int64_t tag) {

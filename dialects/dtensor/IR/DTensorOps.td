@@ -727,6 +727,42 @@ def DTensor_TransferOp : DTensor_Op<"transfer",
   let hasVerifier = 1;
 }
 
+def DTensor_AllToAllVOp : DTensor_Op<"all_to_all_v",
+    [Pure, AllTypesMatch<["input", "result"]>,
+     DeclareOpInterfaceMethods<ShardingRuleOpInterface>]> {
+  let gradient = ["all_to_all_v(g, transposed_counts(counts), axis)", ""];
+  let family = "layout";
+  let test = "test/python/test_all_to_all_v.py::test_all_to_all_v_matches_numpy_and_its_gradient";
+  let kernel = "";
+  let summary = "Exchanges counted rows of fixed slots among the positions of a mesh axis";
+  let description = [{
+    all_to_all with data-dependent counts (an MoE dispatch or combine) with
+    static shapes. For the `n` positions of mesh axis `axis`, the input is
+    `[n, n * S * C, ...]` and the counts `[n, n * S]` (i64), both `Shard(0)`
+    on `axis` (dim 0 split by that axis alone; their dim 1 unsplit), so
+    position i holds row block `input[i]`: `n * S` segments of `C` rows,
+    segment `(j, s)` bound for position j, and how many of its rows are
+    real, `counts[i, j * S + s]` (at most C). The result has the input's
+    type: its segment `(i, s)` of block j holds the first
+    `counts[i, j * S + s]` rows of the input's segment `(j, s)` of block i,
+    and zeros after them. Only the counted rows move (a
+    `rank.all_to_all_v` with `segment_rows = C`), so the bytes follow the
+    real counts while every shape stays static.
+
+    Linear in the input; its gradient is the same exchange of the result's
+    gradient with the counts transposed (`counts'[j, i * S + s] =
+    counts[i, j * S + s]`), which sends each row back where it came from.
+
+    ```mlir
+    %2 = dtensor.all_to_all_v %0, %1 {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #mesh, [S(0)]>, !dtensor.tensor<2x4xi64, #mesh, [S(0)]>) -> !dtensor.tensor<2x8x4xf32, #mesh, [S(0)]>
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$input, AnyDTensor:$counts, I64Attr:$axis);
+  let results = (outs AnyDTensor:$result);
+  let assemblyFormat = "$input `,` $counts attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def DTensor_SendOp : DTensor_Op<"send",
     [AllTypesMatch<["input", "result"]>,
      DeclareOpInterfaceMethods<ShardingRuleOpInterface>]> {

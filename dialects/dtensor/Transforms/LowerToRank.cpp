@@ -76,6 +76,7 @@ private:
                ArrayRef<NamedAttribute> attrs = {});
   LogicalResult lowerStep(Operation *op, IRMapping &map);
   LogicalResult lowerTransfer(TransferOp op, IRMapping &map);
+  LogicalResult lowerAllToAllV(AllToAllVOp op, IRMapping &map);
   /// One side of a move between meshes: every position has its own class,
   /// so the peer is a global rank.
   LogicalResult lowerMeshMove(Operation *op, IRMapping &map);
@@ -229,6 +230,7 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         return success();
       })
       .Case<TransferOp>([&](TransferOp o) { return lowerTransfer(o, map); })
+      .Case<AllToAllVOp>([&](AllToAllVOp o) { return lowerAllToAllV(o, map); })
       .Case<SendOp, RecvOp>([&](Operation *o) { return lowerMeshMove(o, map); })
       .Case<IotaOp>([&](IotaOp o) {
         kernel(op, kernelName(op), map,
@@ -285,6 +287,34 @@ LogicalResult RankLowering::lowerTransfer(TransferOp op, IRMapping &map) {
     }
   }
   map.map(op.getResult(), out);
+  return success();
+}
+
+/// The local pieces are [1, rows, ...] and [1, segments]: flattened to the
+/// segmented rank.all_to_all_v's [rows, ...] and [segments] (reshapes that
+/// copy nothing), and the result back to [1, rows, ...].
+LogicalResult RankLowering::lowerAllToAllV(AllToAllVOp op, IRMapping &map) {
+  Location loc = op.getLoc();
+  auto inT = cast<RankedTensorType>(localType(op.getInput().getType()));
+  auto countsT = cast<RankedTensorType>(localType(op.getCounts().getType()));
+  ArrayRef<int64_t> inShape = inT.getShape();
+  auto flatT =
+      RankedTensorType::get(inShape.drop_front(), inT.getElementType());
+  auto flatCountsT =
+      RankedTensorType::get({countsT.getShape()[1]}, countsT.getElementType());
+  int64_t segments = countsT.getShape()[1];
+  int64_t segmentRows = inShape[1] / segments;
+  auto reshape = [&](Value v, Type to) -> Value {
+    return rank::KernelOp::create(b, loc, to, b.getStringAttr("reshape"),
+                                  ValueRange{v})
+        .getResult();
+  };
+  Value x = reshape(map.lookup(op.getInput()), flatT);
+  Value counts = reshape(map.lookup(op.getCounts()), flatCountsT);
+  auto exchange = rank::AllToAllVOp::create(
+      b, loc, TypeRange{flatT, flatCountsT}, x, counts,
+      b.getI64IntegerAttr(op.getAxis()), b.getI64IntegerAttr(segmentRows));
+  map.map(op.getResult(), reshape(exchange.getResult(), inT));
   return success();
 }
 

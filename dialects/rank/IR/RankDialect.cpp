@@ -308,16 +308,37 @@ LogicalResult AllToAllVOp::verify() {
     if (in.getDimSize(d) != out.getDimSize(d))
       return emitOpError("input and result differ in dim ")
              << d << "; only the rows (dim 0) may differ";
+  std::optional<int64_t> segmentRows = getSegmentRows();
   for (auto [what, value] :
        {std::pair<StringRef, Value>{"send_counts", getSendCounts()},
         {"recv_counts", getRecvCounts()}}) {
     auto t = cast<RankedTensorType>(value.getType());
     if (t.getRank() != 1 || !t.getElementType().isInteger(64))
       return emitOpError(what) << " must be a 1-D i64 tensor, got " << t;
-    if (!info.mesh.empty() && t.getDimSize(0) != info.mesh[getAxis()])
-      return emitOpError(what) << " has " << t.getDimSize(0)
-                               << " entries for the " << info.mesh[getAxis()]
-                               << " coordinates of mesh axis " << getAxis();
+    if (info.mesh.empty())
+      continue;
+    int64_t n = info.mesh[getAxis()];
+    if (!segmentRows && t.getDimSize(0) != n)
+      return emitOpError(what)
+             << " has " << t.getDimSize(0) << " entries for the " << n
+             << " coordinates of mesh axis " << getAxis();
+    if (segmentRows && t.getDimSize(0) % n != 0)
+      return emitOpError(what)
+             << " has " << t.getDimSize(0) << " entries, not a multiple of the "
+             << n << " coordinates of mesh axis " << getAxis();
+  }
+  if (segmentRows) {
+    auto counts = cast<RankedTensorType>(getSendCounts().getType());
+    if (*segmentRows < 0)
+      return emitOpError("segment_rows ") << *segmentRows << " is negative";
+    if (in != out || counts != getRecvCounts().getType())
+      return emitOpError("with segment_rows, input and result (and the two "
+                         "count tensors) must have the same type");
+    if (in.getDimSize(0) != counts.getDimSize(0) * *segmentRows)
+      return emitOpError("with segment_rows ")
+             << *segmentRows << ", the " << counts.getDimSize(0)
+             << " segments need " << counts.getDimSize(0) * *segmentRows
+             << " rows, the input has " << in.getDimSize(0);
   }
   return success();
 }

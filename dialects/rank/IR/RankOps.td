@@ -174,12 +174,22 @@ def Rank_AllToAllVOp : Rank_Op<"all_to_all_v"> {
     sent. Both count tensors are 1-D i64 with one entry per coordinate of
     the axis; input and result share the element type and every dim but 0.
 
+    With `segment_rows` (what `dtensor.all_to_all_v` lowers to) the rows
+    are fixed slots instead: input and result have the same shape, `n * S`
+    segments of `segment_rows` rows for the `n` coordinates of the axis, and
+    both count tensors have `n * S` entries. The first
+    `send_counts[j * S + s]` rows of segment `(j, s)` go to coordinate j,
+    which puts them at the front of its segment `(i, s)` (i the sender's
+    coordinate) and zero after them; `recv_counts[i * S + s]` is that count.
+    Only the counted rows travel.
+
     ```mlir
     %1, %2 = rank.all_to_all_v %0, %c {axis = 0 : i64} : (tensor<6x4xf32>, tensor<2xi64>) -> (tensor<12x4xf32>, tensor<2xi64>)
+    %3, %4 = rank.all_to_all_v %0, %c4 {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<12x4xf32>, tensor<4xi64>)
     ```
   }];
   let arguments = (ins AnyRankedTensor:$input, AnyRankedTensor:$send_counts,
-                       I64Attr:$axis);
+                       I64Attr:$axis, OptionalAttr<I64Attr>:$segment_rows);
   let results = (outs AnyRankedTensor:$result, AnyRankedTensor:$recv_counts);
   let assemblyFormat = "$input `,` $send_counts attr-dict `:` `(` type($input) `,` type($send_counts) `)` `->` `(` type($result) `,` type($recv_counts) `)`";
   let hasVerifier = 1;

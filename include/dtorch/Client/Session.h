@@ -352,6 +352,14 @@ public:
   Tensor transfer(const Tensor &x, int64_t axis,
                   const std::vector<int64_t> &sources,
                   const std::vector<int64_t> &destinations);
+  /// Exchange of counted rows along mesh axis `axis` (dtensor.all_to_all_v,
+  /// an MoE dispatch or combine): x is [n, n * S * C, ...] and counts
+  /// [n, n * S] int64, both Shard(0) on the axis (n its size) with dims 0
+  /// and 1 split by no other axis. Block j of the result holds in its
+  /// segment (i, s) the first counts[i, j * S + s] rows of x's segment
+  /// (j, s) of block i, zeros after them. ValueError (with the numbers) on
+  /// any other input; TypeError when counts is not int64.
+  Tensor allToAllV(const Tensor &x, const Tensor &counts, int64_t axis);
   /// x's value on mesh `meshId` (same shape as x's mesh, other ranks):
   /// every rank of x's mesh sends its piece to the rank at the same
   /// position of the other (dtensor.send on x's mesh, then dtensor.recv on

@@ -17,9 +17,11 @@ from . import tensor
 from . import fsdp
 from . import optim
 from . import pipelining
+from ._all_to_all_v import all_to_all_v
 
 __all__ = ["distribute_module", "distribute_tensor", "DeviceMesh", "init_device_mesh",
-           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp", "optim", "pipelining"]
+           "Partial", "Placement", "Replicate", "Shard", "tensor", "fsdp", "optim", "pipelining",
+           "all_to_all_v"]
 
 
 def _arity(fn):

@@ -181,6 +181,11 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
                            {"sources", intsA({0, 1})},
                            {"destinations", intsA({1, 0})}},
                           {8, 6}, F32, rowS)});
+  if (name == "all_to_all_v") // counted rows among the 2 rows of the mesh
+    return m.done({m.node(
+        name,
+        {m.arg({2, 8, 6}, F32, layout({S(0), S(2)})), m.arg({2, 4}, I64, rowS)},
+        {{"axis", intA(0)}}, {2, 8, 6}, F32, layout({S(0), S(2)}))});
   if (name == "send") // to the ranks of another 2x2 mesh
     return m.done(
         {m.node(name, {x()}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},

@@ -132,4 +132,81 @@ TEST(AllToAllVProgram, EmittedAsOneCommInstructionAndRunByCounts) {
   }
 }
 
+// The segmented form (what dtensor.all_to_all_v lowers to): 4 slot segments
+// of 2 rows, rank r filling (r + j) % 3 rows of segment j; the receiver
+// gets each sender's rows at the front of the sender's segment.
+constexpr const char *kSegmentedProgram = R"mlir(
+func.func @slots_class0(%x: tensor<8x1xf32>, %c: tensor<4xi64>) -> (tensor<8x1xf32>, tensor<4xi64>) attributes {rank.mesh = array<i64: 4>, rank.positions = [array<i64: 0, 4>]} {
+  %rows, %counts = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 2 : i64} : (tensor<8x1xf32>, tensor<4xi64>) -> (tensor<8x1xf32>, tensor<4xi64>)
+  return %rows, %counts : tensor<8x1xf32>, tensor<4xi64>
+}
+)mlir";
+
+TEST(AllToAllVProgram, SegmentedSlotsKeepEachSendersRowsInItsSegment) {
+  mlir::DialectRegistry registry;
+  registry.insert<dtensor::DTensorDialect, rank::RankDialect,
+                  mlir::func::FuncDialect>();
+  mlir::MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(kSegmentedProgram, &ctx);
+  ASSERT_TRUE(module);
+  auto fn = *module->getOps<mlir::func::FuncOp>().begin();
+  mlir::FailureOr<wire::Program> emitted = emitProgram(fn);
+  ASSERT_TRUE(mlir::succeeded(emitted));
+  const wire::Program &program = *emitted;
+  ASSERT_EQ(program.instructions_size(), 1);
+  EXPECT_EQ(program.instructions(0).attrs().at("segment_rows").i(), 2);
+
+  const int world = 4;
+  auto fill = [](int from, int to) { return int64_t((from + to) % 3); };
+  rt::FakeCollectiveHub hub(world, std::chrono::seconds(10));
+  std::vector<std::vector<rt::Tensor>> outputs(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        wire::Program resolved = rt::resolveForRank(
+            program, rt::RankContext::of({world}, {0, 1, 2, 3}, rank));
+        std::vector<int64_t> counts;
+        std::vector<float> x;
+        for (int to = 0; to < world; ++to) {
+          counts.push_back(fill(rank, to));
+          for (int k = 0; k < 2; ++k) // unfilled rows hold -1, never sent
+            x.push_back(k < counts.back() ? float(10 * rank + to) + 0.5f * k
+                                          : -1.0f);
+        }
+        auto comm = hub.communicator(rank);
+        rt::Executor executor(comm.get());
+        outputs[rank] =
+            executor.run(resolved, {floats({8, 1}, x), longs(counts)});
+      } catch (const std::exception &e) {
+        errors[rank] = e.what();
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  for (int rank = 0; rank < world; ++rank) {
+    ASSERT_EQ(errors[rank], "") << "rank " << rank;
+    std::vector<float> wantRows;
+    std::vector<int64_t> wantCounts;
+    for (int from = 0; from < world; ++from) {
+      wantCounts.push_back(fill(from, rank));
+      for (int k = 0; k < 2; ++k)
+        wantRows.push_back(
+            k < wantCounts.back() ? float(10 * from + rank) + 0.5f * k : 0.0f);
+    }
+    const rt::Tensor &rows = outputs[rank][0], &counts = outputs[rank][1];
+    EXPECT_EQ(std::vector<float>(rows.data_as<float>(),
+                                 rows.data_as<float>() + rows.numel()),
+              wantRows)
+        << "rank " << rank;
+    EXPECT_EQ(std::vector<int64_t>(counts.data_as<int64_t>(),
+                                   counts.data_as<int64_t>() + counts.numel()),
+              wantCounts)
+        << "rank " << rank;
+  }
+}
+
 } // namespace

@@ -107,4 +107,62 @@ inline void checkAllToAllV(Communicator &comm, int rank) {
       {"add up to 9 rows but the input has"});
 }
 
+// The segmented form on rank `rank` of the world {0, 1, 2, 3}: 2 segments
+// of 3 rows per member; segment (to, s) of rank `from` fills
+// (from + to + s) % 4 of its rows (0 to 3: empty and full segments), row k
+// holding [from, to * 2 + s, k] + 0.5 and the unfilled rows -1 (never
+// sent). The bytes returned are the rows sent to the other members.
+inline int64_t segmentFill(int64_t from, int64_t to, int64_t s) {
+  return (from + to + s) % 4;
+}
+
+inline void checkAllToAllVSegments(Communicator &comm, int rank) {
+  const Group world = {0, 1, 2, 3};
+  const int64_t n = 4, per = 2, slot = 3, cols = 3;
+  std::vector<int64_t> counts;
+  std::vector<float> data;
+  int64_t sentRows = 0;
+  for (int64_t to = 0; to < n; ++to)
+    for (int64_t s = 0; s < per; ++s) {
+      counts.push_back(segmentFill(rank, to, s));
+      if (to != rank)
+        sentRows += counts.back();
+      for (int64_t k = 0; k < slot; ++k)
+        for (int64_t c = 0; c < cols; ++c)
+          data.push_back(k < counts.back() ? rowValue(rank, to * per + s, k, c)
+                                           : -1.0f);
+    }
+  const int64_t rows = n * per * slot;
+  Tensor x = makeTensor<float>(::dtorch::wire::F32, {rows, cols}, data);
+  Tensor out = Tensor::empty(::dtorch::wire::F32, {rows, cols});
+  std::vector<int64_t> recvCounts;
+  int64_t sent =
+      all_to_all_v_segments(comm, x, counts, out, recvCounts, world, slot);
+  EXPECT_EQ(sent, sentRows * cols * 4) << "rank " << rank;
+  std::vector<float> want;
+  for (int64_t from = 0; from < n; ++from)
+    for (int64_t s = 0; s < per; ++s) {
+      int64_t c = segmentFill(from, rank, s);
+      EXPECT_EQ(recvCounts[from * per + s], c) << "rank " << rank;
+      for (int64_t k = 0; k < slot; ++k)
+        for (int64_t col = 0; col < cols; ++col)
+          want.push_back(k < c ? rowValue(from, rank * per + s, k, col) : 0.0f);
+    }
+  EXPECT_EQ(valuesOf<float>(out), want) << "rank " << rank;
+
+  // A count over the slot fails before anything is sent, on every rank.
+  std::vector<int64_t> over = counts;
+  over[0] = slot + 1;
+  expectRuntimeError(
+      [&] {
+        all_to_all_v_segments(comm, x, over, out, recvCounts, world, slot);
+      },
+      {"count 4 of segment 0 is outside [0, 3]"});
+  expectRuntimeError(
+      [&] {
+        all_to_all_v_segments(comm, x, counts, out, recvCounts, world, 2);
+      },
+      {"must both have 16 rows (8 segments of 2)"});
+}
+
 } // namespace dtorch::rt::test

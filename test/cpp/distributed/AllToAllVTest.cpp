@@ -2,7 +2,8 @@
 // on the fake hub, the in-process shared-memory hub and Gloo (4 ranks as
 // threads): data-dependent counts with empty pieces, a subgroup, the rows
 // padded with zeros, an output too small (reported, and the channels stay in
-// step for the next exchange), and bad counts. HostSharedMemoryCollectivesTest
+// step for the next exchange), and bad counts; and the segmented form
+// (fixed slots, only the counted rows sent). HostSharedMemoryCollectivesTest
 // runs it across processes.
 #include "AllToAllVCheck.h"
 #include "TestSupport.h"
@@ -21,7 +22,10 @@ namespace {
 constexpr int kWorld = 4;
 
 void onEveryRank(const std::vector<std::unique_ptr<Communicator>> &comms) {
-  runRanks(kWorld, [&](int rank) { checkAllToAllV(*comms[rank], rank); });
+  runRanks(kWorld, [&](int rank) {
+    checkAllToAllV(*comms[rank], rank);
+    checkAllToAllVSegments(*comms[rank], rank);
+  });
 }
 
 TEST(AllToAllV, FakeHub) {

@@ -154,6 +154,7 @@ TEST(HostSharedMemoryCollectives, AllToAllWithUnevenCountsAcrossProcesses) {
     auto store = std::make_shared<FileKeyValueStore>(dir.path);
     auto comm = makeHostSharedMemoryCommunicator(process, store, smallChunks());
     checkAllToAllV(*comm, process);
+    checkAllToAllVSegments(*comm, process);
   });
   expectAllSucceeded(codes);
 }

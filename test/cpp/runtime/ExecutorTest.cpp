@@ -227,6 +227,35 @@ TEST(Executor, AllToAllVCountsMustFitTheGroup) {
                 comm.get());
 }
 
+// The segmented form: rows = counts x segment_rows, counts a multiple of
+// the group, input and output of one shape.
+TEST(Executor, AllToAllVSegmentsMustFitTheirSlots) {
+  FakeCollectiveHub hub(4, std::chrono::seconds(1));
+  auto comm = hub.communicator(0);
+  auto program = [](std::vector<int64_t> x, int64_t counts,
+                    std::vector<int64_t> out, int64_t slot) {
+    ProgramBuilder b;
+    int in = b.input(F32, x);
+    int c = b.input(I64, {counts});
+    int rows = b.buffer(F32, out);
+    int received = b.buffer(I64, {counts});
+    auto &inst = b.add("all_to_all_v", {in, c}, {rows, received}, COMM);
+    setInts(inst, "group", {0, 1, 2, 3});
+    setInt(inst, "segment_rows", slot);
+    b.output(rows);
+    return b;
+  };
+  ProgramBuilder rowsOff = program({12, 2}, 8, {12, 2}, 2);
+  expectInvalid(rowsOff.program(),
+                {"all_to_all_v with segment_rows 2", "input [12, 2]",
+                 "counts [8]", "a multiple of 4"},
+                comm.get());
+  ProgramBuilder countsOff = program({12, 2}, 6, {12, 2}, 2);
+  expectInvalid(countsOff.program(), {"counts [6]"}, comm.get());
+  ProgramBuilder shapesDiffer = program({16, 2}, 8, {24, 2}, 2);
+  expectInvalid(shapesDiffer.program(), {"output [24, 2]"}, comm.get());
+}
+
 TEST(Validation, WrongVersion) {
   ProgramBuilder b = simpleProgram();
   b.program().set_version(1); // version 1 named one global rank

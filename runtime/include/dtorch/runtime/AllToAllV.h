@@ -41,4 +41,21 @@ void all_to_all_v(Communicator &comm, const Tensor &x,
                   std::vector<int64_t> &recvCounts, const Group &group,
                   int64_t tag = kAllToAllVTag);
 
+// The segmented form, for a dispatch into fixed slots (what the dtensor op
+// lowers to): x and out are both [n * S * segmentRows, ...] for a group of n
+// members, split into n * S segments of `segmentRows` rows; counts has n * S
+// entries. The first counts[j * S + s] rows of segment (j, s) go to member
+// j, which puts them at the front of its segment (me, s); the rest of every
+// segment of `out` is zero, and recvCounts[j * S + s] is the number of rows
+// member j sent into segment (j, s). Each member's S counts travel as one
+// message, then each non-empty segment's rows (no copy on the sender), so
+// the bytes moved follow the counts. Returns the bytes of rows this member
+// sent to the others. Throws RuntimeError (with the numbers) when a count
+// is negative or exceeds segmentRows, or the shapes do not fit.
+int64_t all_to_all_v_segments(Communicator &comm, const Tensor &x,
+                              const std::vector<int64_t> &counts, Tensor &out,
+                              std::vector<int64_t> &recvCounts,
+                              const Group &group, int64_t segmentRows,
+                              int64_t tag = kAllToAllVTag);
+
 } // namespace dtorch::rt

@@ -131,11 +131,13 @@ private:
 /// The executor's record of instruction `index` of `program`, run on `lane`
 /// from `startNs` to now: kernels count the bytes of their outputs,
 /// collectives the bytes they move for this rank (the larger of its input
-/// and output).
+/// and output, or `movedBytes` when it is not negative: the rows an
+/// all_to_all_v's counts named).
 void recordInstruction(TraceBuffer &buffer,
                        const ::dtorch::wire::Program &program, int index,
                        TraceLane lane, int64_t startNs,
                        const std::vector<const Tensor *> &inputs,
-                       const std::vector<Tensor *> &outputs);
+                       const std::vector<Tensor *> &outputs,
+                       int64_t movedBytes = -1);
 
 } // namespace dtorch::rt

@@ -484,3 +484,75 @@ func.func @recv_negative_peer() {
   %0 = dtensor.recv {peers = array<i64: 2, -1>, tag = 0 : i64} : !dtensor.tensor<4xf32, #m, [R]>
   return
 }
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_not_sharded(%x: !dtensor.tensor<2x8x4xf32, #m, [R]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0)]>) {
+  // expected-error @+1 {{input must be Shard(0) on mesh axis 0 and split neither dim 0 nor dim 1 on any other}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [R]>, !dtensor.tensor<2x4xi64, #m, [S(0)]>) -> !dtensor.tensor<2x8x4xf32, #m, [R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @a2av_rows_split(%x: !dtensor.tensor<2x8x4xf32, #m, [S(0), S(1)]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0), R]>) {
+  // expected-error @+1 {{input must be Shard(0) on mesh axis 0 and split neither dim 0 nor dim 1 on any other}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [S(0), S(1)]>, !dtensor.tensor<2x4xi64, #m, [S(0), R]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(0), S(1)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2, 2]>
+func.func @a2av_counts_partial(%x: !dtensor.tensor<2x8x4xf32, #m, [S(0), R]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0), P(sum)]>) {
+  // expected-error @+1 {{counts must not be partial}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [S(0), R]>, !dtensor.tensor<2x4xi64, #m, [S(0), P(sum)]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(0), R]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_positions(%x: !dtensor.tensor<4x8x4xf32, #m, [S(0)]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0)]>) {
+  // expected-error @+1 {{dim 0 of input (4) and counts (2) must be the 2 positions of mesh axis 0}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<4x8x4xf32, #m, [S(0)]>, !dtensor.tensor<2x4xi64, #m, [S(0)]>) -> !dtensor.tensor<4x8x4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_segments(%x: !dtensor.tensor<2x9x4xf32, #m, [S(0)]>, %c: !dtensor.tensor<2x3xi64, #m, [S(0)]>) {
+  // expected-error @+1 {{the counts' 3 segments do not split over the 2 positions of mesh axis 0}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x9x4xf32, #m, [S(0)]>, !dtensor.tensor<2x3xi64, #m, [S(0)]>) -> !dtensor.tensor<2x9x4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_rows(%x: !dtensor.tensor<2x6x4xf32, #m, [S(0)]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0)]>) {
+  // expected-error @+1 {{the input's 6 rows do not split into 4 segments}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x6x4xf32, #m, [S(0)]>, !dtensor.tensor<2x4xi64, #m, [S(0)]>) -> !dtensor.tensor<2x6x4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_counts_type(%x: !dtensor.tensor<2x8x4xf32, #m, [S(0)]>, %c: !dtensor.tensor<2x4xi32, #m, [S(0)]>) {
+  // expected-error @+1 {{counts must be a 2-D i64 tensor [positions, segments]}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [S(0)]>, !dtensor.tensor<2x4xi32, #m, [S(0)]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(0)]>
+  return
+}
+
+// -----
+
+#m = #dtensor.mesh<[2]>
+func.func @a2av_axis(%x: !dtensor.tensor<2x8x4xf32, #m, [S(0)]>, %c: !dtensor.tensor<2x4xi64, #m, [S(0)]>) {
+  // expected-error @+1 {{mesh axis 1 is out of range for a mesh of rank 1}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 1 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [S(0)]>, !dtensor.tensor<2x4xi64, #m, [S(0)]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(0)]>
+  return
+}

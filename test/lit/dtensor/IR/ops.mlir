@@ -112,3 +112,13 @@ func.func @stage_transfer(%a: !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>) -> !d
   %0 = dtensor.transfer %a {axis = 0 : i64, sources = array<i64: 0>, destinations = array<i64: 1>} : !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>
   return %0 : !dtensor.tensor<4x6xf32, #pp, [S(0), S(1)]>
 }
+
+// The exchange of counted rows (MoE dispatch) on the second mesh axis; the
+// row dim past the slots may be split by the other axis.
+#ep = #dtensor.mesh<[2, 2], names = ["dp", "ep"]>
+// CHECK-LABEL: func @dispatch
+// CHECK: dtensor.all_to_all_v %{{.*}}, %{{.*}} {axis = 1 : i64} : (!dtensor.tensor<2x8x4xf32, #{{.*}}, [S(2), S(0)]>, !dtensor.tensor<2x4xi64, #{{.*}}, [R, S(0)]>) -> !dtensor.tensor<2x8x4xf32, #{{.*}}, [S(2), S(0)]>
+func.func @dispatch(%x: !dtensor.tensor<2x8x4xf32, #ep, [S(2), S(0)]>, %c: !dtensor.tensor<2x4xi64, #ep, [R, S(0)]>) -> !dtensor.tensor<2x8x4xf32, #ep, [S(2), S(0)]> {
+  %0 = dtensor.all_to_all_v %x, %c {axis = 1 : i64} : (!dtensor.tensor<2x8x4xf32, #ep, [S(2), S(0)]>, !dtensor.tensor<2x4xi64, #ep, [R, S(0)]>) -> !dtensor.tensor<2x8x4xf32, #ep, [S(2), S(0)]>
+  return %0 : !dtensor.tensor<2x8x4xf32, #ep, [S(2), S(0)]>
+}

@@ -348,3 +348,23 @@ func.func @receive_a_partial() -> !dtensor.tensor<4x4xf32, #m, [P(sum)]> {
   %0 = dtensor.recv {peers = array<i64: 2, 3>, tag = 1048576 : i64} : !dtensor.tensor<4x4xf32, #m, [P(sum)]>
   return %0 : !dtensor.tensor<4x4xf32, #m, [P(sum)]>
 }
+
+// -----
+
+#m = #dtensor.mesh<[2, 2], names = ["dp", "ep"]>
+
+// The exchange of counted rows on axis 1: each rank's [1, 8, 2] piece and
+// [1, 4] counts flattened into the segmented rank.all_to_all_v (4 segments
+// of 2 rows) and its result back; the feature dim split on axis 0.
+// CHECK-LABEL: func @dispatch_class0
+// CHECK-SAME: (%[[X:.+]]: tensor<1x8x2xf32>, %[[C:.+]]: tensor<1x4xi64>) -> tensor<1x8x2xf32>
+// CHECK: %[[XF:.+]] = rank.kernel "reshape"(%[[X]]) : (tensor<1x8x2xf32>) -> tensor<8x2xf32>
+// CHECK: %[[CF:.+]] = rank.kernel "reshape"(%[[C]]) : (tensor<1x4xi64>) -> tensor<4xi64>
+// CHECK: %[[R:.+]], %{{.+}} = rank.all_to_all_v %[[XF]], %[[CF]] {axis = 1 : i64, segment_rows = 2 : i64} : (tensor<8x2xf32>, tensor<4xi64>) -> (tensor<8x2xf32>, tensor<4xi64>)
+// CHECK: %[[Y:.+]] = rank.kernel "reshape"(%[[R]]) : (tensor<8x2xf32>) -> tensor<1x8x2xf32>
+// CHECK: return %[[Y]]
+// CHECK-NOT: func.func
+func.func @dispatch(%x: !dtensor.tensor<2x8x4xf32, #m, [S(2), S(0)]>, %c: !dtensor.tensor<2x4xi64, #m, [R, S(0)]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(2), S(0)]> {
+  %0 = dtensor.all_to_all_v %x, %c {axis = 1 : i64} : (!dtensor.tensor<2x8x4xf32, #m, [S(2), S(0)]>, !dtensor.tensor<2x4xi64, #m, [R, S(0)]>) -> !dtensor.tensor<2x8x4xf32, #m, [S(2), S(0)]>
+  return %0 : !dtensor.tensor<2x8x4xf32, #m, [S(2), S(0)]>
+}

@@ -158,3 +158,13 @@ func.func @point_to_point_rules(%x: !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]
   %2 = dtensor.recv {peers = array<i64: 4, 5, 6, 7>, tag = 1048576 : i64} : !dtensor.tensor<4x6xf32, #pp, [S(0), P(sum)]>
   return
 }
+
+// The exchange of counted rows: dim 0 (the positions) is one factor of the
+// rows, the counts and the result; the slot rows and the segments have
+// none; the feature dim passes through; linear in the rows.
+#ep = #dtensor.mesh<[2]>
+func.func @all_to_all_v_rule(%x: !dtensor.tensor<2x8x4xf32, #ep, [S(0)]>, %c: !dtensor.tensor<2x4xi64, #ep, [S(0)]>) {
+  // expected-remark @+1 {{sharding rule: ([i, _, j], [i, _]) -> ([i, _, j]) reduction={} joint={} linear={0} even={i}}}
+  %0 = dtensor.all_to_all_v %x, %c {axis = 0 : i64} : (!dtensor.tensor<2x8x4xf32, #ep, [S(0)]>, !dtensor.tensor<2x4xi64, #ep, [S(0)]>) -> !dtensor.tensor<2x8x4xf32, #ep, [S(0)]>
+  return
+}

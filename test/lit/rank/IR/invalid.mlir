@@ -293,3 +293,27 @@ func.func @global_ranks_size(%x: tensor<4xf32>) attributes {rank.mesh = array<i6
 func.func @global_ranks_repeated(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 1, 1>} {
   return
 }
+
+// -----
+
+func.func @a2av_segment_rows(%x: tensor<12x4xf32>, %c: tensor<4xi64>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{with segment_rows 2, the 4 segments need 8 rows, the input has 12}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 2 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<12x4xf32>, tensor<4xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_segment_counts(%x: tensor<9x4xf32>, %c: tensor<3xi64>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{send_counts has 3 entries, not a multiple of the 2 coordinates of mesh axis 0}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<9x4xf32>, tensor<3xi64>) -> (tensor<9x4xf32>, tensor<3xi64>)
+  return
+}
+
+// -----
+
+func.func @a2av_segment_shape(%x: tensor<12x4xf32>, %c: tensor<4xi64>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  // expected-error @+1 {{with segment_rows, input and result (and the two count tensors) must have the same type}}
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<24x4xf32>, tensor<4xi64>)
+  return
+}

@@ -72,3 +72,11 @@ func.func @dispatch_class0(%x: tensor<6x4xf32>, %c: tensor<3xi64>) -> tensor<18x
 func.func @dispatch_global_ranks_class0(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 4, 5>} {
   return
 }
+
+// The segmented form: fixed slots of 3 rows, 2 segments per coordinate.
+// CHECK-LABEL: func @dispatch_segments_class0
+// CHECK: = rank.all_to_all_v %arg0, %arg1 {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<12x4xf32>, tensor<4xi64>)
+func.func @dispatch_segments_class0(%x: tensor<12x4xf32>, %c: tensor<4xi64>) -> tensor<12x4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<12x4xf32>, tensor<4xi64>)
+  return %0 : tensor<12x4xf32>
+}
