@@ -86,16 +86,18 @@ def build_triad(folder):
     if not cc:
         return None, "no C compiler"
     exe = os.path.join(folder, "stream_triad")
-    built = subprocess.run([cc, "-O3", "-march=native", "-o", exe,
+    built = subprocess.run([cc, "-O3", "-march=native", "-pthread", "-o", exe,
                             os.path.join(HERE, "stream_triad.c")], capture_output=True, text=True)
     if built.returncode != 0:
         return None, "build failed: " + built.stderr[-200:]
-    return exe, cc + " -O3 -march=native"
+    return exe, cc + " -O3 -march=native -pthread"
 
 
 # (b)'s measurements, in the order each run makes them.
 GELU_SYSTEMS = (
     ("stream_triad", None),
+    # The triad on every CPU, as the fused kernel may use them.
+    ("stream_triad_all_threads", None),
     ("dtorch_fused", {}),
     # The fused kernel on one thread, as before the row split (the A/B).
     ("dtorch_fused_1_thread", {"DTORCH_KERNEL_THREADS": "1"}),
@@ -112,16 +114,18 @@ def gelu_runs(n, reps, runs, timeout):
         exe, compiler = build_triad(d)
         for _ in range(runs):
             for name, env in GELU_SYSTEMS:
-                if name == "stream_triad":
-                    print("  stream triad", flush=True)
-                    rows[name].append(run_json([exe, str(n), str(max(reps, 5))], timeout)
-                                      if exe else {"error": compiler})
+                if name.startswith("stream_triad"):
+                    threads = os.cpu_count() if name.endswith("all_threads") else 1
+                    print(f"  stream triad, {threads} thread(s)", flush=True)
+                    rows[name].append(run_json([exe, str(n), str(max(reps, 5)), str(threads)],
+                                               timeout) if exe else {"error": compiler})
                 else:
                     rows[name].append(dtorch_once("gelu", spec, name != "dtorch_unfused",
                                                   timeout, env))
     res = {name: median_of(r, "gb_per_s") for name, r in rows.items()}
     if exe:
         res["stream_triad"]["compiler"] = compiler
+        res["stream_triad_all_threads"]["compiler"] = compiler
     # Per run, the fused bandwidth over the triad's of the same run.
     res["fused_over_triad_per_run"] = [
         ratio(f.get("gb_per_s"), t.get("gb_per_s"))
@@ -165,7 +169,9 @@ def table(res):
               f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
               "| what | GB/s | / STREAM triad |", "|---|---|---|"]
     tri = b["stream_triad"].get("gb_per_s")
+    triad_all = b.get("stream_triad_all_threads", {"error": "not run"})
     for name, r in (("STREAM triad (1 thread, C)", b["stream_triad"]),
+                    (f"STREAM triad ({triad_all.get('threads', '?')} threads, C)", triad_all),
                     ("DTorch fused", b["dtorch_fused"]),
                     ("DTorch fused, 1 kernel thread (DTORCH_KERNEL_THREADS=1)",
                      b.get("dtorch_fused_1_thread", {"error": "not run"})),
@@ -180,6 +186,8 @@ def table(res):
               f"Medians of {res['runs']} runs each; the runs interleave the four processes. "
               f"Fused / triad per run: "
               f"{', '.join(fmt(v) for v in b.get('fused_over_triad_per_run', []))}. "
+              f"Fused / triad on every CPU: "
+              f"{fmt(ratio(b['dtorch_fused'].get('gb_per_s'), triad_all.get('gb_per_s')))}. "
               f"The fused kernel splits its rows among the rank's threads "
               f"({res.get('cpus', '?')} CPUs here); load average at the start "
               f"{res.get('load', '?')}, at the end {res.get('load_end', '?')}.", ""]
@@ -202,10 +210,12 @@ def plot(res, path):
     left.set_yscale("log")
     left.set_ylabel("us per op (log)")
     left.set_title(f"cached {res['ops']}-op chain, 4 ranks")
-    names = ["STREAM\ntriad", "DTorch\nfused", "DTorch\nunfused"]
-    vals = [b["stream_triad"].get("gb_per_s"), b["dtorch_fused"].get("gb_per_s"),
-            b["dtorch_unfused"].get("gb_per_s")]
-    right.bar(names, [v or 0 for v in vals], color=["C1", "C0", "C7"])
+    names = ["triad\n1 thread", "triad\nall CPUs", "DTorch\nfused", "fused\n1 thread",
+             "DTorch\nunfused"]
+    vals = [b[k].get("gb_per_s") if k in b else None
+            for k in ("stream_triad", "stream_triad_all_threads", "dtorch_fused",
+                      "dtorch_fused_1_thread", "dtorch_unfused")]
+    right.bar(names, [v or 0 for v in vals], color=["C1", "C1", "C0", "C9", "C7"])
     right.set_ylabel("GB/s")
     right.set_title("gelu(x*w+b)*s, 16M float32, 1 rank")
     fig.tight_layout()
