@@ -159,14 +159,17 @@ def table(res):
     row("DTorch unfused (DTORCH_FUSION=0)", plain, "cached_us_per_op")
     row("JAX jit (4 host devices)", jit, "cached_us_per_op")
     row("JAX eager, sharded arrays", eager, "us_per_op")
-    lines += ["",
-              f"DTorch fused: client recording {fmt(fused.get('cached_record_us_per_op'))} us/op of "
-              f"the total; {fused.get('fused_instructions', 'n/a')} fused instruction(s) in the "
-              f"program; cache miss (compile incl. kernel generation) "
-              f"{fmt(fused.get('miss_us_per_op'))} us/op (unfused "
-              f"{fmt(plain.get('miss_us_per_op'))}). Goal: <= 2 us/op cached: "
-              f"{'met' if f is not None and f <= 2 else 'not met'}.", "",
-              f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
+    if res.get("only") == "gelu":
+        lines[-6:] = ["Not run (--only gelu)."]
+    lines += [""]
+    if res.get("only") != "gelu":
+        lines += [f"DTorch fused: client recording {fmt(fused.get('cached_record_us_per_op'))} "
+                  f"us/op of the total; {fused.get('fused_instructions', 'n/a')} fused "
+                  f"instruction(s) in the program; cache miss (compile incl. kernel generation) "
+                  f"{fmt(fused.get('miss_us_per_op'))} us/op (unfused "
+                  f"{fmt(plain.get('miss_us_per_op'))}). Goal: <= 2 us/op cached: "
+                  f"{'met' if f is not None and f <= 2 else 'not met'}.", ""]
+    lines += [f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
               "| what | GB/s | / STREAM triad |", "|---|---|---|"]
     tri = b["stream_triad"].get("gb_per_s")
     triad_all = b.get("stream_triad_all_threads", {"error": "not run"})
@@ -248,6 +251,7 @@ def main():
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "git": git_rev(), "ops": args.ops, "n": args.n, "runs": args.runs,
            "cpus": os.cpu_count(), "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
+           "only": args.only,
            "chain": {name: skipped for name in
                      ("dtorch_fused", "dtorch_unfused", "jax_jit", "jax_eager")}
            if args.only == "gelu" else {
