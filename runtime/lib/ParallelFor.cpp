@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -50,9 +51,16 @@ struct Job {
 
 class HelperPool {
 public:
+  // Never destroyed (helpers may outlive main). A child process forked
+  // after helpers started has none of them, and its copy of the pool's lock
+  // may be held: the child starts a fresh pool (the old one is left alone).
   static HelperPool &instance() {
-    static HelperPool *pool = new HelperPool(); // never destroyed: helpers
-    return *pool;                               // may outlive main
+    static std::once_flag registered;
+    std::call_once(registered, [] {
+      pthread_atfork(nullptr, nullptr, [] { current() = new HelperPool(); });
+    });
+    HelperPool *&pool = current();
+    return *pool;
   }
 
   // Offers `job` to `helpers` helpers (starting them as needed).
@@ -73,6 +81,11 @@ public:
   }
 
 private:
+  static HelperPool *&current() {
+    static HelperPool *pool = new HelperPool();
+    return pool;
+  }
+
   void loop() {
     for (;;) {
       std::shared_ptr<Job> job;

@@ -20,10 +20,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 using namespace dtorch;
@@ -253,6 +257,30 @@ TEST(ParallelFor, RunsEveryPartOnceAndRethrows) {
                                }),
                std::runtime_error);
   EXPECT_EQ(ran.load(), 4);
+}
+
+TEST(ParallelFor, WorksInAChildForkedAfterHelpersStarted) {
+  std::atomic<int> parent{0};
+  rt::parallelFor(3, [&](int) { parent.fetch_add(1); });
+  ASSERT_EQ(parent.load(), 3);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Two parts that each wait for the other to start: only a live helper
+    // (the child's own, the parent's are not copied by fork) can run one.
+    std::atomic<int> started{0}, together{0};
+    rt::parallelFor(2, [&](int) {
+      started.fetch_add(1);
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (started.load() < 2 && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      together.fetch_add(started.load() == 2);
+    });
+    _exit(together.load() == 2 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 } // namespace
