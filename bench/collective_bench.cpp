@@ -5,7 +5,8 @@
 // through a file store); the transports alternate `--repeats` times so that
 // both see the same noise; per size, the median time of one all_reduce over
 // the iterations of every repeat. Prints one JSON object (sizes, per
-// transport the seconds per call and bus bandwidth in GB/s).
+// transport the seconds per call, the CPU seconds per call of rank 0's
+// process with all its threads, and bus bandwidth in GB/s).
 //
 //   collective_bench [--sizes 4096,65536,...] [--repeats 3] [--ranks 2]
 //                    [--chunk-bytes B]   (shared memory's chunk per round)
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -42,6 +44,16 @@ std::vector<int64_t> parseSizes(const std::string &text) {
   while (std::getline(stream, item, ','))
     sizes.push_back(std::stoll(item));
   return sizes;
+}
+
+// CPU time of every thread of this process (Gloo's I/O threads included):
+// the work a call costs, which the host's load does not inflate as much as
+// the wall-clock time (a waiting member sleeps after a short spin).
+double processCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 int iterationsFor(int64_t bytes) {
@@ -93,16 +105,21 @@ int child(const std::string &transport, int rank, int ranks,
       return 3;
     }
     int iterations = iterationsFor(bytes);
-    std::vector<double> seconds;
+    std::vector<double> seconds, cpuSeconds;
     for (int i = 0; i < iterations; ++i) {
+      double cpuStart = processCpuSeconds();
       auto start = Clock::now();
       comm->all_reduce(x, y, group, ReduceOp::Sum);
       seconds.push_back(
           std::chrono::duration<double>(Clock::now() - start).count());
+      cpuSeconds.push_back(processCpuSeconds() - cpuStart);
     }
     if (rank == 0) {
       out << bytes;
       for (double s : seconds)
+        out << " " << s;
+      out << " ;";
+      for (double s : cpuSeconds)
         out << " " << s;
       out << "\n";
     }
@@ -110,10 +127,14 @@ int child(const std::string &transport, int rank, int ranks,
   return 0;
 }
 
-// Runs one transport on `ranks` fresh processes; {bytes: seconds...}.
-std::map<int64_t, std::vector<double>>
-runTransport(const char *self, const std::string &transport, int ranks,
-             const std::string &sizes) {
+struct Times {
+  std::vector<double> wall, cpu; // seconds per call
+};
+
+// Runs one transport on `ranks` fresh processes; {bytes: times}.
+std::map<int64_t, Times> runTransport(const char *self,
+                                      const std::string &transport, int ranks,
+                                      const std::string &sizes) {
   char pattern[] = "/tmp/dtorch-collective-bench-XXXXXX";
   std::string dir = mkdtemp(pattern);
   std::string result = dir + "/result.txt";
@@ -134,16 +155,22 @@ runTransport(const char *self, const std::string &transport, int ranks,
     waitpid(pid, &status, 0);
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
-  std::map<int64_t, std::vector<double>> times;
+  std::map<int64_t, Times> times;
   std::ifstream in(result);
   std::string line;
   while (ok && std::getline(in, line)) {
-    std::stringstream fields(line);
+    size_t split = line.find(';');
+    std::stringstream fields(line.substr(0, split));
     int64_t bytes;
     fields >> bytes;
     double s;
     while (fields >> s)
-      times[bytes].push_back(s);
+      times[bytes].wall.push_back(s);
+    if (split != std::string::npos) {
+      std::stringstream cpu(line.substr(split + 1));
+      while (cpu >> s)
+        times[bytes].cpu.push_back(s);
+    }
   }
   std::filesystem::remove_all(dir);
   if (!ok)
@@ -196,13 +223,14 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  std::map<std::string, std::map<int64_t, std::vector<double>>> all;
+  std::map<std::string, std::map<int64_t, Times>> all;
   for (int r = 0; r < repeats; ++r)
     for (const auto &transport : transports)
       for (auto &[bytes, times] :
            runTransport(argv[0], transport, ranks, sizes)) {
         auto &into = all[transport][bytes];
-        into.insert(into.end(), times.begin(), times.end());
+        into.wall.insert(into.wall.end(), times.wall.begin(), times.wall.end());
+        into.cpu.insert(into.cpu.end(), times.cpu.begin(), times.cpu.end());
       }
   std::vector<int64_t> sizeList = parseSizes(sizes);
   std::printf("{\"ranks\": %d, \"repeats\": %d, \"sizes\": [", ranks, repeats);
@@ -214,10 +242,14 @@ int main(int argc, char **argv) {
                 transports[t].c_str());
     for (size_t i = 0; i < sizeList.size(); ++i)
       std::printf("%s%.9g", i ? ", " : "",
-                  median(all[transports[t]][sizeList[i]]));
+                  median(all[transports[t]][sizeList[i]].wall));
+    std::printf("], \"cpu_seconds\": [");
+    for (size_t i = 0; i < sizeList.size(); ++i)
+      std::printf("%s%.9g", i ? ", " : "",
+                  median(all[transports[t]][sizeList[i]].cpu));
     std::printf("], \"bus_gbps\": [");
     for (size_t i = 0; i < sizeList.size(); ++i) {
-      double s = median(all[transports[t]][sizeList[i]]);
+      double s = median(all[transports[t]][sizeList[i]].wall);
       double bus =
           s > 0 ? 2.0 * (ranks - 1) / ranks * sizeList[i] / s / 1e9 : 0;
       std::printf("%s%.6g", i ? ", " : "", bus);

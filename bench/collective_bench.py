@@ -60,6 +60,13 @@ def rows_of(raw):
             "gloo_bus_gbps": gloo["bus_gbps"][i],
             "ratio": gloo["seconds"][i] / shm["seconds"][i] if shm["seconds"][i] > 0 else 0.0,
         })
+        shm_cpu, gloo_cpu = shm.get("cpu_seconds"), gloo.get("cpu_seconds")
+        if shm_cpu and gloo_cpu:
+            rows[-1].update({
+                "shared_memory_cpu_us": shm_cpu[i] * 1e6,
+                "gloo_cpu_us": gloo_cpu[i] * 1e6,
+                "cpu_ratio": gloo_cpu[i] / shm_cpu[i] if shm_cpu[i] > 0 else 0.0,
+            })
     return rows
 
 
@@ -70,16 +77,22 @@ def table(rows, meta):
         f"{meta['when']}, {meta['cpus']} CPUs, load average {meta['load']}; "
         f"median over {meta['repeats']} alternating runs of each transport.",
         "",
-        "| size | shared memory us | Gloo us | shared memory GB/s | Gloo GB/s | speed-up |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| size | shared memory us | Gloo us | shared memory GB/s | Gloo GB/s | speed-up "
+        "| shared memory CPU us | Gloo CPU us | CPU ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         mark = "" if r["ratio"] >= GOAL else " (below 5x)"
+        cpu = (f"{r['shared_memory_cpu_us']:.1f} | {r['gloo_cpu_us']:.1f} | {r['cpu_ratio']:.1f}x"
+               if "cpu_ratio" in r else "n/a | n/a | n/a")
         lines.append(
             f"| {human(r['bytes'])} | {r['shared_memory_us']:.1f} | {r['gloo_us']:.1f} | "
             f"{r['shared_memory_bus_gbps']:.2f} | {r['gloo_bus_gbps']:.2f} | "
-            f"{r['ratio']:.1f}x{mark} |")
-    lines += ["", "GB/s is bus bandwidth (2 (n - 1) / n * bytes / time; n = 2)."]
+            f"{r['ratio']:.1f}x{mark} | {cpu} |")
+    lines += ["", "GB/s is bus bandwidth (2 (n - 1) / n * bytes / time; n = 2). "
+              "CPU us: CPU time of rank 0's process (all its threads, Gloo's I/O threads "
+              "included) per call, median; the host's load inflates it less than the "
+              "wall-clock time."]
     return "\n".join(lines) + "\n"
 
 

@@ -47,19 +47,22 @@ def median_of(rows, key):
     return out
 
 
-def dtorch_child(kind, spec, fusion, timeout, runs, key):
+def dtorch_once(kind, spec, fusion, timeout, extra_env=None):
     env = dict(os.environ)
     env["DTORCH_CACHE_DIR"] = ""
     env["DTORCH_FUSION"] = "1" if fusion else "0"
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                           if p])
-    rows = []
-    for _ in range(runs):
-        print(f"  dtorch {kind} fusion={'on' if fusion else 'off'} {json.dumps(spec)}", flush=True)
-        rows.append(run_json([sys.executable, os.path.join(HERE, "fusion_children.py"), kind,
-                              json.dumps(spec)], timeout, env))
-    return median_of(rows, key)
+    print(f"  dtorch {kind} fusion={'on' if fusion else 'off'} {json.dumps(spec)} "
+          f"{json.dumps(extra_env or {})}", flush=True)
+    return run_json([sys.executable, os.path.join(HERE, "fusion_children.py"), kind,
+                     json.dumps(spec)], timeout, env)
+
+
+def dtorch_child(kind, spec, fusion, timeout, runs, key):
+    return median_of([dtorch_once(kind, spec, fusion, timeout) for _ in range(runs)], key)
 
 
 def peer(python, kind, spec, timeout, runs, key):
@@ -76,24 +79,58 @@ def peer(python, kind, spec, timeout, runs, key):
     return median_of(rows, key)
 
 
-def stream_triad(n, reps, runs, timeout):
+def build_triad(folder):
+    """Compiles bench/stream_triad.c into `folder`: (path, compiler) or (None, error)."""
     cc = next((c for c in ("clang-22", "cc", "gcc") if subprocess.run(
         ["sh", "-c", f"command -v {c}"], capture_output=True).returncode == 0), None)
     if not cc:
-        return {"error": "no C compiler"}
+        return None, "no C compiler"
+    exe = os.path.join(folder, "stream_triad")
+    built = subprocess.run([cc, "-O3", "-march=native", "-pthread", "-o", exe,
+                            os.path.join(HERE, "stream_triad.c")], capture_output=True, text=True)
+    if built.returncode != 0:
+        return None, "build failed: " + built.stderr[-200:]
+    return exe, cc + " -O3 -march=native -pthread"
+
+
+# (b)'s measurements, in the order each run makes them.
+GELU_SYSTEMS = (
+    ("stream_triad", None),
+    # The triad on every CPU, as the fused kernel may use them.
+    ("stream_triad_all_threads", None),
+    ("dtorch_fused", {}),
+    # The fused kernel on one thread, as before the row split (the A/B).
+    ("dtorch_fused_1_thread", {"DTORCH_KERNEL_THREADS": "1"}),
+    ("dtorch_unfused", None),
+)
+
+
+def gelu_runs(n, reps, runs, timeout):
+    """The triad and DTorch's variants interleaved: each run starts one
+    process of each, one after another, so that all see the same load."""
+    rows = {name: [] for name, _ in GELU_SYSTEMS}
+    spec = {"n": n, "reps": reps}
     with tempfile.TemporaryDirectory() as d:
-        exe = os.path.join(d, "stream_triad")
-        built = subprocess.run([cc, "-O3", "-march=native", "-o", exe,
-                                os.path.join(HERE, "stream_triad.c")], capture_output=True, text=True)
-        if built.returncode != 0:
-            return {"error": "build failed: " + built.stderr[-200:]}
-        rows = []
+        exe, compiler = build_triad(d)
         for _ in range(runs):
-            print("  stream triad", flush=True)
-            rows.append(run_json([exe, str(n), str(reps)], timeout))
-    out = median_of(rows, "gb_per_s")
-    out["compiler"] = cc + " -O3 -march=native"
-    return out
+            for name, env in GELU_SYSTEMS:
+                if name.startswith("stream_triad"):
+                    threads = os.cpu_count() if name.endswith("all_threads") else 1
+                    print(f"  stream triad, {threads} thread(s)", flush=True)
+                    rows[name].append(run_json([exe, str(n), str(max(reps, 5)), str(threads)],
+                                               timeout) if exe else {"error": compiler})
+                else:
+                    rows[name].append(dtorch_once("gelu", spec, name != "dtorch_unfused",
+                                                  timeout, env))
+    res = {name: median_of(r, "gb_per_s") for name, r in rows.items()}
+    if exe:
+        res["stream_triad"]["compiler"] = compiler
+        res["stream_triad_all_threads"]["compiler"] = compiler
+    # Per run, the fused bandwidth over the triad's of the same run.
+    res["fused_over_triad_per_run"] = [
+        ratio(f.get("gb_per_s"), t.get("gb_per_s"))
+        for f, t in zip(rows["dtorch_fused"], rows["stream_triad"])]
+    return res
 
 
 def ratio(a, b):
@@ -122,18 +159,25 @@ def table(res):
     row("DTorch unfused (DTORCH_FUSION=0)", plain, "cached_us_per_op")
     row("JAX jit (4 host devices)", jit, "cached_us_per_op")
     row("JAX eager, sharded arrays", eager, "us_per_op")
-    lines += ["",
-              f"DTorch fused: client recording {fmt(fused.get('cached_record_us_per_op'))} us/op of "
-              f"the total; {fused.get('fused_instructions', 'n/a')} fused instruction(s) in the "
-              f"program; cache miss (compile incl. kernel generation) "
-              f"{fmt(fused.get('miss_us_per_op'))} us/op (unfused "
-              f"{fmt(plain.get('miss_us_per_op'))}). Goal: <= 2 us/op cached: "
-              f"{'met' if f is not None and f <= 2 else 'not met'}.", "",
-              f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
+    if res.get("only") == "gelu":
+        lines[-6:] = ["Not run (--only gelu)."]
+    lines += [""]
+    if res.get("only") != "gelu":
+        lines += [f"DTorch fused: client recording {fmt(fused.get('cached_record_us_per_op'))} "
+                  f"us/op of the total; {fused.get('fused_instructions', 'n/a')} fused "
+                  f"instruction(s) in the program; cache miss (compile incl. kernel generation) "
+                  f"{fmt(fused.get('miss_us_per_op'))} us/op (unfused "
+                  f"{fmt(plain.get('miss_us_per_op'))}). Goal: <= 2 us/op cached: "
+                  f"{'met' if f is not None and f <= 2 else 'not met'}.", ""]
+    lines += [f"## (b) y = gelu(x*w+b)*s on {res['n']:,} float32, 1 rank, cached", "",
               "| what | GB/s | / STREAM triad |", "|---|---|---|"]
     tri = b["stream_triad"].get("gb_per_s")
+    triad_all = b.get("stream_triad_all_threads", {"error": "not run"})
     for name, r in (("STREAM triad (1 thread, C)", b["stream_triad"]),
+                    (f"STREAM triad ({triad_all.get('threads', '?')} threads, C)", triad_all),
                     ("DTorch fused", b["dtorch_fused"]),
+                    ("DTorch fused, 1 kernel thread (DTORCH_KERNEL_THREADS=1)",
+                     b.get("dtorch_fused_1_thread", {"error": "not run"})),
                     ("DTorch unfused (DTORCH_FUSION=0)", b["dtorch_unfused"])):
         v = r.get("gb_per_s")
         lines.append(f"| {name} | {fmt(v)} {r.get('error', '')} | {fmt(ratio(v, tri))} |")
@@ -142,7 +186,14 @@ def table(res):
               f"each process reports its best repetition (as STREAM does), the table the "
               f"median over processes. "
               f"Goal: fused >= 0.70 of the triad: {'met' if fb and fb >= 0.7 else 'not met'}. "
-              f"Medians of {res['runs']} runs each.", ""]
+              f"Medians of {res['runs']} runs each; the runs interleave the four processes. "
+              f"Fused / triad per run: "
+              f"{', '.join(fmt(v) for v in b.get('fused_over_triad_per_run', []))}. "
+              f"Fused / triad on every CPU: "
+              f"{fmt(ratio(b['dtorch_fused'].get('gb_per_s'), triad_all.get('gb_per_s')))}. "
+              f"The fused kernel splits its rows among the rank's threads "
+              f"({res.get('cpus', '?')} CPUs here); load average at the start "
+              f"{res.get('load', '?')}, at the end {res.get('load_end', '?')}.", ""]
     return "\n".join(lines)
 
 
@@ -162,10 +213,12 @@ def plot(res, path):
     left.set_yscale("log")
     left.set_ylabel("us per op (log)")
     left.set_title(f"cached {res['ops']}-op chain, 4 ranks")
-    names = ["STREAM\ntriad", "DTorch\nfused", "DTorch\nunfused"]
-    vals = [b["stream_triad"].get("gb_per_s"), b["dtorch_fused"].get("gb_per_s"),
-            b["dtorch_unfused"].get("gb_per_s")]
-    right.bar(names, [v or 0 for v in vals], color=["C1", "C0", "C7"])
+    names = ["triad\n1 thread", "triad\nall CPUs", "DTorch\nfused", "fused\n1 thread",
+             "DTorch\nunfused"]
+    vals = [b[k].get("gb_per_s") if k in b else None
+            for k in ("stream_triad", "stream_triad_all_threads", "dtorch_fused",
+                      "dtorch_fused_1_thread", "dtorch_unfused")]
+    right.bar(names, [v or 0 for v in vals], color=["C1", "C1", "C0", "C9", "C7"])
     right.set_ylabel("GB/s")
     right.set_title("gelu(x*w+b)*s, 16M float32, 1 rank")
     fig.tight_layout()
@@ -187,15 +240,21 @@ def main():
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per process")
     ap.add_argument("--runs", type=int, default=3, help="processes per measurement (median)")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--only", choices=["gelu"], default=None,
+                    help="measure (b) only (the gelu chain against the triad)")
     default_peer = DEFAULT_PEER_PYTHON if os.path.exists(DEFAULT_PEER_PYTHON) else MAIN_PEER_PYTHON
     ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON", default_peer))
     args = ap.parse_args()
     chain = {"world": 4, "ops": args.ops, "reps": args.reps}
-    gelu = {"n": args.n, "reps": args.reps}
     t = time.perf_counter()
+    skipped = {"error": "not run (--only gelu)"}
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "git": git_rev(), "ops": args.ops, "n": args.n, "runs": args.runs,
-           "chain": {
+           "cpus": os.cpu_count(), "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
+           "only": args.only,
+           "chain": {name: skipped for name in
+                     ("dtorch_fused", "dtorch_unfused", "jax_jit", "jax_eager")}
+           if args.only == "gelu" else {
                "dtorch_fused": dtorch_child("chain", chain, True, args.timeout, args.runs,
                                             "cached_us_per_op"),
                "dtorch_unfused": dtorch_child("chain", chain, False, args.timeout, args.runs,
@@ -205,13 +264,8 @@ def main():
                "jax_eager": peer(args.peer_python, "jax_eager", chain, args.timeout, args.runs,
                                  "us_per_op"),
            },
-           "gelu": {
-               "stream_triad": stream_triad(args.n, max(args.reps, 5), args.runs, args.timeout),
-               "dtorch_fused": dtorch_child("gelu", gelu, True, args.timeout, args.runs,
-                                            "gb_per_s"),
-               "dtorch_unfused": dtorch_child("gelu", gelu, False, args.timeout, args.runs,
-                                              "gb_per_s"),
-           }}
+           "gelu": gelu_runs(args.n, args.reps, args.runs, args.timeout)}
+    res["load_end"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
     res["seconds"] = time.perf_counter() - t
     os.makedirs(args.out, exist_ok=True)
     text = table(res)

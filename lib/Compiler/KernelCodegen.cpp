@@ -38,6 +38,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -283,6 +284,13 @@ using namespace codegen;
 
 constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
 
+/// Elementwise kernels of at least two rows also compute a range of rows
+/// (the `<symbol>_rows` entry), so that a worker can split a large tensor
+/// among threads; row-reduction kernels and single rows do not.
+bool hasRowRange(ArrayRef<int64_t> group) {
+  return !group.empty() && group[0] >= 2;
+}
+
 std::atomic<int64_t> compiles{0};
 
 /// The indexing map of an operand of shape `shape` in a loop nest over
@@ -354,6 +362,12 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   Type f64 = Float64Type::get(ctx);
   argTypes.push_back(
       MemRefType::get({static_cast<int64_t>(fulls.size())}, f64));
+  // Rows [begin, end) of the outermost dim, when there are rows to split.
+  bool rowRange = hasRowRange(group);
+  if (rowRange) {
+    argTypes.push_back(b.getIndexType());
+    argTypes.push_back(b.getIndexType());
+  }
   auto fn =
       func::FuncOp::create(b, loc, kImplName, b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
@@ -363,7 +377,32 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   size_t numOutputs = op.getNumResults();
   SmallVector<Value> ins(entry->getArguments().take_front(numInputs));
   SmallVector<Value> outs(entry->getArguments().slice(numInputs, numOutputs));
-  Value scalarArg = entry->getArguments().back();
+  Value scalarArg = entry->getArgument(numInputs + numOutputs);
+  if (rowRange) {
+    // Every operand that varies along the outermost dim is cut to the rows;
+    // operands broadcast along it (extent 1 or fewer dims) stay whole.
+    Value begin = entry->getArgument(numInputs + numOutputs + 1);
+    Value end = entry->getArgument(numInputs + numOutputs + 2);
+    Value rows = arith::SubIOp::create(b, loc, end, begin);
+    auto sliceRows = [&](Value whole) -> Value {
+      ArrayRef<int64_t> shape = cast<MemRefType>(whole.getType()).getShape();
+      SmallVector<OpFoldResult> offsets(shape.size(), b.getIndexAttr(0));
+      SmallVector<OpFoldResult> strides(shape.size(), b.getIndexAttr(1));
+      SmallVector<OpFoldResult> sizes;
+      offsets[0] = begin;
+      sizes.push_back(rows);
+      for (int64_t extent : shape.drop_front())
+        sizes.push_back(b.getIndexAttr(extent));
+      return memref::SubViewOp::create(b, loc, whole, offsets, sizes, strides);
+    };
+    for (Value &in : ins) {
+      ArrayRef<int64_t> shape = cast<MemRefType>(in.getType()).getShape();
+      if (shape.size() == group.size() && shape[0] == group[0])
+        in = sliceRows(in);
+    }
+    for (Value &out : outs)
+      out = sliceRows(out);
+  }
   llvm::DenseMap<Operation *, Value> constants =
       emitFullConstants(b, loc, body, scalarArg, et);
   SmallVector<AffineMap> maps;
@@ -434,6 +473,7 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
   MLIRContext *ctx = module.getContext();
   PassManager pm(ctx);
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(memref::createExpandStridedMetadataPass()); // row ranges
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
   if (failed(pm.run(module)))
@@ -490,30 +530,48 @@ const HostTarget &hostTarget() {
   return target;
 }
 
-/// Adds the exported entry point that unpacks the pointer arrays and calls
-/// the kernel function.
+/// Adds the exported entry points that unpack the pointer arrays and call
+/// the kernel function: `symbol` (the whole tensor) and, when `rows` > 0
+/// (the kernel takes a row range), `symbol`_rows (rows [begin, end)).
 void addEntryPoint(llvm::Module &m, StringRef symbol, unsigned numInputs,
-                   unsigned numOutputs) {
+                   unsigned numOutputs, int64_t rows) {
   // void symbol(void *const *in, void *const *out, const double *scalars)
+  // void symbol_rows(..., const double *scalars, int64_t begin, int64_t end)
   llvm::LLVMContext &c = m.getContext();
   llvm::Function *impl = m.getFunction(kImplName);
   impl->setLinkage(llvm::GlobalValue::InternalLinkage);
   auto *ptr = llvm::PointerType::getUnqual(c);
-  auto *type =
-      llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr, ptr}, false);
-  auto *entry = llvm::Function::Create(type, llvm::GlobalValue::ExternalLinkage,
-                                       symbol, m);
-  llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
-  SmallVector<llvm::Value *> args;
-  for (unsigned i = 0; i < numInputs; ++i)
-    args.push_back(b.CreateLoad(
-        ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), i)));
-  for (unsigned i = 0; i < numOutputs; ++i)
-    args.push_back(b.CreateLoad(
-        ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(1), i)));
-  args.push_back(entry->getArg(2));
-  b.CreateCall(impl, args);
-  b.CreateRetVoid();
+  auto *i64 = llvm::Type::getInt64Ty(c);
+  auto define = [&](const std::string &name, bool ranged) {
+    SmallVector<llvm::Type *> params = {ptr, ptr, ptr};
+    if (ranged)
+      params.append({i64, i64});
+    auto *type =
+        llvm::FunctionType::get(llvm::Type::getVoidTy(c), params, false);
+    auto *entry = llvm::Function::Create(
+        type, llvm::GlobalValue::ExternalLinkage, name, m);
+    llvm::IRBuilder<> b(llvm::BasicBlock::Create(c, "entry", entry));
+    SmallVector<llvm::Value *> args;
+    for (unsigned i = 0; i < numInputs; ++i)
+      args.push_back(b.CreateLoad(
+          ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(0), i)));
+    for (unsigned i = 0; i < numOutputs; ++i)
+      args.push_back(b.CreateLoad(
+          ptr, b.CreateConstInBoundsGEP1_64(ptr, entry->getArg(1), i)));
+    args.push_back(entry->getArg(2));
+    if (ranged) {
+      args.push_back(entry->getArg(3));
+      args.push_back(entry->getArg(4));
+    } else if (rows > 0) {
+      args.push_back(b.getInt64(0));
+      args.push_back(b.getInt64(rows));
+    }
+    b.CreateCall(impl, args);
+    b.CreateRetVoid();
+  };
+  define(symbol.str(), false);
+  if (rows > 0)
+    define(symbol.str() + rt::kRowsEntrySuffix, true);
 }
 
 FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
@@ -648,8 +706,13 @@ compileFusedKernel(rank::FusedOp op, const std::string &signature) {
 
   auto kernel = std::make_shared<GeneratedKernel>();
   kernel->set_symbol("dtorch_fused_" + rt::executableHash(signature));
+  ArrayRef<int64_t> group =
+      cast<RankedTensorType>(op.getResultTypes()[0]).getShape();
+  int64_t rows = !hasRowReduction(op.getBody().front()) && hasRowRange(group)
+                     ? group[0]
+                     : 0;
   addEntryPoint(*llvmModule, kernel->symbol(), op.getInputs().size(),
-                op.getNumResults());
+                op.getNumResults(), rows);
   FailureOr<std::string> object = emitObject(*llvmModule, error);
   if (failed(object))
     return op.emitOpError("kernel generation failed: ") << error;

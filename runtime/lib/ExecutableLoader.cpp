@@ -19,7 +19,7 @@ namespace {
 
 struct Loaded {
   void *handle = nullptr;
-  std::unordered_map<std::string, GeneratedKernelFn> symbols;
+  std::unordered_map<std::string, void *> symbols; // null: absent
 };
 
 std::mutex &loaderMutex() {
@@ -71,7 +71,12 @@ void *openSharedObject(const std::string &bytes, const std::string &hash) {
 
 } // namespace
 
-GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &exe) {
+namespace {
+
+// The address of `name` in `exe`'s library (loaded on first use), cached;
+// null when the library has no such symbol.
+void *findSymbol(const ::dtorch::wire::Executable &exe,
+                 const std::string &name) {
   std::lock_guard<std::mutex> lock(loaderMutex());
   auto &table = loadedByHash();
   auto it = table.find(exe.content_hash());
@@ -87,17 +92,29 @@ GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &exe) {
     loaded.handle = openSharedObject(exe.object(), actual);
     it = table.emplace(actual, std::move(loaded)).first;
   }
-  auto sym = it->second.symbols.find(exe.symbol());
+  auto sym = it->second.symbols.find(name);
   if (sym != it->second.symbols.end())
     return sym->second;
   dlerror();
-  void *address = dlsym(it->second.handle, exe.symbol().c_str());
+  void *address = dlsym(it->second.handle, name.c_str());
+  it->second.symbols.emplace(name, address);
+  return address;
+}
+
+} // namespace
+
+GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &exe) {
+  void *address = findSymbol(exe, exe.symbol());
   if (!address)
     throw RuntimeError("generated kernel " + exe.content_hash() +
                        " has no symbol '" + exe.symbol() + "'");
-  auto fn = reinterpret_cast<GeneratedKernelFn>(address);
-  it->second.symbols.emplace(exe.symbol(), fn);
-  return fn;
+  return reinterpret_cast<GeneratedKernelFn>(address);
+}
+
+GeneratedRowsKernelFn
+loadExecutableRows(const ::dtorch::wire::Executable &exe) {
+  return reinterpret_cast<GeneratedRowsKernelFn>(
+      findSymbol(exe, exe.symbol() + kRowsEntrySuffix));
 }
 
 int64_t loadedExecutableCount() {

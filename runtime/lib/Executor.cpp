@@ -5,6 +5,7 @@
 #include "dtorch/runtime/Executable.h"
 
 #include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/ParallelFor.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Shape.h"
 #include "dtorch/runtime/Trace.h"
@@ -115,6 +116,23 @@ int64_t runCollective(Communicator &comm, const Instruction &inst,
     throw RuntimeError("unknown collective '" + op + "'");
   }
   return -1;
+}
+
+// A generated kernel: large outputs are cut into row ranges run by the
+// rank's threads (kernelParts), when the kernel has a row entry.
+void runGenerated(GeneratedKernelFn whole, GeneratedRowsKernelFn rows,
+                  const std::vector<void *> &in, const std::vector<void *> &out,
+                  const std::vector<double> &scalars, const Tensor &first) {
+  int64_t count = first.dim() > 0 ? first.shape()[0] : 0;
+  int parts = rows ? kernelParts(count, first.nbytes()) : 1;
+  if (parts <= 1) {
+    whole(in.data(), out.data(), scalars.data());
+    return;
+  }
+  parallelFor(parts, [&](int part) {
+    int64_t begin = count * part / parts, end = count * (part + 1) / parts;
+    rows(in.data(), out.data(), scalars.data(), begin, end);
+  });
 }
 
 } // namespace
@@ -277,6 +295,8 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       static_cast<size_t>(program.instructions_size()), nullptr);
   std::vector<GeneratedKernelFn> generated(
       static_cast<size_t>(program.instructions_size()), nullptr);
+  std::vector<GeneratedRowsKernelFn> generatedRows(
+      static_cast<size_t>(program.instructions_size()), nullptr);
   std::vector<std::vector<double>> scalars(
       static_cast<size_t>(program.instructions_size()));
   for (int i = 0; i < program.instructions_size(); ++i) {
@@ -285,6 +305,8 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       continue;
     if (inst.op() == kFusedOp) {
       generated[i] = loadExecutable(program.executables(inst.executable()));
+      generatedRows[i] =
+          loadExecutableRows(program.executables(inst.executable()));
       auto it = inst.attrs().find("scalars");
       if (it != inst.attrs().end()) {
         const std::string &bytes = it->second.data();
@@ -341,7 +363,8 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
             inData.push_back(const_cast<void *>(t->data()));
           for (Tensor *t : out)
             outData.push_back(t->data());
-          generated[i](inData.data(), outData.data(), scalars[i].data());
+          runGenerated(generated[i], generatedRows[i], inData, outData,
+                       scalars[i], *out.front());
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else

@@ -25,7 +25,9 @@ def test_fusion_bench_runs_at_a_tiny_size(tmp_path):
     assert plain["fused_instructions"] == 0, plain
     assert fused["cached_us_per_op"] > 0 and plain["cached_us_per_op"] > 0
     assert res["chain"]["jax_jit"] == {"error": "not installed"}
-    for key in ("dtorch_fused", "dtorch_unfused"):
+    for key in ("stream_triad_all_threads", "dtorch_fused", "dtorch_fused_1_thread",
+                "dtorch_unfused"):
         assert res["gelu"][key]["gb_per_s"] > 0, res["gelu"][key]
     table = (out / "table.md").read_text()
     assert "DTorch fused" in table and "STREAM triad" in table
+    assert "1 kernel thread" in table and len(res["gelu"]["fused_over_triad_per_run"]) == 1

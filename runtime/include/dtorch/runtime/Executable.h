@@ -16,6 +16,17 @@ namespace dtorch::rt {
 using GeneratedKernelFn = void (*)(void *const *inputs, void *const *outputs,
                                    const double *scalars);
 
+// The entry that computes only rows [begin, end) of the outermost dim of the
+// kernel's shape (inputs broadcast along that dim are read whole): exported
+// as `<symbol>_rows` by elementwise kernels of at least two rows, so that a
+// worker can split a large tensor among threads. Rows are computed exactly
+// as the whole-tensor entry computes them.
+using GeneratedRowsKernelFn = void (*)(void *const *inputs,
+                                       void *const *outputs,
+                                       const double *scalars, int64_t begin,
+                                       int64_t end);
+inline constexpr const char *kRowsEntrySuffix = "_rows";
+
 // FNV-1a 64-bit of `bytes` as 16 lowercase hex digits: the content hash the
 // controller writes into wire::Executable::content_hash.
 inline std::string executableHash(std::string_view bytes) {
@@ -36,6 +47,11 @@ inline std::string executableHash(std::string_view bytes) {
 // when the bytes do not match the hash, are not a loadable shared object, or
 // lack the symbol. Thread-safe.
 GeneratedKernelFn loadExecutable(const ::dtorch::wire::Executable &executable);
+
+// The `<symbol>_rows` entry of `executable` (loading it as loadExecutable
+// does), or null when the kernel has none.
+GeneratedRowsKernelFn
+loadExecutableRows(const ::dtorch::wire::Executable &executable);
 
 // How many distinct executables this process has loaded (for tests).
 int64_t loadedExecutableCount();
