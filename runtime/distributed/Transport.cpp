@@ -53,7 +53,8 @@ class ArenaEnvelope {
 public:
   explicit ArenaEnvelope(size_t bytes)
       : arena_(optionsFor(bytes)),
-        envelope_(google::protobuf::Arena::Create<wire::Envelope>(&arena_)) {}
+        envelope_(
+            google::protobuf::Arena::CreateMessage<wire::Envelope>(&arena_)) {}
   wire::Envelope &envelope() { return *envelope_; }
 
 private:
