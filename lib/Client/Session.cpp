@@ -454,7 +454,7 @@ Tensor Session::unary(const std::string &op, const Tensor &x) {
     result = inferPlacements(op, {x}, m.shape, [&] {
       return rules::elementwise(m.shape, 1, *traits);
     });
-  return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, result});
+  return addNode(op, {x}, {}, {m.shape, m.dtype, m.meshId, std::move(result)});
 }
 
 Tensor Session::binary(const std::string &op, const Tensor &a0,
@@ -487,7 +487,8 @@ Tensor Session::binary(const std::string &op, const Tensor &a0,
     result = inferPlacements(op, {a, b}, shape, [&] {
       return rules::elementwise(shape, 2, *traits);
     });
-  return addNode(op, {a, b}, {}, {shape, m.dtype, m.meshId, result});
+  return addNode(op, {a, b}, {},
+                 {std::move(shape), m.dtype, m.meshId, std::move(result)});
 }
 
 Tensor Session::binaryScalar(const std::string &op, const Tensor &a0,

@@ -310,12 +310,22 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
     } else {
       return op.emitOpError("cannot be emitted into a per-rank program");
     }
-    for (NamedAttribute a : op.getAttrs()) {
-      if (a.getName() == "kernel" || a.getName() == rank::kArenaOffsetAttrName)
-        continue;
-      if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
-        return failure();
-    }
+    auto emitAttrs = [&](auto &&attrs) -> LogicalResult {
+      for (NamedAttribute a : attrs) {
+        if (a.getName() == "kernel" ||
+            a.getName() == rank::kArenaOffsetAttrName)
+          continue;
+        if (failed(setAttr(&op, inst, a.getName(), a.getValue())))
+          return failure();
+      }
+      return success();
+    };
+    // A kernel's only inherent attribute is its name: its attributes are
+    // the discardable ones, read where they lie (getAttrs() would build a
+    // dictionary with the inherent one for every op).
+    if (failed(isa<rank::KernelOp>(op) ? emitAttrs(op.getDiscardableAttrs())
+                                       : emitAttrs(op.getAttrs())))
+      return failure();
     if (failed(emitInstruction(op, inst, op.getOperands(), op.getResults())))
       return failure();
   }

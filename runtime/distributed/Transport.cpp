@@ -3,6 +3,7 @@
 #include "dtorch/runtime/Shape.h"
 #include "dtorch/runtime/WireLimits.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -43,6 +44,41 @@ bool decodeEnvelope(const void *data, size_t size, wire::Envelope &envelope) {
   if (!envelope.ParseFromArray(data, static_cast<int>(size)))
     return false;
   return envelope.body_case() != wire::Envelope::BODY_NOT_SET;
+}
+
+namespace {
+
+/// An Envelope and the arena it was parsed into.
+class ArenaEnvelope {
+public:
+  explicit ArenaEnvelope(size_t bytes)
+      : arena_(optionsFor(bytes)),
+        envelope_(
+            google::protobuf::Arena::CreateMessage<wire::Envelope>(&arena_)) {}
+  wire::Envelope &envelope() { return *envelope_; }
+
+private:
+  // The first block holds a message a few times its encoded size (what a
+  // parsed program takes), so a large upload grows the arena a few times.
+  static google::protobuf::ArenaOptions optionsFor(size_t bytes) {
+    constexpr size_t kMinBlock = 1024, kMaxBlock = size_t(4) << 20;
+    google::protobuf::ArenaOptions options;
+    options.start_block_size = std::clamp(bytes * 4, kMinBlock, kMaxBlock);
+    options.max_block_size = kMaxBlock;
+    return options;
+  }
+  google::protobuf::Arena arena_;
+  wire::Envelope *envelope_; // owned by arena_
+};
+
+} // namespace
+
+std::shared_ptr<wire::Envelope> decodeEnvelopeInArena(const void *data,
+                                                      size_t size) {
+  auto parsed = std::make_shared<ArenaEnvelope>(size);
+  if (!decodeEnvelope(data, size, parsed->envelope()))
+    return nullptr;
+  return std::shared_ptr<wire::Envelope>(parsed, &parsed->envelope());
 }
 
 std::string randomToken() {

@@ -287,7 +287,7 @@ private:
   void onFrames(std::vector<zmq::message_t> &frames);
   void onAuthenticated(const std::string &peer);
   void sendHello(const std::string &peer);
-  void dispatch(wire::Envelope &envelope);
+  void dispatch(std::shared_ptr<wire::Envelope> shared);
   void startGloo();
   /// Replaces every rank's transports by new ones of generation `number`
   /// (nothing may run on any rank meanwhile); the old ones are destroyed.
@@ -522,15 +522,16 @@ void Worker::onFrames(std::vector<zmq::message_t> &frames) {
                    " bytes");
     return;
   }
-  wire::Envelope envelope;
+  std::shared_ptr<wire::Envelope> parsed;
   if ((routerMode_ && frames.size() != 2) ||
       (!routerMode_ && frames.size() != 1) ||
-      !decodeEnvelope(payload.data(), payload.size(), envelope)) {
+      !(parsed = decodeEnvelopeInArena(payload.data(), payload.size()))) {
     replyError(peer, 0,
                "malformed message (" + std::to_string(payload.size()) +
                    " bytes)");
     return;
   }
+  wire::Envelope &envelope = *parsed;
   if (!fromController) {
     if (envelope.body_case() != wire::Envelope::kHello) {
       if (envelope.body_case() == wire::Envelope::kError && !routerMode_) {
@@ -559,11 +560,11 @@ void Worker::onFrames(std::vector<zmq::message_t> &frames) {
     return;
   }
   lastHeard_ = Clock::now();
-  dispatch(envelope);
+  dispatch(std::move(parsed));
 }
 
-void Worker::dispatch(wire::Envelope &envelope) {
-  uint64_t requestId = envelope.request_id();
+void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
+  uint64_t requestId = shared->request_id();
   auto hosted = [&](int rank) {
     if (rank >= options_.firstRank &&
         rank < options_.firstRank + options_.numRanks)
@@ -576,8 +577,6 @@ void Worker::dispatch(wire::Envelope &envelope) {
                    ")");
     return false;
   };
-  auto shared = std::make_shared<wire::Envelope>();
-  shared->Swap(&envelope);
   switch (shared->body_case()) {
   case wire::Envelope::kUpload: {
     // Every hosted rank of the mesh keeps the class program of its position.

@@ -299,6 +299,9 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       static_cast<size_t>(program.instructions_size()), nullptr);
   std::vector<std::vector<double>> scalars(
       static_cast<size_t>(program.instructions_size()));
+  const std::string *lastOp = nullptr;
+  DType lastDtype = ::dtorch::wire::DTYPE_INVALID;
+  const Kernel *lastKernel = nullptr;
   for (int i = 0; i < program.instructions_size(); ++i) {
     const Instruction &inst = program.instructions(i);
     if (inst.stream() != ::dtorch::wire::COMPUTE)
@@ -316,7 +319,15 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       }
     } else {
       DType dtype = buffers[inst.outputs(0)].dtype();
-      kernels[i] = lookupKernel(inst.op(), dtype, device_->name());
+      // A chain of like instructions asks the registry (a lock and two
+      // string hashes) once.
+      if (lastOp && dtype == lastDtype && inst.op() == *lastOp)
+        kernels[i] = lastKernel;
+      else
+        kernels[i] = lookupKernel(inst.op(), dtype, device_->name());
+      lastOp = &inst.op();
+      lastDtype = dtype;
+      lastKernel = kernels[i];
       if (!kernels[i]) // validated for the CPU registry
         throw RuntimeError(prefix + describeInstruction(program, i) + ": no " +
                            device_->name() + " kernel for " + dtypeName(dtype));
@@ -339,6 +350,9 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
 
   RunState state(program.num_events());
   auto runStream = [&](::dtorch::wire::Stream stream) {
+    // Operand lists reused from one instruction to the next.
+    std::vector<const Tensor *> in;
+    std::vector<Tensor *> out;
     for (int i = 0; i < program.instructions_size(); ++i) {
       const Instruction &inst = program.instructions(i);
       if (inst.stream() != stream)
@@ -349,8 +363,8 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
             return;
         if (state.failed())
           return;
-        std::vector<const Tensor *> in;
-        std::vector<Tensor *> out;
+        in.clear();
+        out.clear();
         for (int id : inst.inputs())
           in.push_back(&buffers[id]);
         for (int id : inst.outputs())

@@ -17,11 +17,14 @@ namespace dtorch::rt {
 using ::dtorch::wire::Instruction;
 using ::dtorch::wire::Program;
 
-bool isCollectiveOp(const std::string &op) {
-  static const std::set<std::string> collectives = {
+bool isCollectiveOp(std::string_view op) {
+  // Asked once per instruction of every validation: a few length compares
+  // for a kernel's name, no allocation or tree walk.
+  static constexpr std::array<std::string_view, 8> collectives = {
       "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
       "broadcast",  "send",       "recv",           "all_to_all_v"};
-  return collectives.count(op) != 0;
+  return std::find(collectives.begin(), collectives.end(), op) !=
+         collectives.end();
 }
 
 std::string describeInstruction(const Program &program, int index) {
@@ -204,6 +207,14 @@ struct Validator {
   const Program &program;
   int communicatorRank;
   std::string prefix;
+  // Scratch of checkInstruction, reused from one instruction to the next
+  // (a program is thousands of instructions).
+  mutable std::vector<TensorDesc> scratchIn, scratchOut;
+  // The kernel of the last instruction checked, by op and output dtype:
+  // a chain of like instructions asks the registry once.
+  mutable std::string lastOp;
+  mutable DType lastDtype = ::dtorch::wire::DTYPE_INVALID;
+  mutable const Kernel *lastKernel = nullptr;
 
   [[noreturn]] void fail(const std::string &message) const {
     throw RuntimeError(prefix + message);
@@ -286,6 +297,33 @@ struct Validator {
                       Shape(spec.shape().begin(), spec.shape().end())};
   }
 
+  // The descriptions of buffers `ids` (checked in range) into `descs`,
+  // reusing its storage.
+  void describeInto(const google::protobuf::RepeatedField<int32_t> &ids,
+                    std::vector<TensorDesc> &descs) const {
+    descs.resize(static_cast<size_t>(ids.size()));
+    for (int k = 0; k < ids.size(); ++k) {
+      const auto &spec = program.buffers(ids[k]);
+      descs[k].dtype = spec.dtype();
+      descs[k].shape.assign(spec.shape().begin(), spec.shape().end());
+    }
+  }
+
+  // The CPU kernel of `op` for `dtype`; throws when there is none.
+  const Kernel *kernelFor(const std::string &op, DType dtype) const {
+    if (lastKernel && dtype == lastDtype && op == lastOp)
+      return lastKernel;
+    const KernelRegistry &registry = KernelRegistry::global();
+    const Kernel *kernel = registry.lookup(op, dtype, kCpuDevice);
+    if (!kernel)
+      throw RuntimeError("op '" + op + "' has no " + kCpuDevice +
+                         " kernel for " + dtypeName(dtype));
+    lastOp = op;
+    lastDtype = dtype;
+    lastKernel = kernel;
+    return kernel;
+  }
+
   void checkInstruction(int index) const {
     const Instruction &inst = program.instructions(index);
     if (inst.stream() != ::dtorch::wire::COMPUTE &&
@@ -316,11 +354,9 @@ struct Validator {
         failAt(index, "attribute '" + name +
                           "' is a mesh value: resolve the program for a rank "
                           "first");
-    std::vector<TensorDesc> in, out;
-    for (int id : inst.inputs())
-      in.push_back(descOf(id));
-    for (int id : inst.outputs())
-      out.push_back(descOf(id));
+    std::vector<TensorDesc> &in = scratchIn, &out = scratchOut;
+    describeInto(inst.inputs(), in);
+    describeInto(inst.outputs(), out);
     try {
       if (isCollectiveOp(inst.op())) {
         if (inst.stream() != ::dtorch::wire::COMM)
@@ -334,16 +370,13 @@ struct Validator {
         checkFused(inst, in, out);
         return;
       }
-      const KernelRegistry &registry = KernelRegistry::global();
-      if (!registry.hasOp(inst.op()))
+      bool known = (lastKernel && inst.op() == lastOp) ||
+                   KernelRegistry::global().hasOp(inst.op());
+      if (!known)
         throw RuntimeError("unknown op '" + inst.op() + "'");
       if (out.empty())
         throw RuntimeError("a kernel needs at least one output");
-      const Kernel *kernel =
-          registry.lookup(inst.op(), out[0].dtype, kCpuDevice);
-      if (!kernel)
-        throw RuntimeError("op '" + inst.op() + "' has no " + kCpuDevice +
-                           " kernel for " + dtypeName(out[0].dtype));
+      const Kernel *kernel = kernelFor(inst.op(), out[0].dtype);
       bool variadic = kernel->numInputs == kVariadicInputs;
       if ((variadic ? inst.inputs_size() < 1
                     : inst.inputs_size() != kernel->numInputs) ||

@@ -15,6 +15,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -58,11 +59,18 @@ public:
   RankLowering(MeshAttr mesh, std::vector<int64_t> coords, OpBuilder &b)
       : meshShape(toVec(mesh.getShape())), coords(std::move(coords)), b(b) {}
 
-  Type localType(Type t) const {
+  /// The local type of `t` at this class's positions. Memoized: a segment
+  /// has few distinct types, and computing the local box of one per op was
+  /// a quarter of the lowering.
+  Type localType(Type t) {
     auto dt = dyn_cast<DTensorType>(t);
     if (!dt)
       return t;
-    return RankedTensorType::get(dt.getLocalShape(coords), dt.getElementType());
+    Type &local = localTypes[t];
+    if (!local)
+      local =
+          RankedTensorType::get(dt.getLocalShape(coords), dt.getElementType());
+    return local;
   }
 
   /// Emits the local version of `op`; returns failure with a diagnostic.
@@ -91,6 +99,7 @@ private:
   std::vector<int64_t> meshShape;
   std::vector<int64_t> coords;
   OpBuilder &b;
+  llvm::DenseMap<Type, Type> localTypes;
   /// Keys of the ops already checked to be a local strategy.
   std::unordered_set<OpLayoutKey, OpLayoutKeyHash> localStrategies;
   /// The tag of the next transfer: its index among the function's transfers

@@ -109,6 +109,7 @@ struct PlanBuffersPass
     bp::ArenaPlan plan = bp::planArena(bytes, live, order, candidates);
 
     Builder b(fn.getContext());
+    StringAttr offsetName = b.getStringAttr(rank::kArenaOffsetAttrName);
     int64_t ownBytes = 0, planned = 0;
     for (Operation *op : stepOps) {
       SmallVector<int64_t> offsets;
@@ -122,12 +123,10 @@ struct PlanBuffersPass
       }
       // One result: an i64; several (a rank.fused): one entry per result.
       if (offsets.size() == 1 && offsets[0] >= 0)
-        op->setDiscardableAttr(rank::kArenaOffsetAttrName,
-                               b.getI64IntegerAttr(offsets[0]));
+        op->setDiscardableAttr(offsetName, b.getI64IntegerAttr(offsets[0]));
       else if (offsets.size() > 1 &&
                llvm::any_of(offsets, [](int64_t o) { return o >= 0; }))
-        op->setDiscardableAttr(rank::kArenaOffsetAttrName,
-                               b.getDenseI64ArrayAttr(offsets));
+        op->setDiscardableAttr(offsetName, b.getDenseI64ArrayAttr(offsets));
     }
     fn->setAttr(rank::kArenaBytesAttrName,
                 b.getI64IntegerAttr(plan.arenaBytes));

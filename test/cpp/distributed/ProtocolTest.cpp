@@ -42,6 +42,45 @@ TEST(Protocol, EnvelopeRoundTrip) {
   EXPECT_FALSE(decodeEnvelope("", 0, back)); // no body
 }
 
+TEST(Protocol, EnvelopeParsedIntoAnArenaOutlivesItsFirstHolder) {
+  // A program of many like instructions, as a cache miss uploads.
+  wire::Envelope e;
+  e.set_protocol_version(wire::PROTOCOL_VERSION);
+  e.set_request_id(9);
+  auto *upload = e.mutable_upload();
+  upload->set_program_id(3);
+  ProgramBuilder builder;
+  int x = builder.input(wire::F32, {4});
+  int value = x;
+  for (int i = 0; i < 500; ++i) {
+    int next = builder.buffer(wire::F32, {4});
+    builder.add("add", {value, x}, {next});
+    value = next;
+  }
+  builder.output(value);
+  *upload->add_programs() = onOneRankMesh(builder.program());
+  std::string bytes = encodeEnvelope(e);
+
+  std::shared_ptr<wire::Envelope> parsed =
+      decodeEnvelopeInArena(bytes.data(), bytes.size());
+  ASSERT_NE(parsed, nullptr);
+  EXPECT_NE(parsed->GetArena(), nullptr);
+  EXPECT_EQ(parsed->SerializeAsString(), bytes);
+  // A holder of one class program keeps the whole arena alive (what a
+  // rank's kept program does).
+  std::shared_ptr<const wire::Program> program(parsed,
+                                               &parsed->upload().programs(0));
+  parsed.reset();
+  ASSERT_EQ(program->instructions_size(), 500);
+  EXPECT_EQ(program->instructions(499).op(), "add");
+  EXPECT_EQ(program->instructions(499).inputs(1), x);
+  EXPECT_EQ(program->SerializeAsString(),
+            e.upload().programs(0).SerializeAsString());
+
+  EXPECT_EQ(decodeEnvelopeInArena("\xff\xff\xff", 3), nullptr);
+  EXPECT_EQ(decodeEnvelopeInArena("", 0), nullptr); // no body
+}
+
 TEST(Protocol, HelloChecks) {
   wire::Hello hello = makeHello(wire::ROLE_WORKER, "secret");
   EXPECT_EQ(checkHello(hello, "secret", wire::ROLE_WORKER), "");

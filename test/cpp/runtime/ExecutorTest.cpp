@@ -300,6 +300,69 @@ TEST(Validation, WrongInputShapeAndCount) {
                      {"expects 1 input(s), got 0"});
 }
 
+TEST(Validation, LikeInstructionsInARowAreEachChecked) {
+  // The validator asks the registry once for a run of like instructions:
+  // a later one of another dtype, shape or op is still refused.
+  ProgramBuilder noKernel;
+  int x = noKernel.input(F32, {2});
+  int y = noKernel.buffer(F32, {2});
+  int z = noKernel.buffer(F32, {2});
+  int flags = noKernel.input(::dtorch::wire::BOOL, {2});
+  int out = noKernel.buffer(::dtorch::wire::BOOL, {2});
+  noKernel.add("exp", {x}, {y});
+  noKernel.add("exp", {y}, {z});
+  noKernel.add("exp", {flags}, {out});
+  expectInvalid(noKernel.program(),
+                {"instruction 2", "'exp' has no cpu kernel for bool"});
+
+  ProgramBuilder badShape;
+  x = badShape.input(F32, {2});
+  y = badShape.buffer(F32, {2});
+  z = badShape.buffer(F32, {3});
+  badShape.add("add", {x, x}, {y});
+  badShape.add("add", {y, x}, {z});
+  expectInvalid(badShape.program(),
+                {"instruction 1", "expected float32[3], got float32[2]"});
+
+  ProgramBuilder unknown;
+  x = unknown.input(F32, {2});
+  y = unknown.buffer(F32, {2});
+  z = unknown.buffer(F32, {2});
+  unknown.add("relu", {x}, {y});
+  unknown.add("frobnicate", {y}, {z});
+  expectInvalid(unknown.program(),
+                {"instruction 1", "unknown op 'frobnicate'"});
+}
+
+TEST(Executor, LikeKernelsOfTwoDtypesInARowEachRunTheirOwn) {
+  // The executor resolves a run of like instructions once: an add of
+  // another dtype right after must still run its own kernel.
+  ProgramBuilder b;
+  int x = b.input(F32, {3});
+  int d = b.input(::dtorch::wire::F64, {3});
+  int y = b.buffer(F32, {3});
+  int z = b.buffer(F32, {3});
+  int e = b.buffer(::dtorch::wire::F64, {3});
+  int f = b.buffer(::dtorch::wire::F64, {3});
+  int g = b.buffer(F32, {3});
+  b.add("add", {x, x}, {y});
+  b.add("add", {y, x}, {z});
+  b.add("add", {d, d}, {e});
+  b.add("add", {e, d}, {f});
+  b.add("add", {z, x}, {g});
+  b.output(g);
+  b.output(f);
+  Executor executor(nullptr);
+  auto outputs = executor.run(
+      b.program(),
+      {makeTensor<float>(F32, {3}, {1, 2, 3}),
+       makeTensor<double>(::dtorch::wire::F64, {3}, {0.5, 1e-300, 1e300})});
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(valuesOf<float>(outputs[0]), (std::vector<float>{4, 8, 12}));
+  EXPECT_EQ(valuesOf<double>(outputs[1]),
+            (std::vector<double>{1.5, 3e-300, 3e300}));
+}
+
 TEST(Validation, KernelShapeMismatch) {
   ProgramBuilder b;
   int x = b.input(F32, {2, 3});

@@ -7,12 +7,13 @@
 #include "dtorch/runtime/Tensor.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtorch::rt {
 
 // Names of the collective ops handled by the COMM stream.
-bool isCollectiveOp(const std::string &op);
+bool isCollectiveOp(std::string_view op);
 
 // The op of an instruction that calls a generated kernel of the program
 // (wire::Instruction::executable names it).

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace dtorch::rt {
@@ -33,6 +34,12 @@ std::string encodeEnvelope(const ::dtorch::wire::Envelope &envelope);
 // False when the bytes are not a well-formed Envelope of this protocol.
 bool decodeEnvelope(const void *data, size_t size,
                     ::dtorch::wire::Envelope &envelope);
+// The same, parsed into a protobuf arena that the returned pointer owns
+// (a program upload is thousands of small messages: one arena instead of
+// a heap allocation each, freed at once with the last holder); nullptr
+// when the bytes are not a well-formed Envelope.
+std::shared_ptr<::dtorch::wire::Envelope>
+decodeEnvelopeInArena(const void *data, size_t size);
 
 // 32 random hex characters.
 std::string randomToken();
