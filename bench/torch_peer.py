@@ -295,6 +295,17 @@ def _gpt_step_times(model, job, rank=0, world=1):
     return times, losses, (time.process_time() - cpu) / job["steps"]
 
 
+def _profile_ops(model, job):
+    """Self CPU microseconds and calls per step of every aten op (and the
+    optimizer's step) over job["steps"] steps under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _gpt_step_times(model, job)
+    n = job["steps"]
+    return {e.key: {"calls": e.count / n, "us": e.self_cpu_time_total / n}
+            for e in prof.key_averages() if e.self_cpu_time_total > 0}
+
+
 def _gpt_step_ddp_worker(rank, world, init_file, job, out_path):
     torch.set_num_threads(job["threads"])
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -321,9 +332,13 @@ def gpt_step(job):
     job["world"] processes."""
     torch.set_num_threads(job["threads"])
     if job["mode"] == "eager":
-        times, losses, cpu = _gpt_step_times(_load_gpt(job["weights"]), job)
-        return {"step_s": times, "losses": losses, "cpu_s": cpu,
-                "threads": torch.get_num_threads(), "torch_version": torch.__version__}
+        model = _load_gpt(job["weights"])
+        times, losses, cpu = _gpt_step_times(model, job)
+        out = {"step_s": times, "losses": losses, "cpu_s": cpu,
+               "threads": torch.get_num_threads(), "torch_version": torch.__version__}
+        if job.get("profile_steps"):
+            out["ops"] = _profile_ops(model, dict(job, warmup=0, steps=job["profile_steps"]))
+        return out
     with tempfile.TemporaryDirectory() as tmp:
         init_file, out_path = os.path.join(tmp, "init"), os.path.join(tmp, "out.json")
         mp.spawn(_gpt_step_ddp_worker, args=(job["world"], init_file, job, out_path),
