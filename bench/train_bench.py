@@ -363,6 +363,11 @@ def gpt_step_table(result):
         lines += ["", f"torch column missing: {result['torch_missing']}"]
     lines += ["", "CPU ms: all processes of the side per step (dtorch: the client with "
               "its controller thread and the workers; DDP: both processes)."]
+    if result["load_max"] > (os.cpu_count() or 1):
+        lines += ["", "The load average exceeded the CPU count: wall times then measure "
+                  "each side's share of the scheduler as much as its work (dtorch runs a "
+                  "client and worker processes, torch eager one process), so the CPU "
+                  "ratio is the steadier comparison."]
     return "\n".join(lines) + "\n"
 
 
