@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,56 +34,77 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
 from bench_support import run_json  # noqa: E402
-from train_bench import DEFAULT_TORCH_PYTHON, random_batch, run_torch, set_threads  # noqa: E402
+from train_bench import (DEFAULT_TORCH_PYTHON, _children_cpu_seconds, random_batch,  # noqa: E402
+                         run_dtorch, run_torch, set_threads)
 
 
-def _children_cpu_seconds():
-    """User + system CPU seconds of this process's live children (the
-    embedded cluster's workers), from /proc."""
-    me, total = os.getpid(), 0
-    tick = os.sysconf("SC_CLK_TCK")
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:      # ppid
-            total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
-    return total
+def _instruction_minimum(trace):
+    """Per kernel name: instructions and the sum over them of each one's least
+    time (us) among the profiled steps. An instruction is (program, index);
+    its least time is what it costs when no other process preempts it."""
+    runs = sorted((e for e in trace["traceEvents"]
+                   if e.get("cat") == "run" and e.get("pid") == 100),
+                  key=lambda e: e["ts"])
+    best = {}
+    for e in dtorch_spans(trace):
+        run = next((r for r in runs if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]), None)
+        key = ((run or {}).get("args", {}).get("detail"), e["args"].get("detail"))
+        if key not in best or e["dur"] < best[key][1]:
+            best[key] = (e["name"], e["dur"])
+    kernels = {}
+    for name, dur in best.values():
+        k = kernels.setdefault(name, {"calls": 0, "ms": 0.0})
+        k["calls"] += 1
+        k["ms"] += dur / 1e3
+    return kernels
+
+
+def dtorch_spans(trace):
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+            and e.get("pid") == 100]
 
 
 def dtorch_job(job):
-    """Median step seconds and kernel totals per step, in this process."""
+    """Step times, CPU per step, the main thread's CPU per phase of the step
+    and the kernels of rank 0 (least time per instruction), in this process."""
     set_threads(job["threads"])
     import dtorch
     from dtorch import Shard
-    from model import GPT, GPTConfig, parallelize
+    from generate import load_model
     dtorch.init(world_size=1, num_processes=1)
     mesh = dtorch.init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
-    dtorch.manual_seed(0)
-    with dtorch.nn.default_device_mesh(mesh):
-        model = parallelize(GPT(GPTConfig(**job["cfg"])), mesh)
+    model, _, _ = load_model(job["weights"], mesh)
+    model.train()
     opt = dtorch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     data = np.load(job["data"])
     rng = np.random.default_rng(0)
+    phases = {k: [] for k in ("batch", "forward", "backward", "optimizer", "fetch")}
 
     def step():
+        c = [time.thread_time()]
         xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
         x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
         y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
+        c.append(time.thread_time())
         _, loss = model(x, y)
+        c.append(time.thread_time())
         loss.backward()
+        c.append(time.thread_time())
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        c.append(time.thread_time())
+        value = loss.item()
+        c.append(time.thread_time())
+        for name, a, b in zip(phases, c, c[1:]):
+            phases[name].append((b - a) * 1e3)
+        return value
 
     times = []
     for i in range(job["warmup"] + job["steps"]):
         if i == job["warmup"]:
             cpu = time.process_time() + _children_cpu_seconds()
+            for v in phases.values():
+                v.clear()
         t = time.perf_counter()
         step()
         if i >= job["warmup"]:
@@ -95,17 +115,63 @@ def dtorch_job(job):
     with dtorch.profiler.profile() as prof:
         for _ in range(job["profile_steps"]):
             step()
-    kernels = {}
-    for e in dtorch.profiler.spans(prof.trace, 0, "compute"):
-        if e.get("cat") != "kernel":
-            continue
-        k = kernels.setdefault(e["name"], [0, 0.0])
-        k[0] += 1
-        k[1] += e["dur"] / 1e3
     n = job["profile_steps"]
+    ops, controller = {}, {}
+    for e in prof.trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        table = ops if (e.get("pid"), e.get("cat")) == (1, "op") else (
+            controller if e.get("pid") == 2 else None)
+        if table is not None:
+            k = table.setdefault(e["name"], {"calls": 0, "ms": 0.0})
+            k["calls"] += 1 / n
+            k["ms"] += e["dur"] / 1e3 / n
     return {"seconds": statistics.median(times), "cpu_seconds": cpu,
-            "kernels": {name: {"calls": c / n, "ms": ms / n}
-                        for name, (c, ms) in kernels.items()}}
+            "phases_cpu_ms": {k: min(v) for k, v in phases.items()},
+            "client_ops": ops, "controller": controller,
+            "kernels": _instruction_minimum(prof.trace)}
+
+
+def profile_markdown(result):
+    """The measured breakdown of a run as markdown (bench/results/
+    gpt_step_profile.md): step and CPU times, the client's CPU per phase,
+    the controller, rank 0's kernels (least time per instruction) and
+    torch's ops (self CPU) per step."""
+    d = result["dtorch"]["default"]
+    lines = [f"# GPT step profile: dtorch 1 rank next to torch eager ({result['time']})", "",
+             f"Config {result['config']}, batch {result['batch']}, {result['threads']} "
+             f"thread(s), same initial weights and batches; fastest of {result['rounds']} "
+             f"interleaved rounds; load average {result['load_min']:.1f}-"
+             f"{result['load_max']:.1f} on {os.cpu_count()} CPUs.", "",
+             "| | dtorch | torch eager |", "|---|---|---|",
+             f"| step ms (median of {result['steps']}) | {d['step_ms']:.2f} | "
+             f"{fmt_ms(result['torch_eager_step_ms'])} |",
+             f"| CPU ms per step, all processes | {d['cpu_ms_per_step']:.2f} | "
+             f"{fmt_ms(result['torch_eager_cpu_ms'])} |",
+             f"| rank 0 kernels ms per step (least per instruction) | "
+             f"{d['kernel_ms_per_step']:.2f} | - |", "",
+             "## dtorch client: main thread CPU ms per phase (least of the steps)", "",
+             "| phase | ms |", "|---|---|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in d["client_phases_cpu_ms"].items()]
+    lines += ["", "## dtorch controller thread per step", "", "| event | calls | ms |",
+              "|---|---|---|"]
+    lines += [f"| {k} | {v['calls']:.0f} | {v['ms']:.3f} |" for k, v in
+              sorted(d["controller"].items(), key=lambda kv: -kv[1]["ms"])]
+    ops = d["client_ops"]
+    lines += ["", f"Ops recorded by the client per step: {sum(v['calls'] for v in ops.values()):.0f}"
+              f" ({sum(v['ms'] for v in ops.values()):.2f} ms inside the session's op calls).",
+              "", "## rank 0 kernels per step", "", "| kernel | calls | ms |", "|---|---|---|"]
+    lines += [f"| {k} | {v['calls']:.0f} | {v['ms']:.3f} |" for k, v in
+              sorted(d["kernels"].items(), key=lambda kv: -kv[1]["ms"])[:25]]
+    lines += ["", "## torch eager: self CPU per step (torch.profiler)", "",
+              "| op | calls | ms |", "|---|---|---|"]
+    lines += [f"| {k} | {v['calls']:.0f} | {v['us'] / 1e3:.3f} |" for k, v in
+              sorted(result["torch_ops_us_per_step"].items(), key=lambda kv: -kv[1]["us"])[:25]]
+    return "\n".join(lines) + "\n"
+
+
+def fmt_ms(x):
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main(argv=None):
@@ -137,8 +203,12 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="gpt_step_profile_")
     data_path = os.path.join(workdir, "data.npy")
     np.save(data_path, tok.encode(text))
-    job = {"cfg": cfg, "data": data_path, "batch": args.batch, "warmup": args.warmup,
-           "steps": args.steps, "profile_steps": args.profile_steps, "threads": args.threads}
+    weights = os.path.join(workdir, "init.npz")
+    run_dtorch({"what": "init_gpt", "cfg": cfg, "chars": tok.chars, "save": weights,
+                "threads": args.threads}, workdir)
+    job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
+           "warmup": args.warmup, "steps": args.steps, "profile_steps": args.profile_steps,
+           "threads": args.threads}
     job_path = os.path.join(workdir, "job.json")
     with open(job_path, "w") as f:
         json.dump(job, f)
@@ -147,45 +217,54 @@ def main(argv=None):
     for i, spec in enumerate(args.compare):
         env = dict(kv.split("=", 1) for kv in spec.split(","))
         variants.insert(i, (spec, env))
-    spec = {"models": ["gpt"], "gpt": cfg, "batch": {"gpt": args.batch},
-            "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
-            "ddp": False}
+    spec = {"gpt_step": dict(job, mode="eager", seed=0, lr=3e-3)}
     # Rounds alternate the variants and torch, so that a busy host slows
-    # them alike; each keeps its fastest round (per kernel: its least time).
+    # them alike; each keeps its fastest round (per kernel and op: its least
+    # time).
     rounds = {name: [] for name, _ in variants}
-    torch_rounds, torch_cpu_rounds, missing = [], [], None
+    torch_rounds, missing, loads = [], None, []
     for r in range(args.rounds):
         for name, env in variants:
             print(f"round {r + 1}: dtorch, GPT on 1 rank ({name}) ...", flush=True)
+            loads.append(os.getloadavg()[0])
             out = run_json([sys.executable, os.path.abspath(__file__), "--job", job_path],
                            timeout=600, env=dict(os.environ, **env))
             if "error" in out:
                 raise SystemExit(f"dtorch job ({name}): {out['error']}")
             rounds[name].append(out)
         print(f"round {r + 1}: torch eager ...", flush=True)
+        loads.append(os.getloadavg()[0])
         peer, missing = run_torch(args.torch_python, spec)
         if peer:
-            torch_rounds.append(peer["train"]["gpt"]["eager_1proc_s"])
-            if "eager_1proc_cpu_s" in peer["train"]["gpt"]:
-                torch_cpu_rounds.append(peer["train"]["gpt"]["eager_1proc_cpu_s"])
-    torch_s = min(torch_rounds) if torch_rounds else None
-    torch_cpu = min(torch_cpu_rounds) if torch_cpu_rounds else None
+            torch_rounds.append(peer)
+
+    def least(tables):
+        out = {}
+        for table in tables:
+            for key, k in table.items():
+                value = k.get("ms", k.get("us"))
+                if key not in out or value < out[key].get("ms", out[key].get("us")):
+                    out[key] = k
+        return out
+
+    torch_s = min(statistics.median(p["step_s"]) for p in torch_rounds) if torch_rounds else None
+    torch_cpu = min(p["cpu_s"] for p in torch_rounds) if torch_rounds else None
+    torch_ops = least(p["ops"] for p in torch_rounds) if torch_rounds else {}
     results = {}
     for name, outs in rounds.items():
-        kernels = {}
-        for out in outs:
-            for kernel, k in out["kernels"].items():
-                if kernel not in kernels or k["ms"] < kernels[kernel]["ms"]:
-                    kernels[kernel] = k
         results[name] = {"seconds": min(o["seconds"] for o in outs),
                          "cpu_seconds": min(o["cpu_seconds"] for o in outs),
-                         "round_seconds": [o["seconds"] for o in outs], "kernels": kernels}
-
+                         "round_seconds": [o["seconds"] for o in outs],
+                         "kernels": least(o["kernels"] for o in outs),
+                         "client_ops": least(o["client_ops"] for o in outs),
+                         "controller": least(o["controller"] for o in outs),
+                         "phases_cpu_ms": {k: min(o["phases_cpu_ms"][k] for o in outs)
+                                           for k in outs[0]["phases_cpu_ms"]}}
     names = [n for n, _ in variants]
     print(f"\nGPT 1 rank, batch {args.batch}, {args.threads} thread(s), median of "
           f"{args.steps} steps, fastest of {args.rounds} rounds; kernels of rank 0 per "
           f"step from a profile of {args.profile_steps} steps (least per kernel)")
-    print(f"torch eager step: " + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms")
+    print("torch eager step: " + ("-" if torch_s is None else f"{torch_s * 1e3:.2f} ms")
           + ("" if torch_cpu is None else f", {torch_cpu * 1e3:.2f} cpu ms")
           + (f" ({missing})" if missing else ""))
     width = max(22, max(len(n) for n in names) + 2)
@@ -213,15 +292,24 @@ def main(argv=None):
               "threads": args.threads, "batch": args.batch, "steps": args.steps,
               "config": cfg, "rounds": args.rounds,
               "torch_eager_step_ms": None if torch_s is None else torch_s * 1e3,
-              "torch_round_ms": [t * 1e3 for t in torch_rounds],
+              "torch_round_ms": [statistics.median(p["step_s"]) * 1e3 for p in torch_rounds],
               "torch_eager_cpu_ms": None if torch_cpu is None else torch_cpu * 1e3,
+              "torch_ops_us_per_step": torch_ops,
+              "load_min": min(loads), "load_max": max(loads),
               "torch_missing": missing,
               "dtorch": {n: {"environment": env, "step_ms": results[n]["seconds"] * 1e3,
                              "round_step_ms": [t * 1e3 for t in results[n]["round_seconds"]],
                              "cpu_ms_per_step": results[n]["cpu_seconds"] * 1e3,
                              "kernel_ms_per_step": sum(k["ms"] for k in
                                                        results[n]["kernels"].values()),
-                             "kernels": results[n]["kernels"]} for n, env in variants}}
+                             "kernels": results[n]["kernels"],
+                             "client_phases_cpu_ms": results[n]["phases_cpu_ms"],
+                             "client_ops": results[n]["client_ops"],
+                             "controller": results[n]["controller"]}
+                         for n, env in variants}}
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(profile_markdown(result))
+    print(f"wrote {args.out} and {os.path.splitext(args.out)[0]}.md")
     runs = []
     if os.path.exists(args.out):
         with open(args.out) as f:

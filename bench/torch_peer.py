@@ -5,7 +5,9 @@ environment (bench/setup_torch.sh) as a subprocess; prints one JSON object.
 
 SPEC.json (written by train_bench.py) names the models, sizes, thread count,
 whether to time DDP too ("ddp", default true)
-and the model.npz for the inference check. The models mirror
+and the model.npz for the inference check; or, under "gpt_step", one
+measurement of train_bench.py --gpt-step (the GPT's weights as a model.npz,
+the corpus, the batch seed, eager or DDP). The models mirror
 examples/gpt/model.py and the MLP of train_bench.py module for module, so a
 dtorch state dict loads into them by name.
 """
@@ -253,9 +255,106 @@ def inference(spec):
     return {"tokens": ids, "seconds": seconds, "tokens_per_s": len(ids) / seconds}
 
 
+def _load_gpt(weights):
+    """The GPT of `weights` (a model.npz written by train.save_model)."""
+    with np.load(weights) as f:
+        meta = json.loads(str(f["__meta__"]))
+        state = {k: torch.from_numpy(f[k]) for k in f.files if k != "__meta__"}
+    model = GPT(meta["config"])
+    model.load_state_dict(state)
+    return model
+
+
+def _gpt_step_times(model, job, rank=0, world=1):
+    """Wall seconds and losses of each step (forward, backward, AdamW step,
+    loss fetched) on the batches of train_bench.random_batch drawn from
+    job["data"] with job["seed"] (this rank's rows of the global batch), and
+    CPU seconds of this process per timed step."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from train_bench import random_batch
+    data = np.load(job["data"])
+    cfg = job["cfg"]
+    opt = torch.optim.AdamW(model.parameters(), lr=job["lr"], weight_decay=0.01)
+    rng = np.random.default_rng(job["seed"])
+    rows = job["batch"] // world
+    times, losses = [], []
+    for i in range(job["warmup"] + job["steps"]):
+        if i == job["warmup"]:
+            cpu = time.process_time()
+        xb, yb = random_batch("gpt", cfg, job["batch"], rng, data)
+        t = time.perf_counter()
+        x = torch.from_numpy(xb[rank * rows:(rank + 1) * rows])
+        y = torch.from_numpy(yb[rank * rows:(rank + 1) * rows])
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if i >= job["warmup"]:
+            times.append(time.perf_counter() - t)
+    return times, losses, (time.process_time() - cpu) / job["steps"]
+
+
+def _profile_ops(model, job):
+    """Self CPU microseconds and calls per step of every aten op (and the
+    optimizer's step) over job["steps"] steps under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _gpt_step_times(model, job)
+    n = job["steps"]
+    return {e.key: {"calls": e.count / n, "us": e.self_cpu_time_total / n}
+            for e in prof.key_averages() if e.self_cpu_time_total > 0}
+
+
+def _gpt_step_ddp_worker(rank, world, init_file, job, out_path):
+    torch.set_num_threads(job["threads"])
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    model = nn.parallel.DistributedDataParallel(_load_gpt(job["weights"]))
+    times, losses, cpu = _gpt_step_times(model, job, rank, world)
+    # Each step's loss over the global batch (equal rows per rank), the
+    # slowest rank's time per step, every rank's CPU.
+    loss_sum = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(loss_sum)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, (times, cpu))
+    if rank == 0:
+        step_times = [max(t[i] for t, _ in gathered) for i in range(len(times))]
+        with open(out_path, "w") as f:
+            json.dump({"step_s": step_times, "losses": (loss_sum / world).tolist(),
+                       "cpu_s": sum(c for _, c in gathered)}, f)
+    dist.destroy_process_group()
+
+
+def gpt_step(job):
+    """The GPT training step of train_bench.py --gpt-step in torch: eager in
+    this process (job["mode"] == "eager") or DDP with Gloo over
+    job["world"] processes."""
+    torch.set_num_threads(job["threads"])
+    if job["mode"] == "eager":
+        model = _load_gpt(job["weights"])
+        times, losses, cpu = _gpt_step_times(model, job)
+        out = {"step_s": times, "losses": losses, "cpu_s": cpu,
+               "threads": torch.get_num_threads(), "torch_version": torch.__version__}
+        if job.get("profile_steps"):
+            out["ops"] = _profile_ops(model, dict(job, warmup=0, steps=job["profile_steps"]))
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file, out_path = os.path.join(tmp, "init"), os.path.join(tmp, "out.json")
+        mp.spawn(_gpt_step_ddp_worker, args=(job["world"], init_file, job, out_path),
+                 nprocs=job["world"], join=True)
+        with open(out_path) as f:
+            out = json.load(f)
+    out.update(threads=job["threads"], torch_version=torch.__version__)
+    return out
+
+
 def main():
     with open(sys.argv[1]) as f:
         spec = json.load(f)
+    if "gpt_step" in spec:
+        print(json.dumps(gpt_step(spec["gpt_step"])))
+        return
     torch.set_num_threads(spec["threads"])
     result = {"torch_version": torch.__version__, "threads": torch.get_num_threads(),
               "train": {}}

@@ -16,6 +16,17 @@ training steps and --gen-train-steps more, saved as a model.npz); the
 generated tokens must equal torch's.
 
     python3 bench/train_bench.py [--steps 10] [--threads 1]
+    python3 bench/train_bench.py --gpt-step [--rounds 5] [--steps 20]
+
+--gpt-step times only the GPT training step, with the same initial weights
+(dtorch.manual_seed(0), saved once and loaded by both sides) and the same
+batches on both sides: dtorch on 1 rank next to torch eager in one process,
+dtorch DP=2 next to torch DDP (Gloo, 2 processes), each measurement in a
+fresh process, the four alternating in every round so that a busy host
+slows them alike. It reports the ratio of step times (best round and median
+of the per-round ratios), the CPU time per step of every process of each
+side, the largest difference of their losses, and the load average
+(bench/results/gpt_step/: table.md, results.json, gpt_step.png).
 
 torch runs in its own virtual environment (bench/setup_torch.sh makes it,
 build/torch-venv) as a subprocess (bench/torch_peer.py); without it the
@@ -38,7 +49,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
-DEFAULT_TORCH_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+
+
+def _default_torch_python():
+    """build/torch-venv's interpreter when bench/setup_torch.sh made it, else
+    this interpreter (scripts/setup.sh installs torch beside dtorch)."""
+    venv = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+DEFAULT_TORCH_PYTHON = _default_torch_python()
 
 
 def set_threads(threads):
@@ -128,10 +148,80 @@ def dtorch_generate(model_path, tp, prompt_ids, tokens, warmup_tokens):
     return ids, len(ids) / seconds
 
 
+def _children_cpu_seconds():
+    """User + system CPU seconds of this process's live children (the
+    embedded cluster's workers), from /proc."""
+    me, total = os.getpid(), 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:      # ppid
+            total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+    return total
+
+
+def dtorch_gpt_step(job):
+    """One --gpt-step measurement of dtorch in this (fresh) process: the GPT
+    of job["weights"] on a (ranks,) "dp" mesh (batch Shard(0)), trained on
+    the batches that torch_peer.gpt_step draws; wall seconds and loss of
+    every step, CPU seconds per timed step of this process and its workers."""
+    import dtorch
+    from dtorch import Shard
+    from generate import load_model
+    start_session(job["ranks"])
+    mesh = dtorch.init_device_mesh("cpu", (job["ranks"],), mesh_dim_names=("dp",))
+    model, _, _ = load_model(job["weights"], mesh)
+    model.train()
+    opt = dtorch.optim.AdamW(model.parameters(), lr=job["lr"], weight_decay=0.01)
+    data = np.load(job["data"])
+    rng = np.random.default_rng(job["seed"])
+    times, losses = [], []
+    for i in range(job["warmup"] + job["steps"]):
+        if i == job["warmup"]:
+            cpu = time.process_time() + _children_cpu_seconds()
+        xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
+        t = time.perf_counter()
+        x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
+        y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if i >= job["warmup"]:
+            times.append(time.perf_counter() - t)
+    cpu = (time.process_time() + _children_cpu_seconds() - cpu) / job["steps"]
+    return {"step_s": times, "losses": losses, "cpu_s": cpu}
+
+
+def save_initial_gpt(job):
+    """The GPT's initial weights (dtorch.manual_seed(0)) as a model.npz."""
+    import dtorch
+    from model import GPT, GPTConfig
+    from train import CharTokenizer, save_model
+    start_session(1)
+    mesh = dtorch.init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    dtorch.manual_seed(0)
+    with dtorch.nn.default_device_mesh(mesh):
+        model = GPT(GPTConfig(**job["cfg"]))
+    save_model(job["save"], model, GPTConfig(**job["cfg"]), CharTokenizer(job["chars"]))
+    return {"saved": job["save"]}
+
+
 def run_job(job):
     """One dtorch measurement in this (fresh) process; returns its JSON."""
     set_threads(job["threads"])
     from train import CharTokenizer, load_corpus, save_model
+    if job["what"] == "gpt_step":
+        return dtorch_gpt_step(job)
+    if job["what"] == "init_gpt":
+        return save_initial_gpt(job)
     if job["what"] == "train":
         data = np.load(job["data"]) if job["kind"] == "gpt" else None
         seconds, model = dtorch_train(job["kind"], job["cfg"], job["ranks"], job["batch"],
@@ -232,6 +322,152 @@ def plot(result, path):
     plt.close(fig)
 
 
+# ---- --gpt-step: the GPT training step side by side with torch -------------
+# (setting, dtorch ranks, the torch peer's mode)
+GPT_STEP_PAIRS = [("1 rank vs torch eager", 1, "eager"),
+                  ("DP=2 vs torch DDP (Gloo, 2 processes)", 2, "ddp")]
+
+
+def _summary(outs):
+    """Per setting: each round's median step (ms), the best and the median of
+    those, the least CPU ms per step, the losses of the first round."""
+    medians = [statistics.median(o["step_s"]) * 1e3 for o in outs]
+    return {"round_median_ms": medians, "best_ms": min(medians),
+            "median_ms": statistics.median(medians),
+            "cpu_ms": min(o["cpu_s"] for o in outs) * 1e3,
+            "round_cpu_ms": [o["cpu_s"] * 1e3 for o in outs],
+            "losses": outs[0]["losses"], "load": [o["load"] for o in outs]}
+
+
+def gpt_step_table(result):
+    """The markdown table of a --gpt-step result."""
+    lines = [
+        f"GPT training step (forward, backward, AdamW step, loss fetched): "
+        f"{result['config']}, batch {result['batch']}, {result['threads']} BLAS/OpenMP "
+        f"thread(s) per process; median of {result['steps']} steps after "
+        f"{result['warmup']} warm-up per round, {result['rounds']} interleaved rounds; "
+        f"ratio = dtorch time / torch time (goal: at most {1 / 1.2:.2f}, i.e. 1.2x faster); "
+        f"load average {result['load_min']:.1f}-{result['load_max']:.1f} on "
+        f"{os.cpu_count()} CPUs.", "",
+        "| setting | dtorch best ms | torch best ms | ratio (best) | ratio (median of "
+        "rounds) | dtorch CPU ms | torch CPU ms | CPU ratio | max loss diff |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        d, t = row["dtorch"], row["torch"]
+        lines.append(
+            f"| {row['setting']} | {d['best_ms']:.2f} | {fmt(t and t['best_ms'])} | "
+            f"{fmt(row['ratio_best'])} | {fmt(row['ratio_round_median'])} | "
+            f"{d['cpu_ms']:.2f} | {fmt(t and t['cpu_ms'])} | {fmt(row['cpu_ratio'])} | "
+            f"{fmt(row['max_loss_diff'], '{:.1e}')} |")
+    if result["torch_missing"]:
+        lines += ["", f"torch column missing: {result['torch_missing']}"]
+    lines += ["", "CPU ms: all processes of the side per step (dtorch: the client with "
+              "its controller thread and the workers; DDP: both processes)."]
+    if result["load_max"] > (os.cpu_count() or 1):
+        lines += ["", "The load average exceeded the CPU count: wall times then measure "
+                  "each side's share of the scheduler as much as its work (dtorch runs a "
+                  "client and worker processes, torch eager one process), so the CPU "
+                  "ratio is the steadier comparison."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_gpt_step(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    rows = result["rows"]
+    xs = np.arange(len(rows))
+    ax1.bar(xs - 0.2, [r["dtorch"]["best_ms"] for r in rows], 0.4, label="dtorch")
+    ax1.bar(xs + 0.2, [r["torch"]["best_ms"] if r["torch"] else 0 for r in rows], 0.4,
+            label="torch")
+    ax1.set_xticks(xs, [r["setting"].replace(" vs ", "\nvs ") for r in rows], fontsize=8)
+    ax1.set_ylabel("step ms (best round median)")
+    ax1.set_title("GPT training step (lower is better)")
+    ax1.legend()
+    for i, r in enumerate(rows):
+        if r["round_ratios"]:
+            ax2.plot([i] * len(r["round_ratios"]), r["round_ratios"], "o", alpha=0.6)
+    ax2.axhline(1.0, color="gray", lw=0.8)
+    ax2.axhline(1 / 1.2, color="green", lw=0.8, ls="--", label="goal (1.2x faster)")
+    ax2.set_xticks(xs, [r["setting"].split(" vs ")[0] for r in rows])
+    ax2.set_ylabel("dtorch / torch step time, per round")
+    ax2.set_title(f"ratio per interleaved round (load {result['load_min']:.0f}-"
+                  f"{result['load_max']:.0f})")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def gpt_step_bench(args):
+    """The same GPT (config, initial weights, batches) trained through dtorch
+    and torch in interleaved rounds; writes table.md, results.json and
+    gpt_step.png to args.out/gpt_step."""
+    from train import CharTokenizer, load_corpus
+    text = load_corpus(("json", "textwrap"))
+    tok = CharTokenizer.from_text(text)
+    cfg = dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4, d_model=64)
+    workdir = tempfile.mkdtemp(prefix="gpt_step_")
+    data_path, weights = os.path.join(workdir, "data.npy"), os.path.join(workdir, "init.npz")
+    np.save(data_path, tok.encode(text))
+    run_dtorch({"what": "init_gpt", "cfg": cfg, "chars": tok.chars, "save": weights,
+                "threads": args.threads}, workdir)
+    base = {"cfg": cfg, "data": data_path, "weights": weights, "seed": 0,
+            "batch": args.gpt_batch, "warmup": args.warmup, "steps": args.steps,
+            "lr": 3e-3, "threads": args.threads}
+    outs = {(side, ranks): [] for _, ranks, _ in GPT_STEP_PAIRS for side in ("dtorch", "torch")}
+    missing, version = None, None
+    for r in range(args.rounds):
+        for setting, ranks, mode in GPT_STEP_PAIRS:
+            for side in ("dtorch", "torch"):
+                if side == "torch" and missing:
+                    continue
+                print(f"round {r + 1}/{args.rounds}: {side}, {setting.split(' vs ')[0]} ...",
+                      flush=True)
+                load = os.getloadavg()[0]
+                if side == "dtorch":
+                    out = run_dtorch(dict(base, what="gpt_step", ranks=ranks), workdir)
+                else:
+                    out, missing = run_torch(args.torch_python, {"gpt_step": dict(
+                        base, mode=mode, world=ranks)})
+                    if out is None:
+                        continue
+                    version = out["torch_version"]
+                out["load"] = load
+                outs[(side, ranks)].append(out)
+    loads = [o["load"] for v in outs.values() for o in v]
+    rows = []
+    for setting, ranks, _ in GPT_STEP_PAIRS:
+        d = _summary(outs[("dtorch", ranks)])
+        t = _summary(outs[("torch", ranks)]) if outs[("torch", ranks)] else None
+        ratios = ([a / b for a, b in zip(d["round_median_ms"], t["round_median_ms"])]
+                  if t else [])
+        rows.append({
+            "setting": setting, "ranks": ranks, "dtorch": d, "torch": t,
+            "ratio_best": ratio(d["best_ms"], t and t["best_ms"]),
+            "ratio_round_median": statistics.median(ratios) if ratios else None,
+            "round_ratios": ratios, "cpu_ratio": ratio(d["cpu_ms"], t and t["cpu_ms"]),
+            "max_loss_diff": (max(abs(a - b) for a, b in zip(d["losses"], t["losses"]))
+                              if t else None)})
+    result = {"config": cfg, "batch": args.gpt_batch, "threads": args.threads,
+              "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
+              "torch_version": version, "torch_missing": missing,
+              "load_min": min(loads), "load_max": max(loads),
+              "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
+    table = gpt_step_table(result)
+    print("\n" + table)
+    out_dir = os.path.join(args.out, "gpt_step")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "table.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot_gpt_step(result, os.path.join(out_dir, "gpt_step.png"))
+    print(f"wrote {out_dir}/table.md, results.json and gpt_step.png")
+    return result
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="timed steps (median)")
@@ -246,6 +482,11 @@ def main(argv=None):
                     "so that greedy generation is not one repeated character")
     ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--gpt-step", action="store_true",
+                    help="only the GPT training step, dtorch next to torch with the same "
+                    "weights and batches, in --rounds interleaved rounds (bench/results/"
+                    "gpt_step/: table.md, results.json, gpt_step.png)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of --gpt-step")
     ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
     args = ap.parse_args(argv)
     if args.job:
@@ -253,6 +494,8 @@ def main(argv=None):
             print(json.dumps(run_job(json.load(f))))
         return None
     set_threads(args.threads)
+    if args.gpt_step:
+        return gpt_step_bench(args)
 
     from train import CharTokenizer, load_corpus
     text = load_corpus(("json", "textwrap"))

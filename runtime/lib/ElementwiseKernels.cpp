@@ -13,8 +13,10 @@ using namespace detail;
 
 namespace {
 
-// fn works on ComputeType<T> (float32 for the 16-bit floats).
-template <class T, class Fn>
+// fn works on ComputeType<T> (float32 for the 16-bit floats). `Vectorize`:
+// fn is plain arithmetic that the compiler vectorizes for float and double
+// when told the buffers never partly overlap (see the loops below).
+template <class T, bool Vectorize = false, class Fn>
 void registerUnary(KernelRegistry &registry, const char *op, Fn fn) {
   Kernel kernel;
   kernel.numInputs = 1;
@@ -28,13 +30,25 @@ void registerUnary(KernelRegistry &registry, const char *op, Fn fn) {
     using C = ComputeType<T>;
     const T *x = inputs[0]->data_as<T>();
     T *out = outputs[0]->data_as<T>();
-    for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
-      out[i] = static_cast<T>(fn(static_cast<C>(x[i])));
+    int64_t n = outputs[0]->numel();
+    if constexpr (Vectorize && std::is_floating_point_v<T>) {
+      // `out` may be `x` (buffer planning runs a kernel in place): element
+      // i reads x[i] only, so the vectorized loop is safe without the
+      // overlap check, whose failure would run it one element at a time.
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#endif
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<T>(fn(static_cast<C>(x[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<T>(fn(static_cast<C>(x[i])));
+    }
   };
   addCpuKernel<T>(registry, op, std::move(kernel));
 }
 
-template <class T, class Fn>
+template <class T, bool Vectorize = false, class Fn>
 void registerBinary(KernelRegistry &registry, const char *op, Fn fn) {
   Kernel kernel;
   kernel.numInputs = 2;
@@ -49,8 +63,18 @@ void registerBinary(KernelRegistry &registry, const char *op, Fn fn) {
     const T *a = inputs[0]->data_as<T>();
     const T *b = inputs[1]->data_as<T>();
     T *out = outputs[0]->data_as<T>();
-    for (int64_t i = 0, n = outputs[0]->numel(); i < n; ++i)
-      out[i] = static_cast<T>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
+    int64_t n = outputs[0]->numel();
+    if constexpr (Vectorize && std::is_floating_point_v<T>) {
+      // In place or not, element i reads a[i] and b[i] only (see above).
+#if defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#endif
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<T>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = static_cast<T>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
+    }
   };
   addCpuKernel<T>(registry, op, std::move(kernel));
 }
@@ -66,12 +90,12 @@ double sigmoidOf(double x) {
 // T is float, double, Half or BFloat16; C is what it is computed in.
 template <class T> void registerFloatKernels(KernelRegistry &registry) {
   using C = ComputeType<T>;
-  registerUnary<T>(registry, "neg", [](C x) { return -x; });
-  registerUnary<T>(registry, "abs", [](C x) { return std::abs(x); });
+  registerUnary<T, true>(registry, "neg", [](C x) { return -x; });
+  registerUnary<T, true>(registry, "abs", [](C x) { return std::abs(x); });
   registerUnary<T>(registry, "sqrt", [](C x) { return std::sqrt(x); });
   registerUnary<T>(registry, "rsqrt", [](C x) { return C(1) / std::sqrt(x); });
-  registerUnary<T>(registry, "relu",
-                   [](C x) { return x < C(0) ? C(0) : x; }); // keeps NaN
+  registerUnary<T, true>(registry, "relu",
+                         [](C x) { return x < C(0) ? C(0) : x; }); // keeps NaN
   if constexpr (std::is_same_v<C, double>) {
     // float64 calls libm, as the generated kernels do; the others compute
     // the generated kernels' float32 approximations (FloatMathKernels.cpp).
@@ -87,10 +111,10 @@ template <class T> void registerFloatKernels(KernelRegistry &registry) {
   registerUnary<T>(registry, "sin", [](C x) { return std::sin(x); });
   registerUnary<T>(registry, "cos", [](C x) { return std::cos(x); });
 
-  registerBinary<T>(registry, "add", [](C a, C b) { return a + b; });
-  registerBinary<T>(registry, "sub", [](C a, C b) { return a - b; });
-  registerBinary<T>(registry, "mul", [](C a, C b) { return a * b; });
-  registerBinary<T>(registry, "div", [](C a, C b) { return a / b; });
+  registerBinary<T, true>(registry, "add", [](C a, C b) { return a + b; });
+  registerBinary<T, true>(registry, "sub", [](C a, C b) { return a - b; });
+  registerBinary<T, true>(registry, "mul", [](C a, C b) { return a * b; });
+  registerBinary<T, true>(registry, "div", [](C a, C b) { return a / b; });
   // NaN-propagating, like torch.maximum / torch.minimum, and written as the
   // generated kernels compute them (arith.maximumf/minimumf as MLIR's
   // arith-expand lowers them): a NaN operand is the result (b when both

@@ -388,19 +388,36 @@ template <class T> Kernel scatterAddKernel() {
     const int64_t *indices = index.data_as<int64_t>();
     const T *ss = src.data_as<T>();
     T *os = out.data_as<T>();
-    std::vector<int64_t> p(rank, 0);
-    int64_t i = 0;
-    do {
-      int64_t value = indices[i++];
-      checkIndexValue("scatter_add", value, selfShape[dim], dim);
-      int64_t target = value * outStrides[dim], source = 0;
-      for (int64_t d = 0; d < rank; ++d) {
+    // Row by row along the index's last dim: the offsets of the other dims
+    // are computed once a row. Elements are still added in the index's
+    // row-major order, so repeated targets accumulate as before.
+    int64_t last = rank - 1, rowLength = indexShape[last];
+    int64_t rows = index.numel() / rowLength;
+    int64_t dimStride = outStrides[dim], extent = selfShape[dim];
+    int64_t outStep = dim == last ? 0 : outStrides[last];
+    int64_t srcStep = srcStrides[last];
+    std::vector<int64_t> p(static_cast<size_t>(last), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t target = 0, source = 0;
+      for (int64_t d = 0; d < last; ++d) {
         source += p[d] * srcStrides[d];
         if (d != dim)
           target += p[d] * outStrides[d];
       }
-      os[target] = addWrapping(os[target], ss[source]);
-    } while (nextIndex(p, indexShape));
+      const int64_t *row = indices + r * rowLength;
+      for (int64_t j = 0; j < rowLength; ++j) {
+        int64_t value = row[j];
+        if (value < 0 || value >= extent)
+          checkIndexValue("scatter_add", value, extent, dim);
+        T &slot = os[target + value * dimStride + j * outStep];
+        slot = addWrapping(slot, ss[source + j * srcStep]);
+      }
+      for (int64_t d = last; d-- > 0;) {
+        if (++p[d] < indexShape[d])
+          break;
+        p[d] = 0;
+      }
+    }
   };
   return kernel;
 }

@@ -2,6 +2,8 @@
 // buckets.
 #include "KernelSupport.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 namespace dtorch::rt {
@@ -240,11 +242,34 @@ template <class T> Kernel broadcastToKernel() {
       strides[lead + d] = x.shape()[d] == 1 ? 0 : inStrides[d];
     const T *xs = x.data_as<T>();
     T *os = out.data_as<T>();
-    std::vector<int64_t> index(rank, 0);
+    // The trailing dims that are all read along (a contiguous run of x:
+    // copied) or all repeated (one element of x: filled) make one block of
+    // the output; the dims before them step from block to block. Extents of
+    // 1 go with either.
+    size_t split = rank;
+    bool repeatedRun = false, kindKnown = false;
+    int64_t block = 1;
+    while (split > 0) {
+      size_t d = split - 1;
+      if (shape[d] != 1) {
+        bool repeated = strides[d] == 0;
+        if (kindKnown && repeated != repeatedRun)
+          break;
+        repeatedRun = repeated;
+        kindKnown = true;
+      }
+      block *= shape[d];
+      split = d;
+    }
+    std::vector<int64_t> index(split, 0);
     int64_t source = 0;
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) {
-      os[i] = xs[source];
-      for (size_t d = rank; d-- > 0;) {
+    for (int64_t start = 0, n = out.numel(); start < n; start += block) {
+      T *dst = os + start;
+      if (repeatedRun)
+        std::fill(dst, dst + block, xs[source]);
+      else
+        std::copy(xs + source, xs + source + block, dst);
+      for (size_t d = split; d-- > 0;) {
         source += strides[d];
         if (++index[d] < shape[d])
           break;

@@ -5,6 +5,7 @@
 #include "dtorch/runtime/Kernels.h"
 
 #include <limits>
+#include <random>
 
 namespace dtorch::rt::test {
 namespace {
@@ -240,6 +241,38 @@ TYPED_TEST(ScatterAddKernels, AddsSourceAtIndexedPositions) {
   // An empty index leaves self as it is.
   out = runScatterAdd(self, indices({0, 3}, {}), src, 0);
   EXPECT_EQ(valuesOf<T>(out), iota<T>(6));
+}
+
+TEST(ScatterAddKernelsCheck, ThreeDimsEveryDimMatchesElementwiseReference) {
+  // self [4, 3, 5], src [3, 3, 6], index [3, 2, 4] (smaller than both in
+  // every dim but `dim`), repeated targets: each element of the result must
+  // be self plus the src values the index sends there, added in the
+  // index's row-major order (float64: exact for these small integers).
+  std::mt19937 rng(5);
+  const Shape selfShape{4, 3, 5}, srcShape{3, 3, 6}, indexShape{3, 2, 4};
+  std::vector<double> selfValues(60), srcValues(54);
+  for (double &v : selfValues)
+    v = static_cast<double>(rng() % 17);
+  for (double &v : srcValues)
+    v = static_cast<double>(rng() % 13);
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    std::vector<int64_t> idx(24);
+    for (int64_t &v : idx)
+      v = static_cast<int64_t>(rng() % static_cast<unsigned>(selfShape[dim]));
+    Tensor out =
+        runScatterAdd(makeTensor<double>(F64, selfShape, selfValues),
+                      indices(indexShape, idx),
+                      makeTensor<double>(F64, srcShape, srcValues), dim);
+    std::vector<double> want = selfValues;
+    for (int64_t a = 0; a < 3; ++a)
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t p[3] = {a, b, c};
+          p[dim] = idx[(a * 2 + b) * 4 + c];
+          want[(p[0] * 3 + p[1]) * 5 + p[2]] += srcValues[(a * 3 + b) * 6 + c];
+        }
+    EXPECT_EQ(valuesOf<double>(out), want) << "dim " << dim;
+  }
 }
 
 TEST(ScatterAddKernelsCheck, Int32WrapsAround) {

@@ -512,6 +512,54 @@ TYPED_TEST(AllKernels, BroadcastTo) {
       {"cannot broadcast"});
 }
 
+TYPED_TEST(AllKernels, BroadcastToEveryKindOfRun) {
+  // The kernel copies or fills blocks of trailing dims; each output element
+  // must still be the input element numpy's broadcasting names.
+  using T = typename TypeParam::T;
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{}, {2, 3}},
+      {{1}, {5}},
+      {{3, 1}, {2, 3, 4}},
+      {{4}, {2, 3, 4}},
+      {{1, 4}, {3, 4}},
+      {{2, 1, 4}, {2, 3, 4}},
+      {{2, 3, 1}, {2, 3, 5}},
+      {{1, 3, 1}, {2, 3, 4}},
+      {{2, 1, 1, 3}, {2, 4, 5, 3}},
+      {{3, 4}, {3, 4}},
+      {{1, 1}, {1, 7}},
+      {{5, 1, 1}, {5, 1, 6}},
+      {{1, 2, 1, 3}, {4, 2, 5, 3}}};
+  for (const auto &[in, out] : cases) {
+    int64_t n = 1, m = 1;
+    for (int64_t e : in)
+      n *= e;
+    for (int64_t e : out)
+      m *= e;
+    std::vector<T> xs = iota<T>(n);
+    std::vector<T> got = valuesOf<T>(
+        runKernel("broadcast_to", {makeTensor<T>(TypeParam::dtype, in, xs)},
+                  TypeParam::dtype, out));
+    ASSERT_EQ(static_cast<int64_t>(got.size()), m);
+    size_t lead = out.size() - in.size();
+    for (int64_t i = 0; i < m; ++i) {
+      // The input element of output element i, dim by dim.
+      int64_t rest = i, source = 0, stride = 1;
+      for (size_t d = out.size(); d-- > 0;) {
+        int64_t coord = rest % out[d];
+        rest /= out[d];
+        if (d >= lead) {
+          int64_t extent = in[d - lead];
+          source += (extent == 1 ? 0 : coord) * stride;
+          stride *= extent;
+        }
+      }
+      ASSERT_EQ(got[i], xs[source])
+          << shapeToString(in) << " -> " << shapeToString(out) << " at " << i;
+    }
+  }
+}
+
 TYPED_TEST(AllKernels, BucketPackAndUnpack) {
   using T = typename TypeParam::T;
   std::vector<T> xs = iota<T>(6), ys = iota<T>(4);
