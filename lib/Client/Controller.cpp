@@ -205,7 +205,11 @@ void Controller::runSegment(Segment &seg) {
     }
     // One upload per worker process: the class programs and the mesh's
     // ranks; each rank resolves its own program from its coordinates.
-    backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
+    if (mesh.device == "cpu")
+      backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
+    else
+      backend_->uploadProgramsOnDevice(c->programId, c->programs, mesh.ranks,
+                                       mesh.device, mesh.deviceOrdinals);
     c->uploaded = true;
   }
   {
