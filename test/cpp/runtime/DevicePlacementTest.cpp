@@ -183,6 +183,16 @@ TEST(DevicePlacement, RanksWithoutADeviceAreAllNamed) {
       {"rank 9 is outside the world of 4 ranks"});
 }
 
+TEST(DevicePlacement, DeviceCollectivesNeedAGpuPerRank) {
+  auto hostOf = [](int rank) { return rank < 2 ? "a" : "b"; };
+  EXPECT_TRUE(ranksHaveTheirOwnDevices({0, 1, 2, 3}, {0, 1, 0, 1}, hostOf));
+  // Ranks 0 and 1 share GPU 0 of host a.
+  EXPECT_FALSE(ranksHaveTheirOwnDevices({0, 1, 2, 3}, {0, 0, 0, 1}, hostOf));
+  // The same ordinal on two hosts is two GPUs.
+  EXPECT_TRUE(ranksHaveTheirOwnDevices({0, 2}, {0, 0}, hostOf));
+  EXPECT_FALSE(ranksHaveTheirOwnDevices({0, 2}, {0}, hostOf));
+}
+
 // ---- staged copies
 // -------------------------------------------------------------
 
@@ -291,6 +301,65 @@ TEST(DevicePlacement, CollectivesOfADeviceProgramGoThroughTheHost) {
     EXPECT_GE(gpu.streamSynchronizations, 2);
     EXPECT_GE(gpu.deviceToHost, 1);
   }
+}
+
+// Counts the all_reduces it is given and where their tensors live; the sum of
+// one member is the input.
+class CountingCommunicator final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  void all_reduce(const Tensor &x, Tensor &out, const Group &,
+                  ReduceOp) override {
+    ++calls;
+    onDevice = x.device().kind() != DeviceKind::Cpu;
+    std::memcpy(out.data(), x.data(), x.nbytes());
+  }
+  void all_gather(const Tensor &, Tensor &, const Group &, int64_t,
+                  const std::vector<int64_t> &) override {}
+  void reduce_scatter(const Tensor &, Tensor &, const Group &, ReduceOp,
+                      int64_t, const std::vector<int64_t> &) override {}
+  void all_to_all(const Tensor &, Tensor &, const Group &, int64_t,
+                  const std::vector<int64_t> &, int64_t,
+                  const std::vector<int64_t> &) override {}
+  void broadcast(const Tensor &, Tensor &, const Group &, int64_t) override {}
+  void send(const Tensor &, int64_t, int64_t) override {}
+  void recv(Tensor &, int64_t, int64_t) override {}
+  int calls = 0;
+  bool onDevice = false;
+};
+
+TEST(DevicePlacement, UploadsWithDeviceCollectivesUseTheDeviceCommunicator) {
+  ProgramBuilder b;
+  int x = b.input(F32, {2});
+  int y = b.buffer(F32, {2});
+  Instruction &reduce = b.add("all_reduce", {x}, {y}, COMM);
+  setInts(reduce, "group", {0});
+  setString(reduce, "reduce", "sum");
+  b.output(y);
+  Program program = onOneRankMesh(b.program());
+  RankContext context = RankContext::of({1}, {0}, 0);
+
+  HostBackedDevice gpu;
+  CountingCommunicator host;
+  auto owned = std::make_unique<CountingCommunicator>();
+  CountingCommunicator &device = *owned;
+  RankState state(0, &host);
+  state.setDeviceCommunicator(gpu, std::move(owned));
+  EXPECT_TRUE(state.hasDeviceCommunicator(gpu));
+  state.upload(1, {&program}, context, nullptr, &gpu, true);
+  state.upload(2, {&program}, context, nullptr, &gpu, false);
+  state.put(10, makeTensor<float>(F32, {2}, {3, 4}));
+  ASSERT_EQ(state.run(1, {10}, {11}), std::nullopt);
+  EXPECT_EQ(device.calls, 1);
+  EXPECT_TRUE(device.onDevice); // given the device tensors
+  EXPECT_EQ(host.calls, 0);
+  // Without device collectives (ranks share a GPU): the host, host tensors.
+  ASSERT_EQ(state.run(2, {10}, {12}), std::nullopt);
+  EXPECT_EQ(host.calls, 1);
+  EXPECT_FALSE(host.onDevice);
+  EXPECT_EQ(device.calls, 1);
+  EXPECT_EQ(valuesOf<float>(state.fetchToHost(11)), (std::vector<float>{3, 4}));
+  EXPECT_EQ(valuesOf<float>(state.fetchToHost(12)), (std::vector<float>{3, 4}));
 }
 
 } // namespace
