@@ -3,7 +3,12 @@
 # backend and runs every GPU test and benchmark, then prints one table:
 #   - cuda_kernel_tests: every CUDA kernel against its CPU twin (parity),
 #     the device layer (streams, events, caching allocator), coverage;
-#   - gpu_gemm_bench: GEMM TFLOP/s of DTorch's CUDA matmul next to cuBLAS.
+#   - gpu_gemm_bench: GEMM TFLOP/s of DTorch's CUDA matmul next to cuBLAS;
+#   - the NCCL communicator's tests (cuda_kernel_tests NcclCommunicator.*:
+#     one rank per GPU; a world of one on a single GPU) and
+#     nccl_allreduce_bench: float32 all_reduce bandwidth, one rank per GPU;
+#   - test_cuda_device.py: a "cuda" mesh of dtorch-worker processes computing
+#     on the GPU (device chosen from the mesh) against the CPU.
 # Fails at once with "no GPU" where there is none. Budget: 8 minutes.
 #
 #   scripts/gpu-check.sh [--no-build]
@@ -75,7 +80,41 @@ if [ -x "$BUILD/bin/gpu_gemm_bench" ]; then
     row "gpu_gemm_bench" FAILED "$(tail -1 /tmp/gpu-check-gemm.log)"
   fi
 fi
-row "python per-op parity" "n/a" "CUDA meshes do not run programs yet (executor on the device layer: to do)"
+if [ -x "$BUILD/bin/cuda_kernel_tests" ]; then
+  t=$(date +%s)
+  timeout 120 "$BUILD/bin/cuda_kernel_tests" --gtest_filter='NcclCommunicator.*' \
+    > /tmp/gpu-check-nccl.log 2>&1
+  rc=$?
+  ran=$(grep -c "^\[       OK \]" /tmp/gpu-check-nccl.log)
+  skipped=$(grep -A1 "SKIPPED \]" /tmp/gpu-check-nccl.log | grep -o "needs [0-9] GPUs[^)]*" | sort -u | tr '\n' ' ')
+  if [ $rc -eq 0 ]; then
+    row "NCCL communicator tests" ok "$(elapsed "$t"); $ran passed; skipped: ${skipped:-none}"
+  else
+    STATUS=1
+    grep -E "Failure|FAILED|error" /tmp/gpu-check-nccl.log | head -10
+    row "NCCL communicator tests" FAILED "rc $rc, log /tmp/gpu-check-nccl.log"
+  fi
+fi
+if [ -x "$BUILD/bin/nccl_allreduce_bench" ]; then
+  t=$(date +%s)
+  if timeout 120 "$BUILD/bin/nccl_allreduce_bench" > /tmp/gpu-check-nccl-bench.log 2>&1; then
+    row "nccl_allreduce_bench" ok "$(elapsed "$t"); $(head -1 /tmp/gpu-check-nccl-bench.log)"
+    while read -r _ ranks mib ms algbw busbw; do
+      row "  all_reduce f32 ${mib} MiB" "" "$ranks rank(s): $ms ms, algbw $algbw GB/s, busbw $busbw GB/s"
+    done < <(grep -E "^all_reduce " /tmp/gpu-check-nccl-bench.log)
+  else
+    STATUS=1
+    row "nccl_allreduce_bench" FAILED "$(tail -1 /tmp/gpu-check-nccl-bench.log)"
+  fi
+fi
+t=$(date +%s)
+if PYTHONPATH=$ROOT/python timeout 180 python3 -m pytest -q test/python/test_cuda_device.py \
+    > /tmp/gpu-check-python.log 2>&1; then
+  row "test_cuda_device.py" ok "$(elapsed "$t"); $(tail -1 /tmp/gpu-check-python.log)"
+else
+  STATUS=1
+  row "test_cuda_device.py" FAILED "$(tail -1 /tmp/gpu-check-python.log)"
+fi
 
 # ---- the table -----------------------------------------------------------------
 echo

@@ -38,6 +38,18 @@ public:
       classes.push_back(&p);
     translated([&] { cluster_->uploadPrograms(id, classes, meshRanks); });
   }
+  void uploadProgramsOnDevice(
+      uint64_t id, const std::vector<wire::Program> &programs,
+      const std::vector<int64_t> &meshRanks, const std::string &deviceType,
+      const std::vector<int32_t> &deviceOrdinals) override {
+    std::vector<const wire::Program *> classes;
+    for (const wire::Program &p : programs)
+      classes.push_back(&p);
+    translated([&] {
+      cluster_->uploadPrograms(id, classes, meshRanks, deviceType,
+                               deviceOrdinals);
+    });
+  }
   using Backend::free;
   using Backend::run;
   void run(const std::vector<int64_t> &ranks, uint64_t id,

@@ -188,7 +188,7 @@ void Controller::runSegment(Segment &seg) {
         controllerSpan(trace_, "controller", "compile");
     bucket.push_back(obtain(seg, mesh));
     c = bucket.back().get();
-  } else if (!c->fused && fusionTier_ == FusionTier::FromSecondRun) {
+  } else if (!c->fused && fusionTierFor(mesh) == FusionTier::FromSecondRun) {
     std::optional<rt::TraceSpan> compileSpan =
         controllerSpan(trace_, "controller", "compile with fusion");
     promoteToFused(*c);
@@ -213,7 +213,11 @@ void Controller::runSegment(Segment &seg) {
     }
     // One upload per worker process: the class programs and the mesh's
     // ranks; each rank resolves its own program from its coordinates.
-    backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
+    if (mesh.device == "cpu")
+      backend_->uploadPrograms(c->programId, c->programs, mesh.ranks);
+    else
+      backend_->uploadProgramsOnDevice(c->programId, c->programs, mesh.ranks,
+                                       mesh.device, mesh.deviceOrdinals);
     c->uploaded = true;
   }
   {
@@ -257,14 +261,14 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   c->mesh = mesh;
   // The first compile generates fused kernels only when asked from the
   // first run; the disk may hold a segment already compiled with them.
-  bool fuse = fusionTier_ == FusionTier::FromFirstRun;
+  bool fuse = fusionTierFor(mesh) == FusionTier::FromFirstRun;
   uint64_t diskKey = 0;
   std::string structure;
   if (disk_.enabled()) {
     auto start = std::chrono::steady_clock::now();
     structure = structureBytes(seg, mesh);
     std::optional<std::vector<wire::Program>> programs;
-    if (fusionTier_ != FusionTier::Never) {
+    if (fusionTierFor(mesh) != FusionTier::Never) {
       programs = disk_.load(diskKeyOf(seg, mesh, true), structure);
       c->fused = programs && !programs->empty();
     }

@@ -207,6 +207,11 @@ private:
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
   FusionTier fusionTier_ = fusionTierFromEnvironment();
+  // The generated (fused) kernels are host code: a mesh on another device
+  // ("cuda") runs the kernel registry's kernels, never fused ones.
+  FusionTier fusionTierFor(const Mesh &mesh) const {
+    return mesh.device == "cpu" ? fusionTier_ : FusionTier::Never;
+  }
   Compiled *last_ = nullptr;
   ProgramDiskCache disk_;
   mutable std::mutex statsMutex_;

@@ -242,6 +242,16 @@ Backend::checkpoint(const wire::CheckpointRequest &) {
                     "the cluster or in-process backend");
 }
 
+void Backend::uploadProgramsOnDevice(uint64_t,
+                                     const std::vector<wire::Program> &,
+                                     const std::vector<int64_t> &,
+                                     const std::string &deviceType,
+                                     const std::vector<int32_t> &) {
+  throw DTorchError("this backend runs its ranks in the client process, on "
+                    "the CPU: no '" +
+                    deviceType + "' device");
+}
+
 std::unique_ptr<Backend> makeInProcessBackend(int worldSize) {
   return std::make_unique<InProcessBackend>(worldSize);
 }

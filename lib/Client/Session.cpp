@@ -8,6 +8,7 @@
 #include "TensorData.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
+#include "dtorch/runtime/DevicePlacement.h"
 #include "dtorch/runtime/Transport.h"
 
 #include <algorithm>
@@ -124,26 +125,30 @@ int Session::addMesh(Shape shape, std::vector<std::string> names,
   if (!names.empty() && names.size() != shape.size())
     throw ValueError("mesh has " + std::to_string(shape.size()) + " dims but " +
                      std::to_string(names.size()) + " dim names");
+  std::vector<int32_t> deviceOrdinals;
   if (device == "cuda") {
-    // Every rank's worker must have a GPU; the first that has none is named.
-    for (int64_t rank : ranks) {
-      std::string why;
-      if (controller_->cudaDevicesOf(static_cast<int>(rank), why) == 0)
-        throw DTorchError("init_device_mesh('cuda'): rank " +
-                          std::to_string(rank) + " on host " +
-                          controller_->hostOf(static_cast<int>(rank)) +
-                          " has no CUDA device (" + why + ")");
+    // Every rank's worker must have a GPU: the error names each one that
+    // has none. Each rank's GPU is its index on its host modulo the host's
+    // GPU count.
+    try {
+      deviceOrdinals = rt::assignDeviceOrdinals(
+          ranks, worldSize(),
+          [&](int rank) { return controller_->hostOf(rank); },
+          [&](int rank, std::string &why) {
+            return controller_->cudaDevicesOf(rank, why);
+          });
+    } catch (const rt::RuntimeError &e) {
+      throw DTorchError(std::string("init_device_mesh('cuda'): ") + e.what());
     }
-    throw DTorchError(
-        "init_device_mesh('cuda'): the workers have GPUs, but running "
-        "programs on them is not wired into the executor yet (issue 13: "
-        "the CUDA kernels and device layer exist; see docs/guide/gpu.md)");
-  }
-  if (device != "cpu")
+  } else if (device != "cpu")
     throw ValueError("device type '" + device +
                      "' is not available (workers run on cpu or cuda)");
-  Mesh m{static_cast<int>(meshes_.size()), std::move(shape), std::move(names),
-         std::move(ranks), std::move(device)};
+  Mesh m{static_cast<int>(meshes_.size()),
+         std::move(shape),
+         std::move(names),
+         std::move(ranks),
+         std::move(device),
+         std::move(deviceOrdinals)};
   meshes_.push_back(m);
   controller_->addMesh(m);
   return m.id;

@@ -1,5 +1,10 @@
 #include "CudaDevice.h"
+
+#ifdef DTORCH_HAVE_NCCL
+#include "NcclCommunicator.h"
+#endif
 #include "CudaLaunch.h"
+#include "dtorch/runtime/DevicePlacement.h"
 
 #include "dtorch/runtime/Allocator.h"
 #include "dtorch/runtime/Kernels.h"
@@ -325,6 +330,18 @@ void registerCudaBackend() {
     };
     registerDeviceProvider("cuda", std::move(provider));
     registerCudaKernels(KernelRegistry::global());
+#ifdef DTORCH_HAVE_NCCL
+    registerDeviceCommunicatorFactory(
+        "cuda",
+        [](int rank, Device &device, std::shared_ptr<KeyValueStore> store,
+           std::chrono::milliseconds deadline, const std::string &prefix) {
+          NcclOptions options;
+          options.deadline = deadline;
+          options.prefix = prefix;
+          return makeNcclCommunicator(rank, asCuda(device), std::move(store),
+                                      options);
+        });
+#endif
   });
 }
 

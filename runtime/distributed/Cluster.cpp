@@ -1,4 +1,6 @@
 #include "dtorch/runtime/Cluster.h"
+
+#include "dtorch/runtime/DevicePlacement.h"
 #include "dtorch/runtime/MeshContext.h"
 
 #include "ClusterProcesses.h"
@@ -1207,9 +1209,21 @@ int Cluster::cudaDevicesOf(int rank, std::string &whyNone) const {
 
 void Cluster::uploadPrograms(uint64_t programId,
                              const std::vector<const wire::Program *> &programs,
-                             const std::vector<int64_t> &meshRanks) {
+                             const std::vector<int64_t> &meshRanks,
+                             const std::string &deviceType,
+                             const std::vector<int32_t> &deviceOrdinals) {
   if (programs.empty())
     throw RuntimeError("uploadPrograms: no program");
+  bool onDevice = deviceType != "cpu" && !deviceType.empty();
+  if (onDevice && deviceOrdinals.size() != meshRanks.size())
+    throw RuntimeError(
+        "uploadPrograms: " + std::to_string(deviceOrdinals.size()) +
+        " device ordinals for a mesh of " + std::to_string(meshRanks.size()) +
+        " ranks");
+  bool deviceCollectives =
+      onDevice &&
+      ranksHaveTheirOwnDevices(meshRanks, deviceOrdinals,
+                               [&](int rank) { return hostOf(rank); });
   Impl &impl = *impl_;
   std::vector<int64_t> meshShape(programs[0]->mesh_shape().begin(),
                                  programs[0]->mesh_shape().end());
@@ -1259,6 +1273,12 @@ void Cluster::uploadPrograms(uint64_t programId,
       else
         for (int64_t r : meshRanks)
           upload->add_mesh_ranks(r);
+      if (onDevice) {
+        upload->set_device_type(deviceType);
+        for (int32_t ordinal : deviceOrdinals)
+          upload->add_device_ordinals(ordinal);
+        upload->set_device_collectives(deviceCollectives);
+      }
       it->second = encodeEnvelope(e);
     }
     impl.postBytes(worker, it->second);

@@ -1,6 +1,7 @@
 #include "dtorch/runtime/Worker.h"
 
 #include "dtorch/runtime/Device.h"
+#include "dtorch/runtime/DevicePlacement.h"
 
 #include "ReplaceableCommunicator.h"
 
@@ -599,6 +600,16 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
         invalid = e.what();
       }
     }
+    // The mesh's device: each rank of it computes on the GPU the controller
+    // gave its position (DevicePlacement.h).
+    std::string deviceType = upload.device_type();
+    bool onDevice = !deviceType.empty() && deviceType != "cpu";
+    if (invalid.empty() && onDevice && mesh &&
+        upload.device_ordinals_size() != static_cast<int>(meshRanks.size()))
+      invalid = "upload for device '" + deviceType + "' has " +
+                std::to_string(upload.device_ordinals_size()) +
+                " device ordinals for a mesh of " +
+                std::to_string(meshRanks.size()) + " positions";
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
       classes->push_back(&program);
@@ -614,14 +625,45 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
                                          r) != meshRanks.end();
       if (!inMesh)
         continue;
-      enqueue(r, [this, shared, classes, preparation, mesh, invalid, r] {
+      int ordinal = onDevice && mesh && invalid.empty()
+                        ? upload.device_ordinals(mesh->positionOf(r))
+                        : 0;
+      bool deviceCollectives = onDevice && upload.device_collectives();
+      enqueue(r, [this, shared, classes, preparation, mesh, invalid, r,
+                  onDevice, deviceType, ordinal, deviceCollectives] {
         Rank &state = *ranks_[r - options_.firstRank];
         uint64_t id = shared->upload().program_id();
-        if (mesh)
-          state.state->upload(id, *classes, RankContext::of(mesh, r),
-                              preparation.get());
-        else
+        if (!mesh || !invalid.empty()) {
           state.state->reject(id, invalid);
+          return;
+        }
+        Device *device = nullptr;
+        if (onDevice) {
+          try {
+            device = &deviceOfType(deviceType, ordinal);
+          } catch (const std::exception &e) {
+            state.state->reject(
+                id, "rank " + std::to_string(r) + " on host " + host_ +
+                        " cannot compute on " + deviceType + ":" +
+                        std::to_string(ordinal) + ": " + e.what());
+            return;
+          }
+        }
+        if (deviceCollectives && !state.state->hasDeviceCommunicator(*device)) {
+          // Made once per rank and device; it connects each group at its
+          // first collective (NCCL: the unique id through the store).
+          uint64_t generation;
+          {
+            std::lock_guard<std::mutex> lock(generationMutex_);
+            generation = generation_->number;
+          }
+          if (auto comm = makeDeviceCommunicator(
+                  r, *device, store_, options_.collectiveTimeout,
+                  generationPrefix("nccl", generation)))
+            state.state->setDeviceCommunicator(*device, std::move(comm));
+        }
+        state.state->upload(id, *classes, RankContext::of(mesh, r),
+                            preparation.get(), device, deviceCollectives);
       });
     }
     return;
@@ -678,7 +720,7 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
       fetched->set_rank(rank);
       fetched->set_handle(handle);
       try {
-        tensorToWire(r.state->fetch(handle), fetched->mutable_value());
+        tensorToWire(r.state->fetchToHost(handle), fetched->mutable_value());
         fetched->set_ok(true);
       } catch (const std::exception &e) {
         std::string message = e.what();

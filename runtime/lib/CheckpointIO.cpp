@@ -141,21 +141,22 @@ wire::CheckpointReply writeShards(RankState &state,
   const std::string path = joinPath(request.directory(), request.file());
   wire::CheckpointReply reply;
   // Every value first: a poisoned one fails the save before any file.
-  std::vector<const Tensor *> values;
+  // (in host memory: a GPU rank's values are copied out first).
+  std::vector<Tensor> values;
   for (uint64_t handle : request.write_handles())
-    values.push_back(&state.fetch(handle));
+    values.push_back(state.fetchToHost(handle));
   FileDescriptor fd(
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0)
     throw CheckpointError(systemError("cannot create checkpoint file", path));
   uint64_t offset = 0;
-  for (const Tensor *value : values) {
+  for (const Tensor &value : values) {
     wire::CheckpointWritten *written = reply.add_written();
     written->set_byte_offset(offset);
-    written->set_byte_size(value->nbytes());
-    written->set_checksum(checksumBytes(value->data(), value->nbytes()));
-    writeAll(fd.get(), value->data(), value->nbytes(), path);
-    offset += value->nbytes();
+    written->set_byte_size(value.nbytes());
+    written->set_checksum(checksumBytes(value.data(), value.nbytes()));
+    writeAll(fd.get(), value.data(), value.nbytes(), path);
+    offset += value.nbytes();
   }
   if (::fsync(fd.get()) != 0)
     throw CheckpointError(systemError("cannot sync", path));

@@ -1,6 +1,7 @@
 #include "dtorch/runtime/Executor.h"
 
 #include "dtorch/runtime/AllToAllV.h"
+#include "dtorch/runtime/DevicePlacement.h"
 
 #include "dtorch/runtime/Executable.h"
 
@@ -135,6 +136,31 @@ void runGenerated(GeneratedKernelFn whole, GeneratedRowsKernelFn rows,
   });
 }
 
+// A collective of a device program through the host communicator: the
+// inputs are copied to host memory, the host backend runs it, and the
+// outputs are copied back (pinned staging buffers both ways).
+int64_t runCollectiveThroughHost(Communicator &comm, const Instruction &inst,
+                                 const std::vector<const Tensor *> &in,
+                                 const std::vector<Tensor *> &out) {
+  std::vector<Tensor> hostIn, hostOut;
+  hostIn.reserve(in.size());
+  hostOut.reserve(out.size());
+  for (const Tensor *t : in)
+    hostIn.push_back(copyToHostStaged(*t));
+  for (Tensor *t : out)
+    hostOut.push_back(Tensor::empty(t->dtype(), t->shape()));
+  std::vector<const Tensor *> inPointers;
+  std::vector<Tensor *> outPointers;
+  for (const Tensor &t : hostIn)
+    inPointers.push_back(&t);
+  for (Tensor &t : hostOut)
+    outPointers.push_back(&t);
+  int64_t movedBytes = runCollective(comm, inst, inPointers, outPointers);
+  for (size_t i = 0; i < out.size(); ++i)
+    copyIntoDeviceStaged(hostOut[i], *out[i]);
+  return movedBytes;
+}
+
 } // namespace
 
 Executor::Executor(Communicator *comm) : comm_(comm) {}
@@ -228,15 +254,13 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
                          ", got " + given.describe());
     // An input on another device (a host tensor given to a GPU executor)
     // is copied over.
-    buffers[id] = &given.device() == device_ ? given : given.to(*device_);
+    buffers[id] = &given.device() == device_
+                      ? given
+                      : copyToDeviceStaged(given, *device_);
   }
   bool onCpu = device_->kind() == DeviceKind::Cpu;
   if (!onCpu)
     for (const auto &inst : program.instructions()) {
-      if (inst.stream() == ::dtorch::wire::COMM)
-        throw RuntimeError(prefix + "collectives on " + device_->describe() +
-                           " need a device communicator (NCCL), which this "
-                           "runtime does not have yet");
       if (inst.op() == kFusedOp)
         throw RuntimeError(prefix + "generated kernels are host code; " +
                            device_->describe() + " runs the kernel registry's");
@@ -381,8 +405,17 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
                        scalars[i], *out.front());
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
-        else
+        else if (onCpu)
           movedBytes = runCollective(*comm_, inst, in, out);
+        else {
+          // The kernels that wrote the inputs were queued on the compute
+          // stream (their events signal the launch): they finish first.
+          computeStream_->synchronize();
+          if (deviceComm_ && inst.op() != "all_to_all_v") // counts: host
+            movedBytes = runCollective(*deviceComm_, inst, in, out);
+          else
+            movedBytes = runCollectiveThroughHost(*comm_, inst, in, out);
+        }
         if (traceStart >= 0)
           recordInstruction(*trace_, program, i,
                             stream == ::dtorch::wire::COMM ? TraceLane::Comm

@@ -1,5 +1,6 @@
 #include "dtorch/runtime/RankState.h"
 
+#include "dtorch/runtime/DevicePlacement.h"
 #include "dtorch/runtime/ProgramValidator.h"
 
 #include <algorithm>
@@ -72,10 +73,13 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
 void RankState::upload(
     uint64_t programId,
     const std::vector<const ::dtorch::wire::Program *> &classes,
-    const RankContext &context, SharedPreparation *shared) {
+    const RankContext &context, SharedPreparation *shared, Device *device,
+    bool deviceCollectives) {
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid.clear();
+  uploaded.device = device;
+  uploaded.deviceCollectives = device && deviceCollectives;
   try {
     int index = programIndexAt(classes, context.coords);
     if (index < 0) {
@@ -105,6 +109,13 @@ void RankState::reject(uint64_t programId, const std::string &reason) {
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid = reason;
+  uploaded.device = nullptr;
+  uploaded.deviceCollectives = false;
+}
+
+void RankState::setDeviceCommunicator(Device &device,
+                                      std::unique_ptr<Communicator> comm) {
+  deviceComms_[&device] = std::move(comm);
 }
 
 std::optional<std::string> RankState::run(uint64_t programId,
@@ -121,6 +132,15 @@ std::optional<std::string> RankState::run(uint64_t programId,
   if (!uploaded->second.invalid.empty())
     return fail(prefixed(uploaded->second.invalid));
   const ::dtorch::wire::Program &program = *uploaded->second.program;
+  Device &device =
+      uploaded->second.device ? *uploaded->second.device : cpuDevice();
+  if (&executor_.device() != &device)
+    executor_.setDevice(device);
+  auto deviceComm = deviceComms_.find(&device);
+  executor_.setDeviceCommunicator(uploaded->second.deviceCollectives &&
+                                          deviceComm != deviceComms_.end()
+                                      ? deviceComm->second.get()
+                                      : nullptr);
   std::vector<Tensor> values;
   values.reserve(inputs.size());
   for (uint64_t handle : inputs) {
@@ -131,6 +151,17 @@ std::optional<std::string> RankState::run(uint64_t programId,
       return fail(prefixed("program '" + program.name() +
                            "' input tensor handle " + std::to_string(handle) +
                            " is unknown"));
+    if (&it->second.device() != &device) {
+      // Moved once (a put arrives in host memory): later runs find it there.
+      try {
+        it->second = device.kind() == DeviceKind::Cpu
+                         ? copyToHostStaged(it->second)
+                         : copyToDeviceStaged(it->second, device);
+      } catch (const std::exception &e) {
+        return fail(prefixed("input tensor handle " + std::to_string(handle) +
+                             " to " + device.describe() + ": " + e.what()));
+      }
+    }
     values.push_back(it->second);
   }
   if (static_cast<int>(outputs.size()) != program.outputs_size())
@@ -178,6 +209,10 @@ const Tensor &RankState::fetch(uint64_t handle) const {
     throw RuntimeError("unknown tensor handle " + std::to_string(handle) +
                        " on rank " + std::to_string(rank_));
   return it->second;
+}
+
+Tensor RankState::fetchToHost(uint64_t handle) const {
+  return copyToHostStaged(fetch(handle));
 }
 
 void RankState::free(const std::vector<uint64_t> &handles) {

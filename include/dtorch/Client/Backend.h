@@ -41,6 +41,13 @@ public:
   virtual void uploadPrograms(uint64_t programId,
                               const std::vector<wire::Program> &programs,
                               const std::vector<int64_t> &meshRanks) = 0;
+  /// The same for a mesh whose ranks compute on devices of `deviceType`
+  /// ("cuda"): the rank at mesh position p on device `deviceOrdinals[p]` of
+  /// its worker. Backends without workers have no such device.
+  virtual void uploadProgramsOnDevice(
+      uint64_t programId, const std::vector<wire::Program> &programs,
+      const std::vector<int64_t> &meshRanks, const std::string &deviceType,
+      const std::vector<int32_t> &deviceOrdinals);
   /// Runs, on every rank of `ranks`, the program that rank holds under
   /// `programId`, with the same handles and random seeds (the values of the
   /// programs' `seed_slot`s). A step of a training loop is this one call:

@@ -40,6 +40,9 @@ struct Mesh {
   std::vector<std::string> dimNames;
   std::vector<int64_t> ranks; // global rank of each mesh position, row-major
   std::string device = "cpu";
+  // Not "cpu": the device of each position's rank on its worker
+  // (rt::assignDeviceOrdinals), sent with every upload.
+  std::vector<int32_t> deviceOrdinals;
 };
 
 struct TensorMeta {

@@ -111,11 +111,16 @@ public:
   /// Sends the class programs of a compiled function (of one mesh, whose
   /// global ranks in row-major order are `meshRanks`): one UploadProgram per
   /// worker process hosting ranks of the mesh, with the programs its ranks
-  /// run; each rank keeps its own under `programId`.
+  /// run; each rank keeps its own under `programId`. A `deviceType` other
+  /// than "cpu" ("cuda") makes the rank at mesh position p compute on device
+  /// `deviceOrdinals[p]` of its worker (one ordinal per position;
+  /// DevicePlacement.h).
   void
   uploadPrograms(uint64_t programId,
                  const std::vector<const ::dtorch::wire::Program *> &programs,
-                 const std::vector<int64_t> &meshRanks);
+                 const std::vector<int64_t> &meshRanks,
+                 const std::string &deviceType = "cpu",
+                 const std::vector<int32_t> &deviceOrdinals = {});
   /// Runs an uploaded program on `rank`: inputs bind to the program's inputs,
   /// outputs name the buffers it creates.
   void run(int rank, uint64_t programId,

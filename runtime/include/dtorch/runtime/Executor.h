@@ -82,10 +82,17 @@ public:
   // and arena live there, inputs on another device are copied over, kernels
   // are looked up under the device's name, and on a device with streams the
   // compute instructions run on a stream of the executor's, synchronized at
-  // the end of each run. Programs with collectives or generated kernels run
-  // on the CPU only for now (a RuntimeError says so). Not owned.
+  // the end of each run. Collectives on such a device go to the device
+  // communicator when one is set (setDeviceCommunicator: NCCL), else to the
+  // host communicator through pinned host copies (after the device's work
+  // so far has finished). Programs with generated kernels run on the CPU
+  // only for now (a RuntimeError says so). Not owned.
   void setDevice(Device &device);
   Device &device() const { return *device_; }
+  // A communicator that takes tensors in the memory of the executor's
+  // device (nullptr: none, collectives go through host copies). It must be
+  // for the same rank as the host communicator. Not owned.
+  void setDeviceCommunicator(Communicator *comm) { deviceComm_ = comm; }
 
 private:
   // Planned buffers (Program.buffer_offsets) are views into one arena that
@@ -98,6 +105,7 @@ private:
   };
 
   Communicator *comm_;
+  Communicator *deviceComm_ = nullptr;
   std::shared_ptr<Arena> arena_ = std::make_shared<Arena>();
   RunMemory lastRun_;
   // Started by the first run whose program has COMM instructions.

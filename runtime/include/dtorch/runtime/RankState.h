@@ -81,10 +81,22 @@ public:
   // resolved for them (Executor::prepare). When none runs there, or it is
   // invalid, every run of the id fails with the reason. With `shared`, a
   // rank-independent class program is prepared once for all the ranks that
-  // pass the same `shared`.
+  // pass the same `shared`. With a `device` (the mesh's: a GPU), the program
+  // computes there: its inputs move to the device at their first run (the
+  // table then keeps them there) and its outputs stay there.
   void upload(uint64_t programId,
               const std::vector<const ::dtorch::wire::Program *> &classes,
-              const RankContext &context, SharedPreparation *shared = nullptr);
+              const RankContext &context, SharedPreparation *shared = nullptr,
+              Device *device = nullptr, bool deviceCollectives = false);
+
+  // The communicator for tensors on `device` (NCCL for a GPU) that programs
+  // uploaded with `deviceCollectives` run their collectives on; the others
+  // on `device` carry theirs through host copies. Owned from now on.
+  void setDeviceCommunicator(Device &device,
+                             std::unique_ptr<Communicator> comm);
+  bool hasDeviceCommunicator(Device &device) const {
+    return deviceComms_.count(&device) != 0;
+  }
 
   // Keeps `programId` as refused: every run of it fails with `reason`.
   void reject(uint64_t programId, const std::string &reason);
@@ -109,6 +121,9 @@ public:
   // The tensor under `handle` (shared storage). Throws RuntimeError with the
   // poisoning message, or naming the handle when it is unknown.
   const Tensor &fetch(uint64_t handle) const;
+  // The same in host memory: a tensor on a device is copied out through a
+  // pinned staging buffer (DevicePlacement.h).
+  Tensor fetchToHost(uint64_t handle) const;
 
   // Forgets the tensors and poisons of `handles` (unknown ones are ignored).
   void free(const std::vector<uint64_t> &handles);
@@ -134,8 +149,11 @@ public:
 private:
   struct Uploaded {
     std::shared_ptr<const ::dtorch::wire::Program> program;
-    std::string invalid; // why validation refused it; empty when valid
+    std::string invalid;      // why validation refused it; empty when valid
+    Device *device = nullptr; // where it computes; nullptr: the CPU
+    bool deviceCollectives = false;
   };
+  std::unordered_map<Device *, std::unique_ptr<Communicator>> deviceComms_;
   std::string prefixed(const std::string &message) const;
   void poisonAll(const std::vector<uint64_t> &handles,
                  const std::string &message);
