@@ -1,4 +1,5 @@
 #include "CudaDevice.h"
+#include "CudaGeneratedKernels.h"
 #include "CudaLaunch.h"
 
 #include "dtorch/runtime/Allocator.h"
@@ -325,6 +326,7 @@ void registerCudaBackend() {
     };
     registerDeviceProvider("cuda", std::move(provider));
     registerCudaKernels(KernelRegistry::global());
+    registerGeneratedKernelLauncher();
   });
 }
 
