@@ -3,6 +3,9 @@
 # backend and runs every GPU test and benchmark, then prints one table:
 #   - cuda_kernel_tests: every CUDA kernel against its CPU twin (parity),
 #     the device layer (streams, events, caching allocator), coverage;
+#   - gpu_fused_kernel_tests: fused kernels the compiler generates for the
+#     GPU (MLIR's NVVM path to PTX) against the hand-written CUDA kernels
+#     and the CPU, every fusible float kernel in every float dtype;
 #   - gpu_gemm_bench: GEMM TFLOP/s of DTorch's CUDA matmul next to cuBLAS;
 #   - the NCCL communicator's tests (cuda_kernel_tests NcclCommunicator.*:
 #     one rank per GPU; a world of one on a single GPU) and
@@ -65,6 +68,25 @@ if [ -x "$BUILD/bin/cuda_kernel_tests" ]; then
     grep -E "Failure|FAILED|Skipped|no CUDA device" /tmp/gpu-check-tests.log | head -20
     row "cuda_kernel_tests" FAILED "rc $rc; $summary; $parity"
   fi
+fi
+
+# Generated GPU kernels (the compiler's NVVM path to PTX, loaded through the
+# driver) against the hand-written CUDA kernels and the CPU.
+if [ -x "$BUILD/bin/gpu_fused_kernel_tests" ]; then
+  t=$(date +%s)
+  timeout 300 "$BUILD/bin/gpu_fused_kernel_tests" > /tmp/gpu-check-fused.log 2>&1
+  rc=$?
+  kernels=$(grep -cE "^  [a-z]+ +(f32|f64|f16|bf16) " /tmp/gpu-check-fused.log)
+  if [ $rc -eq 0 ] && ! grep -q "SKIPPED \]" /tmp/gpu-check-fused.log; then
+    row "gpu_fused_kernel_tests" ok "$(elapsed "$t"); $kernels generated kernels vs CPU and hand-written CUDA"
+  else
+    STATUS=1
+    grep -E "Failure|FAILED|Skipped|no CUDA device|beyond" /tmp/gpu-check-fused.log | head -20
+    row "gpu_fused_kernel_tests" FAILED "rc $rc; log /tmp/gpu-check-fused.log"
+  fi
+else
+  STATUS=1
+  row "gpu_fused_kernel_tests" MISSING "$BUILD/bin/gpu_fused_kernel_tests not built"
 fi
 
 # ---- benchmarks --------------------------------------------------------------

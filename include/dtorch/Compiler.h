@@ -52,6 +52,9 @@ bool programRunsAt(const wire::Program &program,
 bool bufferPlanningDefault();
 /// False when the environment variable DTORCH_FUSION is "0".
 bool fusionEnabledByEnvironment();
+/// The CUDA architecture fused kernels are generated for on CUDA meshes:
+/// DTORCH_CUDA_ARCH (e.g. "sm_80") when set, else "sm_90" (H100, H200).
+std::string defaultCudaArch();
 
 /// How many fused kernels this process generated (compiled to native code;
 /// a kernel whose signature was compiled before is reused).
@@ -77,6 +80,11 @@ struct CompileOptions {
   /// compile each group to native code shipped in the program. On unless
   /// the environment sets DTORCH_FUSION=0 (read when the options are made).
   bool fuseElementwise = fusionEnabledByEnvironment();
+  /// Empty: fused groups are compiled for the controller's CPU (a shared
+  /// object). A CUDA architecture ("sm_90"): the programs run on a CUDA mesh
+  /// and fused groups are compiled to PTX for it (Executable.gpu,
+  /// lib/Compiler/GpuKernelCodegen.h); groups then hold no row reductions.
+  std::string cudaArch;
 };
 
 struct CompileResult {

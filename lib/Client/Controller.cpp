@@ -363,6 +363,9 @@ void Controller::compileInto(Compiled &c, const Segment &seg, const Mesh &mesh,
   CompileOptions options;
   options.recordStages = withStages;
   options.fuseElementwise = fused;
+  // On a CUDA mesh the fused groups are generated as PTX for the GPU.
+  if (mesh.device == "cuda")
+    options.cudaArch = defaultCudaArch();
   options.explain = withExplanation;
   CompileResult result =
       compileGraph(segmentGraph(seg, mesh, "segment", &slots), options);

@@ -207,10 +207,12 @@ private:
   std::atomic<size_t> compiles_{0};
   uint64_t nextProgramId_ = 1;
   FusionTier fusionTier_ = fusionTierFromEnvironment();
-  // The generated (fused) kernels are host code: a mesh on another device
-  // ("cuda") runs the kernel registry's kernels, never fused ones.
+  // Fused kernels are generated as host code for "cpu" meshes and as PTX
+  // for "cuda" meshes (GpuKernelCodegen); any other device runs the kernel
+  // registry's kernels, never fused ones.
   FusionTier fusionTierFor(const Mesh &mesh) const {
-    return mesh.device == "cpu" ? fusionTier_ : FusionTier::Never;
+    return mesh.device == "cpu" || mesh.device == "cuda" ? fusionTier_
+                                                         : FusionTier::Never;
   }
   Compiled *last_ = nullptr;
   ProgramDiskCache disk_;

@@ -174,6 +174,7 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   pm.enableVerifier(false);
   dtensor::DTensorToRankPipelineOptions pipeline;
   pipeline.fuseElementwise = options.fuseElementwise;
+  pipeline.fuseRowReductions = options.cudaArch.empty();
   pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
   if (options.planBuffers)
@@ -207,7 +208,7 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
       fn.emitOpError("has no source function '") << base << "'";
       return;
     }
-    FailureOr<wire::Program> program = emitProgram(fn);
+    FailureOr<wire::Program> program = emitProgram(fn, options.cudaArch);
     if (failed(program))
       return;
     it->second.programs.push_back(std::move(*program));

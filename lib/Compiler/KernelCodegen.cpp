@@ -237,6 +237,31 @@ Value emitScalar(OpBuilder &b, Location loc, StringRef name, ValueRange x,
   return {};
 }
 
+/// A `full` value (float64) converted to the storage type as the `full`
+/// kernel stores it.
+Value convertFullConstant(OpBuilder &b, Location loc, Value v,
+                          const ElementTypes &et) {
+  MLIRContext *ctx = b.getContext();
+  Type f64 = Float64Type::get(ctx);
+  if (et.isBool) {
+    Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
+    Value nonZero =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, zero);
+    return arith::ExtUIOp::create(b, loc, et.storage, nonZero);
+  }
+  if (!et.isFloat)
+    return arith::FPToSIOp::create(b, loc, et.storage, v);
+  // float64 -> float32 -> 16-bit, as the `full` kernel converts (and no
+  // float64 -> 16-bit runtime library call).
+  if (et.storage != f64)
+    v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
+  if (et.isBF16)
+    v = f32ToBF16Bits(b, loc, v);
+  else if (et.storage != f64 && !et.storage.isF32())
+    v = arith::TruncFOp::create(b, loc, et.storage, v);
+  return v;
+}
+
 /// Each `full` of `body` (body order) read from the kernel's scalar
 /// argument once, before the loops, and converted to the storage type as
 /// the `full` kernel stores it.
@@ -244,8 +269,6 @@ llvm::DenseMap<Operation *, Value> emitFullConstants(OpBuilder &b, Location loc,
                                                      Block &body,
                                                      Value scalarArg,
                                                      const ElementTypes &et) {
-  MLIRContext *ctx = b.getContext();
-  Type f64 = Float64Type::get(ctx);
   llvm::DenseMap<Operation *, Value> constants;
   int64_t j = 0;
   for (Operation &inner : body.without_terminator()) {
@@ -254,44 +277,21 @@ llvm::DenseMap<Operation *, Value> emitFullConstants(OpBuilder &b, Location loc,
       continue;
     Value index = arith::ConstantIndexOp::create(b, loc, j++);
     Value v = memref::LoadOp::create(b, loc, scalarArg, ValueRange{index});
-    if (et.isBool) {
-      Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
-      Value nonZero =
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, zero);
-      v = arith::ExtUIOp::create(b, loc, et.storage, nonZero);
-    } else if (!et.isFloat) {
-      v = arith::FPToSIOp::create(b, loc, et.storage, v);
-    } else {
-      // float64 -> float32 -> 16-bit, as the `full` kernel converts (and
-      // no float64 -> 16-bit runtime library call).
-      if (et.storage != f64)
-        v = arith::TruncFOp::create(b, loc, Float32Type::get(ctx), v);
-      if (et.isBF16)
-        v = f32ToBF16Bits(b, loc, v);
-      else if (et.storage != f64 && !et.storage.isF32())
-        v = arith::TruncFOp::create(b, loc, et.storage, v);
-    }
-    constants[full] = v;
+    constants[full] = convertFullConstant(b, loc, v, et);
   }
   return constants;
 }
 
-} // namespace codegen
-
-namespace {
-
-using namespace codegen;
-
-constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
-
-/// Elementwise kernels of at least two rows also compute a range of rows
-/// (the `<symbol>_rows` entry), so that a worker can split a large tensor
-/// among threads; row-reduction kernels and single rows do not.
-bool hasRowRange(ArrayRef<int64_t> group) {
-  return !group.empty() && group[0] >= 2;
+void applyPolynomialApproximations(ModuleOp module) {
+  // The runtime's float32 kernels compute these expansions operation for
+  // operation (dtorch/runtime/PolynomialMath.h): change both together.
+  RewritePatternSet patterns(module.getContext());
+  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+    name.consume_front("math.");
+    return name == "exp" || name == "log" || name == "tanh" || name == "erf";
+  });
+  (void)applyPatternsGreedily(module, std::move(patterns));
 }
-
-std::atomic<int64_t> compiles{0};
 
 /// The indexing map of an operand of shape `shape` in a loop nest over
 /// `group` (numpy broadcasting: trailing dims aligned, extent 1 repeated).
@@ -306,37 +306,28 @@ AffineMap broadcastMap(ArrayRef<int64_t> shape, ArrayRef<int64_t> group,
   return AffineMap::get(group.size(), 0, results, ctx);
 }
 
-// ---- MLIR: the kernel function -----------------------------------------===//
-
-MLIRContext &codegenContext() {
-  thread_local std::unique_ptr<MLIRContext> ctx;
-  if (!ctx) {
-    DialectRegistry registry;
-    registry.insert<affine::AffineDialect, arith::ArithDialect,
-                    cf::ControlFlowDialect, func::FuncDialect,
-                    linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-    registerBuiltinDialectTranslation(registry);
-    registerLLVMDialectTranslation(registry);
-    ctx = std::make_unique<MLIRContext>(registry);
-    ctx->loadAllAvailableDialects();
-    ctx->disableMultithreading();
-  }
-  return *ctx;
-}
-
-/// Builds `func.func @dtorch_fused_impl(inputs..., outputs...)` over
-/// memrefs holding one linalg.generic whose body computes `op`'s kernels.
-FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
-                                                   MLIRContext *ctx) {
+FailureOr<OwningOpRef<ModuleOp>>
+buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
+                             StringRef implName,
+                             const ElementwiseModuleOptions &options) {
   Block &body = op.getBody().front();
   auto yield = cast<rank::YieldOp>(body.getTerminator());
   if (yield.getValues().empty())
     return op.emitOpError("has no results to generate code for");
-  if (hasRowReduction(body))
-    return buildRowKernelModule(op, ctx, kImplName);
   auto groupType = cast<RankedTensorType>(yield.getValues()[0].getType());
-  ArrayRef<int64_t> group = groupType.getShape();
+  // A group of rank 0 is one element: as shape [1] where asked (a loop nest
+  // needs a loop to map to GPU threads).
+  SmallVector<int64_t> groupShape(groupType.getShape());
+  bool rankZeroAsOne = options.rankZeroAsOne && groupShape.empty();
+  if (rankZeroAsOne)
+    groupShape.push_back(1);
+  ArrayRef<int64_t> group = groupShape;
+  auto shapeOf = [&](Type t) -> SmallVector<int64_t> {
+    SmallVector<int64_t> shape(cast<RankedTensorType>(t).getShape());
+    if (rankZeroAsOne)
+      shape.assign(1, 1);
+    return shape;
+  };
   ElementTypes et = elementTypesFor(groupType.getElementType(), ctx);
   if (!et.storage)
     return op.emitOpError("cannot generate code for element type ")
@@ -348,11 +339,9 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   b.setInsertionPointToEnd(module->getBody());
   SmallVector<Type> argTypes;
   for (Value in : op.getInputs())
-    argTypes.push_back(MemRefType::get(
-        cast<RankedTensorType>(in.getType()).getShape(), et.storage));
+    argTypes.push_back(MemRefType::get(shapeOf(in.getType()), et.storage));
   for (Type t : op.getResultTypes())
-    argTypes.push_back(
-        MemRefType::get(cast<RankedTensorType>(t).getShape(), et.storage));
+    argTypes.push_back(MemRefType::get(shapeOf(t), et.storage));
   // The group's constants (`full` values), in body order, as float64
   // arguments: kernels differing only in constants are one kernel.
   SmallVector<rank::KernelOp> fulls;
@@ -360,16 +349,18 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
     if (cast<rank::KernelOp>(inner).getKernel() == "full")
       fulls.push_back(cast<rank::KernelOp>(inner));
   Type f64 = Float64Type::get(ctx);
-  argTypes.push_back(
-      MemRefType::get({static_cast<int64_t>(fulls.size())}, f64));
+  if (options.scalarsAsValues)
+    argTypes.append(fulls.size(), f64);
+  else
+    argTypes.push_back(
+        MemRefType::get({static_cast<int64_t>(fulls.size())}, f64));
   // Rows [begin, end) of the outermost dim, when there are rows to split.
-  bool rowRange = hasRowRange(group);
-  if (rowRange) {
+  if (options.rowRange) {
     argTypes.push_back(b.getIndexType());
     argTypes.push_back(b.getIndexType());
   }
   auto fn =
-      func::FuncOp::create(b, loc, kImplName, b.getFunctionType(argTypes, {}));
+      func::FuncOp::create(b, loc, implName, b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
 
@@ -377,8 +368,7 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   size_t numOutputs = op.getNumResults();
   SmallVector<Value> ins(entry->getArguments().take_front(numInputs));
   SmallVector<Value> outs(entry->getArguments().slice(numInputs, numOutputs));
-  Value scalarArg = entry->getArgument(numInputs + numOutputs);
-  if (rowRange) {
+  if (options.rowRange) {
     // Every operand that varies along the outermost dim is cut to the rows;
     // operands broadcast along it (extent 1 or fewer dims) stay whole.
     Value begin = entry->getArgument(numInputs + numOutputs + 1);
@@ -403,12 +393,13 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
     for (Value &out : outs)
       out = sliceRows(out);
   }
-  llvm::DenseMap<Operation *, Value> constants =
-      emitFullConstants(b, loc, body, scalarArg, et);
+  llvm::DenseMap<Operation *, Value> constants;
+  if (!options.scalarsAsValues)
+    constants = emitFullConstants(
+        b, loc, body, entry->getArgument(numInputs + numOutputs), et);
   SmallVector<AffineMap> maps;
   for (Value in : op.getInputs())
-    maps.push_back(broadcastMap(cast<RankedTensorType>(in.getType()).getShape(),
-                                group, ctx));
+    maps.push_back(broadcastMap(shapeOf(in.getType()), group, ctx));
   for (size_t i = 0; i < outs.size(); ++i)
     maps.push_back(AffineMap::getMultiDimIdentityMap(group.size(), ctx));
   SmallVector<utils::IteratorType> iterators(group.size(),
@@ -437,7 +428,16 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
             continue;
           }
           if (name == "full") {
-            stored[kernel.getResult()] = constants.lookup(kernel);
+            // Passed by value: converted where the element is computed
+            // (on the GPU, in the kernel, not in host code).
+            if (options.scalarsAsValues) {
+              auto it = llvm::find(fulls, kernel);
+              Value v = entry->getArgument(numInputs + numOutputs +
+                                           (it - fulls.begin()));
+              stored[kernel.getResult()] = convertFullConstant(nb, nloc, v, et);
+            } else {
+              stored[kernel.getResult()] = constants.lookup(kernel);
+            }
             continue;
           }
           SmallVector<Value> args;
@@ -467,6 +467,56 @@ FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
   return module;
 }
 
+} // namespace codegen
+
+namespace {
+
+using namespace codegen;
+
+constexpr llvm::StringLiteral kImplName = "dtorch_fused_impl";
+
+/// Elementwise kernels of at least two rows also compute a range of rows
+/// (the `<symbol>_rows` entry), so that a worker can split a large tensor
+/// among threads; row-reduction kernels and single rows do not.
+bool hasRowRange(ArrayRef<int64_t> group) {
+  return !group.empty() && group[0] >= 2;
+}
+
+std::atomic<int64_t> compiles{0};
+
+// ---- MLIR: the kernel function -----------------------------------------===//
+
+MLIRContext &codegenContext() {
+  thread_local std::unique_ptr<MLIRContext> ctx;
+  if (!ctx) {
+    DialectRegistry registry;
+    registry.insert<affine::AffineDialect, arith::ArithDialect,
+                    cf::ControlFlowDialect, func::FuncDialect,
+                    linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
+    registerBuiltinDialectTranslation(registry);
+    registerLLVMDialectTranslation(registry);
+    ctx = std::make_unique<MLIRContext>(registry);
+    ctx->loadAllAvailableDialects();
+    ctx->disableMultithreading();
+  }
+  return *ctx;
+}
+
+/// `func.func @dtorch_fused_impl(...)`: one linalg.generic, or the row
+/// kernel for a group holding reductions.
+FailureOr<OwningOpRef<ModuleOp>> buildKernelModule(rank::FusedOp op,
+                                                   MLIRContext *ctx) {
+  Block &body = op.getBody().front();
+  if (!cast<rank::YieldOp>(body.getTerminator()).getValues().empty() &&
+      hasRowReduction(body))
+    return buildRowKernelModule(op, ctx, kImplName);
+  ElementwiseModuleOptions options;
+  options.rowRange =
+      hasRowRange(cast<RankedTensorType>(op.getResultTypes()[0]).getShape());
+  return buildElementwiseKernelModule(op, ctx, kImplName, options);
+}
+
 /// MLIR to the LLVM dialect: loops, polynomial approximations of the
 /// float32 transcendental functions, libm for the rest.
 LogicalResult lowerToLLVMDialect(ModuleOp module) {
@@ -479,15 +529,7 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
   if (failed(pm.run(module)))
     return failure();
 
-  // The runtime's float32 kernels compute these expansions operation for
-  // operation (dtorch/runtime/PolynomialMath.h): change both together.
-  RewritePatternSet patterns(ctx);
-  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
-    name.consume_front("math.");
-    return name == "exp" || name == "log" || name == "tanh" || name == "erf";
-  });
-  if (failed(applyPatternsGreedily(module, std::move(patterns))))
-    return failure();
+  applyPolynomialApproximations(module);
 
   PassManager lower(ctx);
   arith::ArithExpandOpsPassOptions expand;

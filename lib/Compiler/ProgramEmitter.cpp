@@ -1,6 +1,8 @@
 //===- ProgramEmitter.cpp - rank-dialect functions to wire programs ------===//
 #include "ProgramEmitter.h"
 
+#include "GpuKernelCodegen.h"
+
 #include "KernelCodegen.h"
 
 #include "rank/IR/Rank.h"
@@ -135,7 +137,7 @@ void writeLocation(Location loc, std::string &out) {
 
 } // namespace
 
-FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
+FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
   auto mesh = fn->getAttrOfType<DenseI64ArrayAttr>(rank::kMeshAttrName);
   auto positions = fn->getAttrOfType<ArrayAttr>(rank::kPositionsAttrName);
   if (!mesh || !positions)
@@ -285,7 +287,8 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn) {
       // One call of a generated kernel; a kernel used twice in the program
       // is shipped once.
       FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
-          generateFusedKernel(fused);
+          cudaArch.empty() ? generateFusedKernel(fused)
+                           : generateFusedGpuKernel(fused, cudaArch);
       if (failed(kernel))
         return failure();
       int index = -1;

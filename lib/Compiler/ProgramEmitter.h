@@ -16,7 +16,10 @@ wire::DType toWireDType(mlir::Type type);
 /// Emits the program of one class function (`rank.mesh`, `rank.positions`):
 /// one buffer per SSA value, kernels on the compute stream, collectives on
 /// the communication stream, with an event wherever a value crosses streams.
-mlir::FailureOr<wire::Program> emitProgram(mlir::func::FuncOp fn);
+/// Fused groups are compiled for the host, or to PTX for `cudaArch` when it
+/// is not empty.
+mlir::FailureOr<wire::Program> emitProgram(mlir::func::FuncOp fn,
+                                           llvm::StringRef cudaArch = {});
 
 } // namespace dtorch
 

@@ -1,4 +1,5 @@
 #include "CudaDevice.h"
+#include "CudaGeneratedKernels.h"
 
 #ifdef DTORCH_HAVE_NCCL
 #include "NcclCommunicator.h"
@@ -342,6 +343,7 @@ void registerCudaBackend() {
                                       options);
         });
 #endif
+    registerGeneratedKernelLauncher();
   });
 }
 

@@ -117,6 +117,50 @@ loadExecutableRows(const ::dtorch::wire::Executable &exe) {
       findSymbol(exe, exe.symbol() + kRowsEntrySuffix));
 }
 
+namespace {
+std::unordered_map<std::string, DeviceKernelLauncher> &launchers() {
+  static auto *table =
+      new std::unordered_map<std::string, DeviceKernelLauncher>();
+  return *table;
+}
+} // namespace
+
+void registerDeviceKernelLauncher(const std::string &deviceName,
+                                  DeviceKernelLauncher launcher) {
+  std::lock_guard<std::mutex> lock(loaderMutex());
+  launchers()[deviceName] = launcher;
+}
+
+DeviceKernelLauncher deviceKernelLauncher(const std::string &deviceName) {
+  std::lock_guard<std::mutex> lock(loaderMutex());
+  auto it = launchers().find(deviceName);
+  return it == launchers().end() ? nullptr : it->second;
+}
+
+void checkExecutable(const ::dtorch::wire::Executable &exe) {
+  if (!exe.has_gpu()) {
+    loadExecutable(exe);
+    return;
+  }
+  const ::dtorch::wire::GpuKernel &gpu = exe.gpu();
+  std::string actual = executableHash(gpu.SerializeAsString());
+  if (actual != exe.content_hash())
+    throw RuntimeError("generated GPU kernel '" + exe.symbol() +
+                       "' is corrupt: its bytes hash to " + actual +
+                       ", declared " + exe.content_hash());
+  if (gpu.grid_x() < 0 ||
+      (gpu.grid_x() > 0 &&
+       (gpu.ptx().empty() || gpu.entry().empty() || gpu.block_x() <= 0)))
+    throw RuntimeError("generated GPU kernel '" + exe.symbol() +
+                       "' has no code or no launch shape");
+  int limit = exe.inputs_size() + exe.outputs_size() + exe.num_scalars();
+  for (int p : gpu.params())
+    if (p < 0 || p >= limit)
+      throw RuntimeError("generated GPU kernel '" + exe.symbol() +
+                         "' names parameter " + std::to_string(p) +
+                         " outside [0, " + std::to_string(limit) + ")");
+}
+
 int64_t loadedExecutableCount() {
   std::lock_guard<std::mutex> lock(loaderMutex());
   return static_cast<int64_t>(loadedByHash().size());

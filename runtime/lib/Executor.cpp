@@ -195,7 +195,7 @@ void Executor::validate(const Program &program) const {
   // Generated kernels load when the program arrives: a corrupt one is an
   // error of the upload, not of a later run.
   for (const auto &exe : program.executables())
-    loadExecutable(exe);
+    checkExecutable(exe);
 }
 
 namespace {
@@ -261,9 +261,12 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   bool onCpu = device_->kind() == DeviceKind::Cpu;
   if (!onCpu)
     for (const auto &inst : program.instructions()) {
-      if (inst.op() == kFusedOp)
-        throw RuntimeError(prefix + "generated kernels are host code; " +
-                           device_->describe() + " runs the kernel registry's");
+      if (inst.op() == kFusedOp &&
+          !program.executables(inst.executable()).has_gpu())
+        throw RuntimeError(prefix + "generated kernel '" +
+                           program.executables(inst.executable()).symbol() +
+                           "' is host code; " + device_->describe() +
+                           " runs GPU kernels (compile for a CUDA mesh)");
     }
   // Planned buffers are views into the arena (validated: they fit and never
   // overlap while live); the others get their own storage.
@@ -321,6 +324,10 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       static_cast<size_t>(program.instructions_size()), nullptr);
   std::vector<GeneratedRowsKernelFn> generatedRows(
       static_cast<size_t>(program.instructions_size()), nullptr);
+  // Generated GPU kernels: launched through the device's launcher.
+  std::vector<const ::dtorch::wire::Executable *> deviceCode(
+      static_cast<size_t>(program.instructions_size()), nullptr);
+  DeviceKernelLauncher launchOnDevice = nullptr;
   std::vector<std::vector<double>> scalars(
       static_cast<size_t>(program.instructions_size()));
   const std::string *lastOp = nullptr;
@@ -331,9 +338,21 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
     if (inst.stream() != ::dtorch::wire::COMPUTE)
       continue;
     if (inst.op() == kFusedOp) {
-      generated[i] = loadExecutable(program.executables(inst.executable()));
-      generatedRows[i] =
-          loadExecutableRows(program.executables(inst.executable()));
+      const auto &exe = program.executables(inst.executable());
+      if (exe.has_gpu()) {
+        if (onCpu)
+          throw RuntimeError(prefix + "generated kernel '" + exe.symbol() +
+                             "' is GPU code (" + exe.target() +
+                             "); this executor runs on the host's CPU");
+        launchOnDevice = deviceKernelLauncher(device_->name());
+        if (!launchOnDevice)
+          throw RuntimeError(prefix + "no launcher of generated kernels for " +
+                             device_->describe());
+        deviceCode[i] = &exe;
+      } else {
+        generated[i] = loadExecutable(exe);
+        generatedRows[i] = loadExecutableRows(exe);
+      }
       auto it = inst.attrs().find("scalars");
       if (it != inst.attrs().end()) {
         const std::string &bytes = it->second.data();
@@ -395,7 +414,15 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
           out.push_back(&buffers[id]);
         int64_t traceStart = trace_ && trace_->enabled() ? traceClockNs() : -1;
         int64_t movedBytes = -1;
-        if (generated[i]) {
+        if (deviceCode[i]) {
+          std::vector<void *> inData, outData;
+          for (const Tensor *t : in)
+            inData.push_back(const_cast<void *>(t->data()));
+          for (Tensor *t : out)
+            outData.push_back(t->data());
+          launchOnDevice(*device_, *deviceCode[i], inData.data(),
+                         outData.data(), scalars[i].data());
+        } else if (generated[i]) {
           std::vector<void *> inData, outData;
           for (const Tensor *t : in)
             inData.push_back(const_cast<void *>(t->data()));

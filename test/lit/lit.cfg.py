@@ -15,4 +15,17 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in"]
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
-    [ToolSubst("dtorch-opt", unresolved="fatal")], [config.dtorch_tools_dir])
+    [ToolSubst("dtorch-opt", unresolved="fatal"),
+     ToolSubst("dtorch-gpu-kernel", unresolved="ignore")],
+    [config.dtorch_tools_dir])
+
+# The GPU kernel tests need dtorch-gpu-kernel (built with the runtime); the
+# PTX they print is assembled by the CUDA toolkit's ptxas where it exists.
+if os.path.exists(os.path.join(config.dtorch_tools_dir, "dtorch-gpu-kernel")):
+    config.available_features.add("gpu-kernel-codegen")
+for ptxas in [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+                           "bin", "ptxas"), "/usr/local/cuda/bin/ptxas"]:
+    if os.path.exists(ptxas):
+        config.available_features.add("ptxas")
+        config.substitutions.append(("%ptxas", ptxas))
+        break

@@ -229,7 +229,7 @@ struct FuseElementwisePass
     };
     for (Operation &op : fn.getBody().front()) {
       bool full = current.size() >= maxOps;
-      if (int64_t k = rowReductionDims(&op)) {
+      if (int64_t k = rowReductions ? rowReductionDims(&op) : 0) {
         auto in = cast<RankedTensorType>(op.getOperand(0).getType());
         if (full || !currentType || in != currentType ||
             (reducedDims != 0 && reducedDims != k))

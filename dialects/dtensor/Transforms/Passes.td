@@ -403,6 +403,9 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
   let options = [
     Option<"maxOps", "max-ops", "unsigned", /*default=*/"128",
            "The most ops one group holds">,
+    Option<"rowReductions", "row-reductions", "bool", /*default=*/"true",
+           "Take in row reductions (off where the kernels are generated "
+           "for the GPU, which has no row kernels yet)">,
   ];
 }
 

@@ -38,8 +38,11 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
   pm.addPass(createLowerToRank());
   if (foldTransposeFromEnvironment())
     pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoMatmul());
-  if (options.fuseElementwise)
-    pm.addNestedPass<func::FuncOp>(createFuseElementwise());
+  if (options.fuseElementwise) {
+    FuseElementwiseOptions fuse;
+    fuse.rowReductions = options.fuseRowReductions;
+    pm.addNestedPass<func::FuncOp>(createFuseElementwise(fuse));
+  }
   if (std::optional<ScheduleCollectivesOptions> schedule =
           collectiveScheduleFromEnvironment())
     pm.addPass(createScheduleCollectives(*schedule));

@@ -22,6 +22,9 @@ namespace dtorch::dtensor {
 struct DTensorToRankPipelineOptions {
   /// --rank-fuse-elementwise before the "rank" boundary.
   bool fuseElementwise = false;
+  /// Fused groups take in row reductions (--rank-fuse-elementwise
+  /// row-reductions); off when the kernels are generated for the GPU.
+  bool fuseRowReductions = true;
   /// Every stage boundary verifies the module; else only the last ("rank")
   /// one does (the others still end their stage for a StageObserver).
   bool verifyEachStage = true;

@@ -56,4 +56,27 @@ loadExecutableRows(const ::dtorch::wire::Executable &executable);
 // How many distinct executables this process has loaded (for tests).
 int64_t loadedExecutableCount();
 
+class Device;
+
+// Generated kernels for a device (wire::Executable.gpu: PTX for a CUDA
+// mesh) are not loaded here: the device's backend registers a launcher,
+// which loads the code once per device and content hash and queues one
+// call of it on the device's current stream. `inputs` and `outputs` are
+// device pointers; `scalars` are host values (num_scalars of them).
+using DeviceKernelLauncher = void (*)(Device &device,
+                                      const ::dtorch::wire::Executable &exe,
+                                      void *const *inputs, void *const *outputs,
+                                      const double *scalars);
+// Registers `launcher` for devices named `deviceName` ("cuda"); replaces
+// an earlier one.
+void registerDeviceKernelLauncher(const std::string &deviceName,
+                                  DeviceKernelLauncher launcher);
+// The launcher registered for `deviceName`, or nullptr.
+DeviceKernelLauncher deviceKernelLauncher(const std::string &deviceName);
+
+// Checks what can be checked of `exe` without loading it: for device code,
+// that its bytes match the content hash and it has an entry. Throws
+// RuntimeError. For host code, loads it (loadExecutable).
+void checkExecutable(const ::dtorch::wire::Executable &exe);
+
 } // namespace dtorch::rt

@@ -1,0 +1,301 @@
+//===- GpuKernelCodegenTest.cpp - fused groups to PTX, assembled by ptxas -===//
+//
+// With CompileOptions::cudaArch set, every fused group of a program is
+// generated for the GPU (lib/Compiler/GpuKernelCodegen.cpp). Every fusible
+// kernel in every element type it is fused for becomes PTX, which the CUDA
+// toolkit's ptxas must assemble for sm_90 (a broken PTX fails the test);
+// broadcast operands, several results, rank 0 and groups larger than a
+// block get the right launch shape and parameters; groups with row
+// reductions stay out of GPU programs; the host executor refuses GPU code.
+// The tests that need ptxas skip with the reason where the toolkit is
+// missing. Running the kernels is test/cpp/cuda/GpuFusedKernelTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ProgramsByPosition.h"
+#include "dtorch/Compiler.h"
+#include "dtorch/runtime/Executable.h"
+#include "dtorch/runtime/Executor.h"
+#include "rank/IR/FusibleKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace dtorch;
+
+namespace {
+
+const char *const kArch = "sm_90";
+
+std::string ptxasPath() {
+  for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char *root = std::getenv(var); root && *root) {
+      std::string p = std::string(root) + "/bin/ptxas";
+      if (access(p.c_str(), X_OK) == 0)
+        return p;
+    }
+  const char *fallback = "/usr/local/cuda/bin/ptxas";
+  return access(fallback, X_OK) == 0 ? fallback : "";
+}
+
+/// Assembles `ptx` with ptxas for `arch`; "" on success, else its output.
+std::string assemble(const std::string &ptx, const std::string &arch) {
+  char dir[] = "/tmp/dtorch-ptxas-XXXXXX";
+  if (!mkdtemp(dir))
+    return "cannot make a temporary folder";
+  std::string in = std::string(dir) + "/k.ptx", out = std::string(dir) + "/k.o",
+              log = std::string(dir) + "/log";
+  {
+    std::ofstream f(in);
+    f << ptx;
+  }
+  std::string command = ptxasPath() + " -arch=" + arch + " " + in + " -o " +
+                        out + " > " + log + " 2>&1";
+  int rc = std::system(command.c_str());
+  std::ifstream l(log);
+  std::stringstream text;
+  text << l.rdbuf();
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+  std::remove(log.c_str());
+  rmdir(dir);
+  if (rc != 0)
+    return "ptxas exit " + std::to_string(WEXITSTATUS(rc)) + ": " + text.str();
+  return "";
+}
+
+std::string tensorType(const std::string &shape, const std::string &dtype) {
+  return "!dtensor.tensor<" + (shape.empty() ? "" : shape + "x") + dtype +
+         ", #m, [R]>";
+}
+
+/// `kernel` applied to the arguments, then multiplied by a constant: a
+/// group of three ops (kernel, full, mul), or a `full` and the kernel for
+/// a kernel that takes no mul (bool).
+std::string oneKernelSource(const std::string &kernel, unsigned operands,
+                            const std::string &shape,
+                            const std::string &dtype) {
+  std::string t = tensorType(shape, dtype);
+  std::string args = operands == 2 ? "%a, %b" : "%a";
+  std::string argTypes = operands == 2 ? t + ", " + t : t;
+  return "#m = #dtensor.mesh<[1]>\nfunc.func @f(%a: " + t + ", %b: " + t +
+         ") -> (" + t + ", " + t + ") {\n  %r = dtensor." + kernel + " " +
+         args + " : (" + argTypes + ") -> " + t + "\n  %c = dtensor.full " +
+         "1.0 : " + t + "\n  return %r, %c : " + t + ", " + t + "\n}\n";
+}
+
+CompileResult compileForGpu(const std::string &source) {
+  CompileOptions options;
+  options.fuseElementwise = true;
+  options.cudaArch = kArch;
+  return compileModule(source, "gpu.mlir", options);
+}
+
+/// The program of mesh position 0 and its GPU executables.
+wire::Program programOf(const CompileResult &result) {
+  return emitted::programsByPosition(result.functions[0])[0];
+}
+
+struct DtypeName {
+  const char *mlir;
+  unsigned typeBit; // rank::FusibleTypes
+};
+
+const DtypeName kDtypes[] = {
+    {"f32", rank::kFloatTypes},   {"f64", rank::kFloatTypes},
+    {"f16", rank::kFloatTypes},   {"bf16", rank::kFloatTypes},
+    {"i32", rank::kIntegerTypes}, {"i64", rank::kIntegerTypes},
+    {"i1", rank::kBoolType},
+};
+
+TEST(GpuKernelCodegen, EveryFusibleKernelEveryDtypeAssembles) {
+  std::string ptxas = ptxasPath();
+  if (ptxas.empty())
+    GTEST_SKIP()
+        << "no ptxas (CUDA toolkit) under CUDA_HOME or /usr/local/cuda";
+  // The check itself fails on a broken PTX.
+  EXPECT_NE(assemble(".version 7.8\n.target sm_90\n.address_size 64\n"
+                     ".visible .entry k() { bogus.f32 %r1; }\n",
+                     kArch),
+            "");
+  int cases = 0, floatCases = 0;
+  for (const rank::FusibleKernel &k : rank::fusibleKernels()) {
+    if (k.kind != rank::FusibleKind::Elementwise)
+      continue;
+    for (const DtypeName &d : kDtypes) {
+      if (!(k.types & d.typeBit))
+        continue;
+      std::string what = std::string(k.name) + " " + d.mlir;
+      CompileResult result = compileForGpu(
+          oneKernelSource(std::string(k.name), k.numOperands, "1000", d.mlir));
+      ASSERT_TRUE(result.ok) << what << ": " << result.error;
+      wire::Program program = programOf(result);
+      ASSERT_EQ(program.executables_size(), 1) << what;
+      const wire::Executable &exe = program.executables(0);
+      ASSERT_TRUE(exe.has_gpu()) << what;
+      EXPECT_TRUE(exe.object().empty()) << what;
+      const wire::GpuKernel &gpu = exe.gpu();
+      EXPECT_EQ(gpu.arch(), kArch);
+      EXPECT_NE(gpu.ptx().find(".target sm_90"), std::string::npos) << what;
+      EXPECT_NE(gpu.ptx().find(".entry " + gpu.entry()), std::string::npos)
+          << what;
+      // 1000 elements in blocks of 256 threads.
+      EXPECT_EQ(gpu.block_x(), 256) << what;
+      EXPECT_EQ(gpu.grid_x(), 4) << what;
+      // Every input and output is a parameter, and nothing else.
+      EXPECT_EQ(gpu.params_size(),
+                exe.inputs_size() + exe.outputs_size() + exe.num_scalars())
+          << what;
+      std::string failure = assemble(gpu.ptx(), kArch);
+      EXPECT_EQ(failure, "") << what << "\n" << gpu.ptx();
+      ++cases;
+      floatCases += d.typeBit == rank::kFloatTypes;
+    }
+  }
+  std::printf("PTX assembled by ptxas for %s: %d kernels (%d float)\n", kArch,
+              cases, floatCases);
+  EXPECT_GE(floatCases, 4 * 18);
+}
+
+/// A chain with a broadcast operand, a constant and two results over a
+/// 3-D shape: one generated kernel, launched over every element.
+TEST(GpuKernelCodegen, ChainWithBroadcastAndTwoResults) {
+  for (const char *dtype : {"f32", "bf16", "f16", "f64"}) {
+    std::string x = tensorType("3x5x700", dtype), w = tensorType("700", dtype);
+    std::string source =
+        "#m = #dtensor.mesh<[1]>\nfunc.func @f(%x: " + x + ", %w: " + w +
+        ") -> (" + x + ", " + x + ") {\n  %wb = dtensor.broadcast_to %w : (" +
+        w + ") -> " + x + "\n  %m = dtensor.mul %x, %wb : (" + x + ", " + x +
+        ") -> " + x + "\n  %c = dtensor.full 0.5 : " + x +
+        "\n  %s = dtensor.add %m, %c : (" + x + ", " + x + ") -> " + x +
+        "\n  %g = dtensor.gelu %s : (" + x + ") -> " + x +
+        "\n  %t = dtensor.tanh %g : (" + x + ") -> " + x +
+        "\n  return %g, %t : " + x + ", " + x + "\n}\n";
+    CompileResult result = compileForGpu(source);
+    ASSERT_TRUE(result.ok) << dtype << ": " << result.error;
+    wire::Program program = programOf(result);
+    int fused = 0;
+    for (const auto &inst : program.instructions())
+      fused += inst.op() == "fused";
+    EXPECT_EQ(fused, 1) << dtype;
+    ASSERT_EQ(program.executables_size(), 1) << dtype;
+    const wire::Executable &exe = program.executables(0);
+    ASSERT_TRUE(exe.has_gpu());
+    EXPECT_EQ(exe.inputs_size(), 2) << dtype;
+    EXPECT_EQ(exe.outputs_size(), 2) << dtype;
+    EXPECT_EQ(exe.num_scalars(), 1) << dtype;
+    EXPECT_EQ(exe.gpu().grid_x(), (3 * 5 * 700 + 255) / 256) << dtype;
+    // The parameters name each input, output and the constant once.
+    std::vector<int> seen(5, 0);
+    for (int p : exe.gpu().params()) {
+      ASSERT_GE(p, 0);
+      ASSERT_LT(p, 5);
+      ++seen[p];
+    }
+    EXPECT_EQ(seen, std::vector<int>(5, 1)) << dtype;
+    // What the kernel needs of libdevice (float64 erf and tanh, the fma of
+    // the float32 polynomials) is linked in and inlined: no call is left to
+    // resolve.
+    EXPECT_EQ(exe.gpu().ptx().find("__nv_"), std::string::npos) << dtype;
+    EXPECT_EQ(exe.gpu().ptx().find(".extern"), std::string::npos) << dtype;
+    if (!ptxasPath().empty())
+      EXPECT_EQ(assemble(exe.gpu().ptx(), kArch), "") << dtype;
+  }
+}
+
+TEST(GpuKernelCodegen, RankZeroAndOtherArchitecture) {
+  std::string t = tensorType("", "f32");
+  std::string source = "#m = #dtensor.mesh<[1]>\nfunc.func @f(%a: " + t +
+                       ") -> " + t + " {\n  %e = dtensor.exp %a : (" + t +
+                       ") -> " + t + "\n  %s = dtensor.sin %e : (" + t +
+                       ") -> " + t + "\n  return %s : " + t + "\n}\n";
+  CompileOptions options;
+  options.fuseElementwise = true;
+  options.cudaArch = "sm_80";
+  CompileResult result = compileModule(source, "gpu.mlir", options);
+  ASSERT_TRUE(result.ok) << result.error;
+  wire::Program program = programOf(result);
+  ASSERT_EQ(program.executables_size(), 1);
+  const wire::GpuKernel &gpu = program.executables(0).gpu();
+  EXPECT_EQ(gpu.arch(), "sm_80");
+  EXPECT_EQ(gpu.grid_x(), 1);
+  EXPECT_NE(gpu.ptx().find(".target sm_80"), std::string::npos);
+  if (!ptxasPath().empty())
+    EXPECT_EQ(assemble(gpu.ptx(), "sm_80"), "");
+}
+
+/// softmax: the GPU has no row kernels yet, so the group leaves its
+/// reductions to the kernel registry and fuses what is elementwise.
+TEST(GpuKernelCodegen, RowReductionsStayOutOfGpuGroups) {
+  std::string row = tensorType("16x100", "f32"),
+              kept = tensorType("16x1", "f32");
+  std::string source =
+      "#m = #dtensor.mesh<[1]>\nfunc.func @f(%x: " + row + ") -> " + row +
+      " {\n  %m = dtensor.max %x dims = [1] keepdim : (" + row + ") -> " +
+      kept + "\n  %mb = dtensor.broadcast_to %m : (" + kept + ") -> " + row +
+      "\n  %s = dtensor.sub %x, %mb : (" + row + ", " + row + ") -> " + row +
+      "\n  %e = dtensor.exp %s : (" + row + ") -> " + row +
+      "\n  %t = dtensor.sum %e dims = [1] keepdim : (" + row + ") -> " + kept +
+      "\n  %tb = dtensor.broadcast_to %t : (" + kept + ") -> " + row +
+      "\n  %y = dtensor.div %e, %tb : (" + row + ", " + row + ") -> " + row +
+      "\n  return %y : " + row + "\n}\n";
+  CompileResult result = compileForGpu(source);
+  ASSERT_TRUE(result.ok) << result.error;
+  wire::Program program = programOf(result);
+  int reductions = 0;
+  for (const auto &inst : program.instructions())
+    reductions += inst.op() == "sum" || inst.op() == "max";
+  EXPECT_EQ(reductions, 2);
+  EXPECT_GE(program.executables_size(), 1);
+  for (const auto &exe : program.executables())
+    EXPECT_TRUE(exe.has_gpu());
+  // For the host the same source fuses the reductions in.
+  CompileOptions host;
+  host.fuseElementwise = true;
+  CompileResult onHost = compileModule(source, "host.mlir", host);
+  ASSERT_TRUE(onHost.ok) << onHost.error;
+  int hostReductions = 0;
+  wire::Program hostProgram = programOf(onHost);
+  for (const auto &inst : hostProgram.instructions())
+    hostReductions += inst.op() == "sum" || inst.op() == "max";
+  EXPECT_EQ(hostReductions, 0);
+}
+
+TEST(GpuKernelCodegen, HostExecutorRefusesGpuCode) {
+  std::string t = tensorType("64", "f32");
+  CompileResult result = compileForGpu(oneKernelSource("exp", 1, "64", "f32"));
+  ASSERT_TRUE(result.ok) << result.error;
+  wire::Program program = programOf(result);
+  rt::Executor executor(nullptr);
+  wire::TensorSpec spec;
+  spec.set_dtype(wire::F32);
+  spec.add_shape(64);
+  rt::Tensor in = rt::Tensor::emptyLike(spec);
+  try {
+    executor.run(program, {in, in});
+    FAIL() << "a GPU kernel ran on the host";
+  } catch (const rt::RuntimeError &error) {
+    EXPECT_NE(std::string(error.what()).find("is GPU code"), std::string::npos)
+        << error.what();
+  }
+  // A PTX changed after the controller hashed it is refused at upload.
+  wire::Program corrupt = program;
+  corrupt.mutable_executables(0)->mutable_gpu()->mutable_ptx()->append(" ");
+  EXPECT_THROW(executor.validate(corrupt), rt::RuntimeError);
+  // So is a parameter outside the executable's operands.
+  wire::Program badParam = program;
+  wire::Executable &exe = *badParam.mutable_executables(0);
+  exe.mutable_gpu()->set_params(0, 9);
+  exe.set_content_hash(rt::executableHash(exe.gpu().SerializeAsString()));
+  EXPECT_THROW(executor.validate(badParam), rt::RuntimeError);
+}
+
+} // namespace
