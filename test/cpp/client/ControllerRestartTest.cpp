@@ -86,8 +86,8 @@ struct ControllerRestartTest : ::testing::Test {
     auto owned = std::make_unique<ReplacingBackend>(std::vector<int>{2, 3});
     backend = owned.get();
     controller = std::make_unique<Controller>(std::move(owned));
-    Mesh all{0, {4}, {}, {0, 1, 2, 3}, "cpu"};
-    Mesh low{1, {2}, {}, {0, 1}, "cpu"};
+    Mesh all{0, {4}, {}, {0, 1, 2, 3}, "cpu", {}};
+    Mesh low{1, {2}, {}, {0, 1}, "cpu", {}};
     controller->addMesh(all);
     controller->addMesh(low);
     controller->put(0, 1, doubles({1, 2, 3, 4}), {Placement::shard(0)});

@@ -52,7 +52,7 @@ TEST(SegmentKey, SeedsAndHandlesAreNotStructure) {
   Segment a = segment(1, 0.5, 100), b = segment(99, 0.5, 7);
   EXPECT_EQ(a.structureHash, b.structureHash);
   EXPECT_TRUE(sameStructure(a, b));
-  Mesh mesh{0, {4}, {}, {0, 1, 2, 3}, "cpu"};
+  Mesh mesh{0, {4}, {}, {0, 1, 2, 3}, "cpu", {}};
   EXPECT_EQ(structureBytes(a, mesh), structureBytes(b, mesh));
 }
 
@@ -71,8 +71,8 @@ TEST(SegmentKey, ScalarsShapesOperandsResultsAndMeshesAre) {
   for (size_t i = 0; i < others.size(); ++i)
     EXPECT_FALSE(sameStructure(a, others[i])) << "variant " << i;
   EXPECT_NE(a.structureHash, others[0].structureHash);
-  Mesh m1{0, {2, 2}, {}, {0, 1, 2, 3}, "cpu"};
-  Mesh m2{1, {2, 2}, {}, {3, 2, 1, 0}, "cpu"};
+  Mesh m1{0, {2, 2}, {}, {0, 1, 2, 3}, "cpu", {}};
+  Mesh m2{1, {2, 2}, {}, {3, 2, 1, 0}, "cpu", {}};
   EXPECT_FALSE(sameMesh(m1, m2));
   EXPECT_NE(meshHash(m1), meshHash(m2));
   EXPECT_NE(structureBytes(a, m1), structureBytes(a, m2));
