@@ -293,3 +293,17 @@ func.func @global_ranks_size(%x: tensor<4xf32>) attributes {rank.mesh = array<i6
 func.func @global_ranks_repeated(%x: tensor<4xf32>) attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>], rank.global_ranks = array<i64: 1, 1>} {
   return
 }
+
+// -----
+
+// expected-error @+1 {{'rank.output_donors' has 2 entries for 1 results}}
+func.func @output_donors_size(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.output_donors = array<i64: 0, -1>} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'rank.output_donors' names argument 0, which is out of range or named twice}}
+func.func @output_donors_twice(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {rank.output_donors = array<i64: 0, 0>} {
+  return %x, %x : tensor<4xf32>, tensor<4xf32>
+}
