@@ -107,36 +107,42 @@ struct MarkDonationsPass
           !(op.getDialect() && isa<rank::RankDialect>(op.getDialect())))
         return; // only class functions of rank ops
 
-    // Buffers: the arguments, then every result in program order; steps as
-    // the emitter orders the program's instructions (BufferPlan.h).
-    llvm::DenseMap<Value, int> bufferOf;
-    int numBuffers = 0;
+    // Only when some result may have an argument's bytes is there anything
+    // to pair (the cost of a cache miss stays low otherwise).
+    llvm::DenseSet<int64_t> argumentSizes;
     for (BlockArgument arg : fn.getArguments())
-      bufferOf[arg] = numBuffers++;
-    std::vector<int> producerOf(numBuffers, -1);
+      argumentSizes.insert(valueBytes(arg));
+    if (llvm::none_of(ret.getOperands(), [&](Value v) {
+          return !isa<BlockArgument>(v) &&
+                 argumentSizes.contains(valueBytes(v));
+        }))
+      return;
+
+    // Steps as the emitter orders the program's instructions, with the
+    // waits of its events (a value made on the other stream): the order of
+    // BufferPlan.h. Only the arguments' accesses matter here.
     std::vector<bp::Step> steps;
     llvm::DenseMap<Operation *, int> stepOf;
+    std::vector<SmallVector<int, 2>> accessesOf(fn.getNumArguments());
     for (Operation &op : body.without_terminator()) {
       bp::Step step;
       step.stream = rank::runsOnComputeStream(&op) ? 0 : 1;
       int index = static_cast<int>(steps.size());
       for (Value v : op.getOperands()) {
-        int b = bufferOf.lookup(v);
-        step.reads.push_back(b);
-        int producer = producerOf[b];
-        if (producer >= 0 && steps[producer].stream != step.stream)
+        if (auto arg = dyn_cast<BlockArgument>(v)) {
+          auto &accesses = accessesOf[arg.getArgNumber()];
+          if (accesses.empty() || accesses.back() != index)
+            accesses.push_back(index);
+          continue;
+        }
+        int producer = stepOf.lookup(v.getDefiningOp());
+        if (steps[producer].stream != step.stream)
           step.waitsOn.push_back(producer);
-      }
-      for (Value r : op.getResults()) {
-        bufferOf[r] = numBuffers++;
-        step.writes.push_back(bufferOf[r]);
-        producerOf.push_back(index);
       }
       stepOf[&op] = index;
       steps.push_back(std::move(step));
     }
     bp::StepOrder order(steps, /*numStreams=*/2);
-    bp::Liveness live = bp::computeLiveness(steps, order, numBuffers);
 
     // Arguments that are returned as they are share their storage with a
     // result: neither donors nor takers.
@@ -157,11 +163,14 @@ struct MarkDonationsPass
         return false;
       Operation *writer = result.getDefiningOp();
       int w = stepOf.lookup(writer);
-      int a = static_cast<int>(arg.getArgNumber());
       bool readByWriter = llvm::is_contained(writer->getOperands(), arg);
       if (readByWriter && !writesElementwiseOver(writer, arg, result))
         return false;
-      return bp::inPlaceLegal(live, order, a, w);
+      // Every other access of the argument happens before the write
+      // (bufplan::inPlaceLegal).
+      return llvm::all_of(accessesOf[arg.getArgNumber()], [&](int access) {
+        return access == w || order.happensBefore(access, w);
+      });
     };
     // Arguments that `result` is computed from, nearest first, within a
     // small budget of ops: the natural donors (a parameter for its update),
