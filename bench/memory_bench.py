@@ -1,21 +1,26 @@
 """Peak memory per rank of a GPT training step with and without buffer
-planning, side by side in one run.
+planning and donation, side by side in one run.
 
 The GPT of examples/gpt (a small config: vocabulary 64, context 32, 2
 layers, 4 heads, width 64 unless given) trains a few AdamW steps (forward,
 backward and update are one segment) on 1 rank, data parallel on 2 ranks
-and fully_shard on 2 ranks, each once with buffer planning (the default) and
-once with DTORCH_BUFFER_PLANNING=0, every measurement in a fresh interpreter
-of its own. After the last step each rank reports (dtorch.memory_stats()):
+and fully_shard on 2 ranks, each three times: with neither buffer planning
+nor donation (DTORCH_BUFFER_PLANNING=0 DTORCH_DONATION=0), with planning
+alone (DTORCH_DONATION=0) and with both (the default), every measurement in
+a fresh interpreter of its own. Donation lets the step write the new
+parameters and Adam moments into the storage of the old ones (which only
+the step holds), so a step does not hold both. After the last step each rank reports (dtorch.memory_stats()):
 
 - peak: its memory during the last step's run: the tensors it holds before
   the run (parameters, gradients, moments, the batch), plus the arena of the
   planned temporaries, plus every buffer the run gave its own storage (its
   outputs; without planning every temporary as well);
 - arena: the arena of the step's planned temporaries (0 without planning);
-- held: the tensors it holds between steps.
+- held: the tensors it holds between steps;
+- param+state: the bytes of the parameters and both moments per rank (what
+  donation should save).
 
-The losses of the two runs must be equal (planning changes no number).
+The losses of the three runs must be equal (neither changes a number).
 
     python3 bench/memory_bench.py [--steps 3] [--batch 16] [--out bench/results/memory]
 
@@ -73,9 +78,19 @@ def measure(cfg, ranks, mode, steps, batch):
         del x, y, loss
     gc.collect()
     stats = dtorch.memory_stats()
+    # Parameters and Adam moments on the busiest rank: each parameter's
+    # first (largest) torch.chunk piece, three times.
+    local = 0
+    for p in model.parameters():
+        shape = list(p.shape)
+        for placement in p.placements:
+            if isinstance(placement, Shard):
+                shape[placement.dim] = -(-shape[placement.dim] // ranks)
+        local += int(np.prod(shape)) * 4
     dtorch.shutdown()
     return {
         "losses": losses,
+        "param_state_bytes": 3 * local,
         "ranks": [{key: r[key] for key in ("rank", "bytes", "arena_bytes",
                                            "last_run_arena_bytes",
                                            "last_run_peak_bytes", "peak_bytes")}
@@ -83,38 +98,45 @@ def measure(cfg, ranks, mode, steps, batch):
     }
 
 
-def run_child(cfg, ranks, mode, steps, batch, planning):
+def run_child(cfg, ranks, mode, steps, batch, planning, donation=True):
     env = dict(os.environ)
     env["DTORCH_BUFFER_PLANNING"] = "1" if planning else "0"
+    env["DTORCH_DONATION"] = "1" if donation else "0"
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     job = json.dumps(dict(cfg=cfg, ranks=ranks, mode=mode, steps=steps, batch=batch))
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", job],
                        capture_output=True, text=True, timeout=600, env=env)
     if r.returncode != 0:
-        raise RuntimeError(f"child failed ({mode}, {ranks} ranks, planning={planning}):\n"
+        raise RuntimeError(f"child failed ({mode}, {ranks} ranks, planning={planning}, "
+                           f"donation={donation}):\n"
                            + r.stdout[-2000:] + r.stderr[-4000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def compare(cfg, steps, batch, setups=SETUPS):
-    """Every setup with and without planning: one row per setup."""
+    """Every setup with neither planning nor donation ("off"), planning
+    alone and both ("on", the default): one row per setup."""
     rows = []
     for name, ranks, mode in setups:
-        off = run_child(cfg, ranks, mode, steps, batch, planning=False)
-        on = run_child(cfg, ranks, mode, steps, batch, planning=True)
+        off = run_child(cfg, ranks, mode, steps, batch, planning=False, donation=False)
+        planned = run_child(cfg, ranks, mode, steps, batch, planning=True, donation=False)
+        on = run_child(cfg, ranks, mode, steps, batch, planning=True, donation=True)
         peak_off = max(r["last_run_peak_bytes"] for r in off["ranks"])
+        peak_planned = max(r["last_run_peak_bytes"] for r in planned["ranks"])
         peak_on = max(r["last_run_peak_bytes"] for r in on["ranks"])
         rows.append(dict(
             setup=name, ranks=ranks, mode=mode,
-            peak_bytes_off=peak_off, peak_bytes_on=peak_on,
+            peak_bytes_off=peak_off, peak_bytes_planned=peak_planned, peak_bytes_on=peak_on,
             ratio=peak_off / peak_on if peak_on else None,
+            donation_saved_bytes=peak_planned - peak_on,
+            param_state_bytes=on["param_state_bytes"],
             arena_bytes=max(r["last_run_arena_bytes"] for r in on["ranks"]),
             held_bytes_off=max(r["bytes"] for r in off["ranks"]),
             held_bytes_on=max(r["bytes"] for r in on["ranks"]),
             high_water_off=max(r["peak_bytes"] for r in off["ranks"]),
             high_water_on=max(r["peak_bytes"] for r in on["ranks"]),
-            losses_equal=off["losses"] == on["losses"],
+            losses_equal=off["losses"] == on["losses"] == planned["losses"],
             losses=on["losses"], per_rank_off=off["ranks"], per_rank_on=on["ranks"]))
     return rows
 
@@ -128,15 +150,17 @@ def table(rows, cfg, steps, batch):
         f"GPT {cfg}, batch {batch}, {steps} AdamW steps; peak memory per rank of the "
         "last step (the busiest rank), KiB.",
         "",
-        "| setup | peak without planning | peak with planning | ratio | arena (planned temporaries) "
-        "| held between steps | losses equal |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| setup | peak, neither | peak, planning | peak, planning + donation | ratio "
+        "| donation saves | param+state | arena (planned temporaries) | held between steps "
+        "| losses equal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['setup']} | {kib(r['peak_bytes_off'])} | {kib(r['peak_bytes_on'])} | "
-            f"{r['ratio']:.2f}x | {kib(r['arena_bytes'])} | {kib(r['held_bytes_on'])} | "
-            f"{'yes' if r['losses_equal'] else 'NO'} |")
+            f"| {r['setup']} | {kib(r['peak_bytes_off'])} | {kib(r['peak_bytes_planned'])} | "
+            f"{kib(r['peak_bytes_on'])} | {r['ratio']:.2f}x | {kib(r['donation_saved_bytes'])} | "
+            f"{kib(r['param_state_bytes'])} | {kib(r['arena_bytes'])} | "
+            f"{kib(r['held_bytes_on'])} | {'yes' if r['losses_equal'] else 'NO'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -147,15 +171,18 @@ def plot(rows, path):
     import numpy as np
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = np.arange(len(rows))
-    ax.bar(xs - 0.2, [r["peak_bytes_off"] / 1024 for r in rows], 0.4,
-           label="without planning (DTORCH_BUFFER_PLANNING=0)")
-    ax.bar(xs + 0.2, [r["peak_bytes_on"] / 1024 for r in rows], 0.4, label="with planning")
+    ax.bar(xs - 0.27, [r["peak_bytes_off"] / 1024 for r in rows], 0.27,
+           label="neither (DTORCH_BUFFER_PLANNING=0 DTORCH_DONATION=0)")
+    ax.bar(xs, [r["peak_bytes_planned"] / 1024 for r in rows], 0.27,
+           label="planning (DTORCH_DONATION=0)")
+    ax.bar(xs + 0.27, [r["peak_bytes_on"] / 1024 for r in rows], 0.27,
+           label="planning + donation")
     for x, r in zip(xs, rows):
-        ax.text(x + 0.2, r["peak_bytes_on"] / 1024, f"{r['ratio']:.2f}x smaller",
+        ax.text(x + 0.27, r["peak_bytes_on"] / 1024, f"{r['ratio']:.2f}x smaller",
                 ha="center", va="bottom", fontsize=8)
     ax.set_xticks(xs, [r["setup"] for r in rows])
     ax.set_ylabel("peak KiB per rank (GPT training step)")
-    ax.set_title("buffer planning: peak memory per rank (lower is better)")
+    ax.set_title("buffer planning and donation: peak memory per rank (lower is better)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -76,6 +76,10 @@ struct CompileOptions {
   /// program gets an offset in one per-rank arena (Program.buffer_offsets);
   /// off, every buffer has its own storage.
   bool planBuffers = bufferPlanningDefault();
+  /// Run --rank-mark-donations after the pipeline: each output names the
+  /// input whose storage it may take when a run donates that input
+  /// (Program.output_donors).
+  bool markDonations = true;
   /// Group elementwise chains into rank.fused (--rank-fuse-elementwise) and
   /// compile each group to native code shipped in the program. On unless
   /// the environment sets DTORCH_FUSION=0 (read when the options are made).

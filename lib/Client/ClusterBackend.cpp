@@ -57,6 +57,13 @@ public:
            const std::vector<int64_t> &seeds) override {
     translated([&] { cluster_->run(ranks, id, in, out, seeds); });
   }
+  void runDonating(const std::vector<int64_t> &ranks, uint64_t id,
+                   const std::vector<Handle> &in,
+                   const std::vector<Handle> &out,
+                   const std::vector<int64_t> &seeds,
+                   const std::vector<Handle> &donated) override {
+    translated([&] { cluster_->run(ranks, id, in, out, seeds, donated); });
+  }
   void put(int rank, Handle h, const rt::Tensor &v) override {
     translated([&] { cluster_->put(rank, h, v); });
   }

@@ -226,7 +226,11 @@ void Controller::runSegment(Segment &seg) {
     if (runSpan)
       runSpan->setDetail("program id " + std::to_string(c->programId) + " on " +
                          std::to_string(mesh.ranks.size()) + " rank(s)");
-    backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
+    if (seg.donated.empty())
+      backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
+    else
+      backend_->runDonating(mesh.ranks, c->programId, seg.args, seg.results,
+                            seg.seeds, seg.donated);
   }
   for (Handle h : seg.results)
     live_[h] = seg.meshId;

@@ -133,11 +133,18 @@ public:
            const std::vector<Handle> &inputs,
            const std::vector<Handle> &outputs,
            const std::vector<int64_t> &seeds) override {
+    runDonating(ranks, id, inputs, outputs, seeds, {});
+  }
+  void runDonating(const std::vector<int64_t> &ranks, uint64_t id,
+                   const std::vector<Handle> &inputs,
+                   const std::vector<Handle> &outputs,
+                   const std::vector<int64_t> &seeds,
+                   const std::vector<Handle> &donated) override {
     for (int64_t rank : ranks) {
       RankThread &t = at(static_cast<int>(rank));
       // A failure poisons the outputs; it surfaces when one is fetched.
-      t.post([&t, id, inputs, outputs, seeds] {
-        t.state().run(id, inputs, outputs, seeds);
+      t.post([&t, id, inputs, outputs, seeds, donated] {
+        t.state().run(id, inputs, outputs, seeds, donated);
       });
     }
   }

@@ -12,8 +12,10 @@
 #include "dtorch/runtime/Transport.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 namespace dtorch::client {
@@ -291,6 +293,12 @@ void Session::flush() {
   }
   segment_.structureHash =
       hashResults(segment_.structureHash, segment_.resultNodes);
+  // Arguments no tensor names any more: argRefs_ holds their last
+  // reference, so nothing can read them after this segment's run.
+  if (donationEnabled())
+    for (size_t i = 0; i < argRefs_.size(); ++i)
+      if (argRefs_[i].use_count() == 1)
+        segment_.donated.push_back(argRefs_[i]->id);
   if (trace_->enabled()) {
     rt::TraceEvent cut;
     cut.name = "segment cut";
@@ -306,6 +314,11 @@ void Session::flush() {
   if (!seg.results.empty())
     controller_->submit(std::move(seg));
   argRefs_.clear(); // frees of dropped arguments now follow the run
+}
+
+bool donationEnabled() {
+  const char *value = std::getenv("DTORCH_DONATION");
+  return !(value && std::string_view(value) == "0");
 }
 
 void Session::release(const TensorStorage &s) {

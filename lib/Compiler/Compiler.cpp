@@ -179,6 +179,8 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
   if (options.planBuffers)
     pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
+  if (options.markDonations)
+    pm.addNestedPass<func::FuncOp>(dtensor::createMarkDonations());
   if (options.profile)
     result.timings.emplace_back("pipeline setup", secondsSince(setupStart));
   if (options.recordStages || options.explain)

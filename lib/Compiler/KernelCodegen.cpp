@@ -50,6 +50,8 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/Analysis/LoopInfo.h"
+#include "llvm/IR/Dominators.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -616,6 +618,42 @@ void addEntryPoint(llvm::Module &m, StringRef symbol, unsigned numInputs,
     define(symbol.str() + rt::kRowsEntrySuffix, true);
 }
 
+/// Tells LLVM that no loop of an elementwise kernel carries a dependence
+/// through memory (`llvm.loop.parallel_accesses` over every load and store,
+/// what `#pragma omp simd` says): iteration i reads element i of each input
+/// (or a broadcast value, only read) and writes element i of each output.
+/// That stays true when an output is its input's memory (a donated buffer
+/// written in place), for which LLVM's runtime alias check would otherwise
+/// pick the scalar loop. Not for row kernels, whose loops carry sums.
+void markLoopsParallel(llvm::Function &f) {
+  if (f.isDeclaration())
+    return;
+  llvm::LLVMContext &c = f.getContext();
+  llvm::DominatorTree dominators(f);
+  llvm::LoopInfo loops(dominators);
+  llvm::MDNode *group = llvm::MDNode::getDistinct(c, {});
+  bool any = false;
+  for (llvm::BasicBlock &block : f) {
+    if (!loops.getLoopFor(&block))
+      continue;
+    for (llvm::Instruction &inst : block)
+      if (llvm::isa<llvm::LoadInst, llvm::StoreInst>(inst)) {
+        inst.setMetadata(llvm::LLVMContext::MD_access_group, group);
+        any = true;
+      }
+  }
+  if (!any)
+    return;
+  for (llvm::Loop *loop : loops.getLoopsInPreorder()) {
+    llvm::Metadata *parallel[] = {
+        llvm::MDString::get(c, "llvm.loop.parallel_accesses"), group};
+    llvm::Metadata *operands[] = {nullptr, llvm::MDNode::get(c, parallel)};
+    llvm::MDNode *id = llvm::MDNode::getDistinct(c, operands);
+    id->replaceOperandWith(0, id);
+    loop->setLoopID(id);
+  }
+}
+
 FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
   const HostTarget &host = hostTarget();
   llvm::Triple triple(host.triple);
@@ -746,6 +784,9 @@ compileFusedKernel(rank::FusedOp op, const std::string &signature) {
   if (!llvmModule)
     return op.emitOpError("kernel generation failed: no LLVM IR");
 
+  if (!hasRowReduction(op.getBody().front()))
+    if (llvm::Function *impl = llvmModule->getFunction(kImplName))
+      markLoopsParallel(*impl);
   auto kernel = std::make_shared<GeneratedKernel>();
   kernel->set_symbol("dtorch_fused_" + rt::executableHash(signature));
   ArrayRef<int64_t> group =

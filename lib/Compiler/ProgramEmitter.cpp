@@ -246,6 +246,13 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands())
         program.add_outputs(bufferOf.lookup(v));
+      // Donation (--rank-mark-donations): per output, the input whose
+      // storage it may take.
+      if (auto donors =
+              fn->getAttrOfType<DenseI64ArrayAttr>(rank::kOutputDonorsAttrName);
+          donors && donors.size() == static_cast<int64_t>(ret.getNumOperands()))
+        for (int64_t d : donors.asArrayRef())
+          program.add_output_donors(static_cast<int32_t>(d));
       continue;
     }
     if (auto batch = dyn_cast<rank::BatchSendRecvOp>(op)) {

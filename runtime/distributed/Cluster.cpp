@@ -1295,7 +1295,8 @@ void Cluster::run(int rank, uint64_t programId,
 void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs,
-                  const std::vector<int64_t> &seeds) {
+                  const std::vector<int64_t> &seeds,
+                  const std::vector<TensorHandle> &donated) {
   Impl &impl = *impl_;
   std::unique_lock<std::mutex> lock(impl.mutex);
   detail::RunDependencies::Ranks involved =
@@ -1327,6 +1328,7 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
         run->mutable_inputs()->Add(inputs.begin(), inputs.end());
         run->mutable_outputs()->Add(outputs.begin(), outputs.end());
         run->mutable_seeds()->Add(seeds.begin(), seeds.end());
+        run->mutable_donated()->Add(donated.begin(), donated.end());
       },
       [](wire::Envelope &e, int32_t rank) {
         e.mutable_run()->add_ranks(rank);

@@ -680,6 +680,7 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
     if (!withinHandleBound(shared->run().inputs_size(), requestId) ||
         !withinHandleBound(shared->run().outputs_size(), requestId) ||
         !withinHandleBound(shared->run().seeds_size(), requestId) ||
+        !withinHandleBound(shared->run().donated_size(), requestId) ||
         !distinctHostedRanks(ranks, requestId))
       return;
     for (int rank : ranks)
@@ -867,8 +868,9 @@ void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
   std::vector<uint64_t> inputs(run.inputs().begin(), run.inputs().end());
   std::vector<uint64_t> outputs(run.outputs().begin(), run.outputs().end());
   std::vector<int64_t> seeds(run.seeds().begin(), run.seeds().end());
+  std::vector<uint64_t> donated(run.donated().begin(), run.donated().end());
   if (std::optional<std::string> error =
-          r.state->run(run.program_id(), inputs, outputs, seeds))
+          r.state->run(run.program_id(), inputs, outputs, seeds, donated))
     reportError(r.rank, run.program_id(), *error);
 }
 

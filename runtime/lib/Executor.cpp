@@ -231,13 +231,34 @@ void Executor::checkPrepared(const Program &program,
 
 std::vector<Tensor> Executor::runValidated(const Program &program,
                                            const std::vector<Tensor> &inputs,
-                                           const std::vector<int64_t> &seeds) {
+                                           const std::vector<int64_t> &seeds,
+                                           const std::vector<bool> &donated) {
 
   const std::string prefix = "program '" + program.name() + "': ";
   if (inputs.size() != static_cast<size_t>(program.inputs_size()))
     throw RuntimeError(prefix + "expects " +
                        std::to_string(program.inputs_size()) +
                        " input(s), got " + std::to_string(inputs.size()));
+
+  // Donation: an output takes its donor's storage when the caller gave the
+  // input up and nothing else holds it (decided before binding adds a
+  // holder). Checked by the validator: the donor has the output's bytes and
+  // is dead, or read elementwise, when the output is written.
+  std::vector<Tensor> takenStorage;
+  if (!donated.empty() && program.output_donors_size() > 0 &&
+      program.output_donors_size() == program.outputs_size()) {
+    takenStorage.resize(static_cast<size_t>(program.buffers_size()));
+    for (int k = 0; k < program.outputs_size(); ++k) {
+      int donor = program.output_donors(k);
+      if (donor < 0 || static_cast<size_t>(donor) >= donated.size() ||
+          !donated[donor])
+        continue;
+      const Tensor &given = inputs[donor];
+      if (!given.soleOwner() || &given.device() != device_)
+        continue;
+      takenStorage[program.outputs(k)] = given;
+    }
+  }
 
   // Bind inputs (shared, not copied) and allocate every other buffer.
   std::vector<Tensor> buffers(static_cast<size_t>(program.buffers_size()));
@@ -303,6 +324,17 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         buffers[id] = Tensor::viewOf(
             runArena, static_cast<size_t>(offset), spec.dtype(),
             std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
+        continue;
+      }
+      if (!takenStorage.empty() && takenStorage[id].defined()) {
+        std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+        const Tensor &donor = takenStorage[id];
+        buffers[id] =
+            donor.dtype() == spec.dtype() && donor.shape() == shape
+                ? donor
+                : Tensor::viewOf(donor, 0, spec.dtype(), std::move(shape));
+        ++memory.donations;
+        memory.donatedBytes += buffers[id].nbytes();
         continue;
       }
       buffers[id] = Tensor::empty(

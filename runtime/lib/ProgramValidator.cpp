@@ -688,6 +688,96 @@ struct Validator {
       liveByLast.insert({unit.last, u});
     }
   }
+
+  // Donation (Program.output_donors): each entry names an input (at most
+  // one output per input) of exactly its output's bytes; the output is
+  // written by one instruction that the input's every other access happens
+  // before, and which reads the input, if at all, elementwise (an in-place
+  // kernel, or a generated kernel reading it at the output's dtype and
+  // shape). The rules of include/dtorch/BufferPlan.h, as the compiler's
+  // --rank-mark-donations applies them.
+  void checkOutputDonors() const {
+    namespace bp = ::dtorch::bufplan;
+    if (program.output_donors_size() == 0)
+      return;
+    if (program.output_donors_size() != program.outputs_size())
+      fail("output_donors has " + std::to_string(program.output_donors_size()) +
+           " entries for " + std::to_string(program.outputs_size()) +
+           " outputs");
+    int numBuffers = program.buffers_size();
+    std::vector<int> writer(numBuffers, -1);
+    std::vector<int> recorder(program.num_events(), -1);
+    std::vector<bp::Step> steps(program.instructions_size());
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      if (inst.record_event() >= 0)
+        recorder[inst.record_event()] = i;
+      for (int id : inst.outputs())
+        writer[id] = i;
+    }
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      steps[i].stream = static_cast<int>(inst.stream());
+      steps[i].reads.assign(inst.inputs().begin(), inst.inputs().end());
+      steps[i].writes.assign(inst.outputs().begin(), inst.outputs().end());
+      for (int event : inst.wait_events())
+        steps[i].waitsOn.push_back(recorder[event]);
+    }
+    bp::StepOrder order(steps, kStreams);
+    bp::Liveness live = bp::computeLiveness(steps, order, numBuffers);
+    auto bytesOf = [&](int id) {
+      TensorDesc desc = descOf(id);
+      return shapeNumel(desc.shape) *
+             static_cast<int64_t>(dtypeSize(desc.dtype));
+    };
+    std::vector<bool> given(program.inputs_size(), false);
+    for (int k = 0; k < program.outputs_size(); ++k) {
+      int donor = program.output_donors(k);
+      if (donor == -1)
+        continue;
+      std::string what = "output " + std::to_string(k) + "'s donor ";
+      if (donor < 0 || donor >= program.inputs_size())
+        fail(what + std::to_string(donor) + " is not an input index");
+      if (given[donor])
+        fail(what + "input " + std::to_string(donor) +
+             " is given to another output too");
+      given[donor] = true;
+      int in = program.inputs(donor), out = program.outputs(k);
+      for (int other = 0; other < program.outputs_size(); ++other)
+        if (other != k && program.outputs(other) == out)
+          fail(what + "names an output returned twice");
+      for (int id : program.inputs())
+        if (id == out)
+          fail(what + "names an output that is an input");
+      if (bytesOf(in) != bytesOf(out))
+        fail(what + "input " + std::to_string(donor) + " has " +
+             std::to_string(bytesOf(in)) + " bytes, the output " +
+             std::to_string(bytesOf(out)));
+      int w = writer[out];
+      if (w < 0)
+        fail(what + "names an output that nothing writes");
+      const Instruction &inst = program.instructions(w);
+      bool reads = std::find(inst.inputs().begin(), inst.inputs().end(), in) !=
+                   inst.inputs().end();
+      if (reads) {
+        TensorDesc a = descOf(in), b = descOf(out);
+        bool elementwise =
+            inst.stream() == ::dtorch::wire::COMPUTE &&
+            ((inst.outputs_size() == 1 && bp::inPlaceKernel(inst.op()) &&
+              a.dtype == b.dtype) ||
+             (inst.op() == kFusedOp && a.dtype == b.dtype &&
+              a.shape == b.shape));
+        if (!elementwise)
+          fail(what + "input " + std::to_string(donor) + " is read by " +
+               describeInstruction(program, w) +
+               ", which writes the output and is not elementwise");
+      }
+      if (!bp::inPlaceLegal(live, order, in, w))
+        fail(what + "input " + std::to_string(donor) +
+             " is still accessed after " + describeInstruction(program, w) +
+             " writes the output");
+    }
+  }
 };
 
 } // namespace
@@ -815,6 +905,7 @@ void validateProgram(const Program &program, int communicatorRank) {
     validator.checkInstruction(i);
   validator.checkDataflow();
   validator.checkArena();
+  validator.checkOutputDonors();
 }
 
 } // namespace dtorch::rt

@@ -118,12 +118,29 @@ void RankState::setDeviceCommunicator(Device &device,
   deviceComms_[&device] = std::move(comm);
 }
 
-std::optional<std::string> RankState::run(uint64_t programId,
-                                          const std::vector<uint64_t> &inputs,
-                                          const std::vector<uint64_t> &outputs,
-                                          const std::vector<int64_t> &seeds) {
+std::optional<std::string>
+RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
+               const std::vector<uint64_t> &outputs,
+               const std::vector<int64_t> &seeds,
+               const std::vector<uint64_t> &donated) {
+  // Donated handles that the run reads (any other is ignored).
+  std::vector<uint64_t> consumed;
+  std::vector<bool> donatedInputs;
+  if (!donated.empty()) {
+    donatedInputs.assign(inputs.size(), false);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (std::find(donated.begin(), donated.end(), inputs[i]) !=
+          donated.end()) {
+        donatedInputs[i] = true;
+        if (std::find(consumed.begin(), consumed.end(), inputs[i]) ==
+            consumed.end())
+          consumed.push_back(inputs[i]);
+      }
+  }
   auto fail = [&](const std::string &message) {
     poisonAll(outputs, message);
+    // The run consumes its donated inputs, whether or not it got far.
+    poisonAll(consumed, message);
     return std::optional<std::string>(message);
   };
   auto uploaded = programs_.find(programId);
@@ -171,6 +188,10 @@ std::optional<std::string> RankState::run(uint64_t programId,
                          std::to_string(outputs.size())));
   std::vector<Tensor> results;
   uint64_t before = tableBytes();
+  // Donated inputs leave the table: `values` is then their only holder
+  // unless another handle shares the storage.
+  for (uint64_t handle : consumed)
+    tensors_.erase(handle);
   try {
     // The run's span on the compute lane holds its instructions' spans.
     std::optional<TraceSpan> span;
@@ -178,13 +199,14 @@ std::optional<std::string> RankState::run(uint64_t programId,
       span.emplace(trace_.get(), TraceLane::Compute, "run",
                    "run " + program.name(),
                    "program id " + std::to_string(programId));
-    results = executor_.runValidated(program, values, seeds);
+    results = executor_.runValidated(program, values, seeds, donatedInputs);
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }
   RunMemory memory = executor_.lastRunMemory();
   lastRunArenaBytes_ = memory.arenaBytes;
   lastRunPeakBytes_ = before + executor_.arenaCapacity() + memory.ownBytes;
+  lastRunDonatedBytes_ = memory.donatedBytes;
   peakBytes_ = std::max(peakBytes_, lastRunPeakBytes_);
   for (size_t i = 0; i < outputs.size(); ++i)
     put(outputs[i], std::move(results[i]));

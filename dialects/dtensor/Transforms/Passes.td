@@ -201,6 +201,50 @@ def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
   ];
 }
 
+def MarkDonations : Pass<"rank-mark-donations", "::mlir::func::FuncOp"> {
+  let summary = "Pair results with the arguments whose storage they may take (donation)";
+  let description = [{
+    Runs on the class functions of rank ops (after `--dtensor-lower-to-rank`)
+    and says, per result, which argument's storage the result may take over
+    when the caller donates that argument (gives up every other name for
+    it): the `rank.output_donors` function attribute, one entry per result,
+    the argument number or -1. An optimizer step writes every parameter and
+    its state anew: with donation the new values live where the old ones
+    were, so a step does not hold both.
+
+    A result may take argument `a` when both have the same bytes, neither is
+    returned twice or passed through, and every access of `a` happens before
+    the op writing the result (the happens-before of
+    include/dtorch/BufferPlan.h, streams and events included), or that op
+    reads `a` elementwise at the index it writes (an in-place kernel, or a
+    `rank.fused` group of elementwise kernels without row reductions reading
+    `a` at its shape) and every other access happens before it. Each
+    argument is given to at most one result; a result prefers the arguments
+    it is computed from (nearest first, within a few ops), then, with
+    `any-argument`, any other.
+
+    The emitter writes the attribute into the program
+    (`Program.output_donors`); a run that donates an input (`RunProgram.donated`)
+    lets the output take its storage when no other handle shares it.
+
+    Before:
+    ```mlir
+    func.func @step(%p: tensor<4xf32>, %g: tensor<4xf32>) -> tensor<4xf32> attributes {...} {
+      %0 = rank.kernel "mul"(%g, %g) : ...
+      %1 = rank.kernel "sub"(%p, %0) : ...
+      return %1 : tensor<4xf32>
+    }
+    ```
+    After: `%1` may be written over `%p` (sub is elementwise and `%p` has no
+    other use), so the function gets `rank.output_donors = array<i64: 0>`.
+  }];
+  let options = [
+    Option<"anyArgument", "any-argument", "bool", /*default=*/"true",
+           "pair a result with any dead argument of its size when none it "
+           "is computed from qualifies">
+  ];
+}
+
 def ScheduleCollectives : Pass<"rank-schedule-collectives", "::mlir::ModuleOp"> {
   let summary = "Issue collectives as soon as their inputs exist and bucket small all_reduces";
   let description = [{

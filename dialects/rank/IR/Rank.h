@@ -33,6 +33,11 @@ inline constexpr llvm::StringLiteral kGlobalRanksAttrName = "rank.global_ranks";
 /// (bytes, I64) and a function's arena size (bytes, I64).
 inline constexpr llvm::StringLiteral kArenaOffsetAttrName = "rank.arena_offset";
 inline constexpr llvm::StringLiteral kArenaBytesAttrName = "rank.arena_bytes";
+/// Set by --rank-mark-donations on a class function: per result, the
+/// argument whose storage it may take when the caller donates that argument
+/// (DenseI64ArrayAttr, -1: none).
+inline constexpr llvm::StringLiteral kOutputDonorsAttrName =
+    "rank.output_donors";
 /// Unit attribute of a class program whose collectives were placed by
 /// --rank-schedule-collectives: the emitter makes each collective also wait
 /// for the compute instruction right before it.

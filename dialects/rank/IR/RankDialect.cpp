@@ -143,6 +143,27 @@ LogicalResult RankDialect::verifyOperationAttribute(Operation *op,
                << name << "' has a negative or repeated rank " << r;
     return success();
   }
+  if (name == kOutputDonorsAttrName) {
+    // Per result of the function, an argument number or -1, each argument
+    // named at most once (--rank-mark-donations).
+    auto donors = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    auto fn = dyn_cast<FunctionOpInterface>(op);
+    if (!donors || !fn)
+      return op->emitOpError("'")
+             << name << "' must be an i64 array on a function";
+    if (donors.size() != static_cast<int64_t>(fn.getNumResults()))
+      return op->emitOpError("'")
+             << name << "' has " << donors.size() << " entries for "
+             << fn.getNumResults() << " results";
+    std::set<int64_t> seen;
+    for (int64_t d : donors.asArrayRef())
+      if (d != -1 &&
+          (d < 0 || d >= static_cast<int64_t>(fn.getNumArguments()) ||
+           !seen.insert(d).second))
+        return op->emitOpError("'") << name << "' names argument " << d
+                                    << ", which is out of range or named twice";
+    return success();
+  }
   if (name == kScheduledAttrName) {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitOpError("'") << name << "' must be a unit attribute";

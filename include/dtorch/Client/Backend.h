@@ -56,6 +56,20 @@ public:
                    const std::vector<Handle> &inputs,
                    const std::vector<Handle> &outputs,
                    const std::vector<int64_t> &seeds) = 0;
+  /// run() whose `donated` inputs (handles among `inputs` that the caller
+  /// names nowhere else, freed by it afterwards as usual) the run consumes:
+  /// an output that its program pairs with one (Program.output_donors)
+  /// takes that input's storage (rt::RankState::run). A backend that cannot
+  /// donate runs as run() does.
+  virtual void runDonating(const std::vector<int64_t> &ranks,
+                           uint64_t programId,
+                           const std::vector<Handle> &inputs,
+                           const std::vector<Handle> &outputs,
+                           const std::vector<int64_t> &seeds,
+                           const std::vector<Handle> &donated) {
+    (void)donated;
+    run(ranks, programId, inputs, outputs, seeds);
+  }
   /// One rank, no seeds.
   void run(int rank, uint64_t programId, const std::vector<Handle> &inputs,
            const std::vector<Handle> &outputs) {

@@ -186,7 +186,18 @@ struct Segment {
   /// The seeds of the random nodes in node order: run parameters, one per
   /// seed slot, not part of the structure.
   std::vector<int64_t> seeds;
+  /// Arguments whose only holder was the segment when it was cut (no
+  /// tensor names them any more, e.g. a parameter an optimizer step
+  /// replaced): the run consumes them and an output may take their storage
+  /// (Backend::runDonating). Run parameters, not part of the structure.
+  /// Empty when DTORCH_DONATION=0.
+  std::vector<Handle> donated;
 };
+
+/// Whether segments donate the arguments only they hold (Segment::donated):
+/// on unless the environment variable DTORCH_DONATION is "0" (read at each
+/// segment cut).
+bool donationEnabled();
 
 class Controller;
 

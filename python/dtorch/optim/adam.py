@@ -76,22 +76,28 @@ class Adam(Optimizer):
             step = state["step"]
             step._assign(step + 1.0)
             lr = self._scalar(p, group["lr"], _F64)
+            # The 0-d scalars first, then the parameter's elementwise chain
+            # without a 0-d op inside it: --rank-fuse-elementwise makes the
+            # whole update of p, exp_avg and exp_avg_sq one generated kernel,
+            # which writes them over their donated old values.
+            bias_correction1 = 1.0 - beta1 ** step
+            bias_correction2_sqrt = (1.0 - beta2 ** step).sqrt()
+            step_size = (lr / bias_correction1).to(p.dtype)
+            bias_correction2_sqrt = bias_correction2_sqrt.to(p.dtype)
+            decay = (1.0 - lr * wd).to(p.dtype) if wd != 0 and self._decoupled else None
             if wd != 0:
                 if self._decoupled:
-                    p._assign(p * (1.0 - lr * wd).to(p.dtype))
+                    p._assign(p * decay)
                 else:
                     g = g + p * wd
             m, v = state["exp_avg"], state["exp_avg_sq"]
             m._assign(_lerp(m, g, 1.0 - beta1))
             v._assign(v * beta2 + g * g * (1.0 - beta2))
-            bias_correction1 = 1.0 - beta1 ** step
-            bias_correction2_sqrt = (1.0 - beta2 ** step).sqrt()
-            step_size = (lr / bias_correction1).to(p.dtype)
             if amsgrad:
                 vmax = state["max_exp_avg_sq"]
                 vmax._assign(vmax.maximum(v))
                 v = vmax
-            denom = v.sqrt() / bias_correction2_sqrt.to(p.dtype) + eps
+            denom = v.sqrt() / bias_correction2_sqrt + eps
             p._assign(p - step_size * (m / denom))
 
 

@@ -129,10 +129,13 @@ public:
   /// Runs the program each of `ranks` holds under `programId` with the same
   /// handles and random seeds (`seed_slot` values): one RunProgram message
   /// per worker process, naming its ranks.
+  /// `donated` (handles among `inputs`) are consumed by the run on every
+  /// rank (RankState::run, RunProgram.donated).
   void run(const std::vector<int64_t> &ranks, uint64_t programId,
            const std::vector<TensorHandle> &inputs,
            const std::vector<TensorHandle> &outputs,
-           const std::vector<int64_t> &seeds = {});
+           const std::vector<int64_t> &seeds = {},
+           const std::vector<TensorHandle> &donated = {});
   void put(int rank, TensorHandle handle, const Tensor &value);
   std::future<Tensor> fetch(int rank, TensorHandle handle);
   /// What `rank` holds (its buffer table), answered after every request

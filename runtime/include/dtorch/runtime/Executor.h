@@ -30,6 +30,10 @@ struct RunMemory {
   // Allocations made for the run: one per own buffer, plus one when the
   // arena had to grow (never one per planned temporary).
   uint64_t allocations = 0;
+  // Outputs that took a donated input's storage instead of their own, and
+  // their bytes (not counted in ownBytes).
+  uint64_t donations = 0;
+  uint64_t donatedBytes = 0;
 };
 
 class Executor {
@@ -63,9 +67,15 @@ public:
   // (rankIndependent): the same errors, without making a copy.
   void checkPrepared(const ::dtorch::wire::Program &program,
                      const RankContext &context) const;
+  // `donated` (empty, or one flag per input): inputs the caller gives up.
+  // An output that Program.output_donors pairs with a donated input whose
+  // storage no other Tensor shares (Tensor::soleOwner, counting `inputs`'
+  // own copy as the one holder) is written into that storage instead of
+  // its own; otherwise it gets its own as usual, so results are the same.
   std::vector<Tensor> runValidated(const ::dtorch::wire::Program &program,
                                    const std::vector<Tensor> &inputs,
-                                   const std::vector<int64_t> &seeds = {});
+                                   const std::vector<int64_t> &seeds = {},
+                                   const std::vector<bool> &donated = {});
 
   // The memory of the last run (runValidated), and the bytes of the arena
   // the executor keeps between runs.

@@ -106,10 +106,15 @@ public:
   // poisoned and the message is returned ("rank R: ..." for the failures of
   // this run; the original message when an input was already poisoned).
   // `seeds` fill the program's random seed slots (`seed_slot`).
+  // `donated` (handles among `inputs`) are consumed by the run: they leave
+  // the table when it starts (a failed run poisons them like its outputs),
+  // and an output the program pairs with one (Program.output_donors) takes
+  // its storage when no other handle shares it (Executor::runValidated).
   std::optional<std::string> run(uint64_t programId,
                                  const std::vector<uint64_t> &inputs,
                                  const std::vector<uint64_t> &outputs,
-                                 const std::vector<int64_t> &seeds = {});
+                                 const std::vector<int64_t> &seeds = {},
+                                 const std::vector<uint64_t> &donated = {});
 
   // Stores `value` under `handle` and clears any poison on it.
   void put(uint64_t handle, Tensor value);
@@ -169,6 +174,7 @@ private:
   // Memory of the last run and the high-water mark (MemoryStats).
   uint64_t lastRunArenaBytes_ = 0;
   uint64_t lastRunPeakBytes_ = 0;
+  uint64_t lastRunDonatedBytes_ = 0;
   mutable uint64_t peakBytes_ = 0;
 };
 

@@ -70,6 +70,10 @@ public:
     return static_cast<const T *>(data());
   }
 
+  // True when no other Tensor shares this one's storage (this handle is
+  // its only holder): what lets a donated input's memory be written over.
+  bool soleOwner() const { return storage_ && storage_.use_count() == 1; }
+
   // The device the storage belongs to (the CPU for an undefined tensor).
   Device &device() const;
 

@@ -317,3 +317,17 @@ func.func @a2av_segment_shape(%x: tensor<12x4xf32>, %c: tensor<4xi64>) attribute
   %0, %1 = rank.all_to_all_v %x, %c {axis = 0 : i64, segment_rows = 3 : i64} : (tensor<12x4xf32>, tensor<4xi64>) -> (tensor<24x4xf32>, tensor<4xi64>)
   return
 }
+
+// -----
+
+// expected-error @+1 {{'rank.output_donors' has 2 entries for 1 results}}
+func.func @output_donors_size(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.output_donors = array<i64: 0, -1>} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'rank.output_donors' names argument 0, which is out of range or named twice}}
+func.func @output_donors_twice(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {rank.output_donors = array<i64: 0, 0>} {
+  return %x, %x : tensor<4xf32>, tensor<4xf32>
+}
