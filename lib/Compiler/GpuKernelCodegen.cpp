@@ -309,17 +309,7 @@ FailureOr<std::string> emitPtx(llvm::Module &m, StringRef entry, StringRef arch,
     if (!g.isDeclaration())
       g.setLinkage(llvm::GlobalValue::InternalLinkage);
 
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(tm.get());
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+  optimizeModuleO3(m, *tm);
   for (llvm::Function &f : m)
     if (f.isDeclaration() && !f.isIntrinsic() && !f.use_empty()) {
       error =

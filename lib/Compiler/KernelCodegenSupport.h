@@ -18,6 +18,11 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/DenseMap.h"
 
+namespace llvm {
+class Module;
+class TargetMachine;
+} // namespace llvm
+
 namespace dtorch::codegen {
 
 /// How the generated code holds one element type: in memory (`storage`,
@@ -106,6 +111,10 @@ bool hasRowReduction(mlir::Block &body);
 mlir::FailureOr<mlir::OwningOpRef<mlir::ModuleOp>>
 buildRowKernelModule(rank::FusedOp op, mlir::MLIRContext *ctx,
                      llvm::StringRef implName);
+
+/// LLVM's default O3 module pipeline for `tm`'s target (host and GPU
+/// kernels alike).
+void optimizeModuleO3(llvm::Module &m, llvm::TargetMachine &tm);
 
 } // namespace dtorch::codegen
 
