@@ -11,6 +11,7 @@
 #include "CudaDevice.h"
 #include "NcclCommunicator.h"
 
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <chrono>
@@ -27,27 +28,6 @@
 using namespace dtorch::rt;
 
 namespace {
-
-class InMemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
 
 std::vector<int64_t> parseList(const char *text) {
   std::vector<int64_t> values;
@@ -79,7 +59,7 @@ int main(int argc, char **argv) {
   }
   std::printf("nccl %s, %d rank(s), one per GPU\n",
               cuda::ncclVersionString().c_str(), ranks);
-  auto store = std::make_shared<InMemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   std::vector<std::unique_ptr<Communicator>> comms;
   Group world;
   for (int r = 0; r < ranks; ++r) {

@@ -15,6 +15,7 @@
 #include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/FakeCollectives.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
 #include <gtest/gtest.h>
@@ -32,28 +33,6 @@ using namespace dtorch;
 namespace {
 
 using Factory = std::function<std::unique_ptr<rt::Communicator>(int)>;
-
-// The rendezvous store of the Gloo communicators, in memory.
-class MemoryStore final : public rt::KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw rt::RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
 
 void onThreads(int n, const std::function<void(int)> &body) {
   std::vector<std::string> errors(n);
@@ -96,7 +75,7 @@ everyBackend(std::vector<std::shared_ptr<void>> &keepAlive) {
     out[0].second[r] = fake->communicator(r);
     out[1].second[r] = shm->communicator(r);
   }
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<rt::InMemoryKeyValueStore>();
   rt::GlooOptions options;
   options.deadline = std::chrono::seconds(20);
   onThreads(world, [&](int r) {

@@ -10,6 +10,7 @@
 #include "CudaDevice.h"
 
 #include "dtorch/runtime/DevicePlacement.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 
 #include <gtest/gtest.h>
 
@@ -23,27 +24,6 @@ namespace {
 using ::dtorch::rt::cuda::cudaDevice;
 using ::dtorch::rt::cuda::makeNcclCommunicator;
 using ::dtorch::rt::cuda::registerCudaBackend;
-
-class InMemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
 
 // Host tensors in, host tensors out: each call copies its operands to the
 // rank's GPU, runs the NCCL communicator there and copies the outputs back,
@@ -117,7 +97,7 @@ int gpus(std::string &why) {
 
 // One NCCL communicator per rank, rank r on GPU r.
 std::vector<std::unique_ptr<Communicator>> ncclWorld(int world) {
-  auto store = std::make_shared<InMemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int rank = 0; rank < world; ++rank) {
     cuda::NcclOptions options;

@@ -10,6 +10,7 @@
 
 #include "dtorch/runtime/Cluster.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/Worker.h"
 
@@ -163,32 +164,11 @@ TEST(RunDependencies, ValuesNeedTheirRunsRanksThroughTheDataFlow) {
   EXPECT_EQ(deps.handlesTracked(), 3u);
 }
 
-// The rendezvous store, in memory.
-class MemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key, Ms timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
-
 // Rank 0 waits (deadline 20 s) in a receive and then in an all_reduce for
 // rank 1, which is alive but never takes part; declaring rank 1 dead ends
 // each wait within a fraction of a second, naming it.
 TEST(GlooCollectives, AWaitForARankDeclaredDeadGivesUpAtOnce) {
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   auto health = std::make_shared<PeerHealth>();
   GlooOptions options;
   options.deadline = std::chrono::seconds(20);
@@ -227,7 +207,7 @@ TEST(GlooCollectives, AWaitForARankDeclaredDeadGivesUpAtOnce) {
       // a new one is made for a new world.
       comms[0].reset();
       comms[1].reset();
-      store = std::make_shared<MemoryStore>();
+      store = std::make_shared<InMemoryKeyValueStore>();
       options.prefix = "gloo2";
       runRanks(2, [&](int rank) {
         comms[rank] = connectGloo(rank, 2, store, options);
@@ -236,7 +216,7 @@ TEST(GlooCollectives, AWaitForARankDeclaredDeadGivesUpAtOnce) {
   }
   // Already declared: a new call needing rank 1 fails without waiting.
   health->declareDead({1}, "stopped answering");
-  store = std::make_shared<MemoryStore>();
+  store = std::make_shared<InMemoryKeyValueStore>();
   options.prefix = "gloo3";
   comms[0].reset();
   comms[1].reset();

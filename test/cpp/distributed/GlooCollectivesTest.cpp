@@ -7,6 +7,7 @@
 
 #include "dtorch/runtime/FakeCollectives.h"
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 
 #include <condition_variable>
@@ -18,31 +19,9 @@ namespace {
 
 constexpr int kWorld = 4;
 
-// The rendezvous store, in memory.
-class MemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
-
 // One Gloo communicator per rank, connected concurrently.
 std::vector<std::unique_ptr<Communicator>> connectWorld() {
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   std::vector<std::unique_ptr<Communicator>> comms(kWorld);
   GlooOptions options;
   options.deadline = std::chrono::seconds(20);

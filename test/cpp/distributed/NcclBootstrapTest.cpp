@@ -5,6 +5,7 @@
 // needed (the id is opaque bytes).
 #include "TestSupport.h"
 
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/NcclBootstrap.h"
 
 #include <atomic>
@@ -17,36 +18,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class InMemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-  std::vector<std::string> keys() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<std::string> all;
-    for (auto &[key, value] : values_)
-      all.push_back(key);
-    return all;
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
-
 TEST(NcclBootstrap, TheFirstMemberMakesTheIdAndEveryMemberGetsIt) {
-  InMemoryStore store;
+  InMemoryKeyValueStore store;
   const Group group = {5, 2, 7}; // group order: 5 makes it
   std::atomic<int> made{0};
   std::vector<std::string> got(3);
@@ -71,7 +44,7 @@ TEST(NcclBootstrap, TheFirstMemberMakesTheIdAndEveryMemberGetsIt) {
 }
 
 TEST(NcclBootstrap, AMissingCreatorIsAnErrorNamingItWithinTheDeadline) {
-  InMemoryStore store;
+  InMemoryKeyValueStore store;
   auto start = Clock::now();
   expectRuntimeError(
       [&] {
@@ -88,7 +61,7 @@ TEST(NcclBootstrap, AMissingCreatorIsAnErrorNamingItWithinTheDeadline) {
 }
 
 TEST(NcclBootstrap, IdsOfTheWrongSizeAndNonMembersAreRefused) {
-  InMemoryStore store;
+  InMemoryKeyValueStore store;
   expectRuntimeError(
       [&] {
         exchangeNcclUniqueId(

@@ -7,6 +7,7 @@
 #include "TestSupport.h"
 
 #include "dtorch/runtime/GlooCollectives.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
@@ -475,27 +476,6 @@ TEST_F(HandStartedWorker, CurveAcceptsOnlyTheControllersKey) {
 
 // ---- Gloo pairs -----------------------------------------------------------
 
-class MemoryStore final : public KeyValueStore {
-public:
-  void set(const std::string &key, const std::string &value) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    values_[key] = value;
-    changed_.notify_all();
-  }
-  std::string get(const std::string &key,
-                  std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key); }))
-      throw RuntimeError("key '" + key + "' did not appear");
-    return values_[key];
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
-};
-
 // TCP ports this process listens on at `ip` (dotted quad), from /proc.
 std::set<int> listeningPorts(const std::string &ip) {
   std::set<std::string> inodes;
@@ -550,7 +530,7 @@ int connectTo(const std::string &ip, int port) {
 // takes the first connection that arrives.)
 TEST(SecurityGloo, AuthenticatedPairsRunCollectivesAndLeaveNoPortOpen) {
   const std::string ip = "127.0.0.3";
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   GlooOptions options;
   options.hostname = ip;
   options.deadline = 10s;
@@ -575,7 +555,7 @@ TEST(SecurityGloo, AuthenticatedPairsRunCollectivesAndLeaveNoPortOpen) {
 
 TEST(SecurityGloo, AProcessStandingInForAPeerIsRefused) {
   const std::string ip = "127.0.0.4";
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<InMemoryKeyValueStore>();
   GlooOptions options;
   options.hostname = ip;
   options.deadline = 3s;
