@@ -5,7 +5,10 @@
 // (collapsed) -> tiled by the block size -> gpu.launch (outer loop: blocks,
 // inner: threads) -> gpu-kernel-outlining -> NVVM and LLVM dialects (bare
 // pointers for the memrefs) -> LLVM IR -> libdevice linked, internalized,
-// -O3 -> PTX (NVPTX backend).
+// -O3 -> PTX (NVPTX backend). A group that ends in row reductions starts
+// from the row kernel builder's GPU form instead (RowKernelCodegen.cpp,
+// forGpu: one scf.parallel over the rows, each summed in order in float64)
+// and takes the same road from the tiling on: one thread per row.
 //
 // Numerics: the kernel body is the host kernels' (KernelCodegenSupport.h):
 // float32 exp, log, tanh and erf are MLIR's polynomial approximations, the
