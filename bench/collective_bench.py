@@ -125,9 +125,9 @@ def table(rows, meta):
             cells.append(f"{r['staged_cpu_us']:.1f}")
         cells += [f"{r['gloo_cpu_us']:.1f}", f"{r['cpu_ratio']:.1f}x"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Shared memory: the runtime's defaults (peer access above 64 KiB). "
-              "Staged: shared memory with peer access off (the rounds through the "
-              "segment). Speed-up: Gloo's time over shared memory's. GB/s is bus "
+    lines += ["", "Shared memory: as in dtorch-worker (tensors in the shared arena, "
+              "peer access above 64 KiB). Staged: shared memory with peer access "
+              "off (the rounds through the segment). Speed-up: Gloo's time over shared memory's. GB/s is bus "
               "bandwidth (2 (n - 1) / n * bytes / time; n = 2), from the median. "
               "CPU us: CPU time per call of both processes together (all their "
               "threads, Gloo's I/O threads included), median; the host's load "
