@@ -46,6 +46,73 @@ void transfer(int32_t pid, uint64_t remote, char *local, size_t bytes,
   }
 }
 
+// Two members, sum or average of float32 or float64, both outputs in reach:
+// one pass writes both outputs (the same bits as reducePieces: p0 + p1, then
+// the division by 2 for the average).
+template <class T>
+void sumTwoIntoBoth(const T *p0, const T *p1, T *mine, T *theirs,
+                    uint64_t count, bool average) {
+  if (average) {
+    for (uint64_t i = 0; i < count; ++i) {
+      T v = (p0[i] + p1[i]) / T(2);
+      mine[i] = v;
+      theirs[i] = v;
+    }
+    return;
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    T v = p0[i] + p1[i];
+    mine[i] = v;
+    theirs[i] = v;
+  }
+}
+
+// Runs write(member j's output as mapped here, or null) announced in this
+// member's control block, once member j's output accepts this call's
+// writes; returns what write returns.
+template <class Write>
+bool withWriteTo(const PeerAllReduce &call, size_t j, Write write) {
+  Segment &seg = *call.segment;
+  MemberControl &mine = seg.control(call.me), &theirs = seg.control(j);
+  mine.writingTo.store(static_cast<uint32_t>(j + 1), std::memory_order_seq_cst);
+  if (theirs.writable.load(std::memory_order_seq_cst) != call.token) {
+    mine.writingTo.store(0, std::memory_order_seq_cst);
+    throw RuntimeError("rank " + std::to_string(seg.header().ranks[j]) +
+                       " left the call before its output was written");
+  }
+  bool done = false;
+  try {
+    done = write(call.outputViews[j]);
+  } catch (...) {
+    mine.writingTo.store(0, std::memory_order_seq_cst);
+    throw;
+  }
+  mine.writingTo.store(0, std::memory_order_seq_cst);
+  return done;
+}
+
+// True when the chunk was done by sumTwoIntoBoth.
+bool reduceTwoIntoBoth(const PeerAllReduce &call, const void *p0,
+                       const void *p1, char *mine, char *theirs,
+                       uint64_t count) {
+  bool average = call.op == ReduceOp::Avg;
+  if (call.op != ReduceOp::Sum && !average)
+    return false;
+  if (call.dtype == ::dtorch::wire::F32)
+    sumTwoIntoBoth(static_cast<const float *>(p0),
+                   static_cast<const float *>(p1),
+                   reinterpret_cast<float *>(mine),
+                   reinterpret_cast<float *>(theirs), count, average);
+  else if (call.dtype == ::dtorch::wire::F64)
+    sumTwoIntoBoth(static_cast<const double *>(p0),
+                   static_cast<const double *>(p1),
+                   reinterpret_cast<double *>(mine),
+                   reinterpret_cast<double *>(theirs), count, average);
+  else
+    return false;
+  return true;
+}
+
 } // namespace
 
 // memcpy into memory that will not be read again soon (the output of a
@@ -152,7 +219,6 @@ void reduceClaimedChunks(const PeerAllReduce &call,
   std::vector<const void *> pieces(n);
   char *myOutput = reinterpret_cast<char *>(call.outputs[call.me]);
   const char *myInput = reinterpret_cast<const char *>(call.inputs[call.me]);
-  MemberControl &mine = seg.control(call.me);
   uint32_t next = claimed.load(std::memory_order_acquire);
   while (static_cast<int32_t>(next - end) < 0) {
     // A claim never passes the call's last chunk: a member still in this
@@ -178,30 +244,28 @@ void reduceClaimedChunks(const PeerAllReduce &call,
       pieces[j] = into;
     }
     char *result = myOutput + offset;
+    size_t other = 1 - call.me;
+    if (n == 2 && call.outputViews[other] &&
+        withWriteTo(call, other, [&](char *theirs) {
+          return reduceTwoIntoBoth(call, pieces[0], pieces[1], result,
+                                   theirs + offset, length);
+        })) {
+      seg.advance(seg.header().completed);
+      next = claimed.load(std::memory_order_acquire);
+      continue;
+    }
     reducePieces(result, pieces, static_cast<int64_t>(length), call.dtype,
                  call.op);
-    for (size_t j = 0; j < n; ++j) {
-      if (j == call.me)
-        continue;
-      MemberControl &theirs = seg.control(j);
-      mine.writingTo.store(static_cast<uint32_t>(j + 1),
-                           std::memory_order_seq_cst);
-      if (theirs.writable.load(std::memory_order_seq_cst) != call.token) {
-        mine.writingTo.store(0, std::memory_order_seq_cst);
-        throw RuntimeError("rank " + std::to_string(seg.header().ranks[j]) +
-                           " left the call before its output was written");
-      }
-      try {
-        if (call.outputViews[j])
-          std::memcpy(call.outputViews[j] + offset, result, bytes);
-        else
-          writeToProcess(call.pids[j], call.outputs[j] + offset, result, bytes);
-      } catch (...) {
-        mine.writingTo.store(0, std::memory_order_seq_cst);
-        throw;
-      }
-      mine.writingTo.store(0, std::memory_order_seq_cst);
-    }
+    for (size_t j = 0; j < n; ++j)
+      if (j != call.me)
+        withWriteTo(call, j, [&](char *view) {
+          if (view)
+            std::memcpy(view + offset, result, bytes);
+          else
+            writeToProcess(call.pids[j], call.outputs[j] + offset, result,
+                           bytes);
+          return true;
+        });
     seg.advance(seg.header().completed);
     next = claimed.load(std::memory_order_acquire);
   }
