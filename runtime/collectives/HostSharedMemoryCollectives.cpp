@@ -862,6 +862,7 @@ private:
     call.chunkElements =
         peerChunkBytes(x.nbytes(), n, seg.chunkBytes()) / dtypeSize(x.dtype());
     call.firstChunk = ch.peerChunks;
+    call.streaming = x.nbytes() >= options_.streamingBytes;
     MemberControl &mine = seg.control(ch.me);
     mine.writable.store(call.token, std::memory_order_seq_cst);
     try {
@@ -872,25 +873,34 @@ private:
       for (size_t j = 0; j < n; ++j)
         reachable = reachable && (seg.roundHeader(j, slot).inArena == 3u ||
                                   ch.crossMemoryAttach == 1);
+      std::vector<RoundHeader> places(reachable ? n : 0);
       for (size_t j = 0; reachable && j < n; ++j) {
         const RoundHeader &theirs = seg.roundHeader(j, slot);
+        places[j] = theirs; // the slot is given back below
         call.pids.push_back(seg.control(j).pid.load(std::memory_order_acquire));
         call.inputs.push_back(theirs.inputAddress);
         call.outputs.push_back(theirs.outputAddress);
-        call.inputViews.push_back(viewOf(ch, j, theirs, theirs.inArena & 1u,
-                                         theirs.inputAddress,
-                                         theirs.inputOffset));
-        call.outputViews.push_back(viewOf(ch, j, theirs, theirs.inArena & 2u,
-                                          theirs.outputAddress,
-                                          theirs.outputOffset));
       }
+      call.inputViews.assign(call.pids.size(), nullptr);
+      call.outputViews.assign(call.pids.size(), nullptr);
       seg.publish(mine.done, uint32_t(g + 1)); // the headers are read
       ch.round = g + 1;
       if (!reachable) {
         closeForWrites(seg, ch.me, options_.deadline);
         return false;
       }
-      reduceClaimedChunks(call, ch.scratch);
+      // The views are made once this member claimed a chunk: until every
+      // chunk is done no member leaves the call, so every arena is there
+      // to be mapped (a member that did all the work may be gone after).
+      reduceClaimedChunks(call, ch.scratch, [&] {
+        for (size_t j = 0; j < n; ++j) {
+          const RoundHeader &h = places[j];
+          call.inputViews[j] =
+              viewOf(ch, j, h, h.inArena & 1u, h.inputAddress, h.inputOffset);
+          call.outputViews[j] =
+              viewOf(ch, j, h, h.inArena & 2u, h.outputAddress, h.outputOffset);
+        }
+      });
       seg.publish(mine.reduced, uint32_t(g + 1)); // claims nothing more
       uint32_t end = call.endChunk();
       std::atomic<uint32_t> &completed = seg.header().completed;

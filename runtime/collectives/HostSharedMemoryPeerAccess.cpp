@@ -49,9 +49,48 @@ void transfer(int32_t pid, uint64_t remote, char *local, size_t bytes,
 // Two members, sum or average of float32 or float64, both outputs in reach:
 // one pass writes both outputs (the same bits as reducePieces: p0 + p1, then
 // the division by 2 for the average).
+#if defined(__SSE2__)
+// The same with non-temporal stores (outputs 16-byte aligned): no output
+// line is read before it is written. The caller fences.
+inline __m128 addPair(__m128 a, __m128 b) { return _mm_add_ps(a, b); }
+inline __m128d addPair(__m128d a, __m128d b) { return _mm_add_pd(a, b); }
+inline __m128 halve(__m128 v) { return _mm_div_ps(v, _mm_set1_ps(2.0f)); }
+inline __m128d halve(__m128d v) { return _mm_div_pd(v, _mm_set1_pd(2.0)); }
+inline __m128 load(const float *p) { return _mm_loadu_ps(p); }
+inline __m128d load(const double *p) { return _mm_loadu_pd(p); }
+inline void stream(float *p, __m128 v) { _mm_stream_ps(p, v); }
+inline void stream(double *p, __m128d v) { _mm_stream_pd(p, v); }
+
+template <class T>
+uint64_t streamSumTwo(const T *p0, const T *p1, T *mine, T *theirs,
+                      uint64_t count, bool average) {
+  constexpr uint64_t lanes = 16 / sizeof(T);
+  if ((reinterpret_cast<uintptr_t>(mine) |
+       reinterpret_cast<uintptr_t>(theirs)) %
+      16)
+    return 0;
+  uint64_t i = 0;
+  for (; i + lanes <= count; i += lanes) {
+    auto v = addPair(load(p0 + i), load(p1 + i));
+    if (average)
+      v = halve(v);
+    stream(mine + i, v);
+    stream(theirs + i, v);
+  }
+  return i;
+}
+#endif
+
 template <class T>
 void sumTwoIntoBoth(const T *p0, const T *p1, T *mine, T *theirs,
-                    uint64_t count, bool average) {
+                    uint64_t count, bool average, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) {
+    uint64_t done = streamSumTwo(p0, p1, mine, theirs, count, average);
+    p0 += done, p1 += done, mine += done, theirs += done;
+    count -= done;
+  }
+#endif
   if (average) {
     for (uint64_t i = 0; i < count; ++i) {
       T v = (p0[i] + p1[i]) / T(2);
@@ -99,15 +138,15 @@ bool reduceTwoIntoBoth(const PeerAllReduce &call, const void *p0,
   if (call.op != ReduceOp::Sum && !average)
     return false;
   if (call.dtype == ::dtorch::wire::F32)
-    sumTwoIntoBoth(static_cast<const float *>(p0),
-                   static_cast<const float *>(p1),
-                   reinterpret_cast<float *>(mine),
-                   reinterpret_cast<float *>(theirs), count, average);
+    sumTwoIntoBoth(
+        static_cast<const float *>(p0), static_cast<const float *>(p1),
+        reinterpret_cast<float *>(mine), reinterpret_cast<float *>(theirs),
+        count, average, call.streaming);
   else if (call.dtype == ::dtorch::wire::F64)
-    sumTwoIntoBoth(static_cast<const double *>(p0),
-                   static_cast<const double *>(p1),
-                   reinterpret_cast<double *>(mine),
-                   reinterpret_cast<double *>(theirs), count, average);
+    sumTwoIntoBoth(
+        static_cast<const double *>(p0), static_cast<const double *>(p1),
+        reinterpret_cast<double *>(mine), reinterpret_cast<double *>(theirs),
+        count, average, call.streaming);
   else
     return false;
   return true;
@@ -205,8 +244,8 @@ uint64_t peerChunkBytes(uint64_t bytes, size_t members, uint64_t maxChunk) {
   return std::max<uint64_t>(kPage, chunk / kPage * kPage);
 }
 
-void reduceClaimedChunks(const PeerAllReduce &call,
-                         std::vector<char> &scratch) {
+void reduceClaimedChunks(PeerAllReduce &call, std::vector<char> &scratch,
+                         const std::function<void()> &beforeFirstChunk) {
   Segment &seg = *call.segment;
   size_t n = call.pids.size();
   size_t esize = dtypeSize(call.dtype);
@@ -219,6 +258,7 @@ void reduceClaimedChunks(const PeerAllReduce &call,
   std::vector<const void *> pieces(n);
   char *myOutput = reinterpret_cast<char *>(call.outputs[call.me]);
   const char *myInput = reinterpret_cast<const char *>(call.inputs[call.me]);
+  bool resolved = false;
   uint32_t next = claimed.load(std::memory_order_acquire);
   while (static_cast<int32_t>(next - end) < 0) {
     // A claim never passes the call's last chunk: a member still in this
@@ -226,6 +266,10 @@ void reduceClaimedChunks(const PeerAllReduce &call,
     if (!claimed.compare_exchange_weak(next, next + 1,
                                        std::memory_order_acq_rel))
       continue;
+    if (!resolved) {
+      beforeFirstChunk();
+      resolved = true;
+    }
     uint64_t index = next - call.firstChunk;
     uint64_t begin = index * call.chunkElements;
     uint64_t length = std::min(call.chunkElements, call.count - begin);
@@ -247,8 +291,11 @@ void reduceClaimedChunks(const PeerAllReduce &call,
     size_t other = 1 - call.me;
     if (n == 2 && call.outputViews[other] &&
         withWriteTo(call, other, [&](char *theirs) {
-          return reduceTwoIntoBoth(call, pieces[0], pieces[1], result,
-                                   theirs + offset, length);
+          bool done = reduceTwoIntoBoth(call, pieces[0], pieces[1], result,
+                                        theirs + offset, length);
+          if (done && call.streaming)
+            streamFence(); // before announcing the end of the write
+          return done;
         })) {
       seg.advance(seg.header().completed);
       next = claimed.load(std::memory_order_acquire);

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -91,6 +92,8 @@ struct PeerAllReduce {
   uint64_t count = 0;         // elements
   uint64_t chunkElements = 0; // per chunk (the last may be shorter)
   uint32_t firstChunk = 0;    // the claim counter at the call's start
+  // Large tensors: the two-member sums write with non-temporal stores.
+  bool streaming = false;
   uint64_t chunks() const {
     return count == 0 ? 0 : (count + chunkElements - 1) / chunkElements;
   }
@@ -103,7 +106,10 @@ struct PeerAllReduce {
 // returns without waiting for the chunks others claimed. `scratch` holds
 // one chunk per other member (resized here). Throws RuntimeError when a
 // copy fails or a member left the call.
-void reduceClaimedChunks(const PeerAllReduce &call, std::vector<char> &scratch);
+// `beforeFirstChunk` runs once this member claimed its first chunk (it may
+// fill the views).
+void reduceClaimedChunks(PeerAllReduce &call, std::vector<char> &scratch,
+                         const std::function<void()> &beforeFirstChunk);
 
 // Another process's shared arena (SharedHostArena.h) mapped into this one.
 class MappedArena {

@@ -24,12 +24,14 @@ enum class Reach { Arena, SystemCalls };
 
 // Tensors of more than 32 KiB (blocks of at least 64 KiB: in the arena) or,
 // by system calls, of more than 1 KiB go through peer access; chunks are 16
-// KiB (the smallest the runtime cuts). Call in the member's process before
-// its first tensor.
+// KiB (the smallest the runtime cuts); from 256 KiB outputs are streamed.
+// Call in the member's process before its first tensor.
 HostSharedMemoryOptions
 peerAccessOptions(Reach reach, std::chrono::milliseconds deadline = 20s) {
   HostSharedMemoryOptions options = smallChunks(deadline);
   options.peerAccessBytes = reach == Reach::Arena ? 32 << 10 : 1024;
+  // The largest tensors of kCounts write with non-temporal stores.
+  options.streamingBytes = 256 << 10;
   if (reach == Reach::Arena)
     EXPECT_TRUE(enableSharedHostArena(size_t(1) << 30));
   else
