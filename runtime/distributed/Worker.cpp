@@ -13,6 +13,7 @@
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/SharedDeviceCollectives.h"
+#include "dtorch/runtime/SharedHostArena.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 #include "dtorch/runtime/WireLimits.h"
 
@@ -372,6 +373,11 @@ void Worker::buildGeneration(uint64_t number) {
     local.insert(rank->rank);
   next->hub = std::make_unique<SharedMemoryHub>(local, options_.worldSize,
                                                 options_.collectiveTimeout);
+  // Large tensors in memory that the other worker processes of this host
+  // map: all_reduce between them reads and writes them in place
+  // (SharedHostArena.h; $DTORCH_SHARED_ARENA=0 turns it off).
+  if (hostSharedMemoryEnabled() && sharedHostArenaWanted())
+    enableSharedHostArena();
   HostSharedMemoryOptions hostShm;
   hostShm.deadline = options_.collectiveTimeout;
   hostShm.prefix = generationPrefix("hostshm", number);
