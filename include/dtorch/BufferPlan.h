@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -53,11 +55,84 @@ inline bool inPlaceKernel(std::string_view kernel) {
   return false;
 }
 
+/// A short list of ids (buffers or steps), kept inline up to four: a step
+/// reads one or two buffers and writes one, and a buffer is written once and
+/// read a few times, so planning or checking a program of thousands of steps
+/// allocates nothing per step or per buffer.
+class IdList {
+public:
+  IdList() = default;
+  IdList(std::initializer_list<int> ids) { assign(ids.begin(), ids.end()); }
+  IdList(const IdList &other) { assign(other.begin(), other.end()); }
+  IdList(IdList &&other) noexcept { take(other); }
+  IdList &operator=(const IdList &other) {
+    if (this != &other)
+      assign(other.begin(), other.end());
+    return *this;
+  }
+  IdList &operator=(IdList &&other) noexcept {
+    if (this != &other) {
+      delete[] heap_;
+      take(other);
+    }
+    return *this;
+  }
+  ~IdList() { delete[] heap_; }
+
+  template <typename Iterator> void assign(Iterator first, Iterator last) {
+    size_ = 0;
+    for (; first != last; ++first)
+      push_back(static_cast<int>(*first));
+  }
+  void push_back(int id) {
+    if (size_ == capacity_)
+      grow();
+    data()[size_++] = id;
+  }
+  void clear() { size_ = 0; }
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return static_cast<size_t>(size_); }
+  int back() const { return data()[size_ - 1]; }
+  int operator[](size_t i) const { return data()[i]; }
+  const int *begin() const { return data(); }
+  const int *end() const { return data() + size_; }
+  bool operator==(const IdList &other) const {
+    return size_ == other.size_ && std::equal(begin(), end(), other.begin());
+  }
+
+private:
+  static constexpr int kInline = 4;
+  int *data() { return heap_ ? heap_ : inline_; }
+  const int *data() const { return heap_ ? heap_ : inline_; }
+  void grow() {
+    int capacity = capacity_ * 2;
+    int *bigger = new int[capacity];
+    std::memcpy(bigger, data(), sizeof(int) * size_);
+    delete[] heap_;
+    heap_ = bigger;
+    capacity_ = capacity;
+  }
+  void take(IdList &other) {
+    size_ = other.size_;
+    capacity_ = other.capacity_;
+    heap_ = other.heap_;
+    if (!heap_)
+      std::memcpy(inline_, other.inline_, sizeof(int) * size_);
+    other.heap_ = nullptr;
+    other.size_ = 0;
+    other.capacity_ = kInline;
+  }
+  int *heap_ = nullptr; // the ids once there are more than kInline
+  int size_ = 0;
+  int capacity_ = kInline;
+  int inline_[kInline];
+};
+
 struct Step {
-  int stream = 0;           // 0 .. numStreams-1
-  std::vector<int> reads;   // buffer ids
-  std::vector<int> writes;  // buffer ids
-  std::vector<int> waitsOn; // earlier steps (of other streams) it waits for
+  int stream = 0; // 0 .. numStreams-1
+  IdList reads;   // buffer ids
+  IdList writes;  // buffer ids
+  IdList waitsOn; // earlier steps (of other streams) it waits for
 };
 
 /// Happens-before between the steps of a program, from stream order and
@@ -103,7 +178,7 @@ public:
 
   /// The last step that does not happen after all of `accesses` (which are
   /// step indices); at least the last access.
-  int lastUnordered(const std::vector<int> &accesses) const {
+  int lastUnordered(const IdList &accesses) const {
     std::vector<int64_t> &need = need_;
     need.assign(numStreams_, 0);
     int last = -1;
@@ -154,7 +229,7 @@ struct LiveRange {
 /// in program order).
 struct Liveness {
   std::vector<LiveRange> ranges;
-  std::vector<std::vector<int>> accesses;
+  std::vector<IdList> accesses;
 };
 
 inline Liveness computeLiveness(const std::vector<Step> &steps,

@@ -30,6 +30,37 @@ def PropagateSharding : Pass<"dtensor-propagate-sharding", "::mlir::func::FuncOp
   let dependentDialects = ["::dtorch::dtensor::DTensorDialect"];
 }
 
+def CheckedCSE : Pass<"dtensor-cse", "::mlir::func::FuncOp"> {
+  let summary = "Common subexpression elimination, run only where it can change something";
+  let description = [{
+    The pipeline's CSE (after sharding propagation: it merges the identical
+    redistributions inserted for several readers of one value). One sweep
+    first hashes every op the way MLIR's `cse` compares them (name,
+    operands, attributes and properties, result types; locations ignored)
+    and checks for trivially dead ops. When no two ops share a hash and
+    none is dead, nothing could merge or be erased and the function is left
+    as it is; otherwise (or when the body has more than one block or ops
+    with regions) MLIR's `cse` runs on it. The result is the same IR as
+    `cse` in every case; a chain of distinct ops (a cold segment) costs one
+    hash per op instead of CSE's scoped tables and dominance queries.
+
+    Before and after (the second `relu` merged into the first):
+    ```mlir
+    %0 = dtensor.relu %x : ...
+    %1 = dtensor.relu %x : ...
+    %2 = dtensor.add %0, %1 : ...
+    // after:
+    %0 = dtensor.relu %x : ...
+    %2 = dtensor.add %0, %0 : ...
+    ```
+  }];
+  let statistics = [
+    Statistic<"numSkipped", "skipped",
+              "functions left as they were: nothing could merge or be erased">,
+    Statistic<"numRun", "run", "functions on which MLIR's cse ran">
+  ];
+}
+
 def LowerRedistribute : Pass<"dtensor-lower-redistribute", "::mlir::func::FuncOp"> {
   let summary = "Lower every redistribute into per-axis collective steps";
   let description = [{

@@ -31,7 +31,7 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
     OpPassManager &pm, const DTensorToRankPipelineOptions &options) {
   bool verifyEach = options.verifyEachStage;
   pm.addNestedPass<func::FuncOp>(createPropagateSharding());
-  pm.addNestedPass<func::FuncOp>(createCSEPass());
+  pm.addNestedPass<func::FuncOp>(createCheckedCSE());
   pm.addPass(createStageBoundary(kStageSharded, verifyEach));
   pm.addNestedPass<func::FuncOp>(createLowerRedistribute());
   pm.addPass(createStageBoundary(kStageRedistributed, verifyEach));

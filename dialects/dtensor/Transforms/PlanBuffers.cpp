@@ -56,8 +56,12 @@ struct PlanBuffersPass
     if (auto ret = dyn_cast<func::ReturnOp>(body.getTerminator()))
       returned.insert(ret.getOperands().begin(), ret.getOperands().end());
 
-    llvm::DenseMap<Value, int> bufferOf;
+    // Sized once: a buffer per argument and (mostly) one per op.
+    size_t numOps = body.getOperations().size();
+    size_t numBuffers = fn.getNumArguments() + numOps;
+    llvm::DenseMap<Value, int> bufferOf(numBuffers);
     std::vector<int64_t> bytes;
+    bytes.reserve(numBuffers);
     auto addBuffer = [&](Value v, bool ownStorage) {
       bufferOf[v] = static_cast<int>(bytes.size());
       int64_t size = tensorBytes(v.getType());
@@ -68,8 +72,11 @@ struct PlanBuffersPass
 
     // The step writing each buffer (-1: an argument).
     std::vector<int> producerOf(bytes.size(), -1);
+    producerOf.reserve(numBuffers);
     std::vector<bp::Step> steps;
+    steps.reserve(numOps);
     std::vector<Operation *> stepOps;
+    stepOps.reserve(numOps);
     std::vector<bp::InPlaceCandidate> candidates;
     for (Operation &op : body) {
       if (isa<func::ReturnOp>(op))

@@ -466,7 +466,7 @@ TEST(SegmentGraph, ProfileTimesEveryPhase) {
   ASSERT_TRUE(r.ok) << r.error;
   std::map<std::string, double> phases(r.timings.begin(), r.timings.end());
   for (const char *phase :
-       {"context", "build", "dtensor-propagate-sharding", "cse",
+       {"context", "build", "dtensor-propagate-sharding", "dtensor-cse",
         "dtensor-lower-redistribute", "dtensor-lower-to-rank",
         "verify (sharded)", "verify (redistributed)", "verify (rank)", "emit"})
     EXPECT_TRUE(phases.count(phase)) << "no time for " << phase;

@@ -314,5 +314,34 @@ TEST(BufferPlan, RankStateReportsArenaAndPeakBytes) {
   EXPECT_EQ(planned.peakBytes, plain.peakBytes); // the high-water mark stays
 }
 
+TEST(BufferPlan, IdListKeepsItsIdsInlineAndBeyond) {
+  bp::IdList ids{7, 8};
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids.back(), 8);
+  // Past the inline four: the ids move to the heap, in order.
+  std::vector<int> expected = {7, 8};
+  for (int i = 0; i < 9; ++i) {
+    ids.push_back(100 + i);
+    expected.push_back(100 + i);
+  }
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.end()), expected);
+  bp::IdList copy = ids;
+  EXPECT_TRUE(copy == ids);
+  bp::IdList moved = std::move(copy);
+  EXPECT_EQ(std::vector<int>(moved.begin(), moved.end()), expected);
+  EXPECT_TRUE(copy.empty());
+  bp::IdList small{1, 2, 3};
+  bp::IdList smallMoved = std::move(small);
+  EXPECT_EQ(std::vector<int>(smallMoved.begin(), smallMoved.end()),
+            (std::vector<int>{1, 2, 3}));
+  moved = smallMoved; // a heap list assigned a short one
+  EXPECT_EQ(moved.size(), 3u);
+  EXPECT_EQ(moved[2], 3);
+  std::vector<int64_t> wide = {5, 6, 7, 8, 9};
+  moved.assign(wide.begin(), wide.end());
+  EXPECT_EQ(std::vector<int>(moved.begin(), moved.end()),
+            (std::vector<int>{5, 6, 7, 8, 9}));
+}
+
 } // namespace
 } // namespace dtorch::rt::test

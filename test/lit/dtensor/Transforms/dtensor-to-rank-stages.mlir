@@ -7,7 +7,7 @@
 // the compiler prints dtorch.last_ir's stages there.
 
 // PIPELINE: dtensor-propagate-sharding
-// PIPELINE: cse
+// PIPELINE: dtensor-cse
 // PIPELINE: dtensor-stage-boundary{stage=sharded}
 // PIPELINE: dtensor-lower-redistribute
 // PIPELINE: dtensor-stage-boundary{stage=redistributed}
