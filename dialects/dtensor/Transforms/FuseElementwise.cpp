@@ -1,8 +1,9 @@
 //===- FuseElementwise.cpp - --rank-fuse-elementwise ---------------------===//
 //
 // Groups chains of fusible rank.kernel ops (rank/IR/FusibleKernels.h) of one
-// shape and element type into rank.fused ops, whose bodies the emitter
-// compiles to native code.
+// shape into rank.fused ops, whose bodies the emitter compiles to native
+// code. A group may mix element types (comparisons into i1, `where`, casts,
+// integer `iota`s); its row reductions reduce one float type.
 //
 //===----------------------------------------------------------------------===//
 #include "dtensor/Transforms/Passes.h"
@@ -41,6 +42,36 @@ bool fullValueFits(rank::KernelOp op, Type elementType) {
   return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
 }
 
+/// An `iota` the generator computes exactly as the kernel does: its
+/// offset the same on every rank, and, for a float element type, every
+/// value an integer that a double holds exactly (so that the kernel's
+/// `start + step * position` in double needs no rounding).
+bool iotaFits(rank::KernelOp op, RankedTensorType type) {
+  auto dim = op->getAttrOfType<IntegerAttr>("dim");
+  auto start = op->getAttrOfType<FloatAttr>("start");
+  auto step = op->getAttrOfType<FloatAttr>("step");
+  if (!dim || !start || !step || type.getRank() == 0)
+    return false;
+  int64_t d = dim.getInt();
+  if (d < 0 || d >= type.getRank())
+    return false;
+  std::optional<SmallVector<int64_t>> offset = rank::constantIotaOffset(op);
+  if (!offset || static_cast<int64_t>(offset->size()) != type.getRank() ||
+      (*offset)[d] < 0)
+    return false;
+  double a = start.getValueAsDouble(), s = step.getValueAsDouble();
+  // Integer start and step: the kernel computes in int64 (wrapping) for
+  // integer types; floats need the values exact in a double.
+  constexpr double kExact = 9007199254740992.0; // 2^53
+  if (std::trunc(a) != a || std::trunc(s) != s || std::fabs(a) >= kExact ||
+      std::fabs(s) >= kExact)
+    return false;
+  if (isa<IntegerType>(type.getElementType()))
+    return true;
+  double last = static_cast<double>((*offset)[d] + type.getDimSize(d));
+  return std::fabs(a) + std::fabs(s) * last < kExact;
+}
+
 /// The result type of `op` when it can join a group, else null.
 RankedTensorType fusibleResultType(Operation *op) {
   auto kernel = dyn_cast<rank::KernelOp>(op);
@@ -51,36 +82,66 @@ RankedTensorType fusibleResultType(Operation *op) {
   // nothing: it keeps its kernels.
   if (!type || !type.hasStaticShape() || type.getNumElements() == 0)
     return {};
-  const rank::FusibleKernel *entry =
-      rank::lookupFusibleKernel(kernel.getKernel(), type.getElementType());
+  const rank::FusibleKernel *entry = rank::lookupFusibleKernel(op);
   if (!entry || kernel.getInputs().size() != entry->numOperands)
     return {};
+  bool isIota = kernel.getKernel() == "iota";
   // Only the attributes the generator reads: a kernel configured otherwise
   // (mesh-dependent values, seeds) is left alone.
-  for (NamedAttribute a : kernel->getAttrs())
-    if (a.getName() != "kernel" &&
-        !(entry->kind == rank::FusibleKind::Creation && a.getName() == "value"))
-      return {};
-  for (Value in : kernel.getInputs()) {
+  for (NamedAttribute a : kernel->getAttrs()) {
+    StringRef n = a.getName().getValue();
+    if (n == "kernel" ||
+        (!isIota && entry->kind == rank::FusibleKind::Creation && n == "value"))
+      continue;
+    if (isIota && (n == "dim" || n == "offset" || n == "start" || n == "step"))
+      continue;
+    return {};
+  }
+  for (auto [i, in] : llvm::enumerate(kernel.getInputs())) {
     auto t = dyn_cast<RankedTensorType>(in.getType());
     if (!t || !t.hasStaticShape() ||
-        t.getElementType() != type.getElementType())
+        !rank::isFusibleElementType(t.getElementType()))
       return {};
-    if (entry->kind == rank::FusibleKind::Elementwise &&
-        t.getShape() != type.getShape())
-      return {};
-    if (entry->kind == rank::FusibleKind::Broadcast) {
-      if (t.getRank() > type.getRank())
+    switch (entry->kind) {
+    case rank::FusibleKind::Elementwise:
+      if (t != type)
+        return {};
+      break;
+    case rank::FusibleKind::Compare:
+      // Both operands of one type and the result's shape.
+      if (t.getShape() != type.getShape() ||
+          t != kernel.getInputs()[0].getType())
+        return {};
+      break;
+    case rank::FusibleKind::Select:
+      // An i1 condition, then the result's type twice.
+      if (i == 0 ? (t.getShape() != type.getShape() ||
+                    !t.getElementType().isInteger(1))
+                 : t != type)
+        return {};
+      break;
+    case rank::FusibleKind::Cast:
+      if (t.getShape() != type.getShape())
+        return {};
+      break;
+    case rank::FusibleKind::Broadcast: {
+      if (t.getElementType() != type.getElementType() ||
+          t.getRank() > type.getRank())
         return {};
       int64_t lead = type.getRank() - t.getRank();
       for (int64_t d = 0; d < t.getRank(); ++d)
         if (t.getDimSize(d) != 1 &&
             t.getDimSize(d) != type.getDimSize(lead + d))
           return {};
+      break;
+    }
+    case rank::FusibleKind::Creation:
+      return {};
     }
   }
   if (entry->kind == rank::FusibleKind::Creation &&
-      !fullValueFits(kernel, type.getElementType()))
+      !(isIota ? iotaFits(kernel, type)
+               : fullValueFits(kernel, type.getElementType())))
     return {};
   return type;
 }
@@ -138,10 +199,9 @@ int64_t rowReductionDims(Operation *op) {
 bool computes(Operation *op) {
   if (rowReductionDims(op) > 0)
     return true;
-  const rank::FusibleKernel *entry = rank::lookupFusibleKernel(
-      cast<rank::KernelOp>(op).getKernel(),
-      cast<RankedTensorType>(op->getResult(0).getType()).getElementType());
-  return entry && entry->kind == rank::FusibleKind::Elementwise;
+  const rank::FusibleKernel *entry = rank::lookupFusibleKernel(op);
+  return entry && entry->kind != rank::FusibleKind::Creation &&
+         entry->kind != rank::FusibleKind::Broadcast;
 }
 
 /// Replaces the group's ops by one rank.fused at its last member.
@@ -200,10 +260,12 @@ struct FuseElementwisePass
     SmallVector<SmallVector<Operation *>> groups;
     SmallVector<Operation *> current;
     llvm::SmallPtrSet<Operation *, 16> inCurrent;
-    // The group's row type, and how many trailing dims its reductions
-    // reduce (0: no reduction yet).
+    // The group's row shape (that of `currentType`; its members may have
+    // any element type), how many trailing dims its reductions reduce (0:
+    // no reduction yet) and the element type they reduce (one per group).
     RankedTensorType currentType;
     int64_t reducedDims = 0;
+    Type reducedElement;
     auto close = [&] {
       if (current.size() >= 2 && llvm::any_of(current, computes))
         groups.push_back(current);
@@ -211,6 +273,7 @@ struct FuseElementwisePass
       inCurrent.clear();
       currentType = {};
       reducedDims = 0;
+      reducedElement = {};
     };
     auto readsGroup = [&](Operation *op) {
       return llvm::any_of(op->getOperands(), [&](Value v) {
@@ -221,22 +284,31 @@ struct FuseElementwisePass
       current.push_back(op);
       inCurrent.insert(op);
     };
+    auto sameShape = [](Type a, Type b) {
+      auto x = dyn_cast_or_null<RankedTensorType>(a);
+      auto y = dyn_cast_or_null<RankedTensorType>(b);
+      return x && y && x.getShape() == y.getShape();
+    };
     // A per-row value of the group (a reduction's result, either form).
     auto isReducedType = [&](Type t) {
       return reducedDims > 0 &&
-             (t == rank::rowReducedType(currentType, reducedDims, true) ||
-              t == rank::rowReducedType(currentType, reducedDims, false));
+             (sameShape(t,
+                        rank::rowReducedType(currentType, reducedDims, true)) ||
+              sameShape(t,
+                        rank::rowReducedType(currentType, reducedDims, false)));
     };
     for (Operation &op : fn.getBody().front()) {
       bool full = current.size() >= maxOps;
       if (int64_t k = rowReductions ? rowReductionDims(&op) : 0) {
         auto in = cast<RankedTensorType>(op.getOperand(0).getType());
-        if (full || !currentType || in != currentType ||
-            (reducedDims != 0 && reducedDims != k))
+        if (full || !currentType || !sameShape(in, currentType) ||
+            (reducedDims != 0 &&
+             (reducedDims != k || reducedElement != in.getElementType())))
           close();
         if (!currentType)
           currentType = in;
         reducedDims = k;
+        reducedElement = in.getElementType();
         add(&op);
         continue;
       }
@@ -248,18 +320,18 @@ struct FuseElementwisePass
       bool foreignBroadcast =
           type && rank::isKernel(&op, "broadcast_to") &&
           inCurrent.contains(op.getOperand(0).getDefiningOp()) &&
-          op.getOperand(0).getType() != currentType &&
+          !sameShape(op.getOperand(0).getType(), currentType) &&
           (reducedDims == 0 ||
-           op.getOperand(0).getType() !=
-               rank::rowReducedType(currentType, reducedDims, true));
+           !sameShape(op.getOperand(0).getType(),
+                      rank::rowReducedType(currentType, reducedDims, true)));
       if (type && currentType && !full && !foreignBroadcast &&
-          (type == currentType ||
+          (sameShape(type, currentType) ||
            (isReducedType(type) && !rank::isKernel(&op, "broadcast_to")))) {
         add(&op);
         continue;
       }
       if (type) {
-        // Another shape or element type: a new group starts here.
+        // Another shape: a new group starts here.
         close();
         currentType = type;
         add(&op);
