@@ -60,14 +60,15 @@ bool iotaFits(rank::KernelOp op, RankedTensorType type) {
       (*offset)[d] < 0)
     return false;
   double a = start.getValueAsDouble(), s = step.getValueAsDouble();
-  // Integer start and step: the kernel computes in int64 (wrapping) for
-  // integer types; floats need the values exact in a double.
-  constexpr double kExact = 9007199254740992.0; // 2^53
-  if (std::trunc(a) != a || std::trunc(s) != s || std::fabs(a) >= kExact ||
-      std::fabs(s) >= kExact)
+  if (std::trunc(a) != a || std::trunc(s) != s)
     return false;
+  // Integer types: the kernel computes start + step * position in int64
+  // (wrapping) when start and step are int64 values.
+  constexpr double kInt64 = 9223372036854775808.0; // 2^63
   if (isa<IntegerType>(type.getElementType()))
-    return true;
+    return a >= -kInt64 && a < kInt64 && s >= -kInt64 && s < kInt64;
+  // Floats: every value must be an integer a double holds exactly.
+  constexpr double kExact = 9007199254740992.0; // 2^53
   double last = static_cast<double>((*offset)[d] + type.getDimSize(d));
   return std::fabs(a) + std::fabs(s) * last < kExact;
 }
@@ -250,99 +251,176 @@ void fuseGroup(ArrayRef<Operation *> group) {
     op->erase();
 }
 
+/// A group being collected: its ops in program order, its row shape (that
+/// of `type`; members may have any element type), how many trailing dims
+/// its reductions reduce (0: none yet) and the element type they reduce.
+struct OpenGroup {
+  SmallVector<Operation *> ops;
+  llvm::SmallPtrSet<Operation *, 16> members;
+  RankedTensorType type;
+  int64_t reducedDims = 0;
+  Type reducedElement;
+
+  bool readBy(Operation *op) const {
+    return llvm::any_of(op->getOperands(), [&](Value v) {
+      return members.contains(v.getDefiningOp());
+    });
+  }
+  void add(Operation *op) {
+    ops.push_back(op);
+    members.insert(op);
+  }
+};
+
+bool sameShape(Type a, Type b) {
+  auto x = dyn_cast_or_null<RankedTensorType>(a);
+  auto y = dyn_cast_or_null<RankedTensorType>(b);
+  return x && y && x.getShape() == y.getShape();
+}
+
+/// Replaces each `broadcast_to` of a `full` by a `full` of the broadcast's
+/// type (the same value everywhere, converted alike), so that a constant
+/// made at rank 0 and spread over a group is a constant of the group
+/// rather than a kernel of its own; a `full` left unread is erased.
+void foldBroadcastsOfConstants(func::FuncOp fn) {
+  SmallVector<rank::KernelOp> broadcasts;
+  for (Operation &op : fn.getBody().front())
+    if (rank::isKernel(&op, "broadcast_to") && op.getNumOperands() == 1 &&
+        rank::isKernel(op.getOperand(0).getDefiningOp(), "full"))
+      broadcasts.push_back(cast<rank::KernelOp>(op));
+  for (rank::KernelOp op : broadcasts) {
+    auto full = cast<rank::KernelOp>(op.getInputs()[0].getDefiningOp());
+    if (!llvm::all_of(full->getAttrs(), [](NamedAttribute a) {
+          return a.getName() == "kernel" || a.getName() == "value";
+        }))
+      continue;
+    OpBuilder b(op);
+    Operation *folded = b.clone(*full);
+    folded->getResult(0).setType(op.getResult().getType());
+    folded->setLoc(op.getLoc());
+    op.getResult().replaceAllUsesWith(folded->getResult(0));
+    op.erase();
+    if (full->use_empty())
+      full.erase();
+  }
+}
+
+/// At most this many groups of different shapes are collected at once (an
+/// op of another shape that reads none of them starts one more rather than
+/// ending them, so a rank-0 constant or a mask of another shape between
+/// the ops of a chain does not cut it).
+constexpr size_t kMaxOpenGroups = 4;
+
 struct FuseElementwisePass
     : dtensor::impl::FuseElementwiseBase<FuseElementwisePass> {
   using FuseElementwiseBase::FuseElementwiseBase;
+
+  /// True when `op` (a row reduction over `k` dims when k > 0, else a
+  /// fusible kernel of result type `type`) may join `g`.
+  bool joins(const OpenGroup &g, Operation *op, int64_t k,
+             RankedTensorType type) const {
+    if (g.ops.size() >= maxOps || !g.type)
+      return false;
+    if (k > 0) {
+      auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+      return sameShape(in, g.type) &&
+             (g.reducedDims == 0 ||
+              (g.reducedDims == k && g.reducedElement == in.getElementType()));
+    }
+    RankedTensorType kept =
+        rank::rowReducedType(g.type, g.reducedDims, /*keepdim=*/true);
+    RankedTensorType dropped =
+        rank::rowReducedType(g.type, g.reducedDims, /*keepdim=*/false);
+    bool isBroadcast = rank::isKernel(op, "broadcast_to");
+    // A broadcast of a value of the group must be a per-row value (kept
+    // dims) spread over its row; another one (a per-row value with its dims
+    // dropped, which numpy aligns with the last dims) starts a new group,
+    // which reads the value from outside.
+    if (isBroadcast && g.members.contains(op->getOperand(0).getDefiningOp()) &&
+        !sameShape(op->getOperand(0).getType(), g.type) &&
+        (g.reducedDims == 0 || !sameShape(op->getOperand(0).getType(), kept)))
+      return false;
+    if (sameShape(type, g.type))
+      return true;
+    // A per-row value of the group (a reduction's result, either form).
+    return g.reducedDims > 0 && !isBroadcast &&
+           (sameShape(type, kept) || sameShape(type, dropped));
+  }
+
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
     if (!fn.getBody().hasOneBlock())
       return;
+    foldBroadcastsOfConstants(fn);
     SmallVector<SmallVector<Operation *>> groups;
-    SmallVector<Operation *> current;
-    llvm::SmallPtrSet<Operation *, 16> inCurrent;
-    // The group's row shape (that of `currentType`; its members may have
-    // any element type), how many trailing dims its reductions reduce (0:
-    // no reduction yet) and the element type they reduce (one per group).
-    RankedTensorType currentType;
-    int64_t reducedDims = 0;
-    Type reducedElement;
-    auto close = [&] {
-      if (current.size() >= 2 && llvm::any_of(current, computes))
-        groups.push_back(current);
-      current.clear();
-      inCurrent.clear();
-      currentType = {};
-      reducedDims = 0;
-      reducedElement = {};
-    };
-    auto readsGroup = [&](Operation *op) {
-      return llvm::any_of(op->getOperands(), [&](Value v) {
-        return inCurrent.contains(v.getDefiningOp());
-      });
-    };
-    auto add = [&](Operation *op) {
-      current.push_back(op);
-      inCurrent.insert(op);
-    };
-    auto sameShape = [](Type a, Type b) {
-      auto x = dyn_cast_or_null<RankedTensorType>(a);
-      auto y = dyn_cast_or_null<RankedTensorType>(b);
-      return x && y && x.getShape() == y.getShape();
-    };
-    // A per-row value of the group (a reduction's result, either form).
-    auto isReducedType = [&](Type t) {
-      return reducedDims > 0 &&
-             (sameShape(t,
-                        rank::rowReducedType(currentType, reducedDims, true)) ||
-              sameShape(t,
-                        rank::rowReducedType(currentType, reducedDims, false)));
+    // The groups being collected, oldest first.
+    SmallVector<OpenGroup> open;
+    auto close = [&](size_t i) {
+      OpenGroup &g = open[i];
+      if (g.ops.size() >= 2 && llvm::any_of(g.ops, computes))
+        groups.push_back(g.ops);
+      open.erase(open.begin() + i);
     };
     for (Operation &op : fn.getBody().front()) {
-      bool full = current.size() >= maxOps;
-      if (int64_t k = rowReductions ? rowReductionDims(&op) : 0) {
-        auto in = cast<RankedTensorType>(op.getOperand(0).getType());
-        if (full || !currentType || !sameShape(in, currentType) ||
-            (reducedDims != 0 &&
-             (reducedDims != k || reducedElement != in.getElementType())))
-          close();
-        if (!currentType)
-          currentType = in;
-        reducedDims = k;
-        reducedElement = in.getElementType();
-        add(&op);
+      int64_t k = rowReductions ? rowReductionDims(&op) : 0;
+      RankedTensorType type =
+          k > 0 ? RankedTensorType() : fusibleResultType(&op);
+      if (k == 0 && !type) {
+        // Not fusible: ends the groups it reads; a collective or the
+        // return ends all.
+        if (!isa<rank::KernelOp>(op)) {
+          while (!open.empty())
+            close(open.size() - 1);
+          continue;
+        }
+        // A group's kernel runs at its last op, before its readers.
+        for (size_t i = open.size(); i-- > 0;)
+          if (open[i].readBy(&op))
+            close(i);
         continue;
       }
-      RankedTensorType type = fusibleResultType(&op);
-      // A broadcast of a value of the group must be a per-row value (kept
-      // dims) spread over its row; another one (a per-row value with its
-      // dims dropped, which numpy aligns with the last dims) starts a new
-      // group, which reads the value from outside.
-      bool foreignBroadcast =
-          type && rank::isKernel(&op, "broadcast_to") &&
-          inCurrent.contains(op.getOperand(0).getDefiningOp()) &&
-          !sameShape(op.getOperand(0).getType(), currentType) &&
-          (reducedDims == 0 ||
-           !sameShape(op.getOperand(0).getType(),
-                      rank::rowReducedType(currentType, reducedDims, true)));
-      if (type && currentType && !full && !foreignBroadcast &&
-          (sameShape(type, currentType) ||
-           (isReducedType(type) && !rank::isKernel(&op, "broadcast_to")))) {
-        add(&op);
+      auto joined = llvm::find_if(
+          open, [&](const OpenGroup &g) { return joins(g, &op, k, type); });
+      if (joined != open.end()) {
+        size_t index = joined - open.begin();
+        // Groups it reads end first (the target's index shifts when one
+        // before it ends).
+        for (size_t i = open.size(); i-- > 0;)
+          if (i != index && open[i].readBy(&op)) {
+            close(i);
+            if (i < index)
+              --index;
+          }
+        OpenGroup *target = &open[index];
+        if (k > 0) {
+          target->reducedDims = k;
+          target->reducedElement =
+              cast<RankedTensorType>(op.getOperand(0).getType())
+                  .getElementType();
+        }
+        target->add(&op);
         continue;
       }
-      if (type) {
-        // Another shape: a new group starts here.
-        close();
-        currentType = type;
-        add(&op);
-        continue;
+      // A new group: after the groups it reads and any group of its shape
+      // (which it could not join) end.
+      RankedTensorType shape =
+          k > 0 ? cast<RankedTensorType>(op.getOperand(0).getType()) : type;
+      for (size_t i = open.size(); i-- > 0;)
+        if (open[i].readBy(&op) || sameShape(open[i].type, shape))
+          close(i);
+      if (open.size() >= kMaxOpenGroups)
+        close(0);
+      OpenGroup g;
+      g.type = shape;
+      if (k > 0) {
+        g.reducedDims = k;
+        g.reducedElement = shape.getElementType();
       }
-      // Not fusible: ends the group when it reads a value of it, or when it
-      // is a collective or the return.
-      if (readsGroup(&op) || !isa<rank::KernelOp>(op))
-        close();
+      g.add(&op);
+      open.push_back(std::move(g));
     }
-    close();
+    while (!open.empty())
+      close(open.size() - 1);
     for (ArrayRef<Operation *> group : groups)
       fuseGroup(group);
   }
