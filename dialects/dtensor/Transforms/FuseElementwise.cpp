@@ -73,8 +73,10 @@ bool iotaFits(rank::KernelOp op, RankedTensorType type) {
   return std::fabs(a) + std::fabs(s) * last < kExact;
 }
 
-/// The result type of `op` when it can join a group, else null.
-RankedTensorType fusibleResultType(Operation *op) {
+/// The result type of `op` when it can join a group, else null. Without
+/// `mixedTypes`, only kernels whose operands and result share one element
+/// type.
+RankedTensorType fusibleResultType(Operation *op, bool mixedTypes) {
   auto kernel = dyn_cast<rank::KernelOp>(op);
   if (!kernel)
     return {};
@@ -85,6 +87,11 @@ RankedTensorType fusibleResultType(Operation *op) {
     return {};
   const rank::FusibleKernel *entry = rank::lookupFusibleKernel(op);
   if (!entry || kernel.getInputs().size() != entry->numOperands)
+    return {};
+  if (!mixedTypes &&
+      (entry->kind == rank::FusibleKind::Compare ||
+       entry->kind == rank::FusibleKind::Select ||
+       entry->kind == rank::FusibleKind::Cast || kernel.getKernel() == "iota"))
     return {};
   bool isIota = kernel.getKernel() == "iota";
   // Only the attributes the generator reads: a kernel configured otherwise
@@ -323,6 +330,8 @@ struct FuseElementwisePass
       return false;
     if (k > 0) {
       auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+      if (!mixedTypes && in.getElementType() != g.type.getElementType())
+        return false;
       return sameShape(in, g.type) &&
              (g.reducedDims == 0 ||
               (g.reducedDims == k && g.reducedElement == in.getElementType()));
@@ -340,6 +349,9 @@ struct FuseElementwisePass
         !sameShape(op->getOperand(0).getType(), g.type) &&
         (g.reducedDims == 0 || !sameShape(op->getOperand(0).getType(), kept)))
       return false;
+    // Without mixed types, one element type per group.
+    if (!mixedTypes && type.getElementType() != g.type.getElementType())
+      return false;
     if (sameShape(type, g.type))
       return true;
     // A per-row value of the group (a reduction's result, either form).
@@ -351,7 +363,9 @@ struct FuseElementwisePass
     func::FuncOp fn = getOperation();
     if (!fn.getBody().hasOneBlock())
       return;
-    foldBroadcastsOfConstants(fn);
+    if (mixedTypes)
+      foldBroadcastsOfConstants(fn);
+    size_t maxOpen = mixedTypes ? kMaxOpenGroups : 1;
     SmallVector<SmallVector<Operation *>> groups;
     // The groups being collected, oldest first.
     SmallVector<OpenGroup> open;
@@ -364,7 +378,7 @@ struct FuseElementwisePass
     for (Operation &op : fn.getBody().front()) {
       int64_t k = rowReductions ? rowReductionDims(&op) : 0;
       RankedTensorType type =
-          k > 0 ? RankedTensorType() : fusibleResultType(&op);
+          k > 0 ? RankedTensorType() : fusibleResultType(&op, mixedTypes);
       if (k == 0 && !type) {
         // Not fusible: ends the groups it reads; a collective or the
         // return ends all.
@@ -408,7 +422,7 @@ struct FuseElementwisePass
       for (size_t i = open.size(); i-- > 0;)
         if (open[i].readBy(&op) || sameShape(open[i].type, shape))
           close(i);
-      if (open.size() >= kMaxOpenGroups)
+      if (open.size() >= maxOpen)
         close(0);
       OpenGroup g;
       g.type = shape;

@@ -450,6 +450,11 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
     Option<"rowReductions", "row-reductions", "bool", /*default=*/"true",
            "Take in row reductions (off where the kernels are generated "
            "for the GPU, which has no row kernels yet)">,
+    Option<"mixedTypes", "mixed-types", "bool", /*default=*/"true",
+           "Let a group mix element types (comparisons, where, casts, iota), "
+           "collect groups of several shapes at once and fold broadcasts of "
+           "constants; off: one element type and one open group (for "
+           "comparison)">,
   ];
 }
 

@@ -1,4 +1,5 @@
 // RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(rank-fuse-elementwise))' | FileCheck %s
+// RUN: dtorch-opt %s --split-input-file --pass-pipeline='builtin.module(func.func(rank-fuse-elementwise{mixed-types=false}))' | FileCheck %s --check-prefix=OFF
 
 // Causal attention: the mask (two iotas and `ge`, int64 into i1) is one
 // group of its own shape, collected while the scaled scores' group stays
@@ -51,6 +52,15 @@ func.func @causal_mask(%x: tensor<2x8x8xf32>) -> tensor<2x8x8xf32> attributes {r
 // The gelu backward as autograd records it: `eq` into i1, the division and
 // `where` with the broadcast 0.5 join the chain: one group, the rank-0
 // constants folded into constants of its shape.
+
+// Without mixed types (the groups of one element type before), the
+// comparison, `where` and what they separate stay library kernels.
+// OFF-LABEL: func.func @gelu_backward
+// OFF-NOT: rank.fused
+// OFF: rank.kernel "eq"
+// OFF: rank.kernel "where"
+// OFF-NOT: rank.fused
+// OFF: return
 
 // CHECK-LABEL: func.func @gelu_backward
 // CHECK-NEXT: %[[F:.*]] = rank.fused(%arg0, %arg1, %arg2) : (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32> {
