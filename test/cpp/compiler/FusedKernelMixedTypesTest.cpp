@@ -283,7 +283,7 @@ struct RunResult {
 };
 
 RunResult compileAndRun(const std::string &source, bool fuse,
-                  const std::vector<rt::Tensor> &inputs) {
+                        const std::vector<rt::Tensor> &inputs) {
   CompileOptions options;
   options.fuseElementwise = fuse;
   CompileResult result = compileModule(source, "mixed.mlir", options);
