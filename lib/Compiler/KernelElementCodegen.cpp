@@ -239,9 +239,7 @@ Value emitKernelElement(OpBuilder &b, Location loc, rank::KernelOp kernel,
 Value emitIotaElement(OpBuilder &b, Location loc, rank::KernelOp iota,
                       Value coordinate) {
   auto type = cast<RankedTensorType>(iota.getResult().getType());
-  int64_t dim = iota->getAttrOfType<IntegerAttr>("dim").getInt();
-  std::optional<SmallVector<int64_t>> offset = rank::constantIotaOffset(iota);
-  int64_t first = offset ? (*offset)[dim] : 0;
+  int64_t first = rank::constantIotaStart(iota).value_or(0);
   auto start = static_cast<int64_t>(
       iota->getAttrOfType<FloatAttr>("start").getValueAsDouble());
   auto step = static_cast<int64_t>(

@@ -55,9 +55,8 @@ bool iotaFits(rank::KernelOp op, RankedTensorType type) {
   int64_t d = dim.getInt();
   if (d < 0 || d >= type.getRank())
     return false;
-  std::optional<SmallVector<int64_t>> offset = rank::constantIotaOffset(op);
-  if (!offset || static_cast<int64_t>(offset->size()) != type.getRank() ||
-      (*offset)[d] < 0)
+  std::optional<int64_t> first = rank::constantIotaStart(op);
+  if (!first || *first < 0)
     return false;
   double a = start.getValueAsDouble(), s = step.getValueAsDouble();
   if (std::trunc(a) != a || std::trunc(s) != s)
@@ -69,7 +68,7 @@ bool iotaFits(rank::KernelOp op, RankedTensorType type) {
     return a >= -kInt64 && a < kInt64 && s >= -kInt64 && s < kInt64;
   // Floats: every value must be an integer a double holds exactly.
   constexpr double kExact = 9007199254740992.0; // 2^53
-  double last = static_cast<double>((*offset)[d] + type.getDimSize(d));
+  double last = static_cast<double>(*first + type.getDimSize(d));
   return std::fabs(a) + std::fabs(s) * last < kExact;
 }
 

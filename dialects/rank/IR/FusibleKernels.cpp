@@ -99,21 +99,29 @@ bool isFusibleElementType(Type elementType) {
   return typeBit(elementType) != 0;
 }
 
-std::optional<SmallVector<int64_t>> constantIotaOffset(Operation *iota) {
-  Attribute offset = iota->getAttr("offset");
+std::optional<int64_t> constantIotaStart(Operation *iota) {
+  auto dimAttr = iota->getAttrOfType<IntegerAttr>("dim");
   auto type = dyn_cast<RankedTensorType>(iota->getResult(0).getType());
-  if (!type)
+  if (!dimAttr || !type || dimAttr.getInt() < 0 ||
+      dimAttr.getInt() >= type.getRank())
     return std::nullopt;
-  SmallVector<int64_t> zeros(type.getRank(), 0);
+  int64_t dim = dimAttr.getInt();
+  Attribute offset = iota->getAttr("offset");
   if (!offset)
-    return zeros;
-  if (auto plain = dyn_cast<DenseI64ArrayAttr>(offset))
-    return SmallVector<int64_t>(plain.asArrayRef());
-  if (auto box = dyn_cast<BoxOffsetAttr>(offset)) {
-    if (box.getDim() != -1 || llvm::any_of(box.getShardDims().asArrayRef(),
-                                           [](int64_t d) { return d != -1; }))
+    return 0;
+  if (auto plain = dyn_cast<DenseI64ArrayAttr>(offset)) {
+    if (plain.size() != type.getRank())
       return std::nullopt;
-    return zeros;
+    return plain[dim];
+  }
+  if (auto box = dyn_cast<BoxOffsetAttr>(offset)) {
+    // The whole offset, whose entry `dim` is zero unless a mesh axis
+    // shards that dim (other dims may be sharded: the values count along
+    // `dim` only).
+    if (box.getDim() != -1 ||
+        llvm::is_contained(box.getShardDims().asArrayRef(), dim))
+      return std::nullopt;
+    return 0;
   }
   return std::nullopt;
 }

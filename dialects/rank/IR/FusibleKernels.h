@@ -68,11 +68,11 @@ const FusibleKernel *lookupFusibleKernel(mlir::Operation *op);
 /// bf16, i32, i64 and i1.
 bool isFusibleElementType(mlir::Type elementType);
 
-/// The constant offset of an `iota`'s positions (its `offset` attribute:
-/// plain integers, or a `#rank.box_offset` whose mesh axes shard no dim,
-/// which is zero everywhere), or nothing when it differs between ranks.
-std::optional<llvm::SmallVector<int64_t>>
-constantIotaOffset(mlir::Operation *iota);
+/// The first position of an `iota` along its dim (its `offset` attribute's
+/// entry there: plain integers, or a `#rank.box_offset` whose mesh axes do
+/// not shard that dim, which is zero on every rank), or nothing when it
+/// differs between ranks.
+std::optional<int64_t> constantIotaStart(mlir::Operation *iota);
 
 /// The type of a row reduction's result: `rowType` with its last
 /// `reducedDims` dims set to 1 (`keepdim`) or dropped. Null for

@@ -133,3 +133,23 @@ func.func @iotas_kept(%i: tensor<4xi64>, %f: tensor<4xf32>) -> (tensor<4xi1>, te
   %d = rank.kernel "gt"(%b, %f) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
   return %c, %d : tensor<4xi1>, tensor<4xi1>
 }
+
+// -----
+
+// An iota counting along a dim no mesh axis shards has the same values on
+// every rank (cross-entropy's class positions, rows sharded on "dp"): it
+// joins the group.
+
+// CHECK-LABEL: func.func @iota_along_an_unsharded_dim
+// CHECK-NEXT: %[[F:.*]] = rank.fused(%arg0)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: rank.kernel "iota"() {dim = 1 : i64
+// CHECK-NEXT: rank.kernel "eq"
+// CHECK-NEXT: rank.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[F]]
+func.func @iota_along_an_unsharded_dim(%t: tensor<4x3xi64>) -> tensor<4x3xi1> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
+  %a = rank.kernel "iota"() {dim = 1 : i64, offset = #rank.box_offset<global_shape = [8, 3], shard_dims = [0], dim = -1>, start = 0.0 : f64, step = 1.0 : f64} : () -> tensor<4x3xi64>
+  %c = rank.kernel "eq"(%t, %a) : (tensor<4x3xi64>, tensor<4x3xi64>) -> tensor<4x3xi1>
+  return %c : tensor<4x3xi1>
+}
