@@ -315,7 +315,9 @@ int CompiledFunction::programAt(int64_t position) const {
 std::string compilerConfiguration() {
   return "schedule=" + dtensor::collectiveScheduleDescription() +
          ",fold_transpose=" +
-         (dtensor::foldTransposeFromEnvironment() ? "1" : "0");
+         (dtensor::foldTransposeFromEnvironment() ? "1" : "0") +
+         ",fuse_mixed_types=" +
+         (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

@@ -265,12 +265,10 @@ Value convertFullConstant(OpBuilder &b, Location loc, Value v,
 }
 
 /// Each `full` of `body` (body order) read from the kernel's scalar
-/// argument once, before the loops, and converted to the storage type as
-/// the `full` kernel stores it.
-llvm::DenseMap<Operation *, Value> emitFullConstants(OpBuilder &b, Location loc,
-                                                     Block &body,
-                                                     Value scalarArg,
-                                                     const ElementTypes &et) {
+/// argument once, before the loops, and converted to the storage type of
+/// its element type as the `full` kernel stores it.
+llvm::DenseMap<Operation *, Value>
+emitFullConstants(OpBuilder &b, Location loc, Block &body, Value scalarArg) {
   llvm::DenseMap<Operation *, Value> constants;
   int64_t j = 0;
   for (Operation &inner : body.without_terminator()) {
@@ -279,6 +277,9 @@ llvm::DenseMap<Operation *, Value> emitFullConstants(OpBuilder &b, Location loc,
       continue;
     Value index = arith::ConstantIndexOp::create(b, loc, j++);
     Value v = memref::LoadOp::create(b, loc, scalarArg, ValueRange{index});
+    ElementTypes et = elementTypesFor(
+        cast<RankedTensorType>(full.getResult().getType()).getElementType(),
+        b.getContext());
     constants[full] = convertFullConstant(b, loc, v, et);
   }
   return constants;
@@ -330,10 +331,18 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
       shape.assign(1, 1);
     return shape;
   };
-  ElementTypes et = elementTypesFor(groupType.getElementType(), ctx);
-  if (!et.storage)
-    return op.emitOpError("cannot generate code for element type ")
-           << groupType.getElementType();
+  // Each operand in the storage type of its own element type: a group may
+  // mix them (comparisons, `where`, casts).
+  auto storageOf = [&](Type t) -> Type {
+    return elementTypesFor(cast<RankedTensorType>(t).getElementType(), ctx)
+        .storage;
+  };
+  SmallVector<Type> operandTypes(op.getInputs().getTypes());
+  llvm::append_range(operandTypes, op.getResultTypes());
+  for (Type t : operandTypes)
+    if (!storageOf(t))
+      return op.emitOpError("cannot generate code for element type ")
+             << cast<RankedTensorType>(t).getElementType();
 
   Location loc = UnknownLoc::get(ctx);
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
@@ -341,9 +350,10 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
   b.setInsertionPointToEnd(module->getBody());
   SmallVector<Type> argTypes;
   for (Value in : op.getInputs())
-    argTypes.push_back(MemRefType::get(shapeOf(in.getType()), et.storage));
+    argTypes.push_back(
+        MemRefType::get(shapeOf(in.getType()), storageOf(in.getType())));
   for (Type t : op.getResultTypes())
-    argTypes.push_back(MemRefType::get(shapeOf(t), et.storage));
+    argTypes.push_back(MemRefType::get(shapeOf(t), storageOf(t)));
   // The group's constants (`full` values), in body order, as float64
   // arguments: kernels differing only in constants are one kernel.
   SmallVector<rank::KernelOp> fulls;
@@ -370,10 +380,12 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
   size_t numOutputs = op.getNumResults();
   SmallVector<Value> ins(entry->getArguments().take_front(numInputs));
   SmallVector<Value> outs(entry->getArguments().slice(numInputs, numOutputs));
+  // The first row of the range (iota positions along dim 0 start there).
+  Value begin;
   if (options.rowRange) {
     // Every operand that varies along the outermost dim is cut to the rows;
     // operands broadcast along it (extent 1 or fewer dims) stay whole.
-    Value begin = entry->getArgument(numInputs + numOutputs + 1);
+    begin = entry->getArgument(numInputs + numOutputs + 1);
     Value end = entry->getArgument(numInputs + numOutputs + 2);
     Value rows = arith::SubIOp::create(b, loc, end, begin);
     auto sliceRows = [&](Value whole) -> Value {
@@ -397,8 +409,8 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
   }
   llvm::DenseMap<Operation *, Value> constants;
   if (!options.scalarsAsValues)
-    constants = emitFullConstants(
-        b, loc, body, entry->getArgument(numInputs + numOutputs), et);
+    constants = emitFullConstants(b, loc, body,
+                                  entry->getArgument(numInputs + numOutputs));
   SmallVector<AffineMap> maps;
   for (Value in : op.getInputs())
     maps.push_back(broadcastMap(shapeOf(in.getType()), group, ctx));
@@ -411,17 +423,11 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
   linalg::GenericOp::create(
       b, loc, TypeRange{}, ins, outs, maps, iterators,
       [&](OpBuilder &nb, Location nloc, ValueRange scalars) {
-        // Every value of the group as an element of the storage type.
+        // Every value of the group as an element of the storage type of
+        // its element type.
         llvm::DenseMap<Value, Value> stored;
         for (size_t i = 0; i < numInputs; ++i)
           stored[body.getArgument(i)] = scalars[i];
-        auto toCompute = [&](Value v) -> Value {
-          if (v.getType() == et.compute)
-            return v;
-          if (et.isBF16)
-            return bf16BitsToF32(nb, nloc, v);
-          return arith::ExtFOp::create(nb, nloc, et.compute, v);
-        };
         for (Operation &inner : body.without_terminator()) {
           auto kernel = cast<rank::KernelOp>(inner);
           StringRef name = kernel.getKernel();
@@ -436,26 +442,41 @@ buildElementwiseKernelModule(rank::FusedOp op, MLIRContext *ctx,
               auto it = llvm::find(fulls, kernel);
               Value v = entry->getArgument(numInputs + numOutputs +
                                            (it - fulls.begin()));
-              stored[kernel.getResult()] = convertFullConstant(nb, nloc, v, et);
+              ElementTypes fet = elementTypesFor(
+                  cast<RankedTensorType>(kernel.getResult().getType())
+                      .getElementType(),
+                  ctx);
+              stored[kernel.getResult()] =
+                  convertFullConstant(nb, nloc, v, fet);
             } else {
               stored[kernel.getResult()] = constants.lookup(kernel);
             }
             continue;
           }
+          if (name == "iota") {
+            // Its position along its dim: the loop index there (of the
+            // whole tensor: a row range starts at `begin`).
+            auto dim = static_cast<unsigned>(
+                kernel->getAttrOfType<IntegerAttr>("dim").getInt());
+            Value index = linalg::IndexOp::create(nb, nloc, dim);
+            if (dim == 0 && begin)
+              index = arith::AddIOp::create(nb, nloc, index, begin);
+            stored[kernel.getResult()] =
+                emitIotaElement(nb, nloc, kernel, index);
+            continue;
+          }
           SmallVector<Value> args;
           for (Value v : kernel.getInputs())
-            args.push_back(toCompute(stored.lookup(v)));
-          Value r = emitScalar(nb, nloc, name, args, et);
+            args.push_back(stored.lookup(v));
+          Value r = emitKernelElement(nb, nloc, kernel, args);
           if (!r) {
             kernel.emitOpError("has no generated form for ")
-                << groupType.getElementType();
+                << kernel.getResult().getType();
             status = failure();
-            r = arith::ConstantOp::create(nb, nloc, nb.getZeroAttr(et.compute));
+            r = arith::ConstantOp::create(
+                nb, nloc,
+                nb.getZeroAttr(storageOf(kernel.getResult().getType())));
           }
-          if (et.isBF16)
-            r = f32ToBF16Bits(nb, nloc, r);
-          else if (r.getType() != et.storage)
-            r = arith::TruncFOp::create(nb, nloc, et.storage, r);
           stored[kernel.getResult()] = r;
         }
         SmallVector<Value> results;

@@ -56,11 +56,32 @@ mlir::Value emitScalar(mlir::OpBuilder &b, mlir::Location loc,
                        llvm::StringRef name, mlir::ValueRange x,
                        const ElementTypes &et);
 
+/// An element of the storage type of `et` in its compute type, and back
+/// (the 16-bit floats as float32; the others unchanged).
+mlir::Value toComputeType(mlir::OpBuilder &b, mlir::Location loc,
+                          mlir::Value stored, const ElementTypes &et);
+mlir::Value toStorageType(mlir::OpBuilder &b, mlir::Location loc,
+                          mlir::Value computed, const ElementTypes &et);
+
+/// The element of `kernel`'s result (an elementwise kernel, a comparison,
+/// `where` or `cast` of rank/IR/FusibleKernels.h) in the storage type of
+/// its element type, from the elements of its inputs in the storage types
+/// of theirs (KernelElementCodegen.cpp). Null for a kernel computed
+/// otherwise (`full`, `iota`, `broadcast_to`, reductions) or unknown.
+mlir::Value emitKernelElement(mlir::OpBuilder &b, mlir::Location loc,
+                              rank::KernelOp kernel, mlir::ValueRange inputs);
+
+/// The element of an `iota` (admitted by --rank-fuse-elementwise) at
+/// `coordinate` (an index along its dim, its offset not added), in the
+/// storage type of its element type.
+mlir::Value emitIotaElement(mlir::OpBuilder &b, mlir::Location loc,
+                            rank::KernelOp iota, mlir::Value coordinate);
+
 /// Each `full` of `body` read from the kernel's scalar argument, converted
-/// to the storage type as the `full` kernel stores it.
+/// to the storage type of its element type as the `full` kernel stores it.
 llvm::DenseMap<mlir::Operation *, mlir::Value>
 emitFullConstants(mlir::OpBuilder &b, mlir::Location loc, mlir::Block &body,
-                  mlir::Value scalarArg, const ElementTypes &et);
+                  mlir::Value scalarArg);
 
 /// A `full` value (float64) converted to the storage type as the `full`
 /// kernel stores it.

@@ -90,6 +90,8 @@ private:
                     Value j) const;
   Value emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
                      llvm::DenseMap<Value, Value> &sweep);
+  Value coordinateOf(OpBuilder &nb, int64_t dim, Value row, Value j) const;
+  Value emitElement(OpBuilder &nb, rank::KernelOp kernel, ValueRange args);
   void emitReadyRowScalars();
   LogicalResult emitRows(ArrayRef<Value> rows, ArrayRef<Value> outs,
                          int64_t lastSweep);
@@ -112,6 +114,8 @@ private:
   RankedTensorType rowType;
   int64_t reducedDims = 0;
   int64_t outer = 1, inner = 1;
+  // The element type the reductions reduce (the row type's); the group's
+  // other values may have any element type, each in its own storage type.
   ElementTypes et;
   // Row values (the row type) and per-row values (a reduction's result
   // type, either form); the sweep that can first compute each value.
@@ -120,8 +124,10 @@ private:
   // Kernel arguments: the body's block arguments as flat memrefs.
   llvm::DenseMap<Value, Value> memrefOf;
   llvm::DenseMap<Operation *, Value> constants;
-  // Per-row values known in the row being emitted (storage type).
+  // Per-row values known in the row being emitted (storage type), and the
+  // index of that row.
   llvm::DenseMap<Value, Value> *rowScalars = nullptr;
+  Value currentRow;
   // The values a sweep reduces, before they are reduced: `chunk` elements
   // of a row per reduction and lane.
   Value scratch;
@@ -146,10 +152,16 @@ LogicalResult RowKernelBuilder::classify() {
   et = elementTypesFor(rowType.getElementType(), ctx);
   if (!et.isFloat)
     return op.emitOpError("row reductions are generated for floats only");
-  auto isPerRowType = [&](Type t) { return t == keep || t == drop; };
+  // Row values have the row type's shape, per-row values a reduction
+  // result's; either may have any element type.
+  auto shapeOf = [](Type t) { return cast<RankedTensorType>(t).getShape(); };
+  auto isRowType = [&](Type t) { return shapeOf(t) == rowType.getShape(); };
+  auto isPerRowType = [&](Type t) {
+    return shapeOf(t) == keep.getShape() || shapeOf(t) == drop.getShape();
+  };
   for (BlockArgument arg : body.getArguments()) {
     level[arg] = 0;
-    if (isPerRowType(arg.getType()) && arg.getType() != rowType)
+    if (isPerRowType(arg.getType()) && !isRowType(arg.getType()))
       perRow.insert(arg);
   }
   for (Operation &inner : body.without_terminator()) {
@@ -169,7 +181,7 @@ LogicalResult RowKernelBuilder::classify() {
       continue;
     }
     level[r] = l;
-    if (r.getType() == rowType)
+    if (isRowType(r.getType()))
       continue;
     if (!isPerRowType(r.getType()) || kernel.getKernel() == "broadcast_to")
       return kernel.emitOpError("has type ")
@@ -267,6 +279,46 @@ Value RowKernelBuilder::flatIndexOf(OpBuilder &nb, ArrayRef<int64_t> shape,
   return constant(0);
 }
 
+/// The coordinate along `dim` of the row type of the element at (row, j):
+/// an outer dim's from the row, an inner dim's from j.
+Value RowKernelBuilder::coordinateOf(OpBuilder &nb, int64_t dim, Value row,
+                                     Value j) const {
+  ArrayRef<int64_t> full = rowType.getShape();
+  int64_t firstInner = rowType.getRank() - reducedDims;
+  int64_t end = dim < firstInner ? firstInner : rowType.getRank();
+  int64_t stride = 1;
+  for (int64_t d = dim + 1; d < end; ++d)
+    stride *= full[d];
+  Value linear = dim < firstInner ? row : j;
+  auto constant = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(nb, loc, v);
+  };
+  if (stride != 1)
+    linear = arith::DivUIOp::create(nb, loc, linear, constant(stride));
+  bool outermost = dim == 0 || (dim == firstInner && dim > 0);
+  if (outermost)
+    return linear; // already below the dim's extent
+  return arith::RemUIOp::create(nb, loc, linear, constant(full[dim]));
+}
+
+/// An elementwise kernel, comparison, `where` or `cast` of the group on
+/// elements of the storage types of their element types.
+Value RowKernelBuilder::emitElement(OpBuilder &nb, rank::KernelOp kernel,
+                                    ValueRange args) {
+  Value r = emitKernelElement(nb, loc, kernel, args);
+  if (r)
+    return r;
+  kernel.emitOpError("has no generated form for ")
+      << kernel.getResult().getType();
+  failed = true;
+  Type storage =
+      elementTypesFor(
+          cast<RankedTensorType>(kernel.getResult().getType()).getElementType(),
+          ctx)
+          .storage;
+  return arith::ConstantOp::create(nb, loc, nb.getZeroAttr(storage));
+}
+
 /// Row value `v` at (row, j), in the storage type, computed once per sweep.
 Value RowKernelBuilder::emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
                                      llvm::DenseMap<Value, Value> &sweep) {
@@ -291,18 +343,14 @@ Value RowKernelBuilder::emitRowValue(OpBuilder &nb, Value v, Value row, Value j,
         result = emitRowValue(nb, in, row, j, sweep);
     } else if (name == "full") {
       result = constants.lookup(kernel);
+    } else if (name == "iota") {
+      int64_t dim = kernel->getAttrOfType<IntegerAttr>("dim").getInt();
+      result = emitIotaElement(nb, loc, kernel, coordinateOf(nb, dim, row, j));
     } else {
       SmallVector<Value> args;
       for (Value in : kernel.getInputs())
-        args.push_back(toCompute(nb, emitRowValue(nb, in, row, j, sweep)));
-      Value r = emitScalar(nb, loc, name, args, et);
-      if (!r) {
-        kernel.emitOpError("has no generated form for ")
-            << rowType.getElementType();
-        failed = true;
-        r = arith::ConstantOp::create(nb, loc, nb.getZeroAttr(et.compute));
-      }
-      result = toStorage(nb, r);
+        args.push_back(emitRowValue(nb, in, row, j, sweep));
+      result = emitElement(nb, kernel, args);
     }
   }
   sweep[v] = result;
@@ -326,20 +374,25 @@ void RowKernelBuilder::emitReadyRowScalars() {
         progress = true;
         continue;
       }
+      if (kernel.getKernel() == "iota") {
+        // A per-row iota: its position is the row's coordinate along its
+        // dim (0 along a reduced dim kept with extent 1).
+        int64_t dim = kernel->getAttrOfType<IntegerAttr>("dim").getInt();
+        (*rowScalars)[r] = emitIotaElement(
+            b, loc, kernel,
+            dim < rowType.getRank() - reducedDims
+                ? coordinateOf(b, dim, currentRow, Value())
+                : arith::ConstantIndexOp::create(b, loc, 0).getResult());
+        progress = true;
+        continue;
+      }
       if (!llvm::all_of(kernel.getInputs(),
                         [&](Value in) { return rowScalars->count(in) != 0; }))
         continue;
       SmallVector<Value> args;
       for (Value in : kernel.getInputs())
-        args.push_back(toCompute(b, rowScalars->lookup(in)));
-      Value v = emitScalar(b, loc, kernel.getKernel(), args, et);
-      if (!v) {
-        kernel.emitOpError("has no generated form for ")
-            << rowType.getElementType();
-        failed = true;
-        v = arith::ConstantOp::create(b, loc, b.getZeroAttr(et.compute));
-      }
-      (*rowScalars)[r] = toStorage(b, v);
+        args.push_back(rowScalars->lookup(in));
+      (*rowScalars)[r] = emitElement(b, kernel, args);
       progress = true;
     }
   }
@@ -450,12 +503,23 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
   // Every buffer as a flat memref: the caller passes bare pointers.
+  // Each in the storage type of its own element type.
+  auto storageOf = [&](Type t) {
+    return elementTypesFor(cast<RankedTensorType>(t).getElementType(), ctx)
+        .storage;
+  };
   SmallVector<Type> argTypes;
-  for (Value in : op.getInputs())
+  for (Value in : op.getInputs()) {
+    if (!storageOf(in.getType()))
+      return op.emitOpError("cannot generate code for ") << in.getType();
     argTypes.push_back(
-        MemRefType::get({numElements(in.getType())}, et.storage));
-  for (Type t : op.getResultTypes())
-    argTypes.push_back(MemRefType::get({numElements(t)}, et.storage));
+        MemRefType::get({numElements(in.getType())}, storageOf(in.getType())));
+  }
+  for (Type t : op.getResultTypes()) {
+    if (!storageOf(t))
+      return op.emitOpError("cannot generate code for ") << t;
+    argTypes.push_back(MemRefType::get({numElements(t)}, storageOf(t)));
+  }
   int64_t numFulls = 0;
   for (Operation &inner : body.without_terminator())
     numFulls += cast<rank::KernelOp>(inner).getKernel() == "full";
@@ -473,8 +537,7 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
   SmallVector<Value> outs(
       entry->getArguments().slice(numInputs, op.getNumResults()));
   if (!forGpu)
-    constants =
-        emitFullConstants(b, loc, body, entry->getArguments().back(), et);
+    constants = emitFullConstants(b, loc, body, entry->getArguments().back());
 
   // Which sweep accumulates each reduction and stores each row result.
   int64_t lastSweep = 0;
@@ -500,10 +563,17 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
     unsigned firstScalar =
         static_cast<unsigned>(numInputs) + op.getNumResults();
     unsigned k = 0;
-    for (Operation &innerOp : body.without_terminator())
-      if (cast<rank::KernelOp>(innerOp).getKernel() == "full")
-        constants[&innerOp] = convertFullConstant(
-            b, loc, entry->getArgument(firstScalar + k++), et);
+    for (Operation &innerOp : body.without_terminator()) {
+      auto full = cast<rank::KernelOp>(innerOp);
+      if (full.getKernel() != "full")
+        continue;
+      // Each constant in its own element type (a group may mix them).
+      ElementTypes fullTypes = elementTypesFor(
+          cast<RankedTensorType>(full.getResult().getType()).getElementType(),
+          ctx);
+      constants[&innerOp] = convertFullConstant(
+          b, loc, entry->getArgument(firstScalar + k++), fullTypes);
+    }
     if (mlir::failed(
             emitRows({rowLoop.getInductionVars()[0]}, outs, lastSweep)))
       return failure();
@@ -586,6 +656,7 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
   // Per-row inputs of each row.
   for (size_t l = 0; l < lanes; ++l) {
     rowScalars = &scalars[l];
+    currentRow = rows[l];
     for (BlockArgument arg : body.getArguments())
       if (perRow.contains(arg))
         (*rowScalars)[arg] = memref::LoadOp::create(
@@ -685,6 +756,7 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
     auto sweep = chunks;
     for (size_t l = 0; l < lanes; ++l) {
       rowScalars = &scalars[l];
+      currentRow = rows[l];
       for (auto [k, red] : llvm::enumerate(reductions))
         (*rowScalars)[red.getResult()] = finishReduction(
             red, sweep.getResult(static_cast<unsigned>(k * lanes + l)));

@@ -103,6 +103,11 @@ std::string collectiveScheduleDescription();
 /// DTORCH_FOLD_TRANSPOSE=0 (read once per process; for comparison).
 bool foldTransposeFromEnvironment();
 
+/// Whether fused groups may mix element types (comparisons, `where`,
+/// casts, `iota`; --rank-fuse-elementwise's `mixed-types`): yes unless
+/// DTORCH_FUSE_MIXED_TYPES=0 (read once per process; for comparison).
+bool fuseMixedTypesFromEnvironment();
+
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();
 

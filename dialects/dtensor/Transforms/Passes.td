@@ -434,12 +434,16 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Group chains of elementwise rank.kernel ops into rank.fused";
   let description = [{
     Runs on a class function (rank dialect). Walks its ops in order and
-    grows a group of fusible kernels (rank/IR/FusibleKernels.h: elementwise
-    kernels, `full`, and `broadcast_to`, whose input becomes a broadcast
-    operand of the group) that share one result shape and element type. An
-    op outside the group that reads a value of the group, a collective, or a
-    kernel of another shape or element type ends the group; ops the group
-    does not feed may sit between its members. A group of at least two ops,
+    grows groups of fusible kernels (rank/IR/FusibleKernels.h: elementwise
+    kernels, comparisons into `i1`, `where`, `cast`, `full`, `iota`, and
+    `broadcast_to`, whose input becomes a broadcast operand of the group)
+    that share one result shape; their element types may differ. A kernel
+    of another shape that reads no open group starts a group of its own
+    while the others stay open (at most four at once); an op outside a
+    group that reads a value of it ends that group, and a collective ends
+    all; ops a group does not feed may sit between its members. A
+    `broadcast_to` of a `full` becomes a `full` of its shape first. A group
+    of at least two ops,
     one of them computing, becomes one `rank.fused` placed at its last
     member: its inputs are the values it reads from outside, its results
     the values of the group used outside it (by later ops or the return).
@@ -481,6 +485,11 @@ def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
     Option<"rowReductions", "row-reductions", "bool", /*default=*/"true",
            "Take in row reductions (off where the kernels are generated "
            "for the GPU, which has no row kernels yet)">,
+    Option<"mixedTypes", "mixed-types", "bool", /*default=*/"true",
+           "Let a group mix element types (comparisons, where, casts, iota), "
+           "collect groups of several shapes at once and fold broadcasts of "
+           "constants; off: one element type and one open group (for "
+           "comparison)">,
   ];
 }
 

@@ -41,6 +41,7 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
   if (options.fuseElementwise) {
     FuseElementwiseOptions fuse;
     fuse.rowReductions = options.fuseRowReductions;
+    fuse.mixedTypes = fuseMixedTypesFromEnvironment();
     pm.addNestedPass<func::FuncOp>(createFuseElementwise(fuse));
   }
   if (std::optional<ScheduleCollectivesOptions> schedule =
@@ -71,6 +72,14 @@ std::optional<double> mebibytesFromEnvironment(const char *name) {
 bool dtorch::dtensor::foldTransposeFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_FOLD_TRANSPOSE");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool dtorch::dtensor::fuseMixedTypesFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_FUSE_MIXED_TYPES");
     return !(value && std::string(value) == "0");
   }();
   return enabled;

@@ -4,6 +4,7 @@
 #include "rank/IR/Rank.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
 
@@ -37,7 +38,18 @@ const FusibleKernel kKernels[] = {
     {"maximum", E, 2, kAllTypes},
     {"minimum", E, 2, kAllTypes},
     {"full", FusibleKind::Creation, 0, kAllTypes},
+    // Integer positions, and float ones while every value is an integer a
+    // double holds exactly (the pass checks start, step and extent).
+    {"iota", FusibleKind::Creation, 0, kNumeric},
     {"broadcast_to", FusibleKind::Broadcast, 1, kAllTypes},
+    {"eq", FusibleKind::Compare, 2, kAllTypes},
+    {"ne", FusibleKind::Compare, 2, kAllTypes},
+    {"lt", FusibleKind::Compare, 2, kAllTypes},
+    {"le", FusibleKind::Compare, 2, kAllTypes},
+    {"gt", FusibleKind::Compare, 2, kAllTypes},
+    {"ge", FusibleKind::Compare, 2, kAllTypes},
+    {"where", FusibleKind::Select, 3, kAllTypes},
+    {"cast", FusibleKind::Cast, 1, kAllTypes},
 };
 
 unsigned typeBit(Type t) {
@@ -61,6 +73,57 @@ const FusibleKernel *lookupFusibleKernel(llvm::StringRef name,
     if (k.name == name)
       return (k.types & bit) ? &k : nullptr;
   return nullptr;
+}
+
+const FusibleKernel *lookupFusibleKernel(Operation *op) {
+  auto kernel = dyn_cast_or_null<KernelOp>(op);
+  if (!kernel || kernel->getNumResults() != 1)
+    return nullptr;
+  Type element = getElementTypeOrSelf(kernel.getResult().getType());
+  const FusibleKernel *entry = lookupFusibleKernel(kernel.getKernel(), element);
+  if (entry && entry->kind == FusibleKind::Compare) {
+    // A comparison is fused for its operands' element type into `i1`.
+    if (!element.isInteger(1) || kernel.getInputs().empty())
+      return nullptr;
+    entry = lookupFusibleKernel(kernel.getKernel(),
+                                getElementTypeOrSelf(kernel.getInputs()[0]));
+  }
+  if (entry && entry->kind == FusibleKind::Cast &&
+      (kernel.getInputs().size() != 1 ||
+       !isFusibleElementType(getElementTypeOrSelf(kernel.getInputs()[0]))))
+    return nullptr;
+  return entry;
+}
+
+bool isFusibleElementType(Type elementType) {
+  return typeBit(elementType) != 0;
+}
+
+std::optional<int64_t> constantIotaStart(Operation *iota) {
+  auto dimAttr = iota->getAttrOfType<IntegerAttr>("dim");
+  auto type = dyn_cast<RankedTensorType>(iota->getResult(0).getType());
+  if (!dimAttr || !type || dimAttr.getInt() < 0 ||
+      dimAttr.getInt() >= type.getRank())
+    return std::nullopt;
+  int64_t dim = dimAttr.getInt();
+  Attribute offset = iota->getAttr("offset");
+  if (!offset)
+    return 0;
+  if (auto plain = dyn_cast<DenseI64ArrayAttr>(offset)) {
+    if (plain.size() != type.getRank())
+      return std::nullopt;
+    return plain[dim];
+  }
+  if (auto box = dyn_cast<BoxOffsetAttr>(offset)) {
+    // The whole offset, whose entry `dim` is zero unless a mesh axis
+    // shards that dim (other dims may be sharded: the values count along
+    // `dim` only).
+    if (box.getDim() != -1 ||
+        llvm::is_contained(box.getShardDims().asArrayRef(), dim))
+      return std::nullopt;
+    return 0;
+  }
+  return std::nullopt;
 }
 
 RankedTensorType rowReducedType(RankedTensorType rowType, int64_t reducedDims,

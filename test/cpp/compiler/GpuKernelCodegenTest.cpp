@@ -8,7 +8,8 @@
 // block get the right launch shape and parameters; groups ending in row
 // reductions (softmax, the norms, cross-entropy) become one thread per row
 // in every float dtype and assemble too, unless DTORCH_GPU_ROW_FUSION=0
-// keeps them out; the host executor refuses GPU code.
+// keeps them out; the host executor refuses GPU code; groups mixing element
+// types (i1, where, casts, iota) assemble too.
 // The tests that need ptxas skip with the reason where the toolkit is
 // missing. Running the kernels is test/cpp/cuda/GpuFusedKernelTest.cpp.
 //
@@ -349,6 +350,73 @@ TEST(GpuKernelCodegen, HostExecutorRefusesGpuCode) {
   exe.mutable_gpu()->set_params(0, 9);
   exe.set_content_hash(rt::executableHash(exe.gpu().SerializeAsString()));
   EXPECT_THROW(executor.validate(badParam), rt::RuntimeError);
+}
+
+/// Groups that mix element types (comparisons into i1, `where`, casts
+/// between any two element types, `iota`) generate PTX that ptxas
+/// assembles, as one kernel each.
+TEST(GpuKernelCodegen, MixedTypeGroupsAssemble) {
+  if (ptxasPath().empty())
+    GTEST_SKIP()
+        << "no ptxas (CUDA toolkit) under CUDA_HOME or /usr/local/cuda";
+  const char *const names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "i1"};
+  std::vector<std::pair<std::string, std::string>> sources;
+  auto group = [](const std::string &args, const std::string &body,
+                  const std::string &result) {
+    return "#m = #dtensor.mesh<[1]>\nfunc.func @f(" + args + ") -> (" + result +
+           ", " + result + ") {\n" + body +
+           "  %k = dtensor.full 1.0 : " + result +
+           "\n  return %r, %k : " + result + ", " + result + "\n}\n";
+  };
+  for (const char *from : names) {
+    std::string t = tensorType("1000", from), m = tensorType("1000", "i1");
+    for (const char *cmp : {"eq", "lt"})
+      sources.push_back(
+          {std::string(cmp) + " " + from,
+           group("%a: " + t + ", %b: " + t,
+                 std::string("  %r = dtensor.") + cmp + " %a, %b : (" + t +
+                     ", " + t + ") -> " + m + "\n",
+                 m)});
+    sources.push_back({std::string("where ") + from,
+                       group("%c: " + m + ", %a: " + t + ", %b: " + t,
+                             "  %r = dtensor.where %c, %a, %b : (" + m + ", " +
+                                 t + ", " + t + ") -> " + t + "\n",
+                             t)});
+    for (const char *to : names)
+      if (std::string(from) != to) {
+        std::string u = tensorType("1000", to);
+        sources.push_back(
+            {std::string("cast ") + from + " -> " + to,
+             group("%a: " + t,
+                   "  %r = dtensor.cast %a : (" + t + ") -> " + u + "\n", u)});
+      }
+    if (std::string(from) != "i1") {
+      std::string it = tensorType("40x25", from);
+      sources.push_back(
+          {std::string("iota ") + from,
+           group("",
+                 "  %i = dtensor.iota {dim = 1 : i64, start = 3.0 : f64, step "
+                 "= -2.0 : f64} : () -> " +
+                     it + "\n  %r = dtensor.neg %i : (" + it + ") -> " + it +
+                     "\n",
+                 it)});
+    }
+  }
+  int cases = 0;
+  for (const auto &[what, source] : sources) {
+    CompileResult result = compileForGpu(source);
+    ASSERT_TRUE(result.ok) << what << ": " << result.error;
+    wire::Program program = programOf(result);
+    ASSERT_EQ(program.executables_size(), 1) << what;
+    const wire::Executable &exe = program.executables(0);
+    ASSERT_TRUE(exe.has_gpu()) << what;
+    EXPECT_EQ(assemble(exe.gpu().ptx(), kArch), "") << what << "\n"
+                                                    << exe.gpu().ptx();
+    ++cases;
+  }
+  std::printf("mixed-type PTX assembled by ptxas for %s: %d kernels\n", kArch,
+              cases);
+  EXPECT_EQ(cases, 7 * 2 + 7 + 42 + 6);
 }
 
 } // namespace

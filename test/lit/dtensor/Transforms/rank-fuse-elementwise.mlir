@@ -88,15 +88,20 @@ func.func @breaks(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> a
 
 // -----
 
-// Another shape or element type starts a new group; a lone op, and a group
-// of constants only, stay unfused; integer division is never fused, nor is
-// an empty piece.
+// Another shape starts a new group, another element type does not (the
+// int32 constant joins the relu of its shape); a lone op, and a group of
+// constants only, stay unfused; integer division is never fused, nor is an
+// empty piece.
 
 // CHECK-LABEL: func.func @kept
+// CHECK-NEXT: rank.kernel "full"() {value = 1.000000e+00 : f64} : () -> tensor<2xf32>
+// CHECK-NEXT: %[[F:.*]]:2 = rank.fused(%arg0) : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi32>)
+// CHECK-NEXT: ^bb0
 // CHECK-NEXT: rank.kernel "relu"
-// CHECK-NEXT: rank.kernel "full"
-// CHECK-NEXT: rank.kernel "full"
-// CHECK-NEXT: rank.kernel "div"
+// CHECK-NEXT: rank.kernel "full"() {value = 3.000000e+00 : f64} : () -> tensor<4xi32>
+// CHECK-NEXT: rank.yield
+// CHECK-NEXT: }
+// CHECK-NEXT: rank.kernel "div"(%arg1, %[[F]]#1)
 // CHECK-NEXT: rank.kernel "exp"
 // CHECK-NEXT: rank.kernel "neg"
 // CHECK-NEXT: rank.kernel "relu"
