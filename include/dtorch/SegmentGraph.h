@@ -76,8 +76,18 @@ struct GraphAttr {
   }
 };
 
+/// The op name of a node that is not an op but another result of an op
+/// with several results (dtensor.fused_adam): its one operand names the op's
+/// node (whose own value is the op's result 0) and its Int attribute
+/// `index` (>= 1) the result; its `type` is that result's type. The nodes
+/// of an op's results 1, 2, ... follow the op's node at once, in order, and
+/// give the op its result types. The segment's text writes the op as
+/// `%k:R = ...`, its results as `%k#i`, and each such node as a comment
+/// line, so node k stays at line k + 2.
+inline constexpr const char *kResultOfNode = "#result";
+
 /// One op: `dtensor.<op>` of the operands, with the attributes, giving one
-/// result of `type`.
+/// result of `type` (or, followed by kResultOfNode nodes, several).
 struct GraphNode {
   std::string op; // the dtensor op mnemonic: "add", "sum", "redistribute"
   std::vector<int32_t> operands; // value numbers

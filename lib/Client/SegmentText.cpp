@@ -188,6 +188,13 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
   }
   os << " {\n";
 
+  // Ops with several results: the metas of results 1, 2, ... by the op's
+  // node id (the kResultOfNode nodes that follow it).
+  std::unordered_map<Handle, std::vector<const TensorMeta *>> moreResults;
+  for (const Node &n : seg.nodes)
+    if (n.op == kResultOfNode)
+      moreResults[n.inputs[0]].push_back(&n.meta);
+
   size_t counter = 0;
   // One full per distinct scalar (scalarFullKey): its name and type.
   std::unordered_map<std::string, std::pair<std::string, std::string>> fulls;
@@ -207,7 +214,30 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
     }
     std::string self = "%" + std::to_string(counter++);
     std::string ty = typeText(n.meta, mesh);
-    os << "  " << self << " = dtensor." << n.op;
+    if (n.op == kResultOfNode) {
+      // Result `index` of the op named by the input: a comment line keeps
+      // node k at line k + 2.
+      const std::string &op = names.at(n.inputs[0]);
+      self = op.substr(0, op.size() - 1) +
+             std::to_string(findAttr(n.attrs, "index")->i);
+      os << "  // " << self << "\n";
+      names[n.id] = self;
+      types[n.id] = ty;
+      continue;
+    }
+    auto more = moreResults.find(n.id);
+    if (more != moreResults.end()) {
+      // "%k:R = ...", its results "%k#0", "%k#1", ...
+      os << "  " << self << ":" << more->second.size() + 1 << " = dtensor."
+         << n.op;
+      self += "#0";
+      std::string all = "(" + ty;
+      for (const TensorMeta *m : more->second)
+        all += ", " + typeText(*m, mesh);
+      ty = all + ")";
+    } else {
+      os << "  " << self << " = dtensor." << n.op;
+    }
     if (n.op == "full") {
       os << " " << floatText(findAttr(n.attrs, "value")->f) << " : " << ty;
     } else if (n.op == "random") {
@@ -243,7 +273,7 @@ std::string segmentText(const Segment &seg, const Mesh &mesh,
     }
     os << "\n";
     names[n.id] = self;
-    types[n.id] = ty;
+    types[n.id] = more != moreResults.end() ? typeText(n.meta, mesh) : ty;
   }
   os << "  return";
   for (size_t i = 0; i < seg.results.size(); ++i)

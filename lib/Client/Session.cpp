@@ -235,7 +235,7 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   }
   if (segment_.meshId != -1 && segment_.meshId != meta.meshId)
     flush();
-  if (segment_.nodes.size() >= options_.maxSegmentNodes)
+  if (segment_.nodes.size() >= options_.maxSegmentNodes && !recordingResults_)
     flush();
   segment_.meshId = meta.meshId;
   Node n;

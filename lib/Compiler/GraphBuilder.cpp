@@ -141,6 +141,36 @@ FailureOr<Value> GraphBuilder::operand(int32_t index, size_t available,
 LogicalResult GraphBuilder::buildNode(size_t k, const GraphNode &node) {
   // Where the text has the op's name: line k + 2, after "  %k = ".
   Location loc = lineLoc(k + 2, 7 + std::to_string(k).size());
+  if (node.op == kResultOfNode) {
+    // Another result of the multi-result op that an earlier node made.
+    int64_t index = -1;
+    for (const auto &[attrName, value] : node.attrs)
+      if (attrName == "index" && value.kind == GraphAttr::Kind::Int)
+        index = value.i;
+    if (node.operands.size() != 1)
+      return error(loc) << "a result node names one op, got "
+                        << node.operands.size() << " operands";
+    FailureOr<Value> of = operand(node.operands[0], values.size(), loc);
+    if (failed(of))
+      return failure();
+    Operation *def = of->getDefiningOp();
+    if (!def || index < 1 || index >= def->getNumResults())
+      return error(loc) << "a result node names result " << index
+                        << " of a value that is not an op with that many "
+                           "results";
+    values.push_back(def->getResult(index));
+    return success();
+  }
+  // Results 1, 2, ... of a multi-result op: the result nodes after it. Its
+  // text is "  %k:R = ", so its name starts further right.
+  int32_t self = static_cast<int32_t>(graph.args.size() + k);
+  size_t end = k + 1;
+  while (end < graph.nodes.size() && graph.nodes[end].op == kResultOfNode &&
+         graph.nodes[end].operands == std::vector<int32_t>{self})
+    ++end;
+  if (end > k + 1)
+    loc = lineLoc(k + 2, 8 + std::to_string(k).size() +
+                             std::to_string(end - k).size());
   auto it = opNames.find(node.op);
   if (it == opNames.end()) {
     std::string full = "dtensor." + node.op;
@@ -168,6 +198,12 @@ LogicalResult GraphBuilder::buildNode(size_t k, const GraphNode &node) {
   if (!type)
     return failure();
   state.types.push_back(type);
+  for (size_t j = k + 1; j < end; ++j) {
+    Type more = tensorType(graph.nodes[j].type, loc);
+    if (!more)
+      return failure();
+    state.types.push_back(more);
+  }
   Operation *op = b.create(state);
   values.push_back(op->getResult(0));
   return success();

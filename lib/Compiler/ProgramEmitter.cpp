@@ -314,6 +314,10 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
             std::string(reinterpret_cast<const char *>(scalars.data()),
                         scalars.size() * sizeof(double)));
       inst.set_stream(wire::COMPUTE);
+    } else if (isa<rank::FusedAdamOp>(op)) {
+      // The runtime's multi-tensor kernel, with the op's attributes.
+      inst.set_op("fused_adam");
+      inst.set_stream(wire::COMPUTE);
     } else if (op.getDialect() && isa<rank::RankDialect>(op.getDialect())) {
       inst.set_op(op.getName().stripDialect().str());
       inst.set_stream(wire::COMM);

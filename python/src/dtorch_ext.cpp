@@ -784,6 +784,34 @@ NB_MODULE(_C, m) {
       },
       nb::arg("x"), nb::arg("counts"), nb::arg("axis"));
   m.def(
+      "fused_adam_",
+      [](const Tensor &step, const Tensor &lr,
+         const std::vector<Tensor> &params, const std::vector<Tensor> &grads,
+         const std::vector<Tensor> &expAvgs,
+         const std::vector<Tensor> &expAvgSqs,
+         const std::vector<Tensor> &maxExpAvgSqs, double beta1, double beta2,
+         double eps, double weightDecay, bool decoupled, bool amsgrad,
+         bool maximize) {
+        Session::AdamHyperParameters hyper;
+        hyper.beta1 = beta1;
+        hyper.beta2 = beta2;
+        hyper.eps = eps;
+        hyper.weightDecay = weightDecay;
+        hyper.decoupled = decoupled;
+        hyper.amsgrad = amsgrad;
+        hyper.maximize = maximize;
+        session().fusedAdam(step, lr, params, grads, expAvgs, expAvgSqs,
+                            maxExpAvgSqs, hyper);
+      },
+      nb::arg("step"), nb::arg("lr"), nb::arg("params"), nb::arg("grads"),
+      nb::arg("exp_avgs"), nb::arg("exp_avg_sqs"), nb::arg("max_exp_avg_sqs"),
+      nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"),
+      nb::arg("weight_decay"), nb::arg("decoupled"), nb::arg("amsgrad"),
+      nb::arg("maximize"),
+      "One Adam/AdamW update of every parameter as one op "
+      "(dtensor.fused_adam); each parameter and state tensor is updated in "
+      "place.");
+  m.def(
       "move_to_mesh",
       [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
       nb::arg("x"), nb::arg("mesh"));

@@ -6,6 +6,10 @@
 
 namespace dtorch::rt {
 
+// The multi-tensor optimizer kernels (OptimizerKernels.cpp); kept out of
+// Kernels.h, which every kernel file includes.
+void registerOptimizerKernels(KernelRegistry &registry);
+
 KernelRegistry &KernelRegistry::global() {
   static KernelRegistry *registry = [] {
     auto *created = new KernelRegistry(); // never destroyed
@@ -16,6 +20,7 @@ KernelRegistry &KernelRegistry::global() {
     registerLayoutKernels(*created);
     registerCastKernels(*created);
     registerTopkKernels(*created);
+    registerOptimizerKernels(*created);
     registerComparisonKernels(*created);
     registerArgReductionKernels(*created);
     registerIndexingKernels(*created);

@@ -377,17 +377,23 @@ struct Validator {
       if (out.empty())
         throw RuntimeError("a kernel needs at least one output");
       const Kernel *kernel = kernelFor(inst.op(), out[0].dtype);
+      // kVariadicInputs as numOutputs: one or more outputs (fused_adam).
       bool variadic = kernel->numInputs == kVariadicInputs;
       if ((variadic ? inst.inputs_size() < 1
                     : inst.inputs_size() != kernel->numInputs) ||
-          inst.outputs_size() != kernel->numOutputs)
-        throw RuntimeError(
-            "takes " +
-            (variadic ? std::string("1 or more")
-                      : std::to_string(kernel->numInputs)) +
-            " input(s) and " + std::to_string(kernel->numOutputs) +
-            " output(s), got " + std::to_string(inst.inputs_size()) + " and " +
-            std::to_string(inst.outputs_size()));
+          (kernel->numOutputs == kVariadicInputs
+               ? inst.outputs_size() < 1
+               : inst.outputs_size() != kernel->numOutputs))
+        throw RuntimeError("takes " +
+                           (variadic ? std::string("1 or more")
+                                     : std::to_string(kernel->numInputs)) +
+                           " input(s) and " +
+                           (kernel->numOutputs == kVariadicInputs
+                                ? std::string("1 or more")
+                                : std::to_string(kernel->numOutputs)) +
+                           " output(s), got " +
+                           std::to_string(inst.inputs_size()) + " and " +
+                           std::to_string(inst.outputs_size()));
       if (kernel->check)
         kernel->check(AttrReader(inst.attrs()), in, out);
     } catch (const RuntimeError &error) {
@@ -696,6 +702,23 @@ struct Validator {
   // kernel, or a generated kernel reading it at the output's dtype and
   // shape). The rules of include/dtorch/BufferPlan.h, as the compiler's
   // --rank-mark-donations applies them.
+  /// Whether `out`, an output of a fused_adam instruction, belongs to the
+  /// parameter whose group (inputs after step and lr) holds `in`: the
+  /// kernel reads that group's elements before writing them.
+  static bool fusedAdamGroupHolds(const Instruction &inst, int in, int out) {
+    int n = inst.inputs_size() - 2 - inst.outputs_size(); // parameters
+    if (n <= 0)
+      return false;
+    int param = -1;
+    for (int k = 0; k < inst.outputs_size(); ++k)
+      if (inst.outputs(k) == out)
+        param = k % n;
+    for (int k = 2 + param; param >= 0 && k < inst.inputs_size(); k += n)
+      if (inst.inputs(k) == in)
+        return true;
+    return false;
+  }
+
   void checkOutputDonors() const {
     namespace bp = ::dtorch::bufplan;
     if (program.output_donors_size() == 0)
@@ -766,7 +789,9 @@ struct Validator {
             ((inst.outputs_size() == 1 && bp::inPlaceKernel(inst.op()) &&
               a.dtype == b.dtype) ||
              (inst.op() == kFusedOp && a.dtype == b.dtype &&
-              a.shape == b.shape));
+              a.shape == b.shape) ||
+             (inst.op() == "fused_adam" && a.dtype == b.dtype &&
+              a.shape == b.shape && fusedAdamGroupHolds(inst, in, out)));
         if (!elementwise)
           fail(what + "input " + std::to_string(donor) + " is read by " +
                describeInstruction(program, w) +

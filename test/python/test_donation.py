@@ -12,8 +12,11 @@ values are written into their storage. Checked here on a model with about
   least 80% of the parameter and state bytes (exactly them, less noise);
 - a tensor the user still holds is never written over: an alias of a
   parameter or a moment taken before the step keeps its values;
-- the AdamW update of a parameter (p, exp_avg, exp_avg_sq) is one
-  generated kernel.
+- the AdamW update of every parameter (p, exp_avg, exp_avg_sq) is one
+  `fused_adam` kernel call (dtensor.fused_adam, the default), and with
+  ``foreach=False`` one generated kernel per parameter.
+
+Both update paths are checked for the same bits and the lower peak.
 """
 import gc
 import os
@@ -30,7 +33,7 @@ def param_bytes():
     return sum(int(np.prod(s)) * 4 for s in SHAPES)
 
 
-def train(dt, mesh, steps, donate, hold_step=None):
+def train(dt, mesh, steps, donate, hold_step=None, foreach=None):
     """AdamW on a two-layer MLP; returns losses, final parameters, moments,
     the memory stats after the last step and, with `hold_step`, the values
     of aliases taken before that step (and after it)."""
@@ -42,7 +45,7 @@ def train(dt, mesh, steps, donate, hold_step=None):
                                        mesh, [Replicate()]).requires_grad_()
                   for s in SHAPES]
         w1, b1, w2 = params
-        opt = dt.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+        opt = dt.optim.AdamW(params, lr=1e-2, weight_decay=0.01, foreach=foreach)
         losses, held = [], None
         for step in range(steps):
             x = dt.distribute_tensor(
@@ -74,14 +77,16 @@ def train(dt, mesh, steps, donate, hold_step=None):
             os.environ["DTORCH_DONATION"] = previous
 
 
+@pytest.mark.parametrize("foreach", [None, False])
 @pytest.mark.parametrize("mesh_name", ["1", "4"])
-def test_donation_same_bits_lower_peak(dt, meshes, mesh_name):
+def test_donation_same_bits_lower_peak(dt, meshes, mesh_name, foreach):
     mesh = meshes[mesh_name]
     # Step 1 creates the state, step 2 runs the step's program unfused,
-    # steps 3 and 4 its fused form (one generated kernel per parameter,
-    # written in place when donated).
-    off = train(dt, mesh, 4, donate=False)
-    on = train(dt, mesh, 4, donate=True)
+    # steps 3 and 4 its fused form (foreach=False: one generated kernel per
+    # parameter; the default: one fused_adam call for all), written in
+    # place when donated.
+    off = train(dt, mesh, 4, donate=False, foreach=foreach)
+    on = train(dt, mesh, 4, donate=True, foreach=foreach)
     assert on[0] == off[0]
     for a, b in zip(on[1] + on[2], off[1] + off[2]):
         assert a.tobytes() == b.tobytes()
@@ -111,7 +116,8 @@ def test_a_held_tensor_is_never_written_over(dt, meshes):
 
 
 
-def test_adamw_update_is_one_kernel_per_parameter(dt, meshes):
+@pytest.mark.parametrize("foreach", [None, False])
+def test_adamw_update_kernels(dt, meshes, foreach):
     from dtorch import profiler
     mesh = meshes["1"]
     shapes = [(64, 32), (32,)]
@@ -119,7 +125,7 @@ def test_adamw_update_is_one_kernel_per_parameter(dt, meshes):
               for s in shapes]
     grads = [dt.distribute_tensor(np.full(s, 0.5, np.float32), mesh, [Replicate()])
              for s in shapes]
-    opt = dt.optim.AdamW(params, lr=1e-2)
+    opt = dt.optim.AdamW(params, lr=1e-2, foreach=foreach)
 
     def step():
         for p, g in zip(params, grads):
@@ -133,9 +139,15 @@ def test_adamw_update_is_one_kernel_per_parameter(dt, meshes):
         step()
         dt.synchronize()
     kernels = [e for e in profiler.spans(prof.trace, 0, "compute") if e.get("cat") == "kernel"]
+    big = [e for e in kernels if e["args"].get("bytes", 0) >= 32 * 4]
+    if foreach is None:
+        # One call writes every parameter, exp_avg and exp_avg_sq.
+        assert [(e["name"], e["args"]["bytes"]) for e in big] == [
+            ("fused_adam", sum(3 * int(np.prod(s)) * 4 for s in shapes))], \
+            [(e["name"], e["args"]) for e in kernels]
+        return
     # Only 0-d scalars besides: every kernel writing a parameter's size
     # writes p, exp_avg and exp_avg_sq at once (3 x its bytes).
-    big = [e for e in kernels if e["args"].get("bytes", 0) >= 32 * 4]
     assert sorted(e["args"]["bytes"] for e in big) == sorted(
         3 * int(np.prod(s)) * 4 for s in shapes), [(e["name"], e["args"]) for e in kernels]
     assert all(e["name"] == "fused" for e in big)

@@ -43,6 +43,7 @@ STRATEGIES = {
     "layout": "changes placements (lowered to collectives)",
     "layout_step": "one collective step on one mesh axis",
     "decomposition": "follows from the ops it uses",
+    "optimizer": "each parameter's tensors keep its placements; partials reduced first",
 }
 
 

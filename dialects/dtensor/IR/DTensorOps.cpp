@@ -877,3 +877,78 @@ LogicalResult LocalSliceOp::verify() {
 LogicalResult ToPartialOp::verify() {
   return verifyLayoutStep(*this, getAxis(), StepKind::ToPartial);
 }
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedAdamOp::verify() {
+  DTensorType step = getStep().getType(), lr = getLr().getType();
+  MeshAttr mesh = step.getMesh();
+  for (auto [what, t] :
+       {std::pair<StringRef, DTensorType>{"step", step}, {"lr", lr}}) {
+    if (!t.getShape().empty() || !t.getElementType().isF64())
+      return emitOpError(what) << " must be a 0-d f64 tensor, got " << t;
+    if (t.getMesh() != mesh)
+      return emitOpError("every operand and result must be on one mesh");
+    for (const Placement &p : t.getLayout())
+      if (p.isPartial())
+        return emitOpError(what) << " must not be partial";
+  }
+  for (int64_t flag : {getDecoupled(), getAmsgrad(), getMaximize()})
+    if (flag != 0 && flag != 1)
+      return emitOpError("decoupled, amsgrad and maximize must be 0 or 1");
+  int64_t perParam = getTensorsPerParam();
+  int64_t numTensors = static_cast<int64_t>(getTensors().size());
+  if (numTensors == 0 || numTensors % perParam != 0)
+    return emitOpError("expects ")
+           << perParam
+           << " tensors per parameter (params, grads, exp_avgs, exp_avg_sqs"
+           << (getAmsgrad() ? ", max_exp_avg_sqs" : "") << "), got "
+           << numTensors;
+  int64_t n = numTensors / perParam;
+  if (static_cast<int64_t>(getResults().size()) != (perParam - 1) * n)
+    return emitOpError("expects ")
+           << (perParam - 1) * n << " results for " << n << " parameters, got "
+           << getResults().size();
+  static const char *const kOperandNames[] = {"param", "grad", "exp_avg",
+                                              "exp_avg_sq", "max_exp_avg_sq"};
+  static const char *const kResultNames[] = {"param", "exp_avg", "exp_avg_sq",
+                                             "max_exp_avg_sq"};
+  std::vector<int64_t> meshShape = toVec(mesh.getShape());
+  for (int64_t i = 0; i < n; ++i) {
+    DTensorType param = cast<DTensorType>(getTensors()[i].getType());
+    if (param.getMesh() != mesh)
+      return emitOpError("every operand and result must be on one mesh");
+    if (!isa<FloatType>(param.getElementType()))
+      return emitOpError("parameter ")
+             << i << " must have a float element type, got "
+             << param.getElementType();
+    for (int64_t k = 1; k < perParam; ++k) {
+      Type t = getTensors()[k * n + i].getType();
+      if (t != param)
+        return emitOpError(kOperandNames[k])
+               << " " << i << " must have its parameter's type " << param
+               << ", got " << t;
+    }
+    for (int64_t k = 0; k + 1 < perParam; ++k) {
+      Type t = getResults()[k * n + i].getType();
+      if (t != param)
+        return emitOpError("result ")
+               << kResultNames[k] << " " << i
+               << " must have its parameter's type " << param << ", got " << t;
+    }
+    // The group of parameter i is elementwise: its placements must be a
+    // local strategy of the elementwise rule over the group's tensors
+    // (no Partial passes through a non-linear update).
+    std::vector<Placements> layouts(perParam, param.getLayout());
+    if (!isLocalStrategy(rules::elementwise(toVec(param.getShape()), perParam,
+                                            rules::ElementwiseTraits{}),
+                         layouts, param.getLayout(), meshShape))
+      return emitOpError("parameter ")
+             << i << " is placed " << placementsStr(param.getLayout())
+             << ", not a local strategy of an elementwise update (reduce a "
+                "Partial gradient to the parameter's placements first)";
+  }
+  return success();
+}

@@ -812,6 +812,66 @@ def DTensor_RecvOp : DTensor_Op<"recv",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+def DTensor_FusedAdamOp : DTensor_Op<"fused_adam", [Pure]> {
+  let family = "optimizer";
+  let test = "test/python/test_fused_adam.py";
+  let kernel = "fused_adam";
+  let dtypes = ["f32", "f64", "f16", "bf16"];
+  let summary = "The Adam or AdamW update of many parameters as one op";
+  let description = [{
+    torch's `_fused_adamw_`/`_fused_adam_` (what `torch.optim.AdamW(...,
+    fused=True)` calls): the update of every parameter of an optimizer group
+    in one op, and on each rank in one kernel call. `tensors` holds `n`
+    parameters, then their `n` gradients, `n` first moments (`exp_avg`), `n`
+    second moments (`exp_avg_sq`) and, with `amsgrad = 1`, `n` running
+    maxima of the second moments; the results are the updated parameters,
+    first moments, second moments (and maxima), in that order. `step` (the
+    step count after this step's increment) and `lr` are 0-d f64 tensors,
+    so a schedule or the step count never changes the program. Per element,
+    computed in the parameter's type (float32 for float16 and bfloat16):
+
+        g = maximize ? -grad : grad
+        g = g + weight_decay * p                  (Adam: decoupled = 0)
+        p = p * (1 - lr * weight_decay)           (AdamW: decoupled = 1)
+        m = m + (g - m) * (1 - beta1)
+        v = v * beta2 + g * g * (1 - beta2)
+        vmax = max(vmax, v)                       (amsgrad)
+        p = p - lr / (1 - beta1^step) * (m / (sqrt(v or vmax) / sqrt(1 - beta2^step) + eps))
+
+    Every group of parameter `i` is elementwise: its gradient and state
+    have the parameter's shape, element type and placements, which the
+    results keep, and no placement is Partial (a Partial gradient is
+    reduced to the parameter's placements before the op). Each rank
+    therefore updates its own pieces, and each result may be written over
+    the input it replaces (`--rank-mark-donations`).
+
+    ```mlir
+    %r:3 = dtensor.fused_adam %step, %lr, %p, %g, %m, %v {amsgrad = 0 : i64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = 1 : i64, eps = 1.0e-08 : f64, maximize = 0 : i64, weight_decay = 0.01 : f64} : (!dtensor.tensor<f64, #mesh, [R]>, !dtensor.tensor<f64, #mesh, [R]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>) -> (!dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>)
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$step, AnyDTensor:$lr,
+                       Variadic<AnyDTensor>:$tensors, F64Attr:$beta1,
+                       F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay,
+                       I64Attr:$decoupled, I64Attr:$amsgrad,
+                       I64Attr:$maximize);
+  let results = (outs Variadic<AnyDTensor>:$results);
+  let assemblyFormat =
+      "$step `,` $lr `,` $tensors attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Tensors per parameter among the operands: 4, or 5 with amsgrad.
+    int64_t getTensorsPerParam() { return getAmsgrad() ? 5 : 4; }
+    /// How many parameters the op updates.
+    int64_t getNumParams() {
+      return static_cast<int64_t>(getTensors().size()) / getTensorsPerParam();
+    }
+  }];
+}
+
 // One step of a lowered redistribution: the placement changes on exactly one
 // mesh axis, in the way the op's name says.
 class DTensor_LayoutStepOp<string mnemonic, string what>

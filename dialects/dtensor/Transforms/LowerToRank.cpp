@@ -85,6 +85,9 @@ private:
   LogicalResult lowerStep(Operation *op, IRMapping &map);
   LogicalResult lowerTransfer(TransferOp op, IRMapping &map);
   LogicalResult lowerAllToAllV(AllToAllVOp op, IRMapping &map);
+  /// The multi-tensor optimizer update: every rank updates its own pieces
+  /// (the verifier made each parameter's group elementwise and unpartial).
+  LogicalResult lowerFusedAdam(FusedAdamOp op, IRMapping &map);
   /// One side of a move between meshes: every position has its own class,
   /// so the peer is a global rank.
   LogicalResult lowerMeshMove(Operation *op, IRMapping &map);
@@ -132,6 +135,8 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
   if (isa<RedistributeOp>(op))
     return op->emitOpError(
         "must be lowered first (run --dtensor-lower-redistribute)");
+  if (auto adam = dyn_cast<FusedAdamOp>(op))
+    return lowerFusedAdam(adam, map);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -255,6 +260,22 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
         kernel(op, kernelName(op), map, attrs);
         return success();
       });
+}
+
+LogicalResult RankLowering::lowerFusedAdam(FusedAdamOp op, IRMapping &map) {
+  SmallVector<Value> inputs;
+  for (Value v : op->getOperands())
+    inputs.push_back(map.lookup(v));
+  SmallVector<Type> types;
+  for (Value r : op.getResults())
+    types.push_back(localType(r.getType()));
+  auto local = rank::FusedAdamOp::create(
+      b, op.getLoc(), types, inputs, op.getBeta1Attr(), op.getBeta2Attr(),
+      op.getEpsAttr(), op.getWeightDecayAttr(), op.getDecoupledAttr(),
+      op.getAmsgradAttr(), op.getMaximizeAttr());
+  for (auto [global, result] : llvm::zip(op.getResults(), local.getResults()))
+    map.map(global, result);
+  return success();
 }
 
 LogicalResult RankLowering::lowerTransfer(TransferOp op, IRMapping &map) {

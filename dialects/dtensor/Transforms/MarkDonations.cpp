@@ -43,13 +43,27 @@ int64_t valueBytes(Value v) {
 /// `result` it writes (and before writing it), so `result` may live in
 /// `input`'s memory: an elementwise registry kernel (BufferPlan.h's
 /// inPlaceKernel), or a generated group of elementwise kernels without row
-/// reductions that reads `input` at the group's shape.
+/// reductions that reads `input` at the group's shape, or the multi-tensor
+/// optimizer update reading `input` in the group of the parameter `result`
+/// belongs to.
 bool writesElementwiseOver(Operation *writer, Value input, Value result) {
   auto inType = dyn_cast<RankedTensorType>(input.getType());
   auto outType = dyn_cast<RankedTensorType>(result.getType());
   if (!inType || !outType ||
       inType.getElementType() != outType.getElementType())
     return false;
+  if (auto adam = dyn_cast<rank::FusedAdamOp>(writer)) {
+    // Element j of parameter i's results is computed from element j of
+    // parameter i's group alone, read before it is written.
+    if (inType != outType)
+      return false;
+    int64_t n = adam.getNumParams();
+    int64_t i = cast<OpResult>(result).getResultNumber() % n;
+    for (int64_t k = 0; k < adam.getTensorsPerParam(); ++k)
+      if (adam.getInputs()[2 + k * n + i] == input)
+        return true;
+    return false;
+  }
   if (auto kernel = dyn_cast<rank::KernelOp>(writer))
     return writer->getNumResults() == 1 &&
            bp::inPlaceKernel(kernel.getKernel());
@@ -186,11 +200,21 @@ struct MarkDonationsPass
         if (!def || !seen.insert(def).second)
           continue;
         SmallVector<Value> operands;
-        if (auto fused = dyn_cast<rank::FusedOp>(def))
+        if (auto fused = dyn_cast<rank::FusedOp>(def)) {
           operands = fusedInputsReadBy(
               fused, cast<OpResult>(queue[i]).getResultNumber());
-        else
+        } else if (auto adam = dyn_cast<rank::FusedAdamOp>(def)) {
+          // The input the result replaces, then the rest of its group.
+          unsigned index = cast<OpResult>(queue[i]).getResultNumber();
+          int64_t n = adam.getNumParams(), param = index % n;
+          int64_t replaced = adam.getReplacedInput(index);
+          operands.push_back(adam.getInputs()[replaced]);
+          for (int64_t k = 0; k < adam.getTensorsPerParam(); ++k)
+            if (2 + k * n + param != replaced)
+              operands.push_back(adam.getInputs()[2 + k * n + param]);
+        } else {
           operands.assign(def->operand_begin(), def->operand_end());
+        }
         for (Value operand : operands) {
           if (auto arg = dyn_cast<BlockArgument>(operand)) {
             if (!llvm::is_contained(found, arg))

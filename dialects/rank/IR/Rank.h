@@ -50,10 +50,11 @@ inline constexpr llvm::StringLiteral kScheduledAttrName = "rank.scheduled";
 int64_t arenaOffsetOf(mlir::Operation *op, unsigned index);
 
 /// True for the ops the emitter puts on the COMPUTE stream (a registry
-/// kernel or a generated fused kernel); every other op of the function body
-/// that belongs to the rank dialect is a collective on the COMM stream.
+/// kernel, a generated fused kernel or the multi-tensor optimizer kernel);
+/// every other op of the function body that belongs to the rank dialect is
+/// a collective on the COMM stream.
 inline bool runsOnComputeStream(mlir::Operation *op) {
-  return mlir::isa<KernelOp, FusedOp>(op);
+  return mlir::isa<KernelOp, FusedOp, FusedAdamOp>(op);
 }
 } // namespace dtorch::rank
 

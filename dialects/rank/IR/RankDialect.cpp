@@ -471,6 +471,40 @@ LogicalResult FusedOp::verify() {
   return success();
 }
 
+LogicalResult FusedAdamOp::verify() {
+  int64_t perParam = getTensorsPerParam();
+  int64_t numTensors = static_cast<int64_t>(getInputs().size()) - 2;
+  if (numTensors <= 0 || numTensors % perParam != 0)
+    return emitOpError("expects step, lr and ")
+           << perParam << " tensors per parameter, got " << getInputs().size()
+           << " inputs";
+  for (unsigned k = 0; k < 2; ++k) {
+    auto t = cast<RankedTensorType>(getInputs()[k].getType());
+    if (t.getRank() != 0 || !t.getElementType().isF64())
+      return emitOpError(k == 0 ? "step" : "lr")
+             << " must be a 0-d f64 tensor, got " << t;
+  }
+  int64_t n = numTensors / perParam;
+  if (static_cast<int64_t>(getResults().size()) != (perParam - 1) * n)
+    return emitOpError("expects ")
+           << (perParam - 1) * n << " results for " << n << " parameters, got "
+           << getResults().size();
+  for (int64_t i = 0; i < n; ++i) {
+    Type param = getInputs()[2 + i].getType();
+    if (!isa<FloatType>(cast<RankedTensorType>(param).getElementType()))
+      return emitOpError("parameter ") << i << " must be a float tensor";
+    for (int64_t k = 1; k < perParam; ++k)
+      if (getInputs()[2 + k * n + i].getType() != param)
+        return emitOpError("input ") << 2 + k * n + i << " must have parameter "
+                                     << i << "'s type " << param;
+    for (int64_t k = 0; k + 1 < perParam; ++k)
+      if (getResults()[k * n + i].getType() != param)
+        return emitOpError("result ") << k * n + i << " must have parameter "
+                                      << i << "'s type " << param;
+  }
+  return success();
+}
+
 int64_t dtorch::rank::arenaOffsetOf(mlir::Operation *op, unsigned index) {
   mlir::Attribute attr = op->getDiscardableAttr(kArenaOffsetAttrName);
   if (auto perResult = mlir::dyn_cast_or_null<mlir::DenseI64ArrayAttr>(attr))

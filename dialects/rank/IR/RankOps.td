@@ -231,6 +231,47 @@ def Rank_YieldOp : Rank_Op<"yield", [Pure, Terminator, HasParent<"FusedOp">]> {
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
+def Rank_FusedAdamOp : Rank_Op<"fused_adam", [Pure]> {
+  let summary = "The Adam or AdamW update of many local tensors in one kernel call";
+  let description = [{
+    The per-rank form of `dtensor.fused_adam` (same operands, attributes
+    and results, on each rank's pieces): `inputs` are `step` and `lr` (0-d
+    f64), then `n` parameters, `n` gradients, `n` first moments, `n` second
+    moments (and `n` maxima with `amsgrad = 1`). The emitter writes one
+    `fused_adam` instruction on the COMPUTE stream; the runtime's kernel
+    updates every tensor in one call, reading each element of a parameter's
+    group before writing the same element of its results, so a result may
+    live in the storage of any input of its group (donation).
+
+    ```mlir
+    %r:3 = rank.fused_adam(%s, %lr, %p, %g, %m, %v) {amsgrad = 0 : i64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, decoupled = 1 : i64, eps = 1.0e-08 : f64, maximize = 0 : i64, weight_decay = 0.01 : f64} : (tensor<f64>, tensor<f64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, F64Attr:$beta1,
+                       F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay,
+                       I64Attr:$decoupled, I64Attr:$amsgrad,
+                       I64Attr:$maximize);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat =
+      "`(` $inputs `)` attr-dict `:` functional-type($inputs, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Tensors per parameter among the inputs after step and lr: 4, or 5
+    /// with amsgrad.
+    int64_t getTensorsPerParam() { return getAmsgrad() ? 5 : 4; }
+    int64_t getNumParams() {
+      return (static_cast<int64_t>(getInputs().size()) - 2) /
+             getTensorsPerParam();
+    }
+    /// The input that result `index` replaces (same group, same role).
+    unsigned getReplacedInput(unsigned index) {
+      int64_t n = getNumParams(), k = index / n, i = index % n;
+      // params -> params, exp_avgs -> exp_avgs (after the grads), ...
+      return static_cast<unsigned>(2 + (k == 0 ? 0 : k + 1) * n + i);
+    }
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Point to point
 //===----------------------------------------------------------------------===//

@@ -374,6 +374,25 @@ public:
   /// (j, s) of block i, zeros after them. ValueError (with the numbers) on
   /// any other input; TypeError when counts is not int64.
   Tensor allToAllV(const Tensor &x, const Tensor &counts, int64_t axis);
+  /// One Adam or AdamW update of many parameters (dtensor.fused_adam,
+  /// SessionOptimizer.cpp): records one op whose results replace, in
+  /// place (`assign`), every parameter and its state. `step` (the step
+  /// count after this step) and `lr` are 0-d float64 tensors on the
+  /// parameters' mesh; parameter i's gradient and state have its shape,
+  /// dtype and placements (a Partial gradient must be redistributed
+  /// first); `maxExpAvgSqs` is empty unless `hyper.amsgrad`. ValueError
+  /// otherwise, before anything is recorded.
+  struct AdamHyperParameters {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+    bool decoupled = true, amsgrad = false, maximize = false;
+  };
+  void fusedAdam(const Tensor &step, const Tensor &lr,
+                 const std::vector<Tensor> &params,
+                 const std::vector<Tensor> &grads,
+                 const std::vector<Tensor> &expAvgs,
+                 const std::vector<Tensor> &expAvgSqs,
+                 const std::vector<Tensor> &maxExpAvgSqs,
+                 const AdamHyperParameters &hyper);
   /// x's value on mesh `meshId` (same shape as x's mesh, other ranks):
   /// every rank of x's mesh sends its piece to the rank at the same
   /// position of the other (dtensor.send on x's mesh, then dtensor.recv on
@@ -581,6 +600,9 @@ private:
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
   bool shutDown_ = false;
+  /// Set while a multi-result op records its result nodes: the segment is
+  /// not cut between them (addNode's size limit waits).
+  bool recordingResults_ = false;
   /// Values lost by restart(), until their storage is released.
   std::unordered_map<Handle, LostValue> lost_;
   /// Automatic restarts whose lost values lost_ holds.

@@ -1,4 +1,6 @@
 """Adam and AdamW (torch's update rules, with torch's bias corrections)."""
+import os
+
 from .. import _C
 from .optimizer import Optimizer
 
@@ -37,6 +39,13 @@ class Adam(Optimizer):
         denom = sqrt(v or v_max) / sqrt(1 - beta2^step) + eps
         p = p - lr / (1 - beta1^step) * m / denom
 
+    By default (``foreach``/``fused`` not False) the update of every
+    parameter of a group on one mesh is one op, ``dtensor.fused_adam``,
+    which each rank runs as one kernel call over all its pieces, written
+    over the old values (donation); the parameters of a mesh then share one
+    ``step`` tensor. ``foreach=False`` records the update op by op, as
+    above, and gives the same bits in float32 and float64.
+
     State per parameter: ``step`` (a 0-d float64 tensor), ``exp_avg``,
     ``exp_avg_sq`` (and ``max_exp_avg_sq``), on the parameter's mesh with its
     placements. The bias corrections are computed on the workers in float64
@@ -66,10 +75,73 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = self._zeros_like(p)
         return state
 
+    @staticmethod
+    def _uses_fused(group):
+        """The multi-tensor update (one dtensor.fused_adam per mesh) unless
+        the group asks for the per-op one (``foreach=False`` or
+        ``fused=False``; ``fused=True`` wins). With neither set, the
+        environment variable DTORCH_FOREACH=0 picks the per-op update (for
+        side-by-side benchmarks)."""
+        if group["fused"]:
+            return True
+        if group["foreach"] is None and group["fused"] is None:
+            return os.environ.get("DTORCH_FOREACH", "1") != "0"
+        return group["foreach"] is not False and group["fused"] is not False
+
     def _step_group(self, group):
+        pairs = self._params_with_grads(group)
+        # The runtime's fused_adam kernel is a CPU kernel; a Partial
+        # parameter has no elementwise update.
+        if not self._uses_fused(group) or any(
+                p.device_mesh.device_type != "cpu" or
+                any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
+            self._step_group_per_op(group, pairs)
+            return
+        by_mesh = {}
+        for p, g in pairs:
+            by_mesh.setdefault(p._mesh_id, []).append((p, g))
+        for mesh_pairs in by_mesh.values():
+            self._step_fused(group, mesh_pairs)
+
+    def _step_fused(self, group, pairs):
+        """Every parameter of `pairs` (one mesh) in one recorded op: the
+        step count is one tensor that the parameters share, incremented
+        once; `_C.fused_adam_` replaces each parameter and its state."""
+        beta1, beta2 = group["betas"]
+        amsgrad = group["amsgrad"]
+        params = [p for p, _ in pairs]
+        step = None
+        for p in params:
+            if "step" in self.state[p]:
+                step = self.state[p]["step"]
+                break
+        if step is None:
+            step = self._step_tensor(params[0])
+        states = []
+        for p in params:
+            state = self.state[p]
+            fresh = not state
+            # The parameters of one mesh count their steps together (a
+            # loaded state dict gives each the same count).
+            state["step"] = step
+            if fresh:
+                state["exp_avg"] = self._zeros_like(p)
+                state["exp_avg_sq"] = self._zeros_like(p)
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = self._zeros_like(p)
+            states.append(state)
+        step._assign(step + 1.0)
+        lr = self._scalar(params[0], group["lr"], _F64)
+        _C.fused_adam_(step, lr, params, [g for _, g in pairs],
+                       [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                       [s["max_exp_avg_sq"] for s in states] if amsgrad else [],
+                       beta1, beta2, group["eps"], group["weight_decay"], self._decoupled,
+                       amsgrad, group["maximize"])
+
+    def _step_group_per_op(self, group, pairs):
         beta1, beta2 = group["betas"]
         eps, wd, amsgrad = group["eps"], group["weight_decay"], group["amsgrad"]
-        for p, g in self._params_with_grads(group):
+        for p, g in pairs:
             state = self._init_state(p, amsgrad)
             if group["maximize"]:
                 g = -g

@@ -186,6 +186,26 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
         name,
         {m.arg({2, 8, 6}, F32, layout({S(0), S(2)})), m.arg({2, 4}, I64, rowS)},
         {{"axis", intA(0)}}, {2, 8, 6}, F32, layout({S(0), S(2)}))});
+  if (name == "fused_adam") { // two parameters; results 1.. by result nodes
+    Placements other = layout({R, S(0)});
+    Handle step = m.arg({}, wire::F64, rep), lr = m.arg({}, wire::F64, rep);
+    std::vector<Handle> inputs{step, lr};
+    for (int k = 0; k < 4; ++k) {
+      inputs.push_back(x());
+      inputs.push_back(m.arg({5}, F32, other));
+    }
+    Attrs attrs{{"beta1", floatA(0.9)}, {"beta2", floatA(0.999)},
+                {"eps", floatA(1e-8)},  {"weight_decay", floatA(0.01)},
+                {"decoupled", intA(1)}, {"amsgrad", intA(0)},
+                {"maximize", intA(0)}};
+    Handle first = m.node(name, inputs, attrs, {8, 6}, F32, rowS);
+    std::vector<Handle> results{first};
+    for (int r = 1; r < 6; ++r)
+      results.push_back(m.node(kResultOfNode, {first}, {{"index", intA(r)}},
+                               r % 2 ? Shape{5} : Shape{8, 6}, F32,
+                               r % 2 ? other : rowS));
+    return m.done(results);
+  }
   if (name == "send") // to the ranks of another 2x2 mesh
     return m.done(
         {m.node(name, {x()}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},
