@@ -22,10 +22,15 @@ generated tokens must equal torch's.
 (dtorch.manual_seed(0), saved once and loaded by both sides) and the same
 batches on both sides: dtorch on 1 rank next to torch eager in one process,
 dtorch DP=2 next to torch DDP (Gloo, 2 processes), each measurement in a
-fresh process, the four alternating in every round so that a busy host
-slows them alike. It reports the ratio of step times (best round and median
-of the per-round ratios), the CPU time per step of every process of each
-side, the largest difference of their losses, and the load average
+fresh process, all alternating in every round so that a busy host slows
+them alike. Each dtorch setting runs twice (--loss-fetch both): with
+the loss read by loss.item() at the end of its step, as torch does, and
+with the loss asked for by item_async() and read one step later, so that
+the client records step k+1 while the workers run step k (every loss is
+still fetched and compared with torch's). It reports the ratio of step
+times (best round and median of the per-round ratios), the CPU time per
+step of every process of each side, the largest difference of their
+losses, and the load average
 (bench/results/gpt_step/: table.md, results.json, gpt_step.png).
 
 torch runs in its own virtual environment (bench/setup_torch.sh makes it,
