@@ -55,6 +55,7 @@ def _dtensor_worker(rank, world, init_file, spec, out_file):
         with open(out_file, "w") as f:
             json.dump({"us_per_op": statistics.median(times) / n * 1e6, "world": world,
                        "torch": torch.__version__}, f)
+    dist.barrier()
     dist.destroy_process_group()
 
 

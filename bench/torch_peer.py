@@ -153,6 +153,14 @@ def eager_train(spec, kind, cpu=None):
                       spec["steps"], 0, cpu)
 
 
+def _leave_group():
+    """Tears the process group down only once every rank is past its last
+    collective: a rank that closed its Gloo pairs while a peer was still
+    finishing one could abort the peer (seen once in CI as SIGABRT)."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _ddp_worker(rank, world, init_file, spec, kind, out_path):
     torch.set_num_threads(spec["threads"])
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -166,7 +174,7 @@ def _ddp_worker(rank, world, init_file, spec, kind, out_path):
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump(max(times), f)
-    dist.destroy_process_group()
+    _leave_group()
 
 
 def ddp_train(spec, kind, world=2, attempts=3):
@@ -323,7 +331,7 @@ def _gpt_step_ddp_worker(rank, world, init_file, job, out_path):
         with open(out_path, "w") as f:
             json.dump({"step_s": step_times, "losses": (loss_sum / world).tolist(),
                        "cpu_s": sum(c for _, c in gathered)}, f)
-    dist.destroy_process_group()
+    _leave_group()
 
 
 def gpt_step(job):

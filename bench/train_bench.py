@@ -300,15 +300,37 @@ def run_torch(python, spec):
         return None, f"torch does not import in {python}: {last}"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
+    why = None
     try:
-        proc = subprocess.run([python, os.path.join(HERE, "torch_peer.py"), f.name],
-                              capture_output=True, text=True)
+        # The peer is torch, not what is measured: a run that dies (Gloo's
+        # teardown has aborted a DDP process now and then) is run again, as
+        # run_dtorch does for its jobs, and the retries are reported.
+        for attempt in range(TORCH_PEER_ATTEMPTS):
+            proc = subprocess.run([python, os.path.join(HERE, "torch_peer.py"), f.name],
+                                  capture_output=True, text=True)
+            if proc.returncode == 0:
+                out = json.loads(proc.stdout.strip().splitlines()[-1])
+                out["retries"] = attempt
+                return out, None
+            why = f"the torch peer failed (exit {proc.returncode}): {_peer_error(proc.stderr)}"
+            print(f"  {why}", flush=True)
     finally:
         os.unlink(f.name)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return None, f"the torch peer failed (exit {proc.returncode}): {last}"
-    return json.loads(proc.stdout.strip().splitlines()[-1]), None
+    return None, why
+
+
+TORCH_PEER_ATTEMPTS = 3
+
+
+def _peer_error(stderr):
+    """The most telling line of a failed peer's stderr: a C++ exception's
+    what() or the last Python error, else its last line."""
+    lines = [l.strip() for l in stderr.strip().splitlines() if l.strip()] or ["?"]
+    for key in ("what():", "terminate called", "Error:", "Exception:"):
+        hits = [l for l in lines if key in l]
+        if hits:
+            return hits[0] if key in ("what():", "terminate called") else hits[-1]
+    return lines[-1]
 
 
 def ratio(a, b):
@@ -506,6 +528,8 @@ def gpt_step_bench(args):
     result = {"config": cfg, "batch": args.gpt_batch, "threads": args.threads,
               "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
               "torch_version": version, "torch_missing": missing,
+              "torch_peer_retries": sum(o.get("retries", 0) for (side, _), v in outs.items()
+                                        if side == "torch" for o in v),
               "load_min": min(loads), "load_max": max(loads),
               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
     table = gpt_step_table(result)

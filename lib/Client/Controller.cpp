@@ -135,8 +135,21 @@ void Controller::addMesh(const Mesh &mesh) {
 
 void Controller::submit(Segment segment) {
   enqueue([this, seg = std::move(segment)]() mutable {
-    guarded([&] { runSegment(seg); });
+    guarded([&] {
+      try {
+        runSegment(seg);
+      } catch (...) {
+        markFailed(seg, std::current_exception());
+        throw;
+      }
+    });
   });
+}
+
+void Controller::markFailed(const Segment &segment, std::exception_ptr error) {
+  for (Handle r : segment.results)
+    if (!live_.count(r) && !lost_.count(r))
+      failed_[r] = error;
 }
 
 void Controller::runSegment(Segment &seg) {
@@ -155,6 +168,10 @@ void Controller::runSegment(Segment &seg) {
           lost_[r] = lost;
         throw WorkerError(lost.rank, lost.host, lost.message);
       }
+  if (!failed_.empty())
+    for (Handle h : seg.args)
+      if (auto it = failed_.find(h); it != failed_.end())
+        std::rethrow_exception(it->second); // its results fail the same way
   for (Handle h : seg.args)
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
@@ -434,6 +451,7 @@ void Controller::free(int meshId, Handle handle) {
       backend_->free(meshes_.at(meshId).ranks, {handle});
       live_.erase(handle);
       lost_.erase(handle);
+      failed_.erase(handle);
       liveCount_ = live_.size();
     });
   });
@@ -455,6 +473,8 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
       if (auto lost = lost_.find(handle); lost != lost_.end())
         throw WorkerError(lost->second.rank, lost->second.host,
                           lost->second.message);
+      if (auto failed = failed_.find(handle); failed != failed_.end())
+        std::rethrow_exception(failed->second);
       PieceFutures futures;
       for (int64_t r : meshes_.at(meshId).ranks)
         futures.push_back(backend_->fetch(static_cast<int>(r), handle));

@@ -194,6 +194,14 @@ private:
       live_; // handle -> mesh; controller thread only
   /// Values lost by a restart, until freed; controller thread only.
   std::unordered_map<Handle, LostValue> lost_;
+  /// The results of segments that did not run (refused or failed before
+  /// their run was sent), with the error that stopped them, until freed:
+  /// fetching one, or running a segment that reads one, raises that error
+  /// again. Controller thread only.
+  std::unordered_map<Handle, std::exception_ptr> failed_;
+  /// Records `error` for every result of `segment` that is not on the
+  /// workers.
+  void markFailed(const Segment &segment, std::exception_ptr error);
   /// The moves between meshes sent and not yet received, by channel: a
   /// segment whose receive has no matching message is refused
   /// (MoveLedger.h). Controller thread only.

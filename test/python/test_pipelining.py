@@ -187,7 +187,15 @@ def test_a_mismatched_move_is_an_error_naming_both_programs_not_a_hang(dt):
                        match=r"mismatched move between meshes: @segment_class0 of program \d+ at "
                              r"global rank 2 receives F32\[1x3\] from global rank 0 .*sent by "
                              r"@segment_class0 of program \d+, is F32\[2x3\]"):
-        dt._C.receive_from_mesh(second, b._mesh_id, 0).numpy()
+        refused = dt._C.receive_from_mesh(second, b._mesh_id, 0)
+        refused.numpy()
+    # The refused segment's result never exists: fetching it again, or
+    # computing from it, raises the same error (not an internal one), and
+    # the session stays usable.
+    for again in (lambda: refused.numpy(), lambda: (refused * 2.0 + 1.0).numpy()):
+        with pytest.raises(dt.DTorchError, match="mismatched move between meshes"):
+            again()
+    del refused
     with pytest.raises(dt.DTorchError, match="receive would wait forever"):
         dt._C.receive_from_mesh(first, b._mesh_id, 5).numpy()
     assert_close(dt._C.receive_from_mesh(first, b._mesh_id, 0).numpy(), np.ones((4, 3)), tol=0)
