@@ -528,7 +528,7 @@ def gpt_step_bench(args):
     result = {"config": cfg, "batch": args.gpt_batch, "threads": args.threads,
               "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
               "torch_version": version, "torch_missing": missing,
-              "torch_peer_retries": sum(o.get("retries", 0) for (side, _), v in outs.items()
+              "torch_peer_retries": sum(o.get("retries", 0) for (side, _, _), v in outs.items()
                                         if side == "torch" for o in v),
               "load_min": min(loads), "load_max": max(loads),
               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
