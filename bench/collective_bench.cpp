@@ -1,24 +1,33 @@
 // all_reduce (sum, float32) between 2 processes of this host: the runtime's
 // shared-memory communicator between processes next to the Gloo
 // communicator the runtime builds (connectGloo, over loopback TCP), in one
-// run. Each transport runs in 2 fresh processes (one rank each, rendezvous
-// through a file store); the transports alternate `--repeats` times so that
-// both see the same noise; per size, the median time of one all_reduce over
-// the iterations of every repeat. Prints one JSON object (sizes, per
-// transport the seconds per call, the CPU seconds per call of rank 0's
-// process with all its threads, and bus bandwidth in GB/s).
+// run. Transports: shared_memory (as in dtorch-worker: tensors in the
+// shared arena, peer access in place for large all_reduce),
+// shared_memory_staged (peer access off: the staged rounds every tensor went
+// through before), shared_memory_cma (no arena: peer access through
+// process_vm_readv/writev) and gloo. Each transport runs in 2 fresh
+// processes (one rank each, rendezvous through a file store); the
+// transports alternate `--repeats` times so that they see the same noise;
+// per size, the median and the best time of one all_reduce over the
+// iterations of every repeat. Prints one JSON object (sizes, per transport
+// the seconds per call, median and best, the CPU seconds per call of rank
+// 0's process and of all ranks' processes together, each with all its
+// threads, and bus bandwidth in GB/s).
 //
 //   collective_bench [--sizes 4096,65536,...] [--repeats 3] [--ranks 2]
 //                    [--chunk-bytes B]   (shared memory's chunk per round)
-//                    [--only shared_memory|gloo] [--direct-bytes B]
-//                    [--streaming-bytes B]
+//                    [--transports shared_memory,shared_memory_staged,gloo]
+//                    [--direct-bytes B] [--streaming-bytes B]
+//                    [--peer-access-bytes B]
 //
 // bench/collective_bench.py drives it and writes the table and the plot.
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
+#include "dtorch/runtime/SharedHostArena.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -69,6 +78,7 @@ int child(const std::string &transport, int rank, int ranks,
           const std::string &result) {
   auto store = std::make_shared<FileKeyValueStore>(dir);
   std::unique_ptr<Communicator> comm;
+  HostSharedMemoryCommunicator *hostComm = nullptr;
   if (transport == "gloo") {
     GlooOptions options;
     options.prefix = "bench";
@@ -76,20 +86,29 @@ int child(const std::string &transport, int rank, int ranks,
   } else {
     HostSharedMemoryOptions options;
     options.prefix = "bench";
+    if (transport == "shared_memory_staged")
+      options.peerAccessBytes = SIZE_MAX;
+    else if (transport == "shared_memory_cma")
+      options.crossMemoryAttach = true; // buffers outside the arena
+    else if (!std::getenv("DTORCH_BENCH_NO_ARENA"))
+      enableSharedHostArena(); // as dtorch-worker does
+    else if (const char *peer = std::getenv("DTORCH_BENCH_PEER_ACCESS_BYTES"))
+      options.peerAccessBytes = std::strtoull(peer, nullptr, 10);
     if (const char *chunk = std::getenv("DTORCH_BENCH_CHUNK_BYTES"))
       options.chunkBytes = std::strtoull(chunk, nullptr, 10);
     if (const char *streaming = std::getenv("DTORCH_BENCH_STREAMING_BYTES"))
       options.streamingBytes = std::strtoull(streaming, nullptr, 10);
     if (const char *direct = std::getenv("DTORCH_BENCH_DIRECT_BYTES"))
       options.directReduceBytes = std::strtoull(direct, nullptr, 10);
-    comm = makeHostSharedMemoryCommunicator(rank, store, options);
+    auto host = makeHostSharedMemoryCommunicator(rank, store, options);
+    hostComm = host.get();
+    comm = std::move(host);
   }
   Group group;
   for (int r = 0; r < ranks; ++r)
     group.push_back(r);
-  std::ofstream out;
-  if (rank == 0)
-    out.open(result);
+  // Rank 0 writes its wall and CPU times, the others their CPU times.
+  std::ofstream out(result + "." + std::to_string(rank));
   for (int64_t bytes : sizes) {
     int64_t n = bytes / 4;
     Tensor x = Tensor::empty(::dtorch::wire::F32, {n});
@@ -114,21 +133,25 @@ int child(const std::string &transport, int rank, int ranks,
           std::chrono::duration<double>(Clock::now() - start).count());
       cpuSeconds.push_back(processCpuSeconds() - cpuStart);
     }
-    if (rank == 0) {
-      out << bytes;
-      for (double s : seconds)
-        out << " " << s;
-      out << " ;";
-      for (double s : cpuSeconds)
-        out << " " << s;
-      out << "\n";
-    }
+    out << bytes;
+    for (double s : seconds)
+      out << " " << s;
+    out << " ;";
+    for (double s : cpuSeconds)
+      out << " " << s;
+    out << "\n";
   }
+  if (hostComm && rank == 0 && std::getenv("DTORCH_BENCH_VERBOSE"))
+    std::fprintf(
+        stderr, "%s: %llu calls, %llu through peer access\n", transport.c_str(),
+        static_cast<unsigned long long>(hostComm->stats().collectives),
+        static_cast<unsigned long long>(hostComm->stats().peerAccessCalls));
   return 0;
 }
 
 struct Times {
-  std::vector<double> wall, cpu; // seconds per call
+  // Seconds per call: rank 0's wall and CPU time, every rank's CPU time.
+  std::vector<double> wall, cpu, cpuAll;
 };
 
 // Runs one transport on `ranks` fresh processes; {bytes: times}.
@@ -156,26 +179,38 @@ std::map<int64_t, Times> runTransport(const char *self,
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   std::map<int64_t, Times> times;
-  std::ifstream in(result);
-  std::string line;
-  while (ok && std::getline(in, line)) {
-    size_t split = line.find(';');
-    std::stringstream fields(line.substr(0, split));
-    int64_t bytes;
-    fields >> bytes;
-    double s;
-    while (fields >> s)
-      times[bytes].wall.push_back(s);
-    if (split != std::string::npos) {
+  for (int r = 0; ok && r < ranks; ++r) {
+    std::ifstream in(result + "." + std::to_string(r));
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t split = line.find(';');
+      std::stringstream fields(line.substr(0, split));
+      int64_t bytes;
+      fields >> bytes;
+      Times &into = times[bytes];
+      double s;
+      while (r == 0 && fields >> s)
+        into.wall.push_back(s);
+      if (split == std::string::npos)
+        continue;
       std::stringstream cpu(line.substr(split + 1));
-      while (cpu >> s)
-        times[bytes].cpu.push_back(s);
+      for (size_t i = 0; cpu >> s; ++i) {
+        if (r == 0)
+          into.cpu.push_back(s);
+        if (into.cpuAll.size() <= i)
+          into.cpuAll.push_back(0);
+        into.cpuAll[i] += s;
+      }
     }
   }
   std::filesystem::remove_all(dir);
   if (!ok)
     std::fprintf(stderr, "%s run failed\n", transport.c_str());
   return times;
+}
+
+double best(const std::vector<double> &values) {
+  return values.empty() ? 0 : *std::min_element(values.begin(), values.end());
 }
 
 double median(std::vector<double> values) {
@@ -202,6 +237,14 @@ int main(int argc, char **argv) {
                       "67108864";
   int repeats = 3, ranks = 2;
   std::vector<std::string> transports = {"shared_memory", "gloo"};
+  auto split = [](const std::string &text) {
+    std::vector<std::string> items;
+    std::stringstream stream(text);
+    std::string item;
+    while (std::getline(stream, item, ','))
+      items.push_back(item);
+    return items;
+  };
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--sizes")
@@ -210,8 +253,10 @@ int main(int argc, char **argv) {
       repeats = std::atoi(argv[i + 1]);
     else if (flag == "--ranks")
       ranks = std::atoi(argv[i + 1]);
-    else if (flag == "--only")
-      transports = {argv[i + 1]};
+    else if (flag == "--only" || flag == "--transports")
+      transports = split(argv[i + 1]);
+    else if (flag == "--peer-access-bytes") // inherited by the children
+      setenv("DTORCH_BENCH_PEER_ACCESS_BYTES", argv[i + 1], 1);
     else if (flag == "--streaming-bytes") // inherited by the children
       setenv("DTORCH_BENCH_STREAMING_BYTES", argv[i + 1], 1);
     else if (flag == "--direct-bytes") // inherited by the children
@@ -231,6 +276,8 @@ int main(int argc, char **argv) {
         auto &into = all[transport][bytes];
         into.wall.insert(into.wall.end(), times.wall.begin(), times.wall.end());
         into.cpu.insert(into.cpu.end(), times.cpu.begin(), times.cpu.end());
+        into.cpuAll.insert(into.cpuAll.end(), times.cpuAll.begin(),
+                           times.cpuAll.end());
       }
   std::vector<int64_t> sizeList = parseSizes(sizes);
   std::printf("{\"ranks\": %d, \"repeats\": %d, \"sizes\": [", ranks, repeats);
@@ -243,10 +290,18 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeList.size(); ++i)
       std::printf("%s%.9g", i ? ", " : "",
                   median(all[transports[t]][sizeList[i]].wall));
+    std::printf("], \"best_seconds\": [");
+    for (size_t i = 0; i < sizeList.size(); ++i)
+      std::printf("%s%.9g", i ? ", " : "",
+                  best(all[transports[t]][sizeList[i]].wall));
     std::printf("], \"cpu_seconds\": [");
     for (size_t i = 0; i < sizeList.size(); ++i)
       std::printf("%s%.9g", i ? ", " : "",
                   median(all[transports[t]][sizeList[i]].cpu));
+    std::printf("], \"cpu_seconds_all_ranks\": [");
+    for (size_t i = 0; i < sizeList.size(); ++i)
+      std::printf("%s%.9g", i ? ", " : "",
+                  median(all[transports[t]][sizeList[i]].cpuAll));
     std::printf("], \"bus_gbps\": [");
     for (size_t i = 0; i < sizeList.size(); ++i) {
       double s = median(all[transports[t]][sizeList[i]].wall);

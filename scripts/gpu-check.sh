@@ -5,7 +5,10 @@
 #     the device layer (streams, events, caching allocator), coverage;
 #   - gpu_fused_kernel_tests: fused kernels the compiler generates for the
 #     GPU (MLIR's NVVM path to PTX) against the hand-written CUDA kernels
-#     and the CPU, every fusible float kernel in every float dtype;
+#     and the CPU, every fusible float kernel in every float dtype, and the
+#     row kernels (softmax, log_softmax, layer_norm, rms_norm,
+#     cross-entropy; one thread per row) against the CPU's row kernels and
+#     library kernels (its own row of the table);
 #   - gpu_gemm_bench: GEMM TFLOP/s of DTorch's CUDA matmul next to cuBLAS;
 #   - the NCCL communicator's tests (cuda_kernel_tests NcclCommunicator.*:
 #     one rank per GPU; a world of one on a single GPU) and
@@ -76,9 +79,14 @@ if [ -x "$BUILD/bin/gpu_fused_kernel_tests" ]; then
   t=$(date +%s)
   timeout 300 "$BUILD/bin/gpu_fused_kernel_tests" > /tmp/gpu-check-fused.log 2>&1
   rc=$?
-  kernels=$(grep -cE "^  [a-z]+ +(f32|f64|f16|bf16) " /tmp/gpu-check-fused.log)
+  kernels=$(grep -cE "^  [a-z]+ +(f32|f64|f16|bf16) .* vs CPU: " /tmp/gpu-check-fused.log)
+  # Row kernels: one line per case, dtype and output; the elements that
+  # differ from the CPU's row kernels (0 but in float64 exp/log).
+  rowcases=$(grep -c " vs CPU fused: " /tmp/gpu-check-fused.log)
+  rowdiffer=$(grep -o "vs CPU fused: *[0-9]*" /tmp/gpu-check-fused.log | awk '{s += $NF} END {print s + 0}')
   if [ $rc -eq 0 ] && ! grep -q "SKIPPED \]" /tmp/gpu-check-fused.log; then
     row "gpu_fused_kernel_tests" ok "$(elapsed "$t"); $kernels generated kernels vs CPU and hand-written CUDA"
+    row "  row kernels (softmax, norms, CE)" ok "$rowcases outputs vs the CPU's row and library kernels; $rowdiffer elements differ (float64 exp/log only)"
   else
     STATUS=1
     grep -E "Failure|FAILED|Skipped|no CUDA device|beyond" /tmp/gpu-check-fused.log | head -20

@@ -55,6 +55,10 @@ bool fusionEnabledByEnvironment();
 /// The CUDA architecture fused kernels are generated for on CUDA meshes:
 /// DTORCH_CUDA_ARCH (e.g. "sm_80") when set, else "sm_90" (H100, H200).
 std::string defaultCudaArch();
+/// Whether fused groups for the GPU take in row reductions (softmax, the
+/// norms, cross-entropy): true unless DTORCH_GPU_ROW_FUSION is "0" (read at
+/// each call).
+bool gpuRowFusionEnabled();
 
 /// How many fused kernels this process generated (compiled to native code;
 /// a kernel whose signature was compiled before is reused).

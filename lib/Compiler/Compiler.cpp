@@ -174,7 +174,11 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   pm.enableVerifier(false);
   dtensor::DTensorToRankPipelineOptions pipeline;
   pipeline.fuseElementwise = options.fuseElementwise;
-  pipeline.fuseRowReductions = options.cudaArch.empty();
+  // GPU groups take in row reductions too (one thread per row,
+  // GpuKernelCodegen.cpp); DTORCH_GPU_ROW_FUSION=0 leaves them to the
+  // registry's CUDA kernels.
+  pipeline.fuseRowReductions =
+      options.cudaArch.empty() || gpuRowFusionEnabled();
   pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
   if (options.planBuffers)

@@ -5,7 +5,10 @@
 // (collapsed) -> tiled by the block size -> gpu.launch (outer loop: blocks,
 // inner: threads) -> gpu-kernel-outlining -> NVVM and LLVM dialects (bare
 // pointers for the memrefs) -> LLVM IR -> libdevice linked, internalized,
-// -O3 -> PTX (NVPTX backend).
+// -O3 -> PTX (NVPTX backend). A group that ends in row reductions starts
+// from the row kernel builder's GPU form instead (RowKernelCodegen.cpp,
+// forGpu: one scf.parallel over the rows, each summed in order in float64)
+// and takes the same road from the tiling on: one thread per row.
 //
 // Numerics: the kernel body is the host kernels' (KernelCodegenSupport.h):
 // float32 exp, log, tanh and erf are MLIR's polynomial approximations, the
@@ -340,18 +343,21 @@ LogicalResult lowerFusedToGpu(rank::FusedOp op, StringRef arch,
                               std::string &stageText, GpuKernelBuild &build) {
   Block &body = op.getBody().front();
   auto yield = cast<rank::YieldOp>(body.getTerminator());
-  if (!yield.getValues().empty() && hasRowReduction(body))
-    return op.emitOpError("holds a row reduction: GPU kernels are generated "
-                          "for elementwise groups only");
-  if (!yield.getValues().empty())
+  bool rows = !yield.getValues().empty() && hasRowReduction(body);
+  if (rows)
+    build.elements = rowReductionRows(body);
+  else if (!yield.getValues().empty())
     build.elements =
         cast<RankedTensorType>(yield.getValues()[0].getType()).getNumElements();
   MLIRContext &ctx = gpuCodegenContext();
   ElementwiseModuleOptions options;
   options.scalarsAsValues = true;
   options.rankZeroAsOne = true;
+  // A group ending in row reductions: one thread per row, each summing its
+  // row in the host kernels' order (RowKernelCodegen.cpp, forGpu).
   FailureOr<OwningOpRef<ModuleOp>> built =
-      buildElementwiseKernelModule(op, &ctx, symbol, options);
+      rows ? buildRowKernelModule(op, &ctx, symbol, /*forGpu=*/true)
+           : buildElementwiseKernelModule(op, &ctx, symbol, options);
   if (failed(built))
     return failure();
   ModuleOp module = **built;
@@ -470,6 +476,11 @@ std::string defaultCudaArch() {
   if (const char *arch = std::getenv("DTORCH_CUDA_ARCH"); arch && *arch)
     return arch;
   return "sm_90";
+}
+
+bool gpuRowFusionEnabled() {
+  const char *v = std::getenv("DTORCH_GPU_ROW_FUSION");
+  return !(v && std::string(v) == "0");
 }
 
 std::string cudaLibdevicePath() {

@@ -35,9 +35,11 @@ std::string cudaLibdevicePath();
 /// The GPU kernel of `op`'s body for `arch` (an Executable whose `gpu`
 /// holds the PTX, its entry, launch shape and parameter order; `object` is
 /// empty): from the process-wide cache when a body with the same signature
-/// was compiled for `arch` before, else compiled now. Emits an error on
-/// `op` and fails for a body the GPU generator does not take (row
-/// reductions, for now) or when the toolchain fails.
+/// was compiled for `arch` before, else compiled now. A body ending in row
+/// reductions becomes one thread per row (grid_x blocks of
+/// kGpuKernelBlockSize threads cover the rows). Emits an error on `op` and
+/// fails for a body the generator does not know or when the toolchain
+/// fails.
 mlir::FailureOr<std::shared_ptr<const GeneratedKernel>>
 generateFusedGpuKernel(rank::FusedOp op, llvm::StringRef arch);
 

@@ -75,8 +75,8 @@ int64_t numElements(Type t) {
 /// Builds the kernel of one group; state shared by the emission helpers.
 class RowKernelBuilder {
 public:
-  RowKernelBuilder(rank::FusedOp op, MLIRContext *ctx)
-      : op(op), ctx(ctx), body(op.getBody().front()),
+  RowKernelBuilder(rank::FusedOp op, MLIRContext *ctx, bool forGpu)
+      : op(op), ctx(ctx), forGpu(forGpu), body(op.getBody().front()),
         yield(cast<rank::YieldOp>(body.getTerminator())), b(ctx),
         loc(UnknownLoc::get(ctx)) {}
 
@@ -93,10 +93,17 @@ private:
   void emitReadyRowScalars();
   LogicalResult emitRows(ArrayRef<Value> rows, ArrayRef<Value> outs,
                          int64_t lastSweep);
+  LogicalResult emitGpuSweep(Value row, ArrayRef<Value> outs,
+                             MutableArrayRef<rank::KernelOp> reductions,
+                             ArrayRef<std::pair<unsigned, Value>> stores);
+  Value initialAccumulator(rank::KernelOp red);
+  Value accumulate(OpBuilder &nb, rank::KernelOp red, Value acc, Value x);
   Value finishReduction(rank::KernelOp red, Value acc);
 
   rank::FusedOp op;
   MLIRContext *ctx;
+  // The GPU form: one thread per row (buildRowKernelModule's comment).
+  bool forGpu;
   Block &body;
   rank::YieldOp yield;
   OpBuilder b;
@@ -338,6 +345,88 @@ void RowKernelBuilder::emitReadyRowScalars() {
   }
 }
 
+/// The start of a reduction's accumulator: 0 in float64 for a sum, -inf
+/// (+inf) in the compute type for max (min).
+Value RowKernelBuilder::initialAccumulator(rank::KernelOp red) {
+  if (red.getKernel() == "sum")
+    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0));
+  return arith::ConstantOp::create(
+      b, loc,
+      b.getFloatAttr(et.compute,
+                     red.getKernel() == "max"
+                         ? -std::numeric_limits<double>::infinity()
+                         : std::numeric_limits<double>::infinity()));
+}
+
+/// `acc` after element `x` (storage type) of the row: a sum adds it in
+/// float64; max and min keep the first NaN, else a strictly better value
+/// replaces the running one (equal values keep the first).
+Value RowKernelBuilder::accumulate(OpBuilder &nb, rank::KernelOp red, Value acc,
+                                   Value x) {
+  Type f64 = Float64Type::get(ctx);
+  if (red.getKernel() == "sum") {
+    Value wide =
+        x.getType() == f64
+            ? x
+            : arith::ExtFOp::create(nb, loc, f64, toCompute(nb, x)).getResult();
+    return arith::AddFOp::create(nb, loc, acc, wide);
+  }
+  Value c = toCompute(nb, x);
+  Value accNaN =
+      arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, acc, acc);
+  Value xNaN = arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, c, c);
+  Value better =
+      red.getKernel() == "max"
+          ? arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::OLT, acc, c)
+                .getResult()
+          : arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::OLT, c, acc)
+                .getResult();
+  Value take = arith::OrIOp::create(nb, loc, xNaN, better);
+  Value replaced = arith::SelectOp::create(nb, loc, take, c, acc);
+  return arith::SelectOp::create(nb, loc, accNaN, acc, replaced);
+}
+
+/// One sweep of `row` in the GPU form: a single loop over the row's
+/// elements computes each value, stores the sweep's results and adds the
+/// values into the reductions' accumulators in increasing order (no
+/// scratch: a thread holds one row, so there are no lanes to interleave).
+/// The reductions' results become per-row values of the row.
+LogicalResult
+RowKernelBuilder::emitGpuSweep(Value row, ArrayRef<Value> outs,
+                               MutableArrayRef<rank::KernelOp> reductions,
+                               ArrayRef<std::pair<unsigned, Value>> stores) {
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value innerBound = arith::ConstantIndexOp::create(b, loc, inner);
+  SmallVector<Value> init;
+  for (rank::KernelOp red : reductions)
+    init.push_back(initialAccumulator(red));
+  auto sweep = scf::ForOp::create(b, loc, zero, innerBound, one, init);
+  Block *loopBody = sweep.getBody();
+  if (!loopBody->empty() && isa<scf::YieldOp>(loopBody->back()))
+    loopBody->back().erase();
+  OpBuilder nb = OpBuilder::atBlockEnd(loopBody);
+  Value j = sweep.getInductionVar();
+  llvm::DenseMap<Value, Value> values;
+  SmallVector<Value> next;
+  for (auto [k, red] : llvm::enumerate(reductions)) {
+    Value x = emitRowValue(nb, red.getInputs()[0], row, j, values);
+    next.push_back(accumulate(nb, red, sweep.getRegionIterArgs()[k], x));
+  }
+  for (auto [i, v] : stores) {
+    Value x = emitRowValue(nb, v, row, j, values);
+    Value index = arith::AddIOp::create(
+        nb, loc, arith::MulIOp::create(nb, loc, row, innerBound), j);
+    memref::StoreOp::create(nb, loc, x, outs[i], ValueRange{index});
+  }
+  scf::YieldOp::create(nb, loc, next);
+  for (auto [k, red] : llvm::enumerate(reductions))
+    (*rowScalars)[red.getResult()] =
+        finishReduction(red, sweep.getResult(static_cast<unsigned>(k)));
+  emitReadyRowScalars();
+  return success();
+}
+
 /// A reduction's accumulator turned into its result (storage type), as the
 /// runtime's kernel: sum * scale in float64, rounded through float32.
 Value RowKernelBuilder::finishReduction(rank::KernelOp red, Value acc) {
@@ -370,7 +459,10 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
   int64_t numFulls = 0;
   for (Operation &inner : body.without_terminator())
     numFulls += cast<rank::KernelOp>(inner).getKernel() == "full";
-  argTypes.push_back(MemRefType::get({numFulls}, Float64Type::get(ctx)));
+  if (forGpu)
+    argTypes.append(numFulls, Float64Type::get(ctx));
+  else
+    argTypes.push_back(MemRefType::get({numFulls}, Float64Type::get(ctx)));
   auto fn =
       func::FuncOp::create(b, loc, implName, b.getFunctionType(argTypes, {}));
   Block *entry = fn.addEntryBlock();
@@ -380,7 +472,9 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
     memrefOf[body.getArgument(i)] = entry->getArgument(i);
   SmallVector<Value> outs(
       entry->getArguments().slice(numInputs, op.getNumResults()));
-  constants = emitFullConstants(b, loc, body, entry->getArguments().back(), et);
+  if (!forGpu)
+    constants =
+        emitFullConstants(b, loc, body, entry->getArguments().back(), et);
 
   // Which sweep accumulates each reduction and stores each row result.
   int64_t lastSweep = 0;
@@ -390,6 +484,35 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
   for (Value v : yield.getValues())
     if (!perRow.contains(v))
       lastSweep = std::max(lastSweep, level.lookup(v));
+
+  if (forGpu) {
+    // One parallel loop over the rows (mapped to threads by the GPU
+    // generator); everything a thread needs, the group's constants
+    // included, is computed inside it, so that the kernel's operands are
+    // the function's arguments alone.
+    Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+    Value one = arith::ConstantIndexOp::create(b, loc, 1);
+    Value outerBound = arith::ConstantIndexOp::create(b, loc, outer);
+    auto rowLoop = scf::ParallelOp::create(
+        b, loc, ValueRange{zero}, ValueRange{outerBound}, ValueRange{one});
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(rowLoop.getBody()->getTerminator());
+    unsigned firstScalar =
+        static_cast<unsigned>(numInputs) + op.getNumResults();
+    unsigned k = 0;
+    for (Operation &innerOp : body.without_terminator())
+      if (cast<rank::KernelOp>(innerOp).getKernel() == "full")
+        constants[&innerOp] = convertFullConstant(
+            b, loc, entry->getArgument(firstScalar + k++), et);
+    if (mlir::failed(
+            emitRows({rowLoop.getInductionVars()[0]}, outs, lastSweep)))
+      return failure();
+    b.setInsertionPointAfter(rowLoop);
+    func::ReturnOp::create(b, loc);
+    if (failed)
+      return failure();
+    return module;
+  }
 
   // Blocks of kRowLanes rows, then the rest one by one: the reductions of
   // a block's rows are independent chains of additions that overlap (as the
@@ -472,7 +595,6 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
   Value innerBound = arith::ConstantIndexOp::create(b, loc, inner);
-  Type f64 = Float64Type::get(ctx);
   auto scratchIndex = [&](OpBuilder &nb, size_t slot, Value j) -> Value {
     Value base = arith::ConstantIndexOp::create(
         nb, loc, static_cast<int64_t>(slot) * chunk);
@@ -489,24 +611,19 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         stores.push_back({static_cast<unsigned>(i), v});
     if (reductions.empty() && stores.empty())
       continue;
+    if (forGpu) {
+      if (mlir::failed(emitGpuSweep(rows[0], outs, reductions, stores)))
+        return failure();
+      continue;
+    }
     // A chunk of the row at a time (the scratch stays small whatever the
     // row's length): the values of the chunk, reduction k of lane l in
     // scratch slot k * lanes + l, then their reduction into accumulator
     // k * lanes + l, carried from chunk to chunk.
     SmallVector<Value> init;
     for (rank::KernelOp red : reductions)
-      for (size_t l = 0; l < lanes; ++l) {
-        if (red.getKernel() == "sum")
-          init.push_back(
-              arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0)));
-        else
-          init.push_back(arith::ConstantOp::create(
-              b, loc,
-              b.getFloatAttr(et.compute,
-                             red.getKernel() == "max"
-                                 ? -std::numeric_limits<double>::infinity()
-                                 : std::numeric_limits<double>::infinity())));
-      }
+      for (size_t l = 0; l < lanes; ++l)
+        init.push_back(initialAccumulator(red));
     Value chunkStep = arith::ConstantIndexOp::create(b, loc, chunk);
     auto chunks = scf::ForOp::create(b, loc, zero, innerBound, chunkStep, init);
     {
@@ -557,33 +674,7 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
             Value acc = sweep.getRegionIterArgs()[slot];
             Value x = memref::LoadOp::create(
                 nb, loc, scratch, ValueRange{scratchIndex(nb, slot, local)});
-            if (red.getKernel() == "sum") {
-              Value wide =
-                  x.getType() == f64
-                      ? x
-                      : arith::ExtFOp::create(nb, loc, f64, toCompute(nb, x))
-                            .getResult();
-              next[slot] = arith::AddFOp::create(nb, loc, acc, wide);
-              continue;
-            }
-            // The first NaN stays; otherwise a strictly better value
-            // replaces the running one (equal values keep the first).
-            Value c = toCompute(nb, x);
-            Value accNaN = arith::CmpFOp::create(
-                nb, loc, arith::CmpFPredicate::UNO, acc, acc);
-            Value xNaN =
-                arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, c, c);
-            Value better = red.getKernel() == "max"
-                               ? arith::CmpFOp::create(
-                                     nb, loc, arith::CmpFPredicate::OLT, acc, c)
-                                     .getResult()
-                               : arith::CmpFOp::create(
-                                     nb, loc, arith::CmpFPredicate::OLT, c, acc)
-                                     .getResult();
-            Value take = arith::OrIOp::create(nb, loc, xNaN, better);
-            Value replaced = arith::SelectOp::create(nb, loc, take, c, acc);
-            next[slot] =
-                arith::SelectOp::create(nb, loc, accNaN, acc, replaced);
+            next[slot] = accumulate(nb, red, acc, x);
           }
         scf::YieldOp::create(nb, loc, next);
         scf::YieldOp::create(cb, loc, sweep.getResults());
@@ -617,9 +708,21 @@ bool hasRowReduction(Block &body) {
   return llvm::any_of(body.without_terminator(), isRowReduction);
 }
 
-FailureOr<OwningOpRef<ModuleOp>>
-buildRowKernelModule(rank::FusedOp op, MLIRContext *ctx, StringRef implName) {
-  return RowKernelBuilder(op, ctx).build(implName);
+int64_t rowReductionRows(Block &body) {
+  for (Operation &inner : body.without_terminator())
+    if (isRowReduction(inner)) {
+      auto rowType = cast<RankedTensorType>(inner.getOperand(0).getType());
+      auto dims = inner.getAttrOfType<DenseI64ArrayAttr>("dims");
+      return rank::rowReducedType(rowType, dims.size(), true).getNumElements();
+    }
+  return 0;
+}
+
+FailureOr<OwningOpRef<ModuleOp>> buildRowKernelModule(rank::FusedOp op,
+                                                      MLIRContext *ctx,
+                                                      StringRef implName,
+                                                      bool forGpu) {
+  return RowKernelBuilder(op, ctx, forGpu).build(implName);
 }
 
 } // namespace dtorch::codegen

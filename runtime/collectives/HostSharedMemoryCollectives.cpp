@@ -1,7 +1,10 @@
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
 
 #include "CollectiveSupport.h"
+#include "HostSharedMemoryPeerAccess.h"
 #include "HostSharedMemorySegment.h"
+
+#include "dtorch/runtime/SharedHostArena.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,11 +15,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 namespace dtorch::rt {
 
@@ -30,7 +32,8 @@ enum OpCode : uint32_t {
   kAllGather,
   kReduceScatter,
   kAllToAll,
-  kBroadcast
+  kBroadcast,
+  kNegotiate // a group's agreement on peer access
 };
 
 const char *opName(uint32_t op) {
@@ -45,6 +48,8 @@ const char *opName(uint32_t op) {
     return "all_to_all";
   case kBroadcast:
     return "broadcast";
+  case kNegotiate:
+    return "peer-access negotiation";
   default:
     return "unknown collective";
   }
@@ -90,44 +95,6 @@ void gatherRows(char *dst, uint64_t offset, uint64_t len, uint64_t rowBytes,
   }
 }
 
-// memcpy into memory that will not be read again soon (the output of a
-// large all_reduce): non-temporal stores, so the destination is not read
-// into the cache first. The caller ends with streamFence().
-void streamCopy(char *dst, const char *src, size_t bytes) {
-#if defined(__SSE2__)
-  size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
-  if (bytes < 256 || head >= bytes) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-  std::memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  bytes -= head;
-  size_t blocks = bytes / 64;
-  for (size_t i = 0; i < blocks; ++i, dst += 64, src += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i *>(dst), a);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(dst + 48), d);
-  }
-  std::memcpy(dst, src, bytes % 64);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
-
-// Orders the non-temporal stores before anything that follows.
-void streamFence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
 std::string readFirstLine(const std::string &path) {
   std::ifstream file(path);
   std::string line;
@@ -149,6 +116,14 @@ struct Channel {
   uint64_t round = 0; // rounds completed on this segment
   uint64_t calls = 0;
   std::string broken;
+  // Peer access: -1 not negotiated yet, 0 no, 1 yes (the same on every
+  // member); the claim counter's value after this member's last such call;
+  // what the others probe; one chunk per other member.
+  int peerAccess = -1;
+  int crossMemoryAttach = -1;
+  uint32_t peerChunks = 0;
+  PeerProbe probe;
+  std::vector<char> scratch;
 };
 
 // The two ends of a sender -> receiver ring.
@@ -723,6 +698,13 @@ private:
 
   void allReduce(Channel &ch, const Tensor &x, Tensor &out, ReduceOp op) {
     size_t n = ch.group.size();
+    // Peer access unless a member's buffers are out of the others' reach
+    // (then the rounds below, which every member chooses alike).
+    if (n > 1 && x.nbytes() > options_.peerAccessBytes &&
+        peerAccessReady(ch, x.dtype()) && allReduceFromPeers(ch, x, out, op)) {
+      finishCall(ch, x.nbytes());
+      return;
+    }
     bool direct =
         n <= kDirectMembers && x.nbytes() <= options_.directReduceBytes;
     StreamPlan plan;
@@ -735,6 +717,216 @@ private:
     else
       allReduceByShares(ch, x, out, op, plan);
     finishCall(ch, x.nbytes());
+  }
+
+  // One round that carries only headers: `fill` completes this member's,
+  // `use` reads every member's (in group order) before the slot is given
+  // back.
+  template <class Fill, class Use>
+  void exchangeHeaders(Channel &ch, const StreamPlan &plan, Fill fill,
+                       Use use) {
+    Segment &seg = *ch.segment;
+    const char *op = opName(plan.op);
+    uint64_t g = ch.round;
+    size_t slot = g % kSlots;
+    if (g >= kSlots)
+      waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1), op);
+    writeHeader(ch, slot, plan);
+    fill(seg.roundHeader(ch.me, slot));
+    seg.publish(seg.control(ch.me).posted, uint32_t(g + 1));
+    waitAll(ch, &MemberControl::posted, uint32_t(g + 1), op);
+    std::vector<const RoundHeader *> headers(ch.group.size());
+    checkAgreement(ch, slot, plan, headers);
+    use(headers);
+    seg.publish(seg.control(ch.me).done, uint32_t(g + 1));
+    ch.round = g + 1;
+  }
+
+  // Whether the group uses peer access, negotiated on its first call that
+  // could (two header rounds: willingness and probe addresses, then every
+  // member's verdict on reaching all the others with process_vm_readv/
+  // writev); every member gets the same answers: `peerAccess` (no member
+  // turned it off) and `crossMemoryAttach` (every member reaches every
+  // other one by system calls, for buffers outside the shared arenas).
+  bool peerAccessReady(Channel &ch, DType dtype) {
+    if (ch.peerAccess >= 0)
+      return ch.peerAccess == 1;
+    std::random_device random;
+    uint64_t nonce = (static_cast<uint64_t>(random()) << 32) ^ random();
+    ch.probe.fill(nonce);
+    bool willing = peerAccessWanted(),
+         able = willing && options_.crossMemoryAttach, everyoneWilling = true;
+    StreamPlan plan;
+    plan.op = kNegotiate;
+    plan.dtype = dtype;
+    exchangeHeaders(
+        ch, plan,
+        [&](RoundHeader &h) {
+          h.inputAddress = reinterpret_cast<uint64_t>(&ch.probe);
+          h.probeNonce = nonce;
+          h.peerAccess = willing ? 1 : 0;
+        },
+        [&](const std::vector<const RoundHeader *> &headers) {
+          for (const RoundHeader *h : headers)
+            everyoneWilling = everyoneWilling && h->peerAccess == 1;
+          able = able && everyoneWilling;
+          for (size_t j = 0; j < headers.size() && able; ++j)
+            if (j != ch.me)
+              able =
+                  headers[j]->peerAccess == 1 &&
+                  probePeer(ch.segment->control(j).pid.load(
+                                std::memory_order_acquire),
+                            headers[j]->inputAddress, headers[j]->probeNonce);
+        });
+    bool everyone = true;
+    exchangeHeaders(
+        ch, plan, [&](RoundHeader &h) { h.peerAccess = able ? 1 : 0; },
+        [&](const std::vector<const RoundHeader *> &headers) {
+          for (const RoundHeader *h : headers)
+            everyone = everyone && h->peerAccess == 1;
+        });
+    ch.peerAccess = everyoneWilling ? 1 : 0;
+    ch.crossMemoryAttach = everyone ? 1 : 0;
+    return everyoneWilling;
+  }
+
+  // This process's view of member j's buffer at `address` of its process,
+  // lying at `offset` of its arena when `inArena`; null: through system
+  // calls.
+  char *viewOf(Channel &ch, size_t j, const RoundHeader &h, bool inArena,
+               uint64_t address, uint64_t offset) {
+    MemberControl &member = ch.segment->control(j);
+    int32_t pid = member.pid.load(std::memory_order_acquire);
+    if (pid == getpid())
+      return reinterpret_cast<char *>(address);
+    if (!inArena)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(arenasMutex_);
+    auto key = std::make_tuple(pid, member.startTime, h.arenaFd);
+    auto it = arenas_.find(key);
+    if (it == arenas_.end()) {
+      try {
+        it = arenas_
+                 .emplace(key, std::make_unique<MappedArena>(pid, h.arenaFd,
+                                                             h.arenaBytes))
+                 .first;
+      } catch (const RuntimeError &) {
+        if (ch.crossMemoryAttach == 1)
+          return nullptr;
+        throw;
+      }
+    }
+    return it->second->at(offset);
+  }
+
+  // All_reduce through peer access (HostSharedMemoryPeerAccess.h): post the
+  // buffers' addresses (and places in the shared arena) in a round header,
+  // wait for every member's, claim and do chunks, wait until every chunk is
+  // done. The output accepts the others' writes from before posting until
+  // leaving. Returns false, having done nothing but the header round, when
+  // some member's buffers are outside its arena and the group cannot use
+  // system calls.
+  bool allReduceFromPeers(Channel &ch, const Tensor &x, Tensor &out,
+                          ReduceOp op) {
+    Segment &seg = *ch.segment;
+    size_t n = ch.group.size();
+    StreamPlan plan;
+    plan.op = kAllReduce;
+    plan.dtype = x.dtype();
+    plan.reduce = static_cast<uint32_t>(op) | 0x200u;
+    plan.length = x.nbytes();
+    uint64_t g = ch.round;
+    size_t slot = g % kSlots;
+    if (g >= kSlots)
+      waitAll(ch, &MemberControl::done, uint32_t(g - kSlots + 1), "all_reduce");
+    writeHeader(ch, slot, plan);
+    RoundHeader &header = seg.roundHeader(ch.me, slot);
+    header.inputAddress = reinterpret_cast<uint64_t>(x.data());
+    header.outputAddress = reinterpret_cast<uint64_t>(out.data());
+    SharedArenaLocation input, output;
+    header.inArena =
+        (sharedArenaLocate(x.data(), x.nbytes(), input) ? 1u : 0u) |
+        (sharedArenaLocate(out.data(), out.nbytes(), output) ? 2u : 0u);
+    header.arenaFd = input.fd >= 0 ? input.fd : output.fd;
+    header.arenaBytes = input.fd >= 0 ? input.arenaBytes : output.arenaBytes;
+    header.inputOffset = input.offset;
+    header.outputOffset = output.offset;
+    PeerAllReduce call;
+    call.segment = &seg;
+    call.me = ch.me;
+    call.token =
+        static_cast<uint32_t>(g + 1) == 0 ? 1u : static_cast<uint32_t>(g + 1);
+    call.dtype = x.dtype();
+    call.op = op;
+    call.count = static_cast<uint64_t>(x.numel());
+    call.chunkElements =
+        peerChunkBytes(x.nbytes(), n, seg.chunkBytes()) / dtypeSize(x.dtype());
+    call.firstChunk = ch.peerChunks;
+    call.streaming = x.nbytes() >= options_.streamingBytes;
+    MemberControl &mine = seg.control(ch.me);
+    mine.writable.store(call.token, std::memory_order_seq_cst);
+    try {
+      seg.publish(mine.posted, uint32_t(g + 1));
+      waitAll(ch, &MemberControl::posted, uint32_t(g + 1), "all_reduce");
+      checkAllReduceAgreement(ch, slot, plan);
+      bool reachable = true;
+      for (size_t j = 0; j < n; ++j)
+        reachable = reachable && (seg.roundHeader(j, slot).inArena == 3u ||
+                                  ch.crossMemoryAttach == 1);
+      std::vector<RoundHeader> places(reachable ? n : 0);
+      for (size_t j = 0; reachable && j < n; ++j) {
+        const RoundHeader &theirs = seg.roundHeader(j, slot);
+        places[j] = theirs; // the slot is given back below
+        call.pids.push_back(seg.control(j).pid.load(std::memory_order_acquire));
+        call.inputs.push_back(theirs.inputAddress);
+        call.outputs.push_back(theirs.outputAddress);
+      }
+      call.inputViews.assign(call.pids.size(), nullptr);
+      call.outputViews.assign(call.pids.size(), nullptr);
+      seg.publish(mine.done, uint32_t(g + 1)); // the headers are read
+      ch.round = g + 1;
+      if (!reachable) {
+        closeForWrites(seg, ch.me, options_.deadline);
+        return false;
+      }
+      // The views are made once this member claimed a chunk: until every
+      // chunk is done no member leaves the call, so every arena is there
+      // to be mapped (a member that did all the work may be gone after).
+      reduceClaimedChunks(call, ch.scratch, [&] {
+        for (size_t j = 0; j < n; ++j) {
+          const RoundHeader &h = places[j];
+          call.inputViews[j] =
+              viewOf(ch, j, h, h.inArena & 1u, h.inputAddress, h.inputOffset);
+          call.outputViews[j] =
+              viewOf(ch, j, h, h.inArena & 2u, h.outputAddress, h.outputOffset);
+        }
+      });
+      seg.publish(mine.reduced, uint32_t(g + 1)); // claims nothing more
+      uint32_t end = call.endChunk();
+      std::atomic<uint32_t> &completed = seg.header().completed;
+      if (!reached(completed, end))
+        seg.waitFor(
+            completed, [&] { return reached(completed, end); },
+            options_.deadline,
+            [&](const std::string &why) {
+              return where(ch, "all_reduce") + ": " + why;
+            },
+            [&] {
+              std::vector<int64_t> working;
+              for (size_t k = 0; k < n; ++k)
+                if (!reached(seg.control(k).reduced, uint32_t(g + 1)))
+                  working.push_back(ch.group[k]);
+              return ranksToString(working);
+            });
+      ch.peerChunks = end;
+    } catch (...) {
+      closeForWrites(seg, ch.me, options_.deadline);
+      throw;
+    }
+    closeForWrites(seg, ch.me, options_.deadline);
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.peerAccessCalls;
+    return true;
   }
 
   void checkAllReduceAgreement(Channel &ch, size_t slot,
@@ -1046,6 +1238,11 @@ private:
   std::map<int64_t, std::string> hosts_;
   std::mutex channelsMutex_; // guards channels_ (not the channels)
   std::map<Group, std::unique_ptr<Channel>> channels_;
+  // Other members' shared arenas mapped here, by (pid, process start time,
+  // descriptor).
+  std::mutex arenasMutex_;
+  std::map<std::tuple<int32_t, uint64_t, int32_t>, std::unique_ptr<MappedArena>>
+      arenas_;
   std::mutex outgoingMutex_, incomingMutex_;
   std::map<int64_t, std::unique_ptr<PairChannel>> outgoing_, incoming_;
   mutable std::mutex statsMutex_;

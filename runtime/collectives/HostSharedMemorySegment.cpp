@@ -245,7 +245,14 @@ void Segment::publish(std::atomic<uint32_t> &counter, uint32_t value) {
     futexWake(&counter);
 }
 
+void Segment::advance(std::atomic<uint32_t> &counter) {
+  counter.fetch_add(1, std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_seq_cst) != 0)
+    futexWake(&counter);
+}
+
 void Segment::wakeAll() {
+  futexWake(&header_->completed);
   for (size_t j = 0; j < members_; ++j) {
     MemberControl &c = control(j);
     futexWake(&c.attached);

@@ -42,12 +42,19 @@ struct SegmentHeader {
   alignas(64) std::atomic<uint64_t> calls;
   std::atomic<uint64_t> bytes;
   int64_t ranks[kMaxMembers];
+  // all_reduce through peer access (HostSharedMemoryPeerAccess.h): chunks
+  // claimed and chunks completed, counted over the segment's life (they
+  // wrap; compared by difference).
+  alignas(64) std::atomic<uint32_t> claimed;
+  alignas(64) std::atomic<uint32_t> completed;
 };
 static_assert(sizeof(SegmentHeader) <= kPage, "header fits a page");
 // test/python/test_host_shared_memory.py reads the counters at this offset.
 static_assert(offsetof(SegmentHeader, calls) == 704 &&
                   offsetof(SegmentHeader, bytes) == 712,
               "the counters' offsets are read from outside");
+static_assert(offsetof(SegmentHeader, claimed) == 2816,
+              "test/python/test_host_shared_memory.py reads the claims here");
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
                   std::atomic<uint64_t>::is_always_lock_free,
               "shared atomics must be lock free");
@@ -62,6 +69,11 @@ struct MemberControl {
   alignas(64) std::atomic<uint32_t> reduced;
   alignas(64) std::atomic<uint32_t> done;
   alignas(64) std::atomic<uint64_t> position; // pair: bytes written / read
+  // Peer access: `writable` holds the token of the call whose output the
+  // other members may write into (0: none); `writingTo` is 1 + the index of
+  // the member this one is writing into right now (0: none).
+  alignas(64) std::atomic<uint32_t> writable;
+  std::atomic<uint32_t> writingTo;
 };
 
 // What each member writes at the start of each slot it posts: the call it
@@ -74,6 +86,21 @@ struct RoundHeader {
   uint64_t call;
   uint64_t length;                        // bytes of this member's stream
   uint64_t pieceOffsets[kMaxMembers + 1]; // all_to_all: stream offsets
+  // Peer access: addresses in this member's process of the call's input
+  // and output (negotiation: of its probe), the probe's pattern and whether
+  // this member can and will use peer access.
+  uint64_t inputAddress;
+  uint64_t outputAddress;
+  uint64_t probeNonce;
+  uint32_t peerAccess;
+  // Where the input and output lie in the member's shared arena
+  // (SharedHostArena.h), when `inArena` says they do (bit 0 the input, bit
+  // 1 the output).
+  uint32_t inArena;
+  int32_t arenaFd;
+  uint64_t arenaBytes;
+  uint64_t inputOffset;
+  uint64_t outputOffset;
 };
 static_assert(sizeof(RoundHeader) <= kPage, "round header fits a page");
 
@@ -114,6 +141,8 @@ public:
 
   // Stores `value` into `counter` and wakes its waiters.
   void publish(std::atomic<uint32_t> &counter, uint32_t value);
+  // Adds one to `counter` and wakes its waiters.
+  void advance(std::atomic<uint32_t> &counter);
   // Wakes every waiter of every counter (after an abort).
   void wakeAll();
 

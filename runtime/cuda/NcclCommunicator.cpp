@@ -107,7 +107,8 @@ public:
                    std::shared_ptr<KeyValueStore> store, NcclOptions options)
       : rank_(rank), device_(device), store_(std::move(store)),
         options_(std::move(options)), stream_(device.newStream()),
-        sendStream_(device.newStream()), recvStream_(device.newStream()) {}
+        sendStream_(device.newStream()), recvStream_(device.newStream()),
+        callerMark_(device.newEvent()) {}
 
   ~NcclCommunicator() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -311,6 +312,7 @@ private:
         : self(owner), what(op), group(members), stream(on),
           deadline(Clock::now() + owner.options_.deadline) {
       self.device_.makeCurrent();
+      self.orderAfterCaller(on);
       bool pointToPoint =
           std::string(op) == "send" || std::string(op) == "recv";
       comm = self.communicatorOf(group, pointToPoint);
@@ -346,6 +348,22 @@ private:
 
   cudaStream_t stream() const {
     return static_cast<cudaStream_t>(stream_->nativeHandle());
+  }
+
+  // The work queued next on `on` starts after what the calling thread has
+  // queued so far on its current stream (the executor's communication
+  // stream, which waits for the kernels that wrote the inputs; the default
+  // stream elsewhere): an event, not a wait of the host.
+  void orderAfterCaller(cudaStream_t on) {
+    Stream &caller = device_.currentStream();
+    Stream *target = on == stream()       ? stream_.get()
+                     : on == sendStream() ? sendStream_.get()
+                                          : recvStream_.get();
+    if (&caller == target)
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    caller.record(*callerMark_);
+    target->wait(*callerMark_);
   }
 
   cudaStream_t sendStream() const {
@@ -493,6 +511,8 @@ private:
   std::shared_ptr<KeyValueStore> store_;
   NcclOptions options_;
   std::unique_ptr<Stream> stream_, sendStream_, recvStream_;
+  // Marks the calling thread's stream for orderAfterCaller.
+  std::unique_ptr<Event> callerMark_;
   std::mutex mutex_;
   // By kind and group: a point-to-point direction is (true, {sender,
   // receiver}), a collective's group (false, its members in group order).

@@ -5,8 +5,12 @@
 // has the deadline of the other backends: a group that does not connect, or
 // an operation that does not finish, in time aborts its NCCL communicator
 // (ncclCommAbort) and throws RuntimeError naming the group and the other
-// members. Tensors must be on the rank's device; the collectives wait for
-// the device's earlier work (its streams) before they start.
+// members. Tensors must be on the rank's device; each operation runs on the
+// communicator's own stream after the work queued so far on the calling
+// thread's current stream (an event, no host wait: the executor's
+// communication stream, which waits only for the kernels that wrote the
+// inputs, so the compute stream keeps running beside NCCL), and the call
+// returns once the operation finished.
 //
 // The reductions are NCCL's (ring or tree order), so float results may
 // differ in the last bits from the host backends, which combine members in

@@ -12,6 +12,8 @@
 #include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/Security.h"
+#include "dtorch/runtime/SharedDeviceCollectives.h"
+#include "dtorch/runtime/SharedHostArena.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
 #include "dtorch/runtime/WireLimits.h"
 
@@ -326,6 +328,18 @@ private:
   std::string host_;
   Outbox outbox_;
   std::shared_ptr<ControllerStore> store_;
+  // The GPU of each hosted rank, as the uploads of device meshes give it
+  // (a rank's ordinal depends on its host alone, so every mesh agrees):
+  // the routers of ranks that share a GPU (sharedGpuRouter) copy device to
+  // device among the hosted ranks of one ordinal.
+  struct HostedOrdinals {
+    std::mutex mutex;
+    std::map<int64_t, int32_t> byRank;
+  };
+  std::shared_ptr<HostedOrdinals> hostedOrdinals_ =
+      std::make_shared<HostedOrdinals>();
+  std::unique_ptr<Communicator> sharedGpuRouter(int rank, Device &device,
+                                                Communicator *host);
   // Ranks the controller declared lost (PeersLost); the communicators give
   // up waiting for them. Cleared by a reset (the lost workers were
   // replaced).
@@ -359,6 +373,11 @@ void Worker::buildGeneration(uint64_t number) {
     local.insert(rank->rank);
   next->hub = std::make_unique<SharedMemoryHub>(local, options_.worldSize,
                                                 options_.collectiveTimeout);
+  // Large tensors in memory that the other worker processes of this host
+  // map: all_reduce between them reads and writes them in place
+  // (SharedHostArena.h; $DTORCH_SHARED_ARENA=0 turns it off).
+  if (hostSharedMemoryEnabled() && sharedHostArenaWanted())
+    enableSharedHostArena();
   HostSharedMemoryOptions hostShm;
   hostShm.deadline = options_.collectiveTimeout;
   hostShm.prefix = generationPrefix("hostshm", number);
@@ -406,6 +425,35 @@ void Worker::buildGeneration(uint64_t number) {
   }
   // `old` goes here: a Gloo mesh of it still connecting in the background
   // keeps its slot alive until it gives up.
+}
+
+std::unique_ptr<Communicator> Worker::sharedGpuRouter(int rank, Device &device,
+                                                      Communicator *host) {
+  if (const char *v = std::getenv("DTORCH_SHARED_GPU_COPIES");
+      v && std::string(v) == "0")
+    return nullptr; // every collective of such meshes through the host
+  // Device copies for a group of hosted ranks on one GPU; the host for any
+  // other group (a member elsewhere, or some members on their own GPUs).
+  auto ordinals = hostedOrdinals_;
+  int64_t first = options_.firstRank, end = first + options_.numRanks;
+  auto pathOf = [ordinals, first, end](const Group &group) {
+    std::lock_guard<std::mutex> lock(ordinals->mutex);
+    std::vector<MemberPlacement> placed;
+    for (int64_t member : group) {
+      auto it = ordinals->byRank.find(member);
+      if (member < first || member >= end || it == ordinals->byRank.end())
+        return CollectivePath::Host;
+      placed.push_back({"", "", it->second});
+    }
+    CollectivePath path = collectivePathOf(group, [&](int64_t member) {
+      return placed[groupIndexOf(group, member)];
+    });
+    return path == CollectivePath::SharedDevice ? path : CollectivePath::Host;
+  };
+  return std::make_unique<DeviceCollectiveRouter>(
+      rank, pathOf, nullptr,
+      makeSharedDeviceCommunicator(rank, device, options_.collectiveTimeout),
+      host);
 }
 
 void Worker::startGloo() {
@@ -461,7 +509,15 @@ void Worker::resetCommunicators(uint64_t requestId, uint64_t number) {
   auto barrier = std::make_shared<Barrier>();
   barrier->remaining = ranks_.size();
   for (auto &rank : ranks_)
-    enqueue(rank->rank, [this, barrier, requestId, number] {
+    enqueue(rank->rank, [this, barrier, requestId, number, r = rank.get()] {
+      // This rank's device communicators (NCCL) belong to the old world:
+      // rebuilt for the new generation's keys; they connect at their first
+      // collective, as at the start.
+      r->state->replaceDeviceCommunicators([&](Device &device) {
+        return makeDeviceCommunicator(r->rank, device, store_,
+                                      options_.collectiveTimeout,
+                                      generationPrefix("nccl", number));
+      });
       std::unique_lock<std::mutex> lock(barrier->mutex);
       if (--barrier->remaining != 0) {
         barrier->done.wait(lock, [&] { return barrier->built; });
@@ -610,6 +666,14 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
                 std::to_string(upload.device_ordinals_size()) +
                 " device ordinals for a mesh of " +
                 std::to_string(meshRanks.size()) + " positions";
+    if (invalid.empty() && onDevice && mesh) {
+      std::lock_guard<std::mutex> lock(hostedOrdinals_->mutex);
+      for (size_t i = 0; i < meshRanks.size(); ++i)
+        if (meshRanks[i] >= options_.firstRank &&
+            meshRanks[i] < options_.firstRank + options_.numRanks)
+          hostedOrdinals_->byRank[meshRanks[i]] =
+              upload.device_ordinals(static_cast<int>(i));
+    }
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
       classes->push_back(&program);
@@ -662,6 +726,11 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
                   generationPrefix("nccl", generation)))
             state.state->setDeviceCommunicator(*device, std::move(comm));
         }
+        if (onDevice && !deviceCollectives &&
+            !state.state->hasSharedDeviceCommunicator(*device))
+          if (auto router = sharedGpuRouter(r, *device, state.comm.get()))
+            state.state->setSharedDeviceCommunicator(*device,
+                                                     std::move(router));
         state.state->upload(id, *classes, RankContext::of(mesh, r),
                             preparation.get(), device, deviceCollectives);
       });

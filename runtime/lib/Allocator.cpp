@@ -1,4 +1,5 @@
 #include "dtorch/runtime/Allocator.h"
+#include "dtorch/runtime/SharedHostArena.h"
 
 #include <cstdlib>
 #include <new>
@@ -44,17 +45,23 @@ void *CachingAllocator::allocate(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = freeBlocks_.find(bucket);
-    if (it != freeBlocks_.end() && !it->second.empty()) {
+    while (it != freeBlocks_.end() && !it->second.empty()) {
       void *block = it->second.back();
       it->second.pop_back();
       stats_.bytesCached -= bucket;
+      if (sharedArenaInherited(block))
+        continue; // shared with the parent process: never reused here
       stats_.bytesInUse += bucket;
       ++stats_.cacheHits;
       return block;
     }
     ++stats_.cacheMisses;
   }
-  void *block = std::aligned_alloc(kAlignment, bucket);
+  // Large blocks from the shared arena when it is on (SharedHostArena.h).
+  void *block =
+      bucket >= kSharedArenaMinBytes ? sharedArenaAllocate(bucket) : nullptr;
+  if (!block)
+    block = std::aligned_alloc(kAlignment, bucket);
   if (!block) {
     releaseCached();
     block = std::aligned_alloc(kAlignment, bucket);
@@ -85,7 +92,9 @@ void CachingAllocator::releaseCached() {
   }
   for (auto &entry : blocks)
     for (void *block : entry.second)
-      std::free(block);
+      if (!sharedArenaInherited(block) &&
+          !sharedArenaRelease(block, entry.first))
+        std::free(block);
 }
 
 AllocatorStats CachingAllocator::stats() const {

@@ -199,11 +199,37 @@ uint64_t Executor::arenaCapacity() const {
   return arena_->storage.nbytes();
 }
 
+std::vector<Event *> Executor::prepareDeviceEvents(const Program &program) {
+  if (!commDeviceStream_)
+    commDeviceStream_ = device_->newStream();
+  // Kept across runs (a run records each before any wait for it); made for
+  // the events a COMM instruction waits for and a COMPUTE one records.
+  std::vector<bool> waited(static_cast<size_t>(program.num_events()), false);
+  for (const auto &inst : program.instructions())
+    if (inst.stream() == ::dtorch::wire::COMM)
+      for (int event : inst.wait_events())
+        waited[event] = true;
+  if (deviceEvents_.size() < waited.size())
+    deviceEvents_.resize(waited.size());
+  std::vector<Event *> events(waited.size(), nullptr);
+  for (const auto &inst : program.instructions()) {
+    int event = inst.record_event();
+    if (inst.stream() != ::dtorch::wire::COMPUTE || event < 0 || !waited[event])
+      continue;
+    if (!deviceEvents_[event])
+      deviceEvents_[event] = device_->newEvent();
+    events[event] = deviceEvents_[event].get();
+  }
+  return events;
+}
+
 void Executor::setDevice(Device &device) {
   if (&device == device_)
     return;
   device_ = &device;
   computeStream_.reset();
+  commDeviceStream_.reset();
+  deviceEvents_.clear();
   std::lock_guard<std::mutex> lock(arena_->mutex);
   arena_->storage = Tensor(); // the next run allocates it on the new device
 }
@@ -477,6 +503,9 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   }
 
   RunState state(program.num_events());
+  // Device events of the compute instructions whose events collectives wait
+  // for, by event id (prepareDeviceEvents); empty on the CPU.
+  std::vector<Event *> deviceEvents;
   auto runStream = [&](::dtorch::wire::Stream stream) {
     // Operand lists reused from one instruction to the next.
     std::vector<const Tensor *> in;
@@ -520,21 +549,34 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         else if (onCpu)
           movedBytes = runCollective(*comm_, inst, in, out);
         else {
-          // The kernels that wrote the inputs were queued on the compute
-          // stream (their events signal the launch): they finish first.
-          computeStream_->synchronize();
+          // The kernels that wrote the inputs end at the device events this
+          // instruction waits for: the communication stream (this thread's
+          // current stream, which the device communicator orders its work
+          // after) waits for those alone, so the compute stream's later
+          // kernels run beside the collective.
+          for (int event : inst.wait_events())
+            if (deviceEvents[event])
+              commDeviceStream_->wait(*deviceEvents[event]);
           if (deviceComm_ && inst.op() != "all_to_all_v") // counts: host
             movedBytes = runCollective(*deviceComm_, inst, in, out);
-          else
+          else {
+            commDeviceStream_->synchronize(); // the inputs, for host copies
             movedBytes = runCollectiveThroughHost(*comm_, inst, in, out);
+          }
         }
         if (traceStart >= 0)
           recordInstruction(*trace_, program, i,
                             stream == ::dtorch::wire::COMM ? TraceLane::Comm
                                                            : TraceLane::Compute,
                             traceStart, in, out, movedBytes);
-        if (inst.record_event() >= 0)
+        if (inst.record_event() >= 0) {
+          // On a device the event also marks the compute stream after this
+          // kernel, for the communication stream to wait for.
+          if (stream == ::dtorch::wire::COMPUTE && !deviceEvents.empty() &&
+              deviceEvents[inst.record_event()])
+            computeStream_->record(*deviceEvents[inst.record_event()]);
           state.signal(inst.record_event());
+        }
       } catch (const std::exception &error) {
         state.fail(std::make_exception_ptr(
             RuntimeError(prefix + describeInstruction(program, i) +
@@ -552,11 +594,21 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   bool hasComm = false;
   for (const auto &inst : program.instructions())
     hasComm |= inst.stream() == ::dtorch::wire::COMM;
+  if (hasComm && !onCpu)
+    deviceEvents = prepareDeviceEvents(program);
   if (hasComm) {
     if (!commStream_)
       commStream_ = std::make_unique<StreamThread>();
-    std::future<void> commDone =
-        commStream_->post([&] { runStream(::dtorch::wire::COMM); });
+    std::future<void> commDone = commStream_->post([&] {
+      // On a device the collectives queue on the communication stream.
+      std::optional<CurrentStream> restoreCommStream;
+      if (!onCpu) {
+        restoreCommStream.emplace(
+            CurrentStream{*device_, &device_->currentStream()});
+        device_->setCurrentStream(commDeviceStream_.get());
+      }
+      runStream(::dtorch::wire::COMM);
+    });
     runStream(::dtorch::wire::COMPUTE);
     // The COMM task reads this run's buffers: wait for it even when the
     // compute stream failed (the failure woke its event waits).

@@ -118,6 +118,23 @@ void RankState::setDeviceCommunicator(Device &device,
   deviceComms_[&device] = std::move(comm);
 }
 
+void RankState::setSharedDeviceCommunicator(
+    Device &device, std::unique_ptr<Communicator> comm) {
+  sharedDeviceComms_[&device] = std::move(comm);
+}
+
+void RankState::replaceDeviceCommunicators(
+    const std::function<std::unique_ptr<Communicator>(Device &)> &make) {
+  std::vector<Device *> devices;
+  for (auto &[device, comm] : deviceComms_)
+    devices.push_back(device);
+  for (Device *device : devices) {
+    deviceComms_.erase(device); // the old world's, destroyed first
+    if (std::unique_ptr<Communicator> comm = make(*device))
+      deviceComms_[device] = std::move(comm);
+  }
+}
+
 std::optional<std::string>
 RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
                const std::vector<uint64_t> &outputs,
@@ -153,11 +170,13 @@ RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
       uploaded->second.device ? *uploaded->second.device : cpuDevice();
   if (&executor_.device() != &device)
     executor_.setDevice(device);
-  auto deviceComm = deviceComms_.find(&device);
-  executor_.setDeviceCommunicator(uploaded->second.deviceCollectives &&
-                                          deviceComm != deviceComms_.end()
-                                      ? deviceComm->second.get()
-                                      : nullptr);
+  // Device collectives: the device communicator (NCCL); otherwise the
+  // router of ranks sharing a GPU when there is one, else the host.
+  auto &comms =
+      uploaded->second.deviceCollectives ? deviceComms_ : sharedDeviceComms_;
+  auto deviceComm = comms.find(&device);
+  executor_.setDeviceCommunicator(
+      deviceComm != comms.end() ? deviceComm->second.get() : nullptr);
   std::vector<Tensor> values;
   values.reserve(inputs.size());
   for (uint64_t handle : inputs) {

@@ -1,5 +1,6 @@
-"""bench/collective_bench.py at two small sizes and one repeat (no speed is
-checked): both transports run between 2 processes, the binary checks the
+"""bench/collective_bench.py at two sizes and one repeat (no speed is
+checked): the three transports (shared memory, the same staged, Gloo) run
+between 2 processes, 256 KiB through peer access, the binary checks the
 all_reduce result, and the table, JSON and plot are written."""
 import json
 import os
@@ -20,8 +21,9 @@ def test_quick_run_writes_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     with open(tmp_path / "results.json") as f:
         results = json.load(f)
-    assert [r["bytes"] for r in results["rows"]] == [4096, 65536]
+    assert [r["bytes"] for r in results["rows"]] == [4096, 262144]
     for row in results["rows"]:
         assert row["shared_memory_us"] > 0 and row["gloo_us"] > 0
-        assert row["ratio"] > 0
-    assert "| 64 KiB |" in (tmp_path / "table.md").read_text()
+        assert row["staged_us"] > 0 and row["shared_memory_cpu_us"] > 0
+        assert row["ratio"] > 0 and row["best_ratio"] > 0
+    assert "| 256 KiB |" in (tmp_path / "table.md").read_text()

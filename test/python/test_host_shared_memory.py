@@ -1,9 +1,10 @@
 """Collectives between the two worker processes of the embedded cluster (4
 ranks, 2 per process) go through shared memory between processes: the
 numerics match numpy, the group segments the workers map count the calls
-(read through /proc, from the header of each memfd segment), and the results
-are bitwise those of the same computation with the transport turned off
-(DTORCH_HOST_SHM=0: Gloo)."""
+(read through /proc, from the header of each memfd segment), a large
+all_reduce reads and writes the workers' tensors in place in their shared
+arenas, and the results are bitwise those of the same computation with the
+transport turned off (DTORCH_HOST_SHM=0: Gloo)."""
 import os
 import struct
 import subprocess
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.skipif(backend_name() != "cluster",
 # runtime/collectives/HostSharedMemorySegment.h: SegmentHeader
 MAGIC = 0x6873686374726F74
 CALLS_OFFSET = 704
+CLAIMED_OFFSET = 2816  # chunks claimed by all_reduce calls through peer access
 
 
 def worker_pids():
@@ -59,12 +61,26 @@ def group_segments():
             magic, = struct.unpack_from("<Q", header, 0)
             assert magic == MAGIC, target
             group = target[len(prefix):].split(" ")[0]
-            found[group] = struct.unpack_from("<QQ", header, CALLS_OFFSET)
+            found[group] = struct.unpack_from("<QQ", header, CALLS_OFFSET) + \
+                struct.unpack_from("<I", header, CLAIMED_OFFSET)
     return found
 
 
 def calls_of(segments):
-    return sum(calls for calls, _ in segments.values())
+    return sum(calls for calls, _, _ in segments.values())
+
+
+def arenas_of(pid):
+    """The shared arenas (SharedHostArena.h) process `pid` holds open."""
+    fd_dir = f"/proc/{pid}/fd"
+    found = []
+    for fd in os.listdir(fd_dir):
+        try:
+            if os.readlink(f"{fd_dir}/{fd}").startswith("/memfd:dtorch-host-arena"):
+                found.append(fd)
+        except OSError:
+            continue
+    return found
 
 
 def test_cross_process_collectives_go_through_shared_memory(dt, meshes):
@@ -94,8 +110,25 @@ def test_two_by_two_mesh_crosses_processes_on_dp_only(dt, meshes):
     before = group_segments()
     assert_close(x.redistribute(mesh, [Replicate(), Shard(1)]).numpy(), a)
     after = group_segments()
-    grew = {g for g in after if after[g][0] > before.get(g, (0, 0))[0]}
+    grew = {g for g in after if after[g][0] > before.get(g, (0, 0, 0))[0]}
     assert grew and grew <= {"0,2", "1,3"}, (before, after)
+
+
+def test_large_all_reduce_works_in_place_in_the_workers_arenas(dt, meshes):
+    """1 MiB per rank: past the threshold of peer access, so every worker
+    keeps its tensors in its shared arena and the members claim chunks of
+    the reduction from the group's segment."""
+    mesh = meshes["4"]
+    pids = worker_pids()
+    assert len(pids) == 2 and all(arenas_of(pid) for pid in pids), pids
+    before = group_segments().get("0,1,2,3", (0, 0, 0))
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((4, 262144)).astype(np.float32)
+    total = dt.distribute_tensor(a, mesh, [Shard(0)]).sum(0)
+    assert_close(total.redistribute(mesh, [Replicate()]).numpy(), a.sum(0), 1e-4)
+    after = group_segments()["0,1,2,3"]
+    assert after[0] > before[0]
+    assert after[2] != before[2], (before, after)  # chunks were claimed
 
 
 SCRIPT = r"""
@@ -116,6 +149,10 @@ for t in (z.redistribute(mesh, [Replicate(), Replicate()]),
           (x * 3).redistribute(mesh, [Replicate(), Replicate()]),
           x.redistribute(mesh, [Shard(1), Shard(0)])):
     digest.update(np.ascontiguousarray(t.numpy()).tobytes())
+# 256 KiB partial sums over "dp" (across the processes): peer access.
+b = rng.standard_normal((8, 65536)).astype(np.float32)
+s = dtorch.distribute_tensor(b, mesh, [Shard(0), Replicate()]).sum(0)
+digest.update(s.redistribute(mesh, [Replicate(), Replicate()]).numpy().tobytes())
 print("digest", digest.hexdigest())
 dtorch.shutdown()
 """

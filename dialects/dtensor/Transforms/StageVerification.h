@@ -23,7 +23,7 @@ struct DTensorToRankPipelineOptions {
   /// --rank-fuse-elementwise before the "rank" boundary.
   bool fuseElementwise = false;
   /// Fused groups take in row reductions (--rank-fuse-elementwise
-  /// row-reductions); off when the kernels are generated for the GPU.
+  /// row-reductions); off for GPU kernels only with DTORCH_GPU_ROW_FUSION=0.
   bool fuseRowReductions = true;
   /// Every stage boundary verifies the module; else only the last ("rank")
   /// one does (the others still end their stage for a StageObserver).

@@ -5,14 +5,17 @@
 // kernel in every element type it is fused for becomes PTX, which the CUDA
 // toolkit's ptxas must assemble for sm_90 (a broken PTX fails the test);
 // broadcast operands, several results, rank 0 and groups larger than a
-// block get the right launch shape and parameters; groups with row
-// reductions stay out of GPU programs; the host executor refuses GPU code.
+// block get the right launch shape and parameters; groups ending in row
+// reductions (softmax, the norms, cross-entropy) become one thread per row
+// in every float dtype and assemble too, unless DTORCH_GPU_ROW_FUSION=0
+// keeps them out; the host executor refuses GPU code.
 // The tests that need ptxas skip with the reason where the toolkit is
 // missing. Running the kernels is test/cpp/cuda/GpuFusedKernelTest.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ProgramsByPosition.h"
+#include "RowReductionSources.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executable.h"
 #include "dtorch/runtime/Executor.h"
@@ -232,28 +235,82 @@ TEST(GpuKernelCodegen, RankZeroAndOtherArchitecture) {
     EXPECT_EQ(assemble(gpu.ptx(), "sm_80"), "");
 }
 
-/// softmax: the GPU has no row kernels yet, so the group leaves its
-/// reductions to the kernel registry and fuses what is elementwise.
-TEST(GpuKernelCodegen, RowReductionsStayOutOfGpuGroups) {
-  std::string row = tensorType("16x100", "f32"),
-              kept = tensorType("16x1", "f32");
+int reductionInstructions(const wire::Program &program) {
+  int n = 0;
+  for (const auto &inst : program.instructions())
+    n += inst.op() == "sum" || inst.op() == "max" || inst.op() == "min" ||
+         inst.op() == "mean";
+  return n;
+}
+
+/// A group ending in row reductions (softmax, log_softmax, layer_norm,
+/// rms_norm, cross-entropy) becomes one GPU kernel of one thread per row in
+/// every float dtype, which ptxas assembles; its launch covers the rows.
+TEST(GpuKernelCodegen, RowKernelsEveryDtypeAssemble) {
+  using namespace dtorch::row_sources;
+  bool haveAssembler = !ptxasPath().empty();
+  struct RowCase {
+    const char *name;
+    std::string (*source)(const std::string &, int64_t, int64_t);
+    int64_t rows, n, threads; // threads: rows of the kernel
+  };
+  auto softmax = [](const std::string &d, int64_t r, int64_t n) {
+    return softmaxSource(d, r, n, "exp");
+  };
+  const RowCase cases[] = {
+      {"softmax", +softmax, 300, 129, 300},
+      {"log_softmax", logSoftmaxSource, 9, 11, 2 * 9},
+      {"layer_norm", layerNormSource, 19, 1001, 19},
+      {"rms_norm", rmsNormSource, 513, 64, 513},
+      {"cross_entropy", crossEntropySource, 64, 65, 64},
+  };
+  int assembled = 0;
+  for (const RowCase &c : cases)
+    for (const char *dtype : kFloatDtypes) {
+      std::string what = std::string(c.name) + " " + dtype;
+      CompileResult result = compileForGpu(c.source(dtype, c.rows, c.n));
+      ASSERT_TRUE(result.ok) << what << ": " << result.error;
+      wire::Program program = programOf(result);
+      EXPECT_EQ(reductionInstructions(program), 0) << what;
+      ASSERT_EQ(program.executables_size(), 1) << what;
+      const wire::Executable &exe = program.executables(0);
+      ASSERT_TRUE(exe.has_gpu()) << what;
+      const wire::GpuKernel &gpu = exe.gpu();
+      EXPECT_EQ(gpu.block_x(), 256) << what;
+      EXPECT_EQ(gpu.grid_x(), (c.threads + 255) / 256) << what;
+      EXPECT_EQ(gpu.params_size(),
+                exe.inputs_size() + exe.outputs_size() + exe.num_scalars())
+          << what;
+      EXPECT_EQ(gpu.ptx().find(".extern"), std::string::npos) << what;
+      // The rows are summed in float64, in order: an add.f64 chain.
+      EXPECT_NE(gpu.ptx().find("add.rn.f64"), std::string::npos) << what;
+      if (haveAssembler) {
+        EXPECT_EQ(assemble(gpu.ptx(), kArch), "") << what << "\n" << gpu.ptx();
+        ++assembled;
+      }
+    }
+  if (!haveAssembler)
+    GTEST_SKIP() << "no ptxas (CUDA toolkit) under CUDA_HOME or "
+                    "/usr/local/cuda: the row kernels were generated, not "
+                    "assembled";
+  std::printf("row kernels assembled by ptxas for %s: %d\n", kArch, assembled);
+  EXPECT_EQ(assembled, 5 * 4);
+}
+
+/// DTORCH_GPU_ROW_FUSION=0: the GPU groups leave their reductions to the
+/// kernel registry and fuse what is elementwise; the host still fuses them.
+TEST(GpuKernelCodegen, RowFusionCanBeTurnedOffForTheGpu) {
   std::string source =
-      "#m = #dtensor.mesh<[1]>\nfunc.func @f(%x: " + row + ") -> " + row +
-      " {\n  %m = dtensor.max %x dims = [1] keepdim : (" + row + ") -> " +
-      kept + "\n  %mb = dtensor.broadcast_to %m : (" + kept + ") -> " + row +
-      "\n  %s = dtensor.sub %x, %mb : (" + row + ", " + row + ") -> " + row +
-      "\n  %e = dtensor.exp %s : (" + row + ") -> " + row +
-      "\n  %t = dtensor.sum %e dims = [1] keepdim : (" + row + ") -> " + kept +
-      "\n  %tb = dtensor.broadcast_to %t : (" + kept + ") -> " + row +
-      "\n  %y = dtensor.div %e, %tb : (" + row + ", " + row + ") -> " + row +
-      "\n  return %y : " + row + "\n}\n";
+      dtorch::row_sources::softmaxSource("f32", 16, 100, "exp");
+  CompileResult fused = compileForGpu(source);
+  ASSERT_TRUE(fused.ok) << fused.error;
+  EXPECT_EQ(reductionInstructions(programOf(fused)), 0);
+  setenv("DTORCH_GPU_ROW_FUSION", "0", 1);
   CompileResult result = compileForGpu(source);
+  unsetenv("DTORCH_GPU_ROW_FUSION");
   ASSERT_TRUE(result.ok) << result.error;
   wire::Program program = programOf(result);
-  int reductions = 0;
-  for (const auto &inst : program.instructions())
-    reductions += inst.op() == "sum" || inst.op() == "max";
-  EXPECT_EQ(reductions, 2);
+  EXPECT_EQ(reductionInstructions(program), 2);
   EXPECT_GE(program.executables_size(), 1);
   for (const auto &exe : program.executables())
     EXPECT_TRUE(exe.has_gpu());
@@ -262,11 +319,7 @@ TEST(GpuKernelCodegen, RowReductionsStayOutOfGpuGroups) {
   host.fuseElementwise = true;
   CompileResult onHost = compileModule(source, "host.mlir", host);
   ASSERT_TRUE(onHost.ok) << onHost.error;
-  int hostReductions = 0;
-  wire::Program hostProgram = programOf(onHost);
-  for (const auto &inst : hostProgram.instructions())
-    hostReductions += inst.op() == "sum" || inst.op() == "max";
-  EXPECT_EQ(hostReductions, 0);
+  EXPECT_EQ(reductionInstructions(programOf(onHost)), 0);
 }
 
 TEST(GpuKernelCodegen, HostExecutorRefusesGpuCode) {

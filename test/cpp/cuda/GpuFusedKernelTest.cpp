@@ -14,10 +14,16 @@
 // the same arithmetic or call the same libdevice function; where the
 // hand-written kernels call libdevice and the generated ones use the
 // polynomial forms (float32 and 16-bit exp, log, tanh, sigmoid, silu,
-// gelu), within a tolerance on finite values. Skips with "no CUDA device:
-// <reason>" where there is no GPU.
+// gelu), within a tolerance on finite values. Groups ending in row
+// reductions (softmax, log_softmax, layer_norm, rms_norm, cross-entropy:
+// one thread per row) against the CPU's generated row kernels and the
+// CPU's library kernels: bit for bit in float32, float16 and bfloat16 (the
+// same float64 sums in the same order); float64 exp and log are libdevice's,
+// so there a relative 1e-12. Skips with "no CUDA device: <reason>" where
+// there is no GPU.
 #include "CudaDevice.h"
 #include "ProgramsByPosition.h"
+#include "RowReductionSources.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/Half.h"
@@ -394,6 +400,111 @@ TEST(GpuFusedKernels, BroadcastChainMatchesCpu) {
     Comparison c = compareTo(generated[0], cpu[0], xt, f, ulps, 0.0);
     EXPECT_EQ(c.beyond, 0) << f.mlir << c.examples;
   }
+}
+
+rt::Tensor randomOfShape(const FloatFormat &f,
+                         const std::vector<int64_t> &shape, double lo,
+                         double hi, std::mt19937_64 &rng) {
+  int64_t n = 1;
+  for (int64_t e : shape)
+    n *= e;
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<uint64_t> bits;
+  for (int64_t i = 0; i < n; ++i)
+    bits.push_back(bitsOf(u(rng), f));
+  rt::Tensor flat = tensorOfBits(bits, f);
+  wire::TensorSpec spec;
+  spec.set_dtype(f.wire);
+  for (int64_t e : shape)
+    spec.add_shape(e);
+  rt::Tensor t = rt::Tensor::emptyLike(spec);
+  std::memcpy(t.data(), flat.data(), flat.nbytes());
+  return t;
+}
+
+/// Row kernels (one GPU thread per row) against the CPU's generated row
+/// kernels and its library kernels, every float dtype; rows longer than
+/// the host generator's chunk and row counts beyond one block included.
+TEST(GpuFusedKernels, RowKernelsMatchCpu) {
+  using namespace dtorch::row_sources;
+  std::string why;
+  rt::cuda::registerCudaBackend();
+  if (rt::deviceCount("cuda", &why) == 0)
+    GTEST_SKIP() << "no CUDA device: " << why;
+  rt::Device &gpu = rt::cuda::cudaDevice(0);
+  std::string arch = deviceArch();
+  std::mt19937_64 rng(31);
+  struct RowCase {
+    const char *name;
+    std::string source;
+    std::vector<std::vector<int64_t>> inputs;
+    bool exp; // calls exp/log (libdevice in float64)
+  };
+  std::string table;
+  for (const FloatFormat &f : kFormats) {
+    const RowCase cases[] = {
+        {"softmax",
+         softmaxSource(f.mlir, 300, 1500, "exp"),
+         {{300, 1500}},
+         true},
+        {"softmax(neg)",
+         softmaxSource(f.mlir, 17, 1001, "neg"),
+         {{17, 1001}},
+         false},
+        {"log_softmax", logSoftmaxSource(f.mlir, 9, 11), {{2, 9, 3, 11}}, true},
+        {"layer_norm",
+         layerNormSource(f.mlir, 19, 2500),
+         {{19, 2500}, {2500}, {2500}},
+         false},
+        {"rms_norm", rmsNormSource(f.mlir, 513, 64), {{513, 64}, {64}}, false},
+        {"cross_entropy",
+         crossEntropySource(f.mlir, 64, 65),
+         {{64, 65}, {64, 65}},
+         true},
+    };
+    for (const RowCase &c : cases) {
+      std::vector<rt::Tensor> inputs;
+      // Cross-entropy's targets are probabilities: its per-row sums do not
+      // cancel, so float64's libdevice exp/log stay within the tolerance.
+      bool targets = std::string(c.name) == "cross_entropy";
+      for (const auto &shape : c.inputs)
+        inputs.push_back(targets && !inputs.empty()
+                             ? randomOfShape(f, shape, 0, 1, rng)
+                             : randomOfShape(f, shape, -4, 4, rng));
+      int fusedGpu = 0, fusedCpu = 0, calls = 0;
+      std::vector<rt::Tensor> generated =
+          compileAndRun(c.source, true, arch, gpu, inputs, &fusedGpu);
+      std::vector<rt::Tensor> cpuFused =
+          compileAndRun(c.source, true, "", rt::cpuDevice(), inputs, &fusedCpu);
+      std::vector<rt::Tensor> cpu =
+          compileAndRun(c.source, false, "", rt::cpuDevice(), inputs, &calls);
+      std::string what = std::string(c.name) + " " + f.mlir;
+      ASSERT_EQ(fusedGpu, 1) << what << ": not one generated GPU kernel";
+      ASSERT_EQ(generated.size(), cpu.size()) << what;
+      ASSERT_EQ(cpuFused.size(), cpu.size()) << what;
+      double rel = (f.wire == wire::F64 && c.exp) ? 1e-12 : 0.0;
+      for (size_t o = 0; o < cpu.size(); ++o) {
+        Comparison vsFused =
+            compareTo(generated[o], cpuFused[o], cpuFused[o], f, 0, rel);
+        Comparison vsLibrary =
+            compareTo(generated[o], cpu[o], cpu[o], f, 0, rel);
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "  %-13s %-4s out %zu  vs CPU fused: %6" PRId64
+                      " differ  vs CPU library: %6" PRId64 " differ\n",
+                      c.name, f.mlir, o, vsFused.differ, vsLibrary.differ);
+        table += line;
+        EXPECT_EQ(vsFused.beyond, 0)
+            << what << " output " << o << " against the CPU's row kernel"
+            << vsFused.examples;
+        EXPECT_EQ(vsLibrary.beyond, 0)
+            << what << " output " << o << " against the CPU's library kernels"
+            << vsLibrary.examples;
+      }
+    }
+  }
+  std::printf("generated GPU row kernels (%s) against the CPU:\n%s",
+              arch.c_str(), table.c_str());
 }
 
 } // namespace

@@ -307,6 +307,10 @@ TEST(DevicePlacement, CollectivesOfADeviceProgramGoThroughTheHost) {
 // one member is the input.
 class CountingCommunicator final : public Communicator {
 public:
+  ~CountingCommunicator() override {
+    if (destroyed)
+      ++*destroyed;
+  }
   int rank() const override { return 0; }
   void all_reduce(const Tensor &x, Tensor &out, const Group &,
                   ReduceOp) override {
@@ -326,6 +330,7 @@ public:
   void recv(Tensor &, int64_t, int64_t) override {}
   int calls = 0;
   bool onDevice = false;
+  int *destroyed = nullptr; // counts the destruction when set
 };
 
 TEST(DevicePlacement, UploadsWithDeviceCollectivesUseTheDeviceCommunicator) {
@@ -360,6 +365,61 @@ TEST(DevicePlacement, UploadsWithDeviceCollectivesUseTheDeviceCommunicator) {
   EXPECT_EQ(device.calls, 1);
   EXPECT_EQ(valuesOf<float>(state.fetchToHost(11)), (std::vector<float>{3, 4}));
   EXPECT_EQ(valuesOf<float>(state.fetchToHost(12)), (std::vector<float>{3, 4}));
+}
+
+TEST(DevicePlacement, ARestartRebuildsTheDeviceCommunicators) {
+  ProgramBuilder b;
+  int x = b.input(F32, {2});
+  int y = b.buffer(F32, {2});
+  Instruction &reduce = b.add("all_reduce", {x}, {y}, COMM);
+  setInts(reduce, "group", {0});
+  setString(reduce, "reduce", "sum");
+  b.output(y);
+  Program program = onOneRankMesh(b.program());
+  RankContext context = RankContext::of({1}, {0}, 0);
+
+  HostBackedDevice gpu;
+  CountingCommunicator host;
+  int destroyed = 0;
+  auto first = std::make_unique<CountingCommunicator>();
+  first->destroyed = &destroyed;
+  CountingCommunicator &old = *first;
+  RankState state(0, &host);
+  state.setDeviceCommunicator(gpu, std::move(first));
+  state.upload(1, {&program}, context, nullptr, &gpu, true);
+  state.put(10, makeTensor<float>(F32, {2}, {3, 4}));
+  ASSERT_EQ(state.run(1, {10}, {11}), std::nullopt);
+  EXPECT_EQ(old.calls, 1);
+
+  // The restart: the old world's communicator goes before the new one is
+  // made (an NCCL communicator is torn down before its successor
+  // connects), for the same device; the uploaded program uses the new one.
+  CountingCommunicator *rebuilt = nullptr;
+  int made = 0;
+  state.replaceDeviceCommunicators(
+      [&](Device &device) -> std::unique_ptr<Communicator> {
+        EXPECT_EQ(&device, &gpu);
+        EXPECT_EQ(destroyed, 1);
+        ++made;
+        auto comm = std::make_unique<CountingCommunicator>();
+        rebuilt = comm.get();
+        return comm;
+      });
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(destroyed, 1);
+  ASSERT_TRUE(state.hasDeviceCommunicator(gpu));
+  ASSERT_EQ(state.run(1, {10}, {12}), std::nullopt);
+  ASSERT_NE(rebuilt, nullptr);
+  EXPECT_EQ(rebuilt->calls, 1);
+  EXPECT_EQ(host.calls, 0);
+
+  // A backend that cannot make one now: the collectives go through the host.
+  state.replaceDeviceCommunicators(
+      [](Device &) -> std::unique_ptr<Communicator> { return nullptr; });
+  EXPECT_FALSE(state.hasDeviceCommunicator(gpu));
+  ASSERT_EQ(state.run(1, {10}, {13}), std::nullopt);
+  EXPECT_EQ(host.calls, 1);
+  EXPECT_EQ(valuesOf<float>(state.fetchToHost(13)), (std::vector<float>{3, 4}));
 }
 
 } // namespace

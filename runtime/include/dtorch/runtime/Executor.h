@@ -95,11 +95,14 @@ public:
   // and arena live there, inputs on another device are copied over, kernels
   // are looked up under the device's name, and on a device with streams the
   // compute instructions run on a stream of the executor's, synchronized at
-  // the end of each run. Collectives on such a device go to the device
-  // communicator when one is set (setDeviceCommunicator: NCCL), else to the
-  // host communicator through pinned host copies (after the device's work
-  // so far has finished). Programs with generated kernels run on the CPU
-  // only for now (a RuntimeError says so). Not owned.
+  // the end of each run. Collectives on such a device run on a
+  // communication stream that waits, through device events, for the kernels
+  // that wrote their inputs (not for later ones); they go to the device
+  // communicator when one is set (setDeviceCommunicator: NCCL, which orders
+  // its own stream after the calling thread's), else to the host
+  // communicator through pinned host copies (after those kernels).
+  // Generated GPU kernels go to the launcher the device registered
+  // (registerDeviceKernelLauncher). Not owned.
   void setDevice(Device &device);
   Device &device() const { return *device_; }
   // A communicator that takes tensors in the memory of the executor's
@@ -126,6 +129,17 @@ private:
   TraceBuffer *trace_ = nullptr;
   Device *device_ = &cpuDevice();
   std::unique_ptr<Stream> computeStream_; // non-CPU devices
+  // On a device: the stream the COMM instructions queue on (the current
+  // stream of the communication thread), and one event per event id that a
+  // COMPUTE instruction records and a COMM one waits for, recorded on the
+  // compute stream after the kernel and waited for by this stream, so a
+  // collective waits for the kernels that wrote its inputs and nothing
+  // later (NCCL overlapping compute).
+  std::unique_ptr<Stream> commDeviceStream_;
+  std::vector<std::unique_ptr<Event>> deviceEvents_;
+  // The events of this run by event id (null where none is needed).
+  std::vector<Event *>
+  prepareDeviceEvents(const ::dtorch::wire::Program &program);
 };
 
 } // namespace dtorch::rt

@@ -8,7 +8,11 @@
 //
 // Data moves in rounds through a bounded per-member buffer (four slots of
 // `chunkBytes`; members may run a few rounds apart), so memory does not grow
-// with message size and large tensors are pipelined. Members synchronise by
+// with message size and large tensors are pipelined. A large all_reduce
+// skips the buffer when the members' tensors lie in their shared arenas
+// (SharedHostArena.h): each member reads the others' inputs and writes into
+// their outputs in place, with two synchronisations per call
+// (HostSharedMemoryOptions::peerAccessBytes). Members synchronise by
 // counters in the segment: a short spin, then a futex wait. Reductions combine
 // members in group order with reducePieces, so results are bitwise the same
 // as the Gloo backend, SharedMemoryHub and FakeCollectiveHub.
@@ -45,6 +49,22 @@ struct HostSharedMemoryOptions {
   // all_reduce of at least this many bytes writes its output with
   // non-temporal stores (it would not stay in the cache anyway).
   size_t streamingBytes = size_t(4) << 20;
+  // all_reduce of more than this many bytes goes through peer access: each
+  // member reads the others' inputs and writes into their outputs in place,
+  // two synchronisations per call, chunks of at most `chunkBytes` claimed
+  // by whichever member runs. The buffers must lie in the members' shared
+  // arenas (SharedHostArena.h, which dtorch-worker turns on), or else
+  // `crossMemoryAttach` be on. A call whose buffers are out of reach, and
+  // every call of a group where a member set $DTORCH_HOSTSHM_PEER_ACCESS=0,
+  // goes through the rounds above. SIZE_MAX: never. Every member of a group
+  // must use the same value.
+  size_t peerAccessBytes = size_t(64) << 10;
+  // Peer access to buffers outside the shared arenas through
+  // process_vm_readv/writev (probed once per group; needs the ptrace
+  // permission between the processes). Off by default: on the 2-core VM
+  // measured, those calls copy at 3-3.5 GB/s of CPU against memcpy's 8,
+  // which makes them slower than the rounds.
+  bool crossMemoryAttach = false;
   // Capacity of the ring of one sender -> receiver pair (send/recv).
   size_t ringBytes = size_t(4) << 20;
   // Prefix of this world's keys in the rendezvous store.
@@ -68,9 +88,10 @@ std::string localHostIdentity();
 
 // Counters of one communicator, for tests and benchmarks.
 struct HostSharedMemoryStats {
-  uint64_t collectives = 0; // collective calls completed
-  uint64_t bytes = 0;       // payload bytes this rank contributed
-  uint64_t segments = 0;    // group and pair segments mapped
+  uint64_t collectives = 0;     // collective calls completed
+  uint64_t bytes = 0;           // payload bytes this rank contributed
+  uint64_t segments = 0;        // group and pair segments mapped
+  uint64_t peerAccessCalls = 0; // all_reduce calls through peer access
 };
 
 class HostSharedMemoryCommunicator : public Communicator {

@@ -97,6 +97,25 @@ public:
   bool hasDeviceCommunicator(Device &device) const {
     return deviceComms_.count(&device) != 0;
   }
+  // The communicator that programs uploaded without device collectives (some
+  // ranks of their mesh share a GPU) run their collectives on for tensors
+  // on `device`: a DeviceCollectiveRouter (SharedDeviceCollectives.h) that
+  // copies device to device among ranks of this process on one GPU and
+  // carries the other groups through the host. Without one, all their
+  // collectives go through the host. Owned from now on.
+  void setSharedDeviceCommunicator(Device &device,
+                                   std::unique_ptr<Communicator> comm);
+  bool hasSharedDeviceCommunicator(Device &device) const {
+    return sharedDeviceComms_.count(&device) != 0;
+  }
+  // A world restart (new rendezvous generation): every device communicator
+  // is destroyed (NCCL: its communicators torn down with their peers of the
+  // old world) before `make` builds its replacement for the same device
+  // (the new generation's keys); a device for which `make` gives nullptr
+  // is left without one (its collectives then go through the host). The
+  // programs uploaded with device collectives use the new ones.
+  void replaceDeviceCommunicators(
+      const std::function<std::unique_ptr<Communicator>(Device &)> &make);
 
   // Keeps `programId` as refused: every run of it fails with `reason`.
   void reject(uint64_t programId, const std::string &reason);
@@ -159,6 +178,8 @@ private:
     bool deviceCollectives = false;
   };
   std::unordered_map<Device *, std::unique_ptr<Communicator>> deviceComms_;
+  std::unordered_map<Device *, std::unique_ptr<Communicator>>
+      sharedDeviceComms_;
   std::string prefixed(const std::string &message) const;
   void poisonAll(const std::vector<uint64_t> &handles,
                  const std::string &message);
