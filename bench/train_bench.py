@@ -22,10 +22,15 @@ generated tokens must equal torch's.
 (dtorch.manual_seed(0), saved once and loaded by both sides) and the same
 batches on both sides: dtorch on 1 rank next to torch eager in one process,
 dtorch DP=2 next to torch DDP (Gloo, 2 processes), each measurement in a
-fresh process, the four alternating in every round so that a busy host
-slows them alike. It reports the ratio of step times (best round and median
-of the per-round ratios), the CPU time per step of every process of each
-side, the largest difference of their losses, and the load average
+fresh process, all alternating in every round so that a busy host slows
+them alike. Each dtorch setting runs twice (--loss-fetch both): with
+the loss read by loss.item() at the end of its step, as torch does, and
+with the loss asked for by item_async() and read one step later, so that
+the client records step k+1 while the workers run step k (every loss is
+still fetched and compared with torch's). It reports the ratio of step
+times (best round and median of the per-round ratios), the CPU time per
+step of every process of each side, the largest difference of their
+losses, and the load average
 (bench/results/gpt_step/: table.md, results.json, gpt_step.png).
 
 torch runs in its own virtual environment (bench/setup_torch.sh makes it,
@@ -170,7 +175,15 @@ def dtorch_gpt_step(job):
     """One --gpt-step measurement of dtorch in this (fresh) process: the GPT
     of job["weights"] on a (ranks,) "dp" mesh (batch Shard(0)), trained on
     the batches that torch_peer.gpt_step draws; wall seconds and loss of
-    every step, CPU seconds per timed step of this process and its workers."""
+    every step, CPU seconds per timed step of this process and its workers.
+
+    job["loss_fetch"] says how each step's loss is read: "sync" waits for it
+    at the end of the step (loss.item()), as torch eager does; "async" asks
+    for it with item_async() and reads it one step later, so the client
+    records step k+1 while the workers run step k. Every loss is fetched in
+    both. A step's time runs from its start to the end of its iteration
+    (which, in "async", reads the previous step's loss; the last one also
+    waits for its own), so the times sum to the loop's wall time."""
     import dtorch
     from dtorch import Shard
     from generate import load_model
@@ -181,11 +194,15 @@ def dtorch_gpt_step(job):
     opt = dtorch.optim.AdamW(model.parameters(), lr=job["lr"], weight_decay=0.01)
     data = np.load(job["data"])
     rng = np.random.default_rng(job["seed"])
-    times, losses = [], []
-    for i in range(job["warmup"] + job["steps"]):
+    total = job["warmup"] + job["steps"]
+    # Drawn up front (the same sequence as torch_peer draws), out of the timing.
+    batches = [random_batch("gpt", job["cfg"], job["batch"], rng, data) for _ in range(total)]
+    overlap = job.get("loss_fetch", "sync") == "async"
+    times, losses, pending = [], [], None
+    cpu = None
+    for i, (xb, yb) in enumerate(batches):
         if i == job["warmup"]:
             cpu = time.process_time() + _children_cpu_seconds()
-        xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
         t = time.perf_counter()
         x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
         y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
@@ -193,10 +210,20 @@ def dtorch_gpt_step(job):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        if overlap:
+            future = loss.item_async()   # cuts the step's segment; returns at once
+            del loss
+            if pending is not None:
+                losses.append(pending.result())   # the previous step's loss
+            pending = future
+            if i == total - 1:
+                losses.append(pending.result())
+        else:
+            losses.append(loss.item())
         if i >= job["warmup"]:
             times.append(time.perf_counter() - t)
     cpu = (time.process_time() + _children_cpu_seconds() - cpu) / job["steps"]
+    assert len(losses) == total
     return {"step_s": times, "losses": losses, "cpu_s": cpu}
 
 
@@ -358,7 +385,20 @@ def _summary(outs):
             "median_ms": statistics.median(medians),
             "cpu_ms": min(o["cpu_s"] for o in outs) * 1e3,
             "round_cpu_ms": [o["cpu_s"] * 1e3 for o in outs],
-            "losses": outs[0]["losses"], "load": [o["load"] for o in outs]}
+            "losses": outs[0]["losses"], "round_losses": [o["losses"] for o in outs],
+            "load": [o["load"] for o in outs]}
+
+
+def _max_loss_diff(d, t):
+    """The largest difference between a loss of any dtorch round and torch's
+    loss of the same step; every step's loss must be there on both sides."""
+    worst = 0.0
+    for losses in d["round_losses"]:
+        if len(losses) != len(t["losses"]):
+            raise RuntimeError(f"dtorch fetched {len(losses)} losses, torch "
+                               f"{len(t['losses'])}")
+        worst = max(worst, max(abs(a - b) for a, b in zip(losses, t["losses"])))
+    return worst
 
 
 def gpt_step_table(result):
@@ -385,6 +425,13 @@ def gpt_step_table(result):
         lines += ["", f"torch column missing: {result['torch_missing']}"]
     lines += ["", "CPU ms: all processes of the side per step (dtorch: the client with "
               "its controller thread and the workers; DDP: both processes)."]
+    if any(row.get("loss_fetch") == "async" for row in result["rows"]):
+        lines += ["", "Rows \"loss read next step\": the loop asks for each step's loss "
+                  "with item_async() and reads it after recording the next step, so the "
+                  "client records step k+1 while the workers run step k; every loss is "
+                  "still fetched and compared with torch's, and a step's time is its share "
+                  "of the loop's wall time (the last loss's wait included). Other rows read "
+                  "the loss with loss.item() at the end of its step, as torch does."]
     if result["load_max"] > (os.cpu_count() or 1):
         lines += ["", "The load average exceeded the CPU count: wall times then measure "
                   "each side's share of the scheduler as much as its work (dtorch runs a "
@@ -438,18 +485,22 @@ def gpt_step_bench(args):
     base = {"cfg": cfg, "data": data_path, "weights": weights, "seed": 0,
             "batch": args.gpt_batch, "warmup": args.warmup, "steps": args.steps,
             "lr": 3e-3, "threads": args.threads}
-    outs = {(side, ranks): [] for _, ranks, _ in GPT_STEP_PAIRS for side in ("dtorch", "torch")}
+    fetches = ("sync", "async") if args.loss_fetch == "both" else (args.loss_fetch,)
+    sides = [("dtorch", f) for f in fetches] + [("torch", None)]
+    outs = {(side, fetch, ranks): [] for _, ranks, _ in GPT_STEP_PAIRS
+            for side, fetch in sides}
     missing, version = None, None
     for r in range(args.rounds):
         for setting, ranks, mode in GPT_STEP_PAIRS:
-            for side in ("dtorch", "torch"):
+            for side, fetch in sides:
                 if side == "torch" and missing:
                     continue
-                print(f"round {r + 1}/{args.rounds}: {side}, {setting.split(' vs ')[0]} ...",
-                      flush=True)
+                print(f"round {r + 1}/{args.rounds}: {side}{f' ({fetch} loss)' if fetch else ''}"
+                      f", {setting.split(' vs ')[0]} ...", flush=True)
                 load = os.getloadavg()[0]
                 if side == "dtorch":
-                    out = run_dtorch(dict(base, what="gpt_step", ranks=ranks), workdir)
+                    out = run_dtorch(dict(base, what="gpt_step", ranks=ranks, loss_fetch=fetch),
+                                     workdir)
                 else:
                     out, missing = run_torch(args.torch_python, {"gpt_step": dict(
                         base, mode=mode, world=ranks)})
@@ -457,25 +508,27 @@ def gpt_step_bench(args):
                         continue
                     version = out["torch_version"]
                 out["load"] = load
-                outs[(side, ranks)].append(out)
+                outs[(side, fetch, ranks)].append(out)
     loads = [o["load"] for v in outs.values() for o in v]
     rows = []
-    for setting, ranks, _ in GPT_STEP_PAIRS:
-        d = _summary(outs[("dtorch", ranks)])
-        t = _summary(outs[("torch", ranks)]) if outs[("torch", ranks)] else None
+    for setting, ranks, fetch in [(s, n, f) for s, n, _ in GPT_STEP_PAIRS for f in fetches]:
+        d = _summary(outs[("dtorch", fetch, ranks)])
+        t = (_summary(outs[("torch", None, ranks)]) if outs[("torch", None, ranks)]
+             else None)
         ratios = ([a / b for a, b in zip(d["round_median_ms"], t["round_median_ms"])]
                   if t else [])
+        label = setting if fetch == "sync" else setting.replace(
+            " vs ", ", loss read next step (item_async) vs ", 1)
         rows.append({
-            "setting": setting, "ranks": ranks, "dtorch": d, "torch": t,
+            "setting": label, "ranks": ranks, "loss_fetch": fetch, "dtorch": d, "torch": t,
             "ratio_best": ratio(d["best_ms"], t and t["best_ms"]),
             "ratio_round_median": statistics.median(ratios) if ratios else None,
             "round_ratios": ratios, "cpu_ratio": ratio(d["cpu_ms"], t and t["cpu_ms"]),
-            "max_loss_diff": (max(abs(a - b) for a, b in zip(d["losses"], t["losses"]))
-                              if t else None)})
+            "max_loss_diff": _max_loss_diff(d, t) if t else None})
     result = {"config": cfg, "batch": args.gpt_batch, "threads": args.threads,
               "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
               "torch_version": version, "torch_missing": missing,
-              "torch_peer_retries": sum(o.get("retries", 0) for (side, _), v in outs.items()
+              "torch_peer_retries": sum(o.get("retries", 0) for (side, _, _), v in outs.items()
                                         if side == "torch" for o in v),
               "load_min": min(loads), "load_max": max(loads),
               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}
@@ -511,6 +564,11 @@ def main(argv=None):
                     "weights and batches, in --rounds interleaved rounds (bench/results/"
                     "gpt_step/: table.md, results.json, gpt_step.png)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --gpt-step")
+    ap.add_argument("--loss-fetch", choices=("sync", "async", "both"), default="both",
+                    help="--gpt-step: dtorch reads each loss at the end of its step "
+                    "(sync, loss.item()), one step later (async, item_async(): the client "
+                    "records the next step while the workers run this one), or both, as "
+                    "rows of their own next to the same torch runs")
     ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
     args = ap.parse_args(argv)
     if args.job:

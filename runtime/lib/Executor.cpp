@@ -161,6 +161,35 @@ int64_t runCollectiveThroughHost(Communicator &comm, const Instruction &inst,
   return movedBytes;
 }
 
+// Per buffer: the buffer that a reshape makes it from, when that reshape may
+// be a view of it, else -1. It may when the source has storage of its own
+// that nothing else is written into during the run: a program input that is
+// not donated to the run, or an output or unplanned temporary (written once,
+// by its producer, before the reshape reads it). A planned temporary's
+// arena slot is reused, so a reshape of one stays a copy (or runs in place
+// where the plan put it over its input).
+std::vector<int> reshapeViewSources(const Program &program, size_t numInputs,
+                                    const std::vector<bool> &donated) {
+  size_t numBuffers = static_cast<size_t>(program.buffers_size());
+  std::vector<int> source(numBuffers, -1);
+  bool planned = program.buffer_offsets_size() == program.buffers_size() &&
+                 program.arena_bytes() > 0;
+  std::vector<bool> viewable(numBuffers, true);
+  if (planned)
+    for (size_t id = 0; id < numBuffers; ++id)
+      viewable[id] = program.buffer_offsets(static_cast<int>(id)) < 0;
+  for (int i = 0; i < program.inputs_size(); ++i)
+    viewable[program.inputs(i)] =
+        static_cast<size_t>(i) < numInputs &&
+        (static_cast<size_t>(i) >= donated.size() || !donated[i]);
+  for (const Instruction &inst : program.instructions())
+    if (inst.stream() == ::dtorch::wire::COMPUTE && inst.op() == "reshape" &&
+        inst.inputs_size() == 1 && inst.outputs_size() == 1 &&
+        viewable[inst.inputs(0)])
+      source[inst.outputs(0)] = inst.inputs(0);
+  return source;
+}
+
 } // namespace
 
 Executor::Executor(Communicator *comm) : comm_(comm) {}
@@ -315,6 +344,16 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
                            "' is host code; " + device_->describe() +
                            " runs GPU kernels (compile for a CUDA mesh)");
     }
+  // A reshape of a buffer with storage of its own (reshapeViewSources) is a
+  // view of it: the reshape's output has one writer, the reshape, whose copy
+  // then sees the same memory and does nothing. Where a segment is cut, the
+  // values the next segment reads are its inputs and the values the forward
+  // keeps for the backward its outputs, and each reshape of them was a copy.
+  // On the host only: a device's copy kernel is not asked to copy a buffer
+  // onto itself.
+  std::vector<int> reshapedInput =
+      onCpu ? reshapeViewSources(program, inputs.size(), donated)
+            : std::vector<int>(static_cast<size_t>(program.buffers_size()), -1);
   // Planned buffers are views into the arena (validated: they fit and never
   // overlap while live); the others get their own storage.
   RunMemory memory;
@@ -345,6 +384,20 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
       if (buffers[id].defined())
         continue;
       const auto &spec = program.buffers(id);
+      if (int source = reshapedInput[id]; source >= 0) {
+        const Tensor &input = buffers[source]; // unbound yet: copied
+        int64_t numel = 1;
+        for (int64_t extent : spec.shape())
+          numel *= extent;
+        if (input.defined() && input.dtype() == spec.dtype() &&
+            input.numel() == numel) {
+          buffers[id] = Tensor::viewOf(
+              input, 0, spec.dtype(),
+              std::vector<int64_t>(spec.shape().begin(), spec.shape().end()));
+          ++memory.reshapeViews;
+          continue;
+        }
+      }
       int64_t offset = planned ? program.buffer_offsets(id) : -1;
       if (offset >= 0) {
         buffers[id] = Tensor::viewOf(

@@ -1,7 +1,8 @@
 """bench/train_bench.py --gpt-step at a tiny size (no timing is checked):
 dtorch and torch train the same GPT from the same initial weights on the
 same batches, so their losses agree step by step on 1 rank and on DP=2 next
-to DDP, and the report (table, JSON, plot) is written."""
+to DDP, also when dtorch reads each loss one step later (item_async), and the
+report (table, JSON, plot) is written."""
 import json
 import os
 import sys
@@ -19,7 +20,10 @@ def test_gpt_step_bench_trains_the_same_model_on_both_sides(tmp_path):
     result = train_bench.main(["--gpt-step", "--rounds", "1", "--steps", "2", "--warmup", "1",
                                "--torch-python", sys.executable, "--out", str(tmp_path)])
     assert result["torch_missing"] is None
-    assert [r["ranks"] for r in result["rows"]] == [1, 2]
+    # Each setting twice: the loss read at the end of its step (sync) and one
+    # step later (item_async, the client recording the next step meanwhile).
+    assert [(r["ranks"], r["loss_fetch"]) for r in result["rows"]] == [
+        (1, "sync"), (1, "async"), (2, "sync"), (2, "async")]
     for row in result["rows"]:
         d, t = row["dtorch"], row["torch"]
         assert len(d["losses"]) == len(t["losses"]) == 3
@@ -31,5 +35,6 @@ def test_gpt_step_bench_trains_the_same_model_on_both_sides(tmp_path):
     out = tmp_path / "gpt_step"
     table = (out / "table.md").read_text()
     assert "1 rank vs torch eager" in table and "DP=2 vs torch DDP" in table
+    assert "1 rank, loss read next step (item_async) vs torch eager" in table
     assert json.loads((out / "results.json").read_text())["rows"][0]["setting"]
     assert (out / "gpt_step.png").stat().st_size > 0

@@ -34,6 +34,9 @@ struct RunMemory {
   // their bytes (not counted in ownBytes).
   uint64_t donations = 0;
   uint64_t donatedBytes = 0;
+  // Reshapes run as views of their input (an input or a buffer with storage
+  // of its own; no copy, no storage of their own).
+  uint64_t reshapeViews = 0;
 };
 
 class Executor {
