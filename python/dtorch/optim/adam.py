@@ -97,11 +97,40 @@ class Adam(Optimizer):
                 any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
             self._step_group_per_op(group, pairs)
             return
-        by_mesh = {}
+        # The fused op updates a parameter and its state in one layout: a
+        # parameter whose state was laid out apart from it (ZeRO-1 shards
+        # the state of replicated parameters) takes the per-op update.
+        by_mesh, apart = {}, []
         for p, g in pairs:
-            by_mesh.setdefault(p._mesh_id, []).append((p, g))
+            if self._state_laid_out_apart(p):
+                apart.append((p, g))
+            else:
+                by_mesh.setdefault(p._mesh_id, []).append((p, g))
+        if apart:
+            self._own_step_counts(apart)
+            self._step_group_per_op(group, apart)
         for mesh_pairs in by_mesh.values():
             self._step_fused(group, mesh_pairs)
+
+    def _state_laid_out_apart(self, p):
+        state = self.state.get(p) or {}
+        return any(key in state and (state[key]._mesh_id != p._mesh_id or
+                                     state[key]._placements_raw != p._placements_raw)
+                   for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"))
+
+    def _own_step_counts(self, pairs):
+        """The per-op update advances each parameter's own step count: a
+        count the fused update shared among parameters is copied first."""
+        shared = {}
+        for p in self.state:
+            step = self.state[p].get("step")
+            if step is not None:
+                shared[id(step)] = shared.get(id(step), 0) + 1
+        for p, _ in pairs:
+            step = self.state.get(p, {}).get("step")
+            if step is not None and shared[id(step)] > 1:
+                shared[id(step)] -= 1
+                self.state[p]["step"] = step * 1.0
 
     def _step_fused(self, group, pairs):
         """Every parameter of `pairs` (one mesh) in one recorded op: the
