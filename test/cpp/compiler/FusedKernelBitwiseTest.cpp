@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FloatBits.h"
 #include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executor.h"
@@ -55,23 +56,7 @@ const FloatFormat kFormats[] = {
 
 /// Bit patterns of `value` in a format.
 uint64_t bitsOf(double value, const FloatFormat &f) {
-  switch (f.wire) {
-  case wire::F64: {
-    uint64_t u;
-    std::memcpy(&u, &value, 8);
-    return u;
-  }
-  case wire::F32: {
-    float v = static_cast<float>(value);
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    return u;
-  }
-  case wire::F16:
-    return rt::Half(static_cast<float>(value)).bits;
-  default:
-    return rt::BFloat16(static_cast<float>(value)).bits;
-  }
+  return ::dtorch::testsupport::floatBitsOf(value, f.wire);
 }
 
 /// Element i of a float tensor as a double (for messages and NaN checks).

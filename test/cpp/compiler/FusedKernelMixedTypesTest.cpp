@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FloatBits.h"
 #include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executable.h"
@@ -60,23 +61,7 @@ const Dtype &dtypeNamed(const std::string &name) {
 
 /// The bits of `value` in a float format.
 uint64_t floatBits(double value, const Dtype &d) {
-  switch (d.wire) {
-  case wire::F64: {
-    uint64_t u;
-    std::memcpy(&u, &value, 8);
-    return u;
-  }
-  case wire::F32: {
-    float v = static_cast<float>(value);
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    return u;
-  }
-  case wire::F16:
-    return rt::Half(static_cast<float>(value)).bits;
-  default:
-    return rt::BFloat16(static_cast<float>(value)).bits;
-  }
+  return ::dtorch::testsupport::floatBitsOf(value, d.wire);
 }
 
 /// Values of a float format every conversion and comparison is tried on:

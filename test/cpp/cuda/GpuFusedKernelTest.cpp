@@ -22,6 +22,7 @@
 // so there a relative 1e-12. Skips with "no CUDA device: <reason>" where
 // there is no GPU.
 #include "CudaDevice.h"
+#include "FloatBits.h"
 #include "ProgramsByPosition.h"
 #include "RowReductionSources.h"
 #include "dtorch/Compiler.h"
@@ -61,23 +62,7 @@ const FloatFormat kFormats[] = {
 };
 
 uint64_t bitsOf(double value, const FloatFormat &f) {
-  switch (f.wire) {
-  case wire::F64: {
-    uint64_t u;
-    std::memcpy(&u, &value, 8);
-    return u;
-  }
-  case wire::F32: {
-    float v = static_cast<float>(value);
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    return u;
-  }
-  case wire::F16:
-    return rt::Half(static_cast<float>(value)).bits;
-  default:
-    return rt::BFloat16(static_cast<float>(value)).bits;
-  }
+  return ::dtorch::testsupport::floatBitsOf(value, f.wire);
 }
 
 uint64_t rawAt(const rt::Tensor &t, int64_t i, int bits) {
