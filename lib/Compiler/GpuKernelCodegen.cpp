@@ -324,16 +324,12 @@ FailureOr<std::string> emitPtx(llvm::Module &m, StringRef entry, StringRef arch,
     m.print(os, nullptr);
   }
 
-  llvm::SmallVector<char, 0> ptx;
-  llvm::raw_svector_ostream os(ptx);
-  llvm::legacy::PassManager codegen;
-  if (tm->addPassesToEmitFile(codegen, os, nullptr,
-                              llvm::CodeGenFileType::AssemblyFile)) {
+  std::string ptx;
+  if (!emitWithTarget(m, *tm, /*assembly=*/true, ptx)) {
     error = "the NVPTX target cannot emit PTX";
     return failure();
   }
-  codegen.run(m);
-  return std::string(ptx.begin(), ptx.end());
+  return ptx;
 }
 
 /// Runs the lowering of `op` named `symbol` up to `stopAt` (its text into

@@ -504,6 +504,20 @@ void optimizeModuleO3(llvm::Module &m, llvm::TargetMachine &tm) {
   pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
 }
 
+bool emitWithTarget(llvm::Module &m, llvm::TargetMachine &tm, bool assembly,
+                    std::string &out) {
+  llvm::SmallVector<char, 0> code;
+  llvm::raw_svector_ostream os(code);
+  llvm::legacy::PassManager codegen;
+  if (tm.addPassesToEmitFile(codegen, os, nullptr,
+                             assembly ? llvm::CodeGenFileType::AssemblyFile
+                                      : llvm::CodeGenFileType::ObjectFile))
+    return false;
+  codegen.run(m);
+  out.assign(code.begin(), code.end());
+  return true;
+}
+
 } // namespace codegen
 
 namespace {
@@ -714,16 +728,12 @@ FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
 
   optimizeModuleO3(m, *tm);
 
-  llvm::SmallVector<char, 0> object;
-  llvm::raw_svector_ostream os(object);
-  llvm::legacy::PassManager codegen;
-  if (tm->addPassesToEmitFile(codegen, os, nullptr,
-                              llvm::CodeGenFileType::ObjectFile)) {
+  std::string object;
+  if (!emitWithTarget(m, *tm, /*assembly=*/false, object)) {
     error = "the target cannot emit object files";
     return failure();
   }
-  codegen.run(m);
-  return std::string(object.begin(), object.end());
+  return object;
 }
 
 /// Links an object into a shared object with ld.lld in a private temporary

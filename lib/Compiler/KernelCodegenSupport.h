@@ -146,6 +146,11 @@ buildRowKernelModule(rank::FusedOp op, mlir::MLIRContext *ctx,
 /// kernels alike).
 void optimizeModuleO3(llvm::Module &m, llvm::TargetMachine &tm);
 
+/// `m` as `tm` emits it: assembly text (PTX for the GPU) when `assembly`,
+/// else an object file; false when the target cannot emit that kind.
+bool emitWithTarget(llvm::Module &m, llvm::TargetMachine &tm, bool assembly,
+                    std::string &out);
+
 } // namespace dtorch::codegen
 
 #endif // DTORCH_LIB_COMPILER_KERNELCODEGENSUPPORT_H
