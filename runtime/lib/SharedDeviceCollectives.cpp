@@ -397,6 +397,8 @@ const char *collectivePathName(CollectivePath path) {
     return "device copies";
   case CollectivePath::Host:
     return "host";
+  case CollectivePath::CrossProcessDevice:
+    return "device ipc";
   }
   return "?";
 }
@@ -415,6 +417,12 @@ CollectivePath collectivePathOf(
                  m.ordinal == members[0].ordinal;
   if (oneDevice)
     return CollectivePath::SharedDevice;
+  bool oneHostDevice = true;
+  for (const MemberPlacement &m : members)
+    oneHostDevice &=
+        m.host == members[0].host && m.ordinal == members[0].ordinal;
+  if (oneHostDevice)
+    return CollectivePath::CrossProcessDevice;
   std::set<std::pair<std::string, int32_t>> devices;
   for (const MemberPlacement &m : members)
     devices.insert({m.host, m.ordinal});
@@ -425,10 +433,11 @@ CollectivePath collectivePathOf(
 DeviceCollectiveRouter::DeviceCollectiveRouter(
     int rank, std::function<CollectivePath(const Group &)> pathOf,
     std::unique_ptr<Communicator> deviceComm,
-    std::unique_ptr<Communicator> shared, Communicator *host)
+    std::unique_ptr<Communicator> shared, Communicator *host,
+    std::unique_ptr<Communicator> ipc)
     : rank_(rank), pathOf_(std::move(pathOf)),
       deviceComm_(std::move(deviceComm)), shared_(std::move(shared)),
-      host_(host) {}
+      ipc_(std::move(ipc)), host_(host) {}
 
 Communicator *DeviceCollectiveRouter::onDevice(const Group &group) {
   switch (pathOf_(group)) {
@@ -438,6 +447,8 @@ Communicator *DeviceCollectiveRouter::onDevice(const Group &group) {
     return shared_.get();
   case CollectivePath::Host:
     return nullptr;
+  case CollectivePath::CrossProcessDevice:
+    return ipc_.get();
   }
   return nullptr;
 }

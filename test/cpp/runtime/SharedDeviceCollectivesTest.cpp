@@ -176,8 +176,9 @@ TEST(SharedDeviceCollectives, PathFromHostsProcessesAndOrdinals) {
   // One GPU each, on one host or across hosts: the device communicator.
   EXPECT_EQ(pathOf({0, 2}), CollectivePath::DeviceCommunicator);
   EXPECT_EQ(pathOf({0, 2, 6, 7}), CollectivePath::DeviceCommunicator);
-  // GPU 0 of host a in two processes: no IPC here, the host.
-  EXPECT_EQ(pathOf({0, 4}), CollectivePath::Host);
+  // GPU 0 of host a in two processes: device ipc (IpcDeviceCollectives.h).
+  EXPECT_EQ(pathOf({0, 4}), CollectivePath::CrossProcessDevice);
+  EXPECT_EQ(pathOf({0, 1, 4}), CollectivePath::CrossProcessDevice);
   // Two members on one GPU among others on their own: the host.
   EXPECT_EQ(pathOf({0, 1, 2}), CollectivePath::Host);
   EXPECT_STREQ(collectivePathName(CollectivePath::SharedDevice),

@@ -10,7 +10,9 @@
 //
 // Which path a group's collectives take (collectivePathOf): the device
 // communicator (NCCL) when every member has a device of its own, device
-// copies when every member is a thread of one process on one device, and
+// copies when every member is a thread of one process on one device,
+// device ipc (IpcDeviceCollectives.h: exported device memory) when every
+// member computes on one device of one host from several processes, and
 // the host (pinned staging copies and the host communicator) otherwise.
 // DeviceCollectiveRouter applies that choice per group behind one
 // Communicator.
@@ -45,6 +47,7 @@ enum class CollectivePath {
   DeviceCommunicator, // every member on a device of its own (NCCL)
   SharedDevice,       // every member a thread of one process on one device
   Host,               // anything else: through pinned host copies
+  CrossProcessDevice, // one device of one host, members in several processes
 };
 const char *collectivePathName(CollectivePath path);
 
@@ -63,16 +66,18 @@ collectivePathOf(const Group &group,
 
 // One Communicator for tensors on `device` that sends each group's
 // collectives along its path: `deviceComm` (may be null: such groups go
-// through the host), `shared` (device copies) or `host` (the tensors
-// copied to pinned host memory, reduced by the host communicator, copied
-// back). Not owning `host`.
+// through the host), `shared` (device copies), `ipc` (device ipc between
+// processes; may be null: such groups go through the host) or `host` (the
+// tensors copied to pinned host memory, reduced by the host communicator,
+// copied back). Not owning `host`.
 class DeviceCollectiveRouter final : public Communicator {
 public:
   DeviceCollectiveRouter(int rank,
                          std::function<CollectivePath(const Group &)> pathOf,
                          std::unique_ptr<Communicator> deviceComm,
                          std::unique_ptr<Communicator> shared,
-                         Communicator *host);
+                         Communicator *host,
+                         std::unique_ptr<Communicator> ipc = nullptr);
 
   int rank() const override { return rank_; }
   void all_reduce(const Tensor &x, Tensor &out, const Group &group,
@@ -100,7 +105,7 @@ private:
 
   int rank_;
   std::function<CollectivePath(const Group &)> pathOf_;
-  std::unique_ptr<Communicator> deviceComm_, shared_;
+  std::unique_ptr<Communicator> deviceComm_, shared_, ipc_;
   Communicator *host_;
 };
 

@@ -1,0 +1,375 @@
+// The communicator of ranks in different processes that share one device
+// (IpcDeviceCollectives.h), on the fake device of DeviceIpc.h (host memory
+// in memfd blocks standing for device memory): ranks as threads of this
+// process and as forked processes, every collective and dtype bit for bit
+// against the reference, streams of many rounds (both all_reduce ways),
+// point to point larger than the sender's buffer with tags out of order, a
+// missing member named at the deadline, a dead process and a peer declared
+// dead reported at once, members that disagree, a new prefix after a world
+// restart, and the router's choice of the path.
+//
+// Its own binary: fork() is only safe while the process has one thread.
+#include "CollectiveReference.h"
+#include "HostSharedMemoryTestSupport.h"
+#include "TestSupport.h"
+
+#include "dtorch/runtime/DeviceIpc.h"
+#include "dtorch/runtime/FakeCollectives.h"
+#include "dtorch/runtime/InMemoryKeyValueStore.h"
+#include "dtorch/runtime/IpcDeviceCollectives.h"
+#include "dtorch/runtime/SharedDeviceCollectives.h"
+
+#include <atomic>
+
+namespace dtorch::rt::test {
+namespace {
+
+// Small rounds: the reference workload's tensors take many of them, and
+// all_reduce above 1 KiB goes through the owners of each chunk.
+IpcDeviceOptions smallRounds(std::chrono::milliseconds deadline = 20s) {
+  IpcDeviceOptions options;
+  options.deadline = deadline;
+  options.chunkBytes = 4096;
+  options.directReduceBytes = 1024;
+  options.p2pChunkBytes = 4096;
+  return options;
+}
+
+std::vector<std::unique_ptr<IpcDeviceCommunicator>>
+threadComms(int world, std::shared_ptr<KeyValueStore> store,
+            const IpcDeviceOptions &options, int first = 0) {
+  std::vector<std::unique_ptr<IpcDeviceCommunicator>> comms;
+  for (int r = 0; r < world; ++r)
+    comms.push_back(
+        makeIpcDeviceCommunicator(first + r, hostDeviceIpc(), store, options));
+  return comms;
+}
+
+TEST(IpcDeviceCollectives, EveryCollectiveAndDtypeOnFourThreads) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto comms = threadComms(4, store, smallRounds());
+  for (DType dtype : everyDtype())
+    runRanks(4,
+             [&](int rank) { runEveryCollective(*comms[rank], rank, dtype); });
+  IpcDeviceStats stats = comms[0]->stats();
+  EXPECT_GT(stats.collectives, 100u);
+  EXPECT_GT(stats.rounds, stats.collectives);
+  EXPECT_EQ(stats.peersOpened, 3u);
+  EXPECT_GT(comms[1]->stats().messages, 0u);
+}
+
+TEST(IpcDeviceCollectives, EveryCollectiveOnFourProcesses) {
+  StoreDirectory dir;
+  auto codes = runProcesses(4, [&](int process) {
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comm = makeIpcDeviceCommunicator(process, hostDeviceIpc(), store,
+                                          smallRounds());
+    for (DType dtype : everyDtype()) {
+      FakeCollectiveHub fake(4, 10s);
+      std::vector<std::vector<Tensor>> expected(4);
+      runRanks(4, [&](int rank) {
+        expected[rank] =
+            runEveryCollective(*fake.communicator(rank), rank, dtype);
+      });
+      std::vector<Tensor> actual = runEveryCollective(*comm, process, dtype);
+      ASSERT_EQ(actual.size(), expected[process].size());
+      for (size_t i = 0; i < actual.size(); ++i)
+        expectSameBits(actual[i], expected[process][i],
+                       std::string("vs fake, ") + dtypeName(dtype) +
+                           " result " + std::to_string(i));
+    }
+  });
+  expectAllSucceeded(codes);
+}
+
+// Tensors of many rounds: all_reduce through owners and directly, in place
+// too; reduce_scatter and all_gather along an inner dim; broadcast; point
+// to point of messages larger than the sender's four chunks, tags out of
+// order.
+TEST(IpcDeviceCollectives, LongStreamsAndPointToPoint) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto comms = threadComms(3, store, smallRounds());
+  const Group group = {2, 0, 1};
+  runRanks(3, [&](int rank) {
+    Communicator &c = *comms[rank];
+    for (int64_t n : {int64_t(100003), int64_t(200)})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+        unsigned salt = 7 + static_cast<unsigned>(op);
+        Tensor x = sampleTensor(::dtorch::wire::F32, {n}, 10 * rank + salt);
+        Tensor copy = Tensor::empty(::dtorch::wire::F32, {n});
+        std::memcpy(copy.data(), x.data(), x.nbytes());
+        std::vector<Tensor> inputs;
+        for (int64_t m : group)
+          inputs.push_back(sampleTensor(::dtorch::wire::F32, {n},
+                                        static_cast<unsigned>(10 * m) + salt));
+        Tensor expected = referenceReduce(inputs, op);
+        Tensor out = Tensor::empty(::dtorch::wire::F32, {n});
+        c.all_reduce(x, out, group, op);
+        expectSameBits(out, expected, "all_reduce of " + std::to_string(n));
+        c.all_reduce(copy, copy, group, op); // in place
+        expectSameBits(copy, expected, "in-place all_reduce");
+      }
+    // bf16 reduce_scatter along dim 1 of [37, 3 * 700].
+    const std::vector<int64_t> sizes = {700, 700, 700};
+    Tensor x = sampleTensor(::dtorch::wire::BF16, {37, 2100}, 50 + rank);
+    Tensor out = Tensor::empty(::dtorch::wire::BF16, {37, 700});
+    c.reduce_scatter(x, out, group, ReduceOp::Sum, 1, sizes);
+    std::vector<Tensor> inputs;
+    for (int64_t m : group)
+      inputs.push_back(sampleTensor(::dtorch::wire::BF16, {37, 2100},
+                                    50 + static_cast<unsigned>(m)));
+    size_t me = groupIndexOf(group, rank);
+    expectSameBits(out,
+                   sliceAlong(referenceReduce(inputs, ReduceOp::Sum), 1,
+                              700 * static_cast<int64_t>(me), 700),
+                   "reduce_scatter along dim 1");
+    // all_gather along dim 1, uneven.
+    const std::vector<int64_t> widths = {300, 1, 999};
+    Tensor piece =
+        sampleTensor(::dtorch::wire::F64, {11, widths[me]}, 70 + rank);
+    Tensor gathered = Tensor::empty(::dtorch::wire::F64, {11, 1300});
+    c.all_gather(piece, gathered, group, 1, widths);
+    std::vector<Tensor> pieces;
+    for (size_t j = 0; j < group.size(); ++j)
+      pieces.push_back(sampleTensor(::dtorch::wire::F64, {11, widths[j]},
+                                    70 + static_cast<unsigned>(group[j])));
+    expectSameBits(gathered, concatAlong(pieces, 1), "all_gather along dim 1");
+    // broadcast of many rounds.
+    Tensor b =
+        rank == 1 ? sampleTensor(::dtorch::wire::I64, {9999}, 90) : Tensor();
+    Tensor bout = Tensor::empty(::dtorch::wire::I64, {9999});
+    c.broadcast(b, bout, group, 1);
+    expectSameBits(bout, sampleTensor(::dtorch::wire::I64, {9999}, 90),
+                   "broadcast");
+    // 0 -> 1: tag 5 (7 chunks) then tag 6; 1 takes tag 6 first.
+    if (rank == 0) {
+      c.send(sampleTensor(::dtorch::wire::F32, {7000}, 5), 1, 5);
+      c.send(sampleTensor(::dtorch::wire::F32, {3}, 6), 1, 6);
+      c.send(sampleTensor(::dtorch::wire::F32, {0}, 7), 1, 7);
+    } else if (rank == 1) {
+      Tensor six = Tensor::empty(::dtorch::wire::F32, {3});
+      c.recv(six, 0, 6);
+      expectSameBits(six, sampleTensor(::dtorch::wire::F32, {3}, 6), "tag 6");
+      Tensor five = Tensor::empty(::dtorch::wire::F32, {7000});
+      c.recv(five, 0, 5);
+      expectSameBits(five, sampleTensor(::dtorch::wire::F32, {7000}, 5),
+                     "tag 5");
+      Tensor seven = Tensor::empty(::dtorch::wire::F32, {0});
+      c.recv(seven, 0, 7);
+    }
+  });
+}
+
+// A sender does not wait for its receiver while its buffer has room: eight
+// sends of one chunk each before the receiver starts, in both directions.
+TEST(IpcDeviceCollectives, SendsDoNotWaitForTheReceiver) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto comms = threadComms(2, store, smallRounds());
+  runRanks(2, [&](int rank) {
+    int peer = 1 - rank;
+    for (int i = 0; i < 4; ++i)
+      comms[rank]->send(sampleTensor(::dtorch::wire::F32, {1000},
+                                     static_cast<unsigned>(100 * rank + i)),
+                        peer, i);
+    for (int i = 0; i < 4; ++i) {
+      Tensor got = Tensor::empty(::dtorch::wire::F32, {1000});
+      comms[rank]->recv(got, peer, i);
+      expectSameBits(got,
+                     sampleTensor(::dtorch::wire::F32, {1000},
+                                  static_cast<unsigned>(100 * peer + i)),
+                     "message " + std::to_string(i));
+    }
+  });
+}
+
+TEST(IpcDeviceCollectives, AMissingMemberIsNamedAtTheDeadline) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto comms = threadComms(3, store, smallRounds(300ms));
+  // Rank 2 takes part in the first call, then never comes back.
+  runRanks(3, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {10}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {10});
+    comms[rank]->all_reduce(x, out, {0, 1, 2}, ReduceOp::Sum);
+  });
+  runRanks(2, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {10}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {10});
+    auto start = std::chrono::steady_clock::now();
+    expectRuntimeError(
+        [&] { comms[rank]->all_reduce(x, out, {0, 1, 2}, ReduceOp::Sum); },
+        {"all_reduce on group", "timed out", "rank(s) 2"});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    // The group is unusable afterwards, with the reason.
+    expectRuntimeError(
+        [&] { comms[rank]->all_reduce(x, out, {0, 1, 2}, ReduceOp::Sum); },
+        {"unusable", "timed out"});
+  });
+  // A receiver whose sender never sends.
+  expectRuntimeError(
+      [&] {
+        Tensor out = Tensor::empty(::dtorch::wire::F32, {4});
+        comms[0]->recv(out, 1, 3);
+      },
+      {"recv of rank 0", "rank 1"});
+}
+
+TEST(IpcDeviceCollectives, ADeadProcessIsReportedAtOnce) {
+  StoreDirectory dir;
+  auto codes = runProcesses(2, [&](int process) {
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comm = makeIpcDeviceCommunicator(process, hostDeviceIpc(), store,
+                                          smallRounds(30s));
+    Tensor x = sampleTensor(::dtorch::wire::F32, {100}, 3);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {100});
+    comm->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+    if (process == 1)
+      _exit(0); // dies between two calls
+    auto start = std::chrono::steady_clock::now();
+    expectRuntimeError([&] { comm->all_reduce(x, out, {0, 1}, ReduceOp::Sum); },
+                       {"rank 1", "died"});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  });
+  expectAllSucceeded(codes);
+}
+
+TEST(IpcDeviceCollectives, APeerDeclaredDeadFailsTheCallAtOnce) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto health = std::make_shared<PeerHealth>();
+  IpcDeviceOptions options = smallRounds(30s);
+  options.health = health;
+  auto comms = threadComms(2, store, options);
+  runRanks(2, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {10}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {10});
+    comms[rank]->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+  });
+  // Rank 0 waits in its call; rank 1 is declared dead meanwhile.
+  std::thread declare([&] {
+    std::this_thread::sleep_for(100ms);
+    health->declareDead({1}, "its worker exited");
+  });
+  auto start = std::chrono::steady_clock::now();
+  Tensor x = sampleTensor(::dtorch::wire::F32, {10}, 1);
+  Tensor out = Tensor::empty(::dtorch::wire::F32, {10});
+  expectRuntimeError(
+      [&] { comms[0]->all_reduce(x, out, {0, 1}, ReduceOp::Sum); },
+      {"rank 1", "its worker exited"});
+  declare.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  // Later calls fail before waiting.
+  expectRuntimeError([&] { comms[0]->all_gather(x, out, {0, 1}, 0, {5, 5}); },
+                     {"rank 1", "its worker exited"});
+}
+
+TEST(IpcDeviceCollectives, MembersThatDisagreeFail) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto comms = threadComms(2, store, smallRounds(5s));
+  std::vector<std::string> errors(2);
+  runRanks(2, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {8}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {8});
+    try {
+      if (rank == 0)
+        comms[0]->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+      else
+        comms[1]->all_reduce(x, out, {0, 1}, ReduceOp::Max);
+    } catch (const RuntimeError &error) {
+      errors[rank] = error.what();
+    }
+  });
+  for (const std::string &error : errors)
+    EXPECT_NE(error.find("another collective"), std::string::npos) << error;
+}
+
+// A world restart changes the prefix: the next calls meet under the new
+// keys (the old group's counters are forgotten).
+TEST(IpcDeviceCollectives, ANewPrefixStartsAfresh) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  auto generation = std::make_shared<std::atomic<int>>(1);
+  IpcDeviceOptions options = smallRounds();
+  options.currentPrefix = [generation] {
+    return "gpuipc-g" + std::to_string(generation->load());
+  };
+  auto comms = threadComms(2, store, options);
+  auto allReduce = [&](int rank, unsigned seed) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {5000}, seed + rank);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {5000});
+    comms[rank]->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+    expectSameBits(
+        out,
+        referenceReduce({sampleTensor(::dtorch::wire::F32, {5000}, seed),
+                         sampleTensor(::dtorch::wire::F32, {5000}, seed + 1)},
+                        ReduceOp::Sum),
+        "after generation " + std::to_string(generation->load()));
+  };
+  runRanks(2, [&](int rank) { allReduce(rank, 10); });
+  generation->store(2);
+  runRanks(2, [&](int rank) { allReduce(rank, 20); });
+  bool sawNew = false;
+  for (const std::string &key : store->keys())
+    sawNew = sawNew || key.rfind("gpuipc-g2/group/", 0) == 0;
+  EXPECT_TRUE(sawNew);
+}
+
+// The path of a group from where its members compute, and the router
+// sending each group along it: device ipc for members of different
+// processes of one host on one device.
+TEST(IpcDeviceCollectives, TheRouterSendsCrossProcessGroupsOfOneDeviceHere) {
+  std::vector<MemberPlacement> placed = {
+      {"h", "p0", 0}, {"h", "p1", 0}, {"h", "p1", 1}, {"g", "p2", 0}};
+  auto pathOf = [&](const Group &g) {
+    return collectivePathOf(g, [&](int64_t r) { return placed[r]; });
+  };
+  EXPECT_EQ(pathOf({0, 1}), CollectivePath::CrossProcessDevice);
+  EXPECT_EQ(pathOf({1, 2}), CollectivePath::DeviceCommunicator);
+  EXPECT_EQ(pathOf({0, 1, 2}), CollectivePath::Host);
+  EXPECT_EQ(pathOf({0, 3}), CollectivePath::DeviceCommunicator);
+  EXPECT_STREQ(collectivePathName(CollectivePath::CrossProcessDevice),
+               "device ipc");
+
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  FakeCollectiveHub host(2, 10s);
+  std::vector<std::unique_ptr<Communicator>> hostComms;
+  for (int r = 0; r < 2; ++r)
+    hostComms.push_back(host.communicator(r));
+  auto ipcPath = [](const Group &) {
+    return CollectivePath::CrossProcessDevice;
+  };
+  std::vector<std::unique_ptr<DeviceCollectiveRouter>> routers;
+  for (int r = 0; r < 2; ++r)
+    routers.push_back(std::make_unique<DeviceCollectiveRouter>(
+        r, ipcPath, nullptr, nullptr, hostComms[r].get(),
+        makeIpcDeviceCommunicator(r, hostDeviceIpc(), store, smallRounds())));
+  runRanks(2, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {3000}, 4 + rank);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {3000});
+    routers[rank]->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+    expectSameBits(
+        out,
+        referenceReduce({sampleTensor(::dtorch::wire::F32, {3000}, 4),
+                         sampleTensor(::dtorch::wire::F32, {3000}, 5)},
+                        ReduceOp::Sum),
+        "through the router");
+  });
+  // The segment keys show the call went through device ipc.
+  bool viaIpc = false;
+  for (const std::string &key : store->keys())
+    viaIpc = viaIpc || key == "gpuipc/group/0,1";
+  EXPECT_TRUE(viaIpc);
+  // Without an ipc communicator such groups go through the host.
+  DeviceCollectiveRouter noIpc(0, ipcPath, nullptr, nullptr,
+                               hostComms[0].get());
+  std::thread other([&] {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {4}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {4});
+    hostComms[1]->all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+  });
+  Tensor x = sampleTensor(::dtorch::wire::F32, {4}, 1);
+  Tensor out = Tensor::empty(::dtorch::wire::F32, {4});
+  noIpc.all_reduce(x, out, {0, 1}, ReduceOp::Sum);
+  other.join();
+  expectSameBits(out, referenceReduce({x, x}, ReduceOp::Sum), "via the host");
+}
+
+} // namespace
+} // namespace dtorch::rt::test
