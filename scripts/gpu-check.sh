@@ -13,6 +13,9 @@
 #   - the NCCL communicator's tests (cuda_kernel_tests NcclCommunicator.*:
 #     one rank per GPU; a world of one on a single GPU) and
 #     nccl_allreduce_bench: float32 all_reduce bandwidth, one rank per GPU;
+#   - cuda_ipc_tests: collectives between processes sharing one GPU (CUDA
+#     IPC), every collective bit for bit, and all_reduce of 2 processes on
+#     one GPU through device ipc next to the host path and NCCL;
 #   - test_cuda_device.py: a "cuda" mesh of dtorch-worker processes computing
 #     on the GPU (device chosen from the mesh) against the CPU.
 # Fails at once with "no GPU" where there is none. Budget: 8 minutes.
@@ -136,6 +139,33 @@ if [ -x "$BUILD/bin/nccl_allreduce_bench" ]; then
     STATUS=1
     row "nccl_allreduce_bench" FAILED "$(tail -1 /tmp/gpu-check-nccl-bench.log)"
   fi
+fi
+# Collectives between processes that share one GPU (CUDA IPC): every
+# collective bit for bit on 4 processes of GPU 0, then float32 all_reduce of
+# 2 processes on GPU 0 through device ipc next to the host path (pinned
+# copies + host shared memory) in the same run, and next to NCCL with one
+# rank per GPU (nccl_allreduce_bench above; NCCL refuses two ranks of one
+# GPU).
+if [ -x "$BUILD/bin/cuda_ipc_tests" ]; then
+  t=$(date +%s)
+  timeout 300 "$BUILD/bin/cuda_ipc_tests" > /tmp/gpu-check-ipc.log 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "SKIPPED \]" /tmp/gpu-check-ipc.log; then
+    row "cuda_ipc_tests" ok "$(elapsed "$t"); every collective and dtype on 4 processes of one GPU, bitwise"
+    while read -r _ mib ipcms hostms ipcbw hostbw; do
+      nccl=$(grep -E "^all_reduce " /tmp/gpu-check-nccl-bench.log 2>/dev/null |
+        awk -v m="$mib" '$3 == m {printf "; NCCL %s rank(s) %s ms (%s GB/s)", $2, $4, $5; exit}')
+      speedup=$(awk -v a="$hostms" -v b="$ipcms" 'BEGIN {printf "%.1f", a / b}')
+      row "  all_reduce f32 ${mib} MiB, 2 procs/GPU" "" "device ipc $ipcms ms ($ipcbw GB/s), host path $hostms ms ($hostbw GB/s), x$speedup${nccl}"
+    done < <(grep -E "^ipc_allreduce " /tmp/gpu-check-ipc.log)
+  else
+    STATUS=1
+    grep -E "Failure|FAILED|Skipped|no CUDA device|process [0-9]" /tmp/gpu-check-ipc.log | head -10
+    row "cuda_ipc_tests" FAILED "rc $rc, log /tmp/gpu-check-ipc.log"
+  fi
+else
+  STATUS=1
+  row "cuda_ipc_tests" MISSING "$BUILD/bin/cuda_ipc_tests not built"
 fi
 t=$(date +%s)
 if PYTHONPATH=$ROOT/python timeout 180 python3 -m pytest -q test/python/test_cuda_device.py \

@@ -1,10 +1,12 @@
 #include "CudaDevice.h"
 #include "CudaGeneratedKernels.h"
+#include "CudaIpc.h"
 
 #ifdef DTORCH_HAVE_NCCL
 #include "NcclCommunicator.h"
 #endif
 #include "CudaLaunch.h"
+#include "dtorch/runtime/DeviceIpc.h"
 #include "dtorch/runtime/DevicePlacement.h"
 
 #include "dtorch/runtime/Allocator.h"
@@ -331,6 +333,10 @@ void registerCudaBackend() {
     };
     registerDeviceProvider("cuda", std::move(provider));
     registerCudaKernels(KernelRegistry::global());
+    // Collectives between processes sharing a GPU (IpcDeviceCollectives.h).
+    registerDeviceIpc("cuda", [](Device &device) -> DeviceIpc & {
+      return cudaDeviceIpc(asCuda(device));
+    });
 #ifdef DTORCH_HAVE_NCCL
     registerDeviceCommunicatorFactory(
         "cuda",

@@ -9,6 +9,7 @@
 #include "dtorch/runtime/Checkpoint.h"
 #include "dtorch/runtime/GlooCollectives.h"
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
+#include "dtorch/runtime/IpcDeviceCollectives.h"
 #include "dtorch/runtime/PeerHealth.h"
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/Security.h"
@@ -335,11 +336,18 @@ private:
   struct HostedOrdinals {
     std::mutex mutex;
     std::map<int64_t, int32_t> byRank;
+    // Every rank of the device meshes uploaded so far, hosted or not: the
+    // routers copy through device ipc among processes of this host on one
+    // GPU (IpcDeviceCollectives.h).
+    std::map<int64_t, int32_t> allByRank;
   };
   std::shared_ptr<HostedOrdinals> hostedOrdinals_ =
       std::make_shared<HostedOrdinals>();
   std::unique_ptr<Communicator> sharedGpuRouter(int rank, Device &device,
                                                 Communicator *host);
+  // Whether every member of `group` runs on this host, as the host
+  // shared-memory transport of hosted rank `rank` decides it.
+  bool groupOnThisHost(int rank, const Group &group);
   // Ranks the controller declared lost (PeersLost); the communicators give
   // up waiting for them. Cleared by a reset (the lost workers were
   // replaced).
@@ -432,28 +440,69 @@ std::unique_ptr<Communicator> Worker::sharedGpuRouter(int rank, Device &device,
   if (const char *v = std::getenv("DTORCH_SHARED_GPU_COPIES");
       v && std::string(v) == "0")
     return nullptr; // every collective of such meshes through the host
-  // Device copies for a group of hosted ranks on one GPU; the host for any
+  // Device copies for a group of hosted ranks on one GPU; device ipc for a
+  // group of ranks of several processes of this host on one GPU (unless
+  // $DTORCH_GPU_IPC=0 or the backend has no DeviceIpc); the host for any
   // other group (a member elsewhere, or some members on their own GPUs).
   auto ordinals = hostedOrdinals_;
   int64_t first = options_.firstRank, end = first + options_.numRanks;
-  auto pathOf = [ordinals, first, end](const Group &group) {
-    std::lock_guard<std::mutex> lock(ordinals->mutex);
+  DeviceIpc *ipc = ipcDeviceCollectivesWanted() ? deviceIpcOf(device) : nullptr;
+  auto pathOf = [this, rank, ordinals, first, end,
+                 ipcOn = ipc != nullptr](const Group &group) {
     std::vector<MemberPlacement> placed;
-    for (int64_t member : group) {
-      auto it = ordinals->byRank.find(member);
-      if (member < first || member >= end || it == ordinals->byRank.end())
-        return CollectivePath::Host;
-      placed.push_back({"", "", it->second});
+    bool hosted = true;
+    {
+      std::lock_guard<std::mutex> lock(ordinals->mutex);
+      for (int64_t member : group) {
+        bool mine = member >= first && member < end;
+        auto it = ordinals->allByRank.find(member);
+        if (it == ordinals->allByRank.end())
+          return CollectivePath::Host;
+        hosted &= mine;
+        // Processes are told apart by hosted or not: a group whose
+        // members are all hosted is one process.
+        placed.push_back({"", mine ? "this" : "other", it->second});
+      }
     }
     CollectivePath path = collectivePathOf(group, [&](int64_t member) {
       return placed[groupIndexOf(group, member)];
     });
-    return path == CollectivePath::SharedDevice ? path : CollectivePath::Host;
+    if (path == CollectivePath::SharedDevice && hosted)
+      return path;
+    if (path == CollectivePath::CrossProcessDevice && ipcOn &&
+        groupOnThisHost(rank, group))
+      return path;
+    return CollectivePath::Host;
   };
+  std::unique_ptr<Communicator> ipcComm;
+  if (ipc) {
+    IpcDeviceOptions options;
+    options.deadline = options_.collectiveTimeout;
+    options.health = health_;
+    options.prefix = generationPrefix("gpuipc", 0);
+    options.currentPrefix = [this] {
+      std::lock_guard<std::mutex> lock(generationMutex_);
+      return generationPrefix("gpuipc", generation_ ? generation_->number : 0);
+    };
+    ipcComm = makeIpcDeviceCommunicator(rank, *ipc, store_, options);
+  }
   return std::make_unique<DeviceCollectiveRouter>(
       rank, pathOf, nullptr,
       makeSharedDeviceCommunicator(rank, device, options_.collectiveTimeout),
-      host);
+      host, std::move(ipcComm));
+}
+
+bool Worker::groupOnThisHost(int rank, const Group &group) {
+  HostSharedMemoryCommunicator *hostComm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(generationMutex_);
+    if (!generation_)
+      return false;
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (ranks_[i]->rank == rank && i < generation_->hostComms.size())
+        hostComm = generation_->hostComms[i].get();
+  }
+  return hostComm && hostComm->sameHost(group);
 }
 
 void Worker::startGloo() {
@@ -668,11 +717,14 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
                 std::to_string(meshRanks.size()) + " positions";
     if (invalid.empty() && onDevice && mesh) {
       std::lock_guard<std::mutex> lock(hostedOrdinals_->mutex);
-      for (size_t i = 0; i < meshRanks.size(); ++i)
+      for (size_t i = 0; i < meshRanks.size(); ++i) {
         if (meshRanks[i] >= options_.firstRank &&
             meshRanks[i] < options_.firstRank + options_.numRanks)
           hostedOrdinals_->byRank[meshRanks[i]] =
               upload.device_ordinals(static_cast<int>(i));
+        hostedOrdinals_->allByRank[meshRanks[i]] =
+            upload.device_ordinals(static_cast<int>(i));
+      }
     }
     auto classes = std::make_shared<std::vector<const wire::Program *>>();
     for (const wire::Program &program : upload.programs())
