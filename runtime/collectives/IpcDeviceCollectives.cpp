@@ -99,12 +99,33 @@ std::vector<int64_t> prefixSums(const std::vector<int64_t> &sizes) {
   return sums;
 }
 
-// A peer rank's arena and event, mapped into this process.
+// A peer rank's arena and event, mapped into this process (`local`: the
+// peer is a rank of this process, its arena used as it is).
 struct PeerArena {
   void *arena = nullptr;
   size_t bytes = 0;
-  std::unique_ptr<IpcEvent> event;
+  bool local = false;
+  std::shared_ptr<IpcEvent> event;
 };
+
+// What the communicators of this process exported, by handle: a member in
+// the same process uses the memory and the event as they are (CUDA opens no
+// handle in the process that exported it).
+struct LocalExports {
+  std::mutex mutex;
+  std::map<std::string, void *> memory;
+  std::map<std::string, std::weak_ptr<IpcEvent>> events;
+};
+LocalExports &localExports() {
+  static auto *exports = new LocalExports;
+  return *exports;
+}
+void *localMemory(const std::string &handle) {
+  LocalExports &e = localExports();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  auto it = e.memory.find(handle);
+  return it == e.memory.end() ? nullptr : it->second;
+}
 
 // One group, as this rank sees it.
 struct Channel {
@@ -122,8 +143,10 @@ struct PairChannel {
   std::unique_ptr<Segment> segment;
   uint32_t chunks = 0; // chunks posted (sender) or taken (receiver)
   std::string broken;
-  // Sender: its buffer; receiver: the sender's, mapped.
+  // Sender: its buffer; receiver: the sender's, mapped (or, `localBuffer`,
+  // a rank of this process's as it is).
   void *buffer = nullptr;
+  bool localBuffer = false;
   size_t bufferBytes = 0;
   // Receiver: messages read past while looking for another tag.
   std::map<int64_t, std::deque<Tensor>> stash;
@@ -160,6 +183,14 @@ public:
 
   ~IpcDeviceComm() override {
     dropAll();
+    {
+      LocalExports &e = localExports();
+      std::lock_guard<std::mutex> lock(e.mutex);
+      e.memory.erase(arenaHandle_);
+      e.events.erase(eventHandle_);
+      for (auto &[peer, handle] : sendHandles_)
+        e.memory.erase(handle);
+    }
     if (arena_)
       ipc_.freeExported(arena_, arenaBytes());
     for (auto &[peer, buffer] : sendBuffers_)
@@ -492,11 +523,11 @@ private:
   void dropAll() {
     channels_.clear();
     for (auto &[key, pc] : pairs_)
-      if (pc->buffer && key.second == rank_) // a peer's buffer, mapped
-        ipc_.closePeer(pc->buffer, pc->bufferBytes);
+      if (pc->buffer && key.second == rank_ && !pc->localBuffer)
+        ipc_.closePeer(pc->buffer, pc->bufferBytes); // a peer's, mapped
     pairs_.clear();
     for (auto &[rank, peer] : peers_)
-      if (peer->arena)
+      if (peer->arena && !peer->local)
         ipc_.closePeer(peer->arena, peer->bytes);
     peers_.clear();
   }
@@ -511,6 +542,10 @@ private:
       arenaHandle_ = memory;
       event_ = ipc_.newExportedEvent(event);
       eventHandle_ = event;
+      LocalExports &e = localExports();
+      std::lock_guard<std::mutex> lock(e.mutex);
+      e.memory[arenaHandle_] = arena_;
+      e.events[eventHandle_] = event_;
     }
     store_->set(prefix_ + "/arena/" + std::to_string(rank_),
                 std::to_string(arenaBytes()) + "\n" + ipc_.deviceIdentity() +
@@ -554,12 +589,25 @@ private:
                          std::to_string(arenaBytes()) +
                          " (members disagree on the chunk size)");
     auto made = std::make_unique<PeerArena>();
-    made->arena = ipc_.openPeer(parts[2], bytes);
     made->bytes = bytes;
-    made->event = ipc_.openPeerEvent(parts[3]);
+    {
+      LocalExports &e = localExports();
+      std::lock_guard<std::mutex> lock(e.mutex);
+      auto memory = e.memory.find(parts[2]);
+      auto event = e.events.find(parts[3]);
+      if (memory != e.memory.end() && event != e.events.end()) {
+        made->arena = memory->second;
+        made->event = event->second.lock();
+        made->local = made->event != nullptr;
+      }
+    }
+    if (!made->local) {
+      made->arena = ipc_.openPeer(parts[2], bytes);
+      made->event = ipc_.openPeerEvent(parts[3]);
+    }
     {
       std::lock_guard<std::mutex> lock(statsMutex_);
-      ++stats_.peersOpened;
+      ++(made->local ? stats_.peersInProcess : stats_.peersOpened);
     }
     return *peers_.emplace(peer, std::move(made)).first->second;
   }
@@ -645,6 +693,9 @@ private:
           std::string handle;
           buffer = ipc_.allocateExported(pairBytes(), handle);
           sendHandles_[to] = handle;
+          LocalExports &e = localExports();
+          std::lock_guard<std::mutex> lock(e.mutex);
+          e.memory[handle] = buffer;
         }
         pc->buffer = buffer;
         pc->bufferBytes = pairBytes();
@@ -665,11 +716,15 @@ private:
                              " sends through " + std::to_string(bytes) +
                              " bytes, " + std::to_string(pairBytes()) +
                              " expected (members disagree on the chunk)");
-        pc->buffer = ipc_.openPeer(parts[1], bytes);
+        pc->buffer = localMemory(parts[1]);
+        pc->localBuffer = pc->buffer != nullptr;
+        if (!pc->buffer)
+          pc->buffer = ipc_.openPeer(parts[1], bytes);
         pc->bufferBytes = bytes;
       }
+      // The peer's event, which orders the chunks, is opened when first
+      // waited for: a sender with room in its buffer waits for nothing.
       pc->segment->setHealth(options_.health.get());
-      peerArena(peer); // the peer's event orders the chunks
     } catch (const std::exception &error) {
       throw RuntimeError(std::string(op) + " of rank " + std::to_string(rank_) +
                          " with rank " + std::to_string(peer) +
@@ -1004,7 +1059,7 @@ private:
   bool published_ = false;
   char *arena_ = nullptr;
   std::string arenaHandle_, eventHandle_;
-  std::unique_ptr<IpcEvent> event_;
+  std::shared_ptr<IpcEvent> event_;
   std::map<Group, std::unique_ptr<Channel>> channels_;
   std::map<int64_t, std::unique_ptr<PeerArena>> peers_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PairChannel>> pairs_;

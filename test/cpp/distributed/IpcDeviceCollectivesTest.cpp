@@ -54,8 +54,28 @@ TEST(IpcDeviceCollectives, EveryCollectiveAndDtypeOnFourThreads) {
   IpcDeviceStats stats = comms[0]->stats();
   EXPECT_GT(stats.collectives, 100u);
   EXPECT_GT(stats.rounds, stats.collectives);
-  EXPECT_EQ(stats.peersOpened, 3u);
+  // Threads of one process use each other's arenas as they are.
+  EXPECT_EQ(stats.peersOpened, 0u);
+  EXPECT_EQ(stats.peersInProcess, 3u);
   EXPECT_GT(comms[1]->stats().messages, 0u);
+}
+
+// Two processes of two ranks each (as dtorch-worker hosts several ranks):
+// a member in the same process is used as it is, the others are opened.
+TEST(IpcDeviceCollectives, EveryCollectiveOnTwoProcessesOfTwoRanks) {
+  StoreDirectory dir;
+  auto codes = runProcesses(2, [&](int process) {
+    auto store = std::make_shared<FileKeyValueStore>(dir.path);
+    auto comms = threadComms(2, store, smallRounds(), 2 * process);
+    for (DType dtype : everyDtype())
+      runRanks(2, [&](int r) {
+        runEveryCollective(*comms[r], 2 * process + r, dtype);
+      });
+    IpcDeviceStats stats = comms[0]->stats();
+    EXPECT_EQ(stats.peersInProcess, 1u);
+    EXPECT_EQ(stats.peersOpened, 2u);
+  });
+  expectAllSucceeded(codes);
 }
 
 TEST(IpcDeviceCollectives, EveryCollectiveOnFourProcesses) {
@@ -72,6 +92,7 @@ TEST(IpcDeviceCollectives, EveryCollectiveOnFourProcesses) {
             runEveryCollective(*fake.communicator(rank), rank, dtype);
       });
       std::vector<Tensor> actual = runEveryCollective(*comm, process, dtype);
+      EXPECT_EQ(comm->stats().peersOpened, 3u);
       ASSERT_EQ(actual.size(), expected[process].size());
       for (size_t i = 0; i < actual.size(); ++i)
         expectSameBits(actual[i], expected[process][i],
@@ -160,11 +181,35 @@ TEST(IpcDeviceCollectives, LongStreamsAndPointToPoint) {
   });
 }
 
-// A sender does not wait for its receiver while its buffer has room: eight
-// sends of one chunk each before the receiver starts, in both directions.
+// A sender does not wait for its receiver while its buffer has room: the
+// receiver has not touched its communicator when four sends of one chunk
+// each return; then both directions at once.
 TEST(IpcDeviceCollectives, SendsDoNotWaitForTheReceiver) {
   auto store = std::make_shared<InMemoryKeyValueStore>();
-  auto comms = threadComms(2, store, smallRounds());
+  auto comms = threadComms(2, store, smallRounds(10s));
+  std::atomic<bool> sent{false};
+  runRanks(2, [&](int rank) {
+    if (rank == 0) {
+      for (int i = 0; i < 4; ++i)
+        comms[0]->send(
+            sampleTensor(::dtorch::wire::F32, {1000}, static_cast<unsigned>(i)),
+            1, i);
+      sent = true;
+      return;
+    }
+    auto until = std::chrono::steady_clock::now() + 5s;
+    while (!sent && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(sent) << "the sends waited for the receiver";
+    for (int i = 0; i < 4; ++i) {
+      Tensor got = Tensor::empty(::dtorch::wire::F32, {1000});
+      comms[1]->recv(got, 0, i);
+      expectSameBits(
+          got,
+          sampleTensor(::dtorch::wire::F32, {1000}, static_cast<unsigned>(i)),
+          "message " + std::to_string(i));
+    }
+  });
   runRanks(2, [&](int rank) {
     int peer = 1 - rank;
     for (int i = 0; i < 4; ++i)
@@ -177,7 +222,7 @@ TEST(IpcDeviceCollectives, SendsDoNotWaitForTheReceiver) {
       expectSameBits(got,
                      sampleTensor(::dtorch::wire::F32, {1000},
                                   static_cast<unsigned>(100 * peer + i)),
-                     "message " + std::to_string(i));
+                     "message " + std::to_string(i) + " both ways");
     }
   });
 }

@@ -7,7 +7,9 @@
 // area of `chunkBytes` each) and one interprocess event, through DeviceIpc
 // (DeviceIpc.h: CUDA IPC on a GPU, host memory in tests), and publishes
 // their handles in the rendezvous store (`prefix`/arena/RANK); a member
-// opens another's arena and event the first time they share a group. A
+// opens another's arena and event the first time they share a group (a
+// member of its own process: it uses them as they are, since CUDA opens no
+// handle in the process that exported it). A
 // group's members meet in a small host shared-memory segment (the
 // hostshm segment of HostSharedMemoryCollectives, created by the group's
 // first member, found through the store) whose counters sequence the rounds:
@@ -78,11 +80,12 @@ struct IpcDeviceOptions {
 
 // Counters of one communicator, for tests and benchmarks.
 struct IpcDeviceStats {
-  uint64_t collectives = 0; // collective calls completed
-  uint64_t rounds = 0;      // rounds of those calls
-  uint64_t bytes = 0;       // bytes of this rank's streams
-  uint64_t peersOpened = 0; // peer arenas mapped
-  uint64_t messages = 0;    // sends and receives completed
+  uint64_t collectives = 0;    // collective calls completed
+  uint64_t rounds = 0;         // rounds of those calls
+  uint64_t bytes = 0;          // bytes of this rank's streams
+  uint64_t peersOpened = 0;    // peer arenas mapped (other processes)
+  uint64_t peersInProcess = 0; // peers of this process, used as they are
+  uint64_t messages = 0;       // sends and receives completed
 };
 
 class IpcDeviceCommunicator : public Communicator {
