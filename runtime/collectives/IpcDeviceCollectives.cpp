@@ -99,32 +99,97 @@ std::vector<int64_t> prefixSums(const std::vector<int64_t> &sizes) {
   return sums;
 }
 
-// A peer rank's arena and event, mapped into this process (`local`: the
-// peer is a rank of this process, its arena used as it is).
+// A peer rank's arena and event, mapped into this process (or, when the
+// peer is a rank of this process, its own).
 struct PeerArena {
   void *arena = nullptr;
   size_t bytes = 0;
+  std::string handle; // of the memory, to release it
   bool local = false;
   std::shared_ptr<IpcEvent> event;
 };
 
-// What the communicators of this process exported, by handle: a member in
-// the same process uses the memory and the event as they are (CUDA opens no
-// handle in the process that exported it).
-struct LocalExports {
-  std::mutex mutex;
-  std::map<std::string, void *> memory;
-  std::map<std::string, std::weak_ptr<IpcEvent>> events;
+// Memory and events by handle, for the whole process: what its
+// communicators exported (a member of the same process uses them as they
+// are: CUDA opens no handle in the process that exported it) and what they
+// opened of other processes (once per process, as CUDA allows, closed when
+// the last user lets go).
+class ProcessHandles {
+public:
+  void exportedMemory(const std::string &handle, void *data) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    own_[handle] = data;
+  }
+  void exportedEvent(const std::string &handle,
+                     const std::shared_ptr<IpcEvent> &event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_[handle] = event;
+  }
+  void forget(const std::string &handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    own_.erase(handle);
+    events_.erase(handle);
+  }
+  // The memory behind `handle`: this process's own (`local`), or opened
+  // through `ipc` on first use.
+  void *acquire(DeviceIpc &ipc, const std::string &handle, size_t bytes,
+                bool &local) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto own = own_.find(handle);
+    local = own != own_.end();
+    if (local)
+      return own->second;
+    Opened &opened = opened_[handle];
+    if (opened.users == 0) {
+      try {
+        opened.data = ipc.openPeer(handle, bytes);
+      } catch (...) {
+        opened_.erase(handle);
+        throw;
+      }
+      opened.bytes = bytes;
+    }
+    ++opened.users;
+    return opened.data;
+  }
+  void release(DeviceIpc &ipc, const std::string &handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = opened_.find(handle);
+    if (it == opened_.end())
+      return; // this process's own
+    if (--it->second.users == 0) {
+      ipc.closePeer(it->second.data, it->second.bytes);
+      opened_.erase(it);
+    }
+  }
+  // The event behind `handle`: this process's own, or opened through `ipc`
+  // while no communicator of the process holds it.
+  std::shared_ptr<IpcEvent> event(DeviceIpc &ipc, const std::string &handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::weak_ptr<IpcEvent> &slot = events_[handle];
+    std::shared_ptr<IpcEvent> event = slot.lock();
+    if (!event) {
+      event = ipc.openPeerEvent(handle);
+      slot = event;
+    }
+    return event;
+  }
+
+private:
+  struct Opened {
+    void *data = nullptr;
+    size_t bytes = 0;
+    int users = 0;
+  };
+  std::mutex mutex_;
+  std::map<std::string, void *> own_;
+  std::map<std::string, std::weak_ptr<IpcEvent>> events_;
+  std::map<std::string, Opened> opened_;
 };
-LocalExports &localExports() {
-  static auto *exports = new LocalExports;
-  return *exports;
-}
-void *localMemory(const std::string &handle) {
-  LocalExports &e = localExports();
-  std::lock_guard<std::mutex> lock(e.mutex);
-  auto it = e.memory.find(handle);
-  return it == e.memory.end() ? nullptr : it->second;
+
+ProcessHandles &processHandles() {
+  static auto *handles = new ProcessHandles;
+  return *handles;
 }
 
 // One group, as this rank sees it.
@@ -143,10 +208,10 @@ struct PairChannel {
   std::unique_ptr<Segment> segment;
   uint32_t chunks = 0; // chunks posted (sender) or taken (receiver)
   std::string broken;
-  // Sender: its buffer; receiver: the sender's, mapped (or, `localBuffer`,
-  // a rank of this process's as it is).
+  // Sender: its buffer; receiver: the sender's, mapped (or, when the sender
+  // is a rank of this process, its own).
   void *buffer = nullptr;
-  bool localBuffer = false;
+  std::string bufferHandle; // receiver: to release it
   size_t bufferBytes = 0;
   // Receiver: messages read past while looking for another tag.
   std::map<int64_t, std::deque<Tensor>> stash;
@@ -183,14 +248,10 @@ public:
 
   ~IpcDeviceComm() override {
     dropAll();
-    {
-      LocalExports &e = localExports();
-      std::lock_guard<std::mutex> lock(e.mutex);
-      e.memory.erase(arenaHandle_);
-      e.events.erase(eventHandle_);
-      for (auto &[peer, handle] : sendHandles_)
-        e.memory.erase(handle);
-    }
+    processHandles().forget(arenaHandle_);
+    processHandles().forget(eventHandle_);
+    for (auto &[peer, handle] : sendHandles_)
+      processHandles().forget(handle);
     if (arena_)
       ipc_.freeExported(arena_, arenaBytes());
     for (auto &[peer, buffer] : sendBuffers_)
@@ -523,12 +584,12 @@ private:
   void dropAll() {
     channels_.clear();
     for (auto &[key, pc] : pairs_)
-      if (pc->buffer && key.second == rank_ && !pc->localBuffer)
-        ipc_.closePeer(pc->buffer, pc->bufferBytes); // a peer's, mapped
+      if (!pc->bufferHandle.empty())
+        processHandles().release(ipc_, pc->bufferHandle);
     pairs_.clear();
     for (auto &[rank, peer] : peers_)
-      if (peer->arena && !peer->local)
-        ipc_.closePeer(peer->arena, peer->bytes);
+      if (!peer->handle.empty())
+        processHandles().release(ipc_, peer->handle);
     peers_.clear();
   }
 
@@ -542,10 +603,8 @@ private:
       arenaHandle_ = memory;
       event_ = ipc_.newExportedEvent(event);
       eventHandle_ = event;
-      LocalExports &e = localExports();
-      std::lock_guard<std::mutex> lock(e.mutex);
-      e.memory[arenaHandle_] = arena_;
-      e.events[eventHandle_] = event_;
+      processHandles().exportedMemory(arenaHandle_, arena_);
+      processHandles().exportedEvent(eventHandle_, event_);
     }
     store_->set(prefix_ + "/arena/" + std::to_string(rank_),
                 std::to_string(arenaBytes()) + "\n" + ipc_.deviceIdentity() +
@@ -590,21 +649,9 @@ private:
                          " (members disagree on the chunk size)");
     auto made = std::make_unique<PeerArena>();
     made->bytes = bytes;
-    {
-      LocalExports &e = localExports();
-      std::lock_guard<std::mutex> lock(e.mutex);
-      auto memory = e.memory.find(parts[2]);
-      auto event = e.events.find(parts[3]);
-      if (memory != e.memory.end() && event != e.events.end()) {
-        made->arena = memory->second;
-        made->event = event->second.lock();
-        made->local = made->event != nullptr;
-      }
-    }
-    if (!made->local) {
-      made->arena = ipc_.openPeer(parts[2], bytes);
-      made->event = ipc_.openPeerEvent(parts[3]);
-    }
+    made->arena = processHandles().acquire(ipc_, parts[2], bytes, made->local);
+    made->handle = parts[2];
+    made->event = processHandles().event(ipc_, parts[3]);
     {
       std::lock_guard<std::mutex> lock(statsMutex_);
       ++(made->local ? stats_.peersInProcess : stats_.peersOpened);
@@ -693,9 +740,7 @@ private:
           std::string handle;
           buffer = ipc_.allocateExported(pairBytes(), handle);
           sendHandles_[to] = handle;
-          LocalExports &e = localExports();
-          std::lock_guard<std::mutex> lock(e.mutex);
-          e.memory[handle] = buffer;
+          processHandles().exportedMemory(handle, buffer);
         }
         pc->buffer = buffer;
         pc->bufferBytes = pairBytes();
@@ -716,10 +761,9 @@ private:
                              " sends through " + std::to_string(bytes) +
                              " bytes, " + std::to_string(pairBytes()) +
                              " expected (members disagree on the chunk)");
-        pc->buffer = localMemory(parts[1]);
-        pc->localBuffer = pc->buffer != nullptr;
-        if (!pc->buffer)
-          pc->buffer = ipc_.openPeer(parts[1], bytes);
+        bool local = false;
+        pc->buffer = processHandles().acquire(ipc_, parts[1], bytes, local);
+        pc->bufferHandle = parts[1];
         pc->bufferBytes = bytes;
       }
       // The peer's event, which orders the chunks, is opened when first

@@ -63,6 +63,18 @@ public:
         3)
       throw RuntimeError("device ipc (host): malformed memory handle '" +
                          handle + "'");
+    // As CUDA: no handle opens in the process that exported it, and a
+    // handle opens once per process until closed.
+    if (pid == getpid())
+      throw RuntimeError("device ipc (host): handle '" + handle +
+                         "' was exported by this process");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto &[data, open] : opened_)
+        if (open == handle)
+          throw RuntimeError("device ipc (host): handle '" + handle +
+                             "' is already open in this process");
+    }
     if (size < bytes)
       throw RuntimeError("device ipc (host): handle '" + handle + "' has " +
                          std::to_string(size) + " bytes, " +
@@ -81,11 +93,15 @@ public:
       throw;
     }
     close(opened); // the mapping keeps the memory
+    std::lock_guard<std::mutex> lock(mutex_);
+    opened_[data] = handle;
     return data;
   }
 
   void closePeer(void *data, size_t bytes) override {
     munmap(data, bytes == 0 ? 1 : bytes);
+    std::lock_guard<std::mutex> lock(mutex_);
+    opened_.erase(data);
   }
 
   // CPU streams finish every operation before it returns: nothing to mark.
@@ -131,6 +147,7 @@ private:
 
   std::mutex mutex_;
   std::map<void *, int> fds_;
+  std::map<void *, std::string> opened_; // peer memory open here
 };
 
 std::mutex &registryMutex() {

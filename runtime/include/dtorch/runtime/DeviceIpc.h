@@ -51,7 +51,9 @@ public:
   virtual void *allocateExported(size_t bytes, std::string &handle) = 0;
   virtual void freeExported(void *data, size_t bytes) = 0;
   // Maps the memory behind `handle` (exported by another process) into this
-  // one; unmapped with closePeer. Throws RuntimeError when it cannot.
+  // one; unmapped with closePeer. Throws RuntimeError when it cannot, for a
+  // handle this process exported, and for one already open here (CUDA's
+  // rules, which the fake enforces too: callers share one opening).
   virtual void *openPeer(const std::string &handle, size_t bytes) = 0;
   virtual void closePeer(void *data, size_t bytes) = 0;
 
