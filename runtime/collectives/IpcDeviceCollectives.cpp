@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 namespace dtorch::rt {
 
@@ -507,6 +508,10 @@ public:
         pc.chunks = n + 1;
         seg.publish(seg.control(0).posted, pc.chunks);
       }
+      finishOnDevice([&] {
+        return "send of rank " + std::to_string(rank_) + " to rank " +
+               std::to_string(peer);
+      });
       countMessage();
     });
   }
@@ -524,6 +529,7 @@ public:
                            std::to_string(out.nbytes()) + " expected");
       copyFlat(static_cast<char *>(out.data()),
                static_cast<const char *>(message.data()), out.nbytes());
+      finishOnDevice([&] { return recvWhere(peer, tag); });
       countMessage();
       return;
     }
@@ -553,6 +559,7 @@ public:
           break;
         pc.stash[static_cast<int64_t>(first.call)].push_back(aside);
       }
+      finishOnDevice([&] { return recvWhere(peer, tag); });
       countMessage();
     });
   }
@@ -959,6 +966,7 @@ private:
     // Every member is done with this rank's arena before the next call.
     waitAll(ch, &MemberControl::done, g0 + static_cast<uint32_t>(total), op);
     ch.round = g0 + static_cast<uint32_t>(total);
+    finishOnDevice([&] { return where(ch, op); });
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.collectives;
   }
@@ -1011,6 +1019,30 @@ private:
       pc.segment->abort("rank " + std::to_string(rank_) + ": " + message);
       throw RuntimeError(std::string(op) + " of rank " + std::to_string(rank_) +
                          " with rank " + std::to_string(peer) + ": " + message);
+    }
+  }
+
+  // Returns once this rank's device work queued so far has finished, as the
+  // other device communicators do (the caller may free or reuse the input
+  // at once). Polled, with the deadline: work waiting on the event of a
+  // peer that died must not hang the rank.
+  void finishOnDevice(const std::function<std::string()> &where) {
+    Stream &stream = ipc_.device().currentStream();
+    if (!finished_)
+      finished_ = ipc_.device().newEvent();
+    stream.record(*finished_);
+    auto start = std::chrono::steady_clock::now();
+    for (int spins = 0; !finished_->done(); ++spins) {
+      if (std::chrono::steady_clock::now() - start > options_.deadline)
+        throw RuntimeError(where() +
+                           ": the device did not finish its copies "
+                           "within " +
+                           std::to_string(options_.deadline.count()) +
+                           " ms (a peer's event never completed)");
+      if (spins < 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 
@@ -1104,6 +1136,7 @@ private:
   char *arena_ = nullptr;
   std::string arenaHandle_, eventHandle_;
   std::shared_ptr<IpcEvent> event_;
+  std::unique_ptr<Event> finished_;
   std::map<Group, std::unique_ptr<Channel>> channels_;
   std::map<int64_t, std::unique_ptr<PeerArena>> peers_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PairChannel>> pairs_;

@@ -37,6 +37,11 @@
 // once the last chunk is posted (it waits only for a free chunk); the
 // receiver copies them out in order, keeping messages of other tags aside.
 //
+// A call returns once this rank's device work of it has finished (as the
+// other device communicators do: the caller may reuse its input at once),
+// polled with the deadline, so work stuck behind a dead peer's event is an
+// error, not a hang.
+//
 // Every wait has `deadline`; a member that misses it is named, a member
 // whose process died (pid and start time) or that `health` declares dead
 // is reported at once, and a failure inside a call aborts the group's
