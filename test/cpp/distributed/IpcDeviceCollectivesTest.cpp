@@ -6,7 +6,8 @@
 // point to point larger than the sender's buffer with tags out of order, a
 // missing member named at the deadline, a dead process and a peer declared
 // dead reported at once, members that disagree, a new prefix after a world
-// restart, and the router's choice of the path.
+// restart, device work that never finishes, and the router's choice of the
+// path.
 //
 // Its own binary: fork() is only safe while the process has one thread.
 #include "CollectiveReference.h"
@@ -304,6 +305,116 @@ TEST(IpcDeviceCollectives, APeerDeclaredDeadFailsTheCallAtOnce) {
   // Later calls fail before waiting.
   expectRuntimeError([&] { comms[0]->all_gather(x, out, {0, 1}, 0, {5, 5}); },
                      {"rank 1", "its worker exited"});
+}
+
+// A device whose work never finishes (as work queued behind the event of
+// a peer that died): the CPU's, but its events stay pending.
+class StuckDevice final : public Device {
+public:
+  class Pending final : public Event {
+  public:
+    void synchronize() override {
+      throw RuntimeError("synchronize on a stuck device would hang");
+    }
+    bool done() override { return false; }
+  };
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  const char *name() const override { return "stuck"; }
+  std::string describe() const override { return "stuck"; }
+  void *allocate(size_t bytes) override { return cpu().allocate(bytes); }
+  void deallocate(void *p, size_t bytes) override {
+    cpu().deallocate(p, bytes);
+  }
+  void *allocateHostStaging(size_t bytes) override {
+    return cpu().allocateHostStaging(bytes);
+  }
+  void deallocateHostStaging(void *p, size_t bytes) override {
+    cpu().deallocateHostStaging(p, bytes);
+  }
+  void releaseCached() override {}
+  void copyHostToDevice(void *d, const void *s, size_t n, Stream *st) override {
+    cpu().copyHostToDevice(d, s, n, st);
+  }
+  void copyDeviceToHost(void *d, const void *s, size_t n, Stream *st) override {
+    cpu().copyDeviceToHost(d, s, n, st);
+  }
+  void copyDeviceToDevice(void *d, const void *s, size_t n,
+                          Stream *st) override {
+    cpu().copyDeviceToDevice(d, s, n, st);
+  }
+  void fillZero(void *d, size_t n, Stream *st) override {
+    cpu().fillZero(d, n, st);
+  }
+  std::unique_ptr<Stream> newStream() override { return cpu().newStream(); }
+  std::unique_ptr<Event> newEvent() override {
+    return std::make_unique<Pending>();
+  }
+  Stream &currentStream() override { return cpu().currentStream(); }
+  void setCurrentStream(Stream *stream) override {
+    cpu().setCurrentStream(stream);
+  }
+  void synchronize() override {}
+
+private:
+  static Device &cpu() { return cpuDevice(); }
+};
+
+// The host fake, on the stuck device.
+class StuckIpc final : public DeviceIpc {
+public:
+  Device &device() override { return device_; }
+  std::string deviceIdentity() override { return fake().deviceIdentity(); }
+  void *allocateExported(size_t bytes, std::string &handle) override {
+    return fake().allocateExported(bytes, handle);
+  }
+  void freeExported(void *data, size_t bytes) override {
+    fake().freeExported(data, bytes);
+  }
+  void *openPeer(const std::string &handle, size_t bytes) override {
+    return fake().openPeer(handle, bytes);
+  }
+  void closePeer(void *data, size_t bytes) override {
+    fake().closePeer(data, bytes);
+  }
+  std::unique_ptr<IpcEvent> newExportedEvent(std::string &handle) override {
+    return fake().newExportedEvent(handle);
+  }
+  std::unique_ptr<IpcEvent> openPeerEvent(const std::string &handle) override {
+    return fake().openPeerEvent(handle);
+  }
+  void copy2D(void *dst, size_t dstPitch, const void *src, size_t srcPitch,
+              size_t width, size_t height, Stream &stream) override {
+    fake().copy2D(dst, dstPitch, src, srcPitch, width, height, stream);
+  }
+  void reduce(void *out, const std::vector<const void *> &pieces, int64_t count,
+              DType dtype, ReduceOp op, Stream &stream) override {
+    fake().reduce(out, pieces, count, dtype, op, stream);
+  }
+  size_t maxPieces() const override { return 255; }
+
+private:
+  static DeviceIpc &fake() { return hostDeviceIpc(); }
+  StuckDevice device_;
+};
+
+// Device work that never finishes fails the call at the deadline (polled,
+// never a blocking synchronize).
+TEST(IpcDeviceCollectives, StuckDeviceWorkIsAnErrorAtTheDeadline) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  StuckIpc stuck;
+  std::vector<std::unique_ptr<IpcDeviceCommunicator>> comms;
+  for (int r = 0; r < 2; ++r)
+    comms.push_back(
+        makeIpcDeviceCommunicator(r, stuck, store, smallRounds(300ms)));
+  runRanks(2, [&](int rank) {
+    Tensor x = sampleTensor(::dtorch::wire::F32, {10}, 1);
+    Tensor out = Tensor::empty(::dtorch::wire::F32, {10});
+    auto start = std::chrono::steady_clock::now();
+    expectRuntimeError(
+        [&] { comms[rank]->all_reduce(x, out, {0, 1}, ReduceOp::Sum); },
+        {"all_reduce on group", "did not finish", "300 ms"});
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  });
 }
 
 TEST(IpcDeviceCollectives, MembersThatDisagreeFail) {
