@@ -195,7 +195,7 @@ TEST(CudaIpcCollectives, AllReduceBandwidthNextToTheHostPath) {
             process, [](const Group &) { return CollectivePath::Host; },
             nullptr, nullptr, hostComm.get());
         const Group group = {0, 1};
-        for (int64_t mib : {1, 16, 64}) {
+        for (int64_t mib : {1, 16, 256}) { // nccl_allreduce_bench's sizes
           int64_t n = mib * (1 << 20) / 4;
           Tensor host = sampleTensor(::dtorch::wire::F32, {n}, 7 + process);
           Tensor x = copyToDeviceStaged(host, gpu);
