@@ -21,6 +21,11 @@
 #include "dtorch/runtime/SharedDeviceCollectives.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <random>
+#include <thread>
 
 namespace dtorch::rt::test {
 namespace {
@@ -305,6 +310,249 @@ TEST(IpcDeviceCollectives, APeerDeclaredDeadFailsTheCallAtOnce) {
   // Later calls fail before waiting.
   expectRuntimeError([&] { comms[0]->all_gather(x, out, {0, 1}, 0, {5, 5}); },
                      {"rank 1", "its worker exited"});
+}
+
+// A device whose streams run their work later, each on a thread of its
+// own with random pauses, and whose events complete when their stream gets
+// there: data that the protocol orders only by events (a member reading
+// another's slot, a slot written again, a call's end) comes out wrong when
+// an ordering is missing.
+class AsyncEvent final : public Event {
+public:
+  uint64_t issue() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ++issued_;
+  }
+  uint64_t issued() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return issued_;
+  }
+  void complete(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = std::max(completed_, ticket);
+    changed_.notify_all();
+  }
+  void waitFor(uint64_t ticket) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return completed_ >= ticket; });
+  }
+  void synchronize() override { waitFor(issued()); }
+  bool done() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ >= issued_;
+  }
+
+private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t issued_ = 0, completed_ = 0;
+};
+
+class AsyncStream final : public Stream {
+public:
+  explicit AsyncStream(unsigned seed) : random_(seed) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~AsyncStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      changed_.notify_all();
+    }
+    thread_.join();
+  }
+  void enqueue(std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(work));
+    changed_.notify_all();
+  }
+  void synchronize() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  void record(Event &event) override {
+    auto &e = static_cast<AsyncEvent &>(event);
+    uint64_t ticket = e.issue();
+    enqueue([&e, ticket] { e.complete(ticket); });
+  }
+  void wait(Event &event) override {
+    auto &e = static_cast<AsyncEvent &>(event);
+    uint64_t ticket = e.issued(); // the last record made so far
+    enqueue([&e, ticket] { e.waitFor(ticket); });
+  }
+  void *nativeHandle() const override { return nullptr; }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty())
+        return;
+      std::function<void()> work = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      bool pause = random_() % 4 == 0;
+      unsigned micros = random_() % 300;
+      lock.unlock();
+      if (pause)
+        std::this_thread::sleep_for(std::chrono::microseconds(micros));
+      work();
+      lock.lock();
+      busy_ = false;
+      changed_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false, stop_ = false;
+  std::minstd_rand random_;
+  std::thread thread_;
+};
+
+// The CPU's memory; one asynchronous stream per calling thread.
+class AsyncDevice final : public Device {
+public:
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  const char *name() const override { return "async"; }
+  std::string describe() const override { return "async"; }
+  void *allocate(size_t bytes) override { return cpu().allocate(bytes); }
+  void deallocate(void *p, size_t bytes) override {
+    cpu().deallocate(p, bytes);
+  }
+  void *allocateHostStaging(size_t bytes) override {
+    return cpu().allocateHostStaging(bytes);
+  }
+  void deallocateHostStaging(void *p, size_t bytes) override {
+    cpu().deallocateHostStaging(p, bytes);
+  }
+  void releaseCached() override {}
+  void copyHostToDevice(void *d, const void *s, size_t n, Stream *) override {
+    sync(d, s, n);
+  }
+  void copyDeviceToHost(void *d, const void *s, size_t n, Stream *) override {
+    sync(d, s, n);
+  }
+  void copyDeviceToDevice(void *d, const void *s, size_t n, Stream *) override {
+    sync(d, s, n);
+  }
+  void fillZero(void *d, size_t n, Stream *) override {
+    currentStream().synchronize();
+    std::memset(d, 0, n);
+  }
+  std::unique_ptr<Stream> newStream() override {
+    return std::make_unique<AsyncStream>(17);
+  }
+  std::unique_ptr<Event> newEvent() override {
+    return std::make_unique<AsyncEvent>();
+  }
+  Stream &currentStream() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_ptr<AsyncStream> &stream = streams_[std::this_thread::get_id()];
+    if (!stream)
+      stream = std::make_unique<AsyncStream>(
+          static_cast<unsigned>(streams_.size() * 7919));
+    return *stream;
+  }
+  void setCurrentStream(Stream *) override {}
+  void synchronize() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto &[thread, stream] : streams_)
+      stream->synchronize();
+  }
+
+private:
+  void sync(void *d, const void *s, size_t n) {
+    currentStream().synchronize();
+    std::memcpy(d, s, n);
+  }
+  static Device &cpu() { return cpuDevice(); }
+  std::mutex mutex_;
+  std::map<std::thread::id, std::unique_ptr<AsyncStream>> streams_;
+};
+
+// Exported memory and events of the asynchronous device, shared by handle
+// among the ranks (threads) of this process.
+class AsyncIpc final : public DeviceIpc {
+public:
+  Device &device() override { return device_; }
+  std::string deviceIdentity() override { return "async"; }
+  void *allocateExported(size_t bytes, std::string &handle) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto block = std::make_unique<char[]>(bytes == 0 ? 1 : bytes);
+    void *data = block.get();
+    handle = "async-memory-" + std::to_string(nextHandle());
+    memory_[handle] = std::move(block);
+    return data;
+  }
+  void freeExported(void *, size_t) override {}
+  void *openPeer(const std::string &handle, size_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return memory_.at(handle).get();
+  }
+  void closePeer(void *, size_t) override {}
+  class Shared final : public IpcEvent {
+  public:
+    explicit Shared(std::shared_ptr<AsyncEvent> event)
+        : event_(std::move(event)) {}
+    void record(Stream &stream) override { stream.record(*event_); }
+    void waitOn(Stream &stream) override { stream.wait(*event_); }
+
+  private:
+    std::shared_ptr<AsyncEvent> event_;
+  };
+  std::unique_ptr<IpcEvent> newExportedEvent(std::string &handle) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    handle = "async-event-" + std::to_string(nextHandle());
+    auto event = std::make_shared<AsyncEvent>();
+    events_[handle] = event;
+    return std::make_unique<Shared>(event);
+  }
+  std::unique_ptr<IpcEvent> openPeerEvent(const std::string &handle) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::make_unique<Shared>(events_.at(handle));
+  }
+  void copy2D(void *dst, size_t dstPitch, const void *src, size_t srcPitch,
+              size_t width, size_t height, Stream &stream) override {
+    static_cast<AsyncStream &>(stream).enqueue([=] {
+      hostDeviceIpc().copy2D(dst, dstPitch, src, srcPitch, width, height,
+                             cpuDevice().currentStream());
+    });
+  }
+  void reduce(void *out, const std::vector<const void *> &pieces, int64_t count,
+              DType dtype, ReduceOp op, Stream &stream) override {
+    static_cast<AsyncStream &>(stream).enqueue(
+        [=] { reducePieces(out, pieces, count, dtype, op); });
+  }
+  size_t maxPieces() const override { return 255; }
+
+private:
+  // Unique in the process (the communicators' handle table is
+  // process-wide).
+  static uint64_t nextHandle() {
+    static std::atomic<uint64_t> next{0};
+    return next++;
+  }
+  AsyncDevice device_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<char[]>> memory_;
+  std::map<std::string, std::shared_ptr<AsyncEvent>> events_;
+};
+
+// Every collective and dtype on a device that runs its work late: right
+// only if every read waits for the events that order it.
+TEST(IpcDeviceCollectives, EveryCollectiveOnADeviceThatRunsLate) {
+  auto store = std::make_shared<InMemoryKeyValueStore>();
+  AsyncIpc ipc;
+  std::vector<std::unique_ptr<IpcDeviceCommunicator>> comms;
+  for (int r = 0; r < 4; ++r)
+    comms.push_back(makeIpcDeviceCommunicator(r, ipc, store, smallRounds()));
+  for (DType dtype : {::dtorch::wire::F32, ::dtorch::wire::BF16,
+                      ::dtorch::wire::I64, ::dtorch::wire::BOOL})
+    runRanks(4,
+             [&](int rank) { runEveryCollective(*comms[rank], rank, dtype); });
+  comms.clear(); // before the device's streams go
 }
 
 // A device whose work never finishes (as work queued behind the event of
