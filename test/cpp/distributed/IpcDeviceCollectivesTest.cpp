@@ -6,7 +6,8 @@
 // point to point larger than the sender's buffer with tags out of order, a
 // missing member named at the deadline, a dead process and a peer declared
 // dead reported at once, members that disagree, a new prefix after a world
-// restart, device work that never finishes, and the router's choice of the
+// restart, device work that never finishes, a device whose streams run
+// their work late (the ordering by events), and the router's choice of the
 // path.
 //
 // Its own binary: fork() is only safe while the process has one thread.
