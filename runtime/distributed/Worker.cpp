@@ -447,8 +447,9 @@ std::unique_ptr<Communicator> Worker::sharedGpuRouter(int rank, Device &device,
   auto ordinals = hostedOrdinals_;
   int64_t first = options_.firstRank, end = first + options_.numRanks;
   DeviceIpc *ipc = ipcDeviceCollectivesWanted() ? deviceIpcOf(device) : nullptr;
+  size_t ipcMembers = ipc ? ipc->maxPieces() : 0;
   auto pathOf = [this, rank, ordinals, first, end,
-                 ipcOn = ipc != nullptr](const Group &group) {
+                 ipcMembers](const Group &group) {
     std::vector<MemberPlacement> placed;
     bool hosted = true;
     {
@@ -469,8 +470,8 @@ std::unique_ptr<Communicator> Worker::sharedGpuRouter(int rank, Device &device,
     });
     if (path == CollectivePath::SharedDevice && hosted)
       return path;
-    if (path == CollectivePath::CrossProcessDevice && ipcOn &&
-        groupOnThisHost(rank, group))
+    if (path == CollectivePath::CrossProcessDevice &&
+        group.size() <= ipcMembers && groupOnThisHost(rank, group))
       return path;
     return CollectivePath::Host;
   };
