@@ -198,7 +198,8 @@ struct Channel {
   std::unique_ptr<Segment> segment;
   Group group;
   size_t me = 0;
-  uint32_t round = 0; // rounds completed on the segment
+  uint32_t round = 0;      // rounds completed on the segment (wraps)
+  uint64_t roundsEver = 0; // the same, without wrapping
   uint64_t calls = 0;
   std::string broken;
   std::vector<PeerArena *> peers; // by member; null for this rank
@@ -589,6 +590,7 @@ private:
   }
 
   void dropAll() {
+    pendingTail_ = nullptr;
     channels_.clear();
     for (auto &[key, pc] : pairs_)
       if (!pc->bufferHandle.empty())
@@ -875,6 +877,12 @@ private:
   }
 
   void rounds(Channel &ch, Plan &plan, const char *op) {
+    // The arena was last used by a call on another group: every member of
+    // that one must be done with it first.
+    if (pendingTail_ && pendingTail_ != &ch && pendingTail_->broken.empty())
+      waitAll(*pendingTail_, &MemberControl::done, pendingTail_->round,
+              "the previous call");
+    pendingTail_ = nullptr;
     Segment &seg = *ch.segment;
     size_t n = ch.group.size();
     Stream &stream = ipc_.device().currentStream();
@@ -885,9 +893,10 @@ private:
     std::vector<const char *> inputs(n), results(n);
     for (uint64_t t = 0; t < total; ++t) {
       uint32_t g = g0 + static_cast<uint32_t>(t);
-      size_t slot = t % kArenaSlots;
-      // The slot was read in round t - 2: every member must be done with it.
-      if (t >= kArenaSlots)
+      size_t slot = (ch.roundsEver + t) % kArenaSlots;
+      // The slot was read two rounds ago on this group (maybe in an earlier
+      // call): every member must be done with it.
+      if (ch.roundsEver + t >= kArenaSlots)
         waitAll(ch, &MemberControl::done,
                 g - static_cast<uint32_t>(kArenaSlots) + 1, op);
       uint64_t from = t * chunk, to = std::min(plan.length, from + chunk);
@@ -963,9 +972,12 @@ private:
       ++stats_.rounds;
       stats_.bytes += to > from ? to - from : 0;
     }
-    // Every member is done with this rank's arena before the next call.
-    waitAll(ch, &MemberControl::done, g0 + static_cast<uint32_t>(total), op);
+    // The members may still read this rank's slots: the next call on this
+    // group waits for them round by round, a call on another group for all
+    // of them first (pendingTail_).
     ch.round = g0 + static_cast<uint32_t>(total);
+    ch.roundsEver += total;
+    pendingTail_ = &ch;
     finishOnDevice([&] { return where(ch, op); });
     std::lock_guard<std::mutex> lock(statsMutex_);
     ++stats_.collectives;
@@ -1138,6 +1150,8 @@ private:
   std::shared_ptr<IpcEvent> event_;
   std::unique_ptr<Event> finished_;
   std::map<Group, std::unique_ptr<Channel>> channels_;
+  // The group of the last call, whose members may still read the arena.
+  Channel *pendingTail_ = nullptr;
   std::map<int64_t, std::unique_ptr<PeerArena>> peers_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<PairChannel>> pairs_;
   std::map<int64_t, void *> sendBuffers_;

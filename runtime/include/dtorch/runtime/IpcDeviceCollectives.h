@@ -26,9 +26,10 @@
 //      then copies every member's reduced chunk into its output (each byte
 //      reduced once), smaller ones reduce the whole round into the output;
 //   3. it records its event and marks the round done; a slot is written
-//      again only after every member is done with it, and a call returns
-//      after every member is done with the arena (the next call may be on
-//      another group).
+//      again only after every member is done with it: the next round on
+//      the same group (also in the next call) waits for that round by
+//      round, and a call on another group first waits until the members
+//      of the last call's group are done with the arena.
 // Reductions combine members in group order as reducePieces does, so the
 // results are the bits of the host backends.
 //
