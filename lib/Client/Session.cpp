@@ -416,6 +416,23 @@ Placements Session::inferPlacements(
     const std::vector<Placements> &placements, const Shape &resultShape,
     int meshId, wire::DType dtype,
     const std::function<ShardingRule()> &makeRule) {
+  const std::string &key =
+      strategyKey(tag, shapes, placements, resultShape, meshId, dtype);
+  auto it = strategyCache_.find(key);
+  if (it != strategyCache_.end())
+    return it->second;
+  Placements result =
+      chooseStrategy(makeRule(), shapes, placements, resultShape,
+                     elementBytes(dtype), mesh(meshId).shape, nullptr)
+          .result;
+  strategyCache_.emplace(key, result);
+  return result;
+}
+
+const std::string &
+Session::strategyKey(const std::string &tag, const std::vector<Shape> &shapes,
+                     const std::vector<Placements> &placements,
+                     const Shape &resultShape, int meshId, wire::DType dtype) {
   std::string &key = keyBuffer_;
   key.assign(tag);
   auto addInts = [&](const Shape &v) {
@@ -435,15 +452,7 @@ Placements Session::inferPlacements(
   addInts(resultShape);
   key.append(std::to_string(meshId)).push_back(':');
   key.append(std::to_string(elementBytes(dtype)));
-  auto it = strategyCache_.find(key);
-  if (it != strategyCache_.end())
-    return it->second;
-  Placements result =
-      chooseStrategy(makeRule(), shapes, placements, resultShape,
-                     elementBytes(dtype), mesh(meshId).shape, nullptr)
-          .result;
-  strategyCache_.emplace(key, result);
-  return result;
+  return key;
 }
 
 Placements Session::inferPlacements(
@@ -589,11 +598,20 @@ Tensor Session::broadcastLike(const Tensor &x, const Shape &shape,
     for (Placement &p : target)
       if (p.isPartial())
         p = Placement::replicate();
-    // Free when no rank sends anything (at most a local slice of x).
-    ShardingStrategy s = chooseStrategy(
-        rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
-        elementBytes(m.dtype), mesh(m.meshId).shape, &target);
-    if (s.cost == 0)
+    // Free when no rank sends anything (at most a local slice of x);
+    // memoized like inferPlacements (a strategy search per call costs more
+    // than recording the op).
+    const std::string &key =
+        strategyKey("broadcast_like", {m.shape, shape}, {m.placements, target},
+                    shape, m.meshId, m.dtype);
+    auto it = freeBroadcastCache_.find(key);
+    if (it == freeBroadcastCache_.end()) {
+      ShardingStrategy s = chooseStrategy(
+          rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
+          elementBytes(m.dtype), mesh(m.meshId).shape, &target);
+      it = freeBroadcastCache_.emplace(key, s.cost == 0).first;
+    }
+    if (it->second)
       return broadcastTo(x, shape, &target);
   }
   return broadcastTo(x, shape);
