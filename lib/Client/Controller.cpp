@@ -83,6 +83,22 @@ bool Controller::batchFreesFromEnvironment() {
   return !(value && std::string_view(value) == "0");
 }
 
+bool Controller::recycleNodesFromEnvironment() {
+  const char *value = std::getenv("DTORCH_RECYCLE_NODES");
+  return !(value && std::string_view(value) == "0");
+}
+
+void Controller::takeSpareNodes(std::vector<Node> &spare) {
+  if (!recycleNodes_)
+    return;
+  std::lock_guard<std::mutex> lock(spareMutex_);
+  if (!spareReady_)
+    return;
+  spare = std::move(spareNodes_);
+  spareNodes_ = {};
+  spareReady_ = false;
+}
+
 void Controller::enqueue(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -325,6 +341,16 @@ void Controller::runSegment(Segment &seg) {
     live_[h] = seg.meshId;
   liveCount_ = live_.size();
   double seconds = secondsSince(start);
+  if (hit && recycleNodes_ && !seg.nodes.empty()) {
+    // Once the run is sent: the session records its next segments into
+    // these nodes (a miss keeps them in the cache entry instead).
+    std::lock_guard<std::mutex> lock(spareMutex_);
+    if (!spareReady_) {
+      spareNodes_ = std::move(seg.nodes);
+      seg.nodes.clear();
+      spareReady_ = true;
+    }
+  }
   std::lock_guard<std::mutex> lock(statsMutex_);
   ++stats_.segments;
   if (hit) {

@@ -56,6 +56,12 @@ public:
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
   void synchronize();
+  /// When a segment run from the program cache has left its nodes (they are
+  /// not needed once the structure compared equal): moves them into
+  /// `spare` (replacing what it held) for the session to record into, so
+  /// that neither thread frees and allocates every node of every step. Any
+  /// thread; DTORCH_RECYCLE_NODES=0: never.
+  void takeSpareNodes(std::vector<Node> &spare);
   struct RestartOutcome {
     std::vector<int> replacedRanks;
     /// The values that had a piece on a replaced rank, now lost.
@@ -243,6 +249,13 @@ private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  /// The nodes of the last hit, for takeSpareNodes (guarded by
+  /// spareMutex_); their weak owners are replaced when a node is reused.
+  std::mutex spareMutex_;
+  std::vector<Node> spareNodes_;
+  bool spareReady_ = false; // guarded by spareMutex_
+  const bool recycleNodes_ = recycleNodesFromEnvironment();
+  static bool recycleNodesFromEnvironment();
   /// Frees not yet queued (guarded by mutex_): DTORCH_BATCH_FREES.
   std::vector<std::pair<int, Handle>> pendingFrees_;
   const bool batchFrees_ = batchFreesFromEnvironment();

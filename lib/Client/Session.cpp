@@ -238,7 +238,16 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   if (segment_.nodes.size() >= options_.maxSegmentNodes && !recordingResults_)
     flush();
   segment_.meshId = meta.meshId;
+  // A node of a segment run before, when the controller handed one back:
+  // its vectors keep their capacity, so recording allocates less, and the
+  // controller thread frees nothing. Every field is assigned below.
   Node n;
+  if (!spareNodes_.empty()) {
+    n = std::move(spareNodes_.back());
+    spareNodes_.pop_back();
+    n.inputs.clear();
+    n.operands.clear();
+  }
   n.op = std::move(op);
   n.inputs.reserve(inputs.size() + (scalar.index >= 0));
   n.operands.reserve(inputs.size() + (scalar.index >= 0));
@@ -314,6 +323,9 @@ void Session::flush() {
   if (!seg.results.empty())
     controller_->submit(std::move(seg));
   argRefs_.clear(); // frees of dropped arguments now follow the run
+  // The nodes of a segment the controller ran from its cache, for the
+  // next segment to record into (the ones left of the last such batch go).
+  controller_->takeSpareNodes(spareNodes_);
 }
 
 bool donationEnabled() {

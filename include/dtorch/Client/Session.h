@@ -606,6 +606,9 @@ private:
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Storage> argRefs_;
+  /// Nodes of segments run before (Controller::takeSpareNodes), reused by
+  /// addNode from the back.
+  std::vector<Node> spareNodes_;
   /// Numbers the pending segment (TensorStorage::segmentEpoch).
   uint64_t segmentEpoch_ = 1;
   std::unordered_map<std::string, Placements> strategyCache_;
