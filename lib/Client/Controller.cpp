@@ -368,6 +368,10 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   auto keepNodes = [&] {
     c->structure.nodes = std::move(seg.nodes);
     seg.nodes.clear();
+    // A segment recorded into recycled storage may have room for many
+    // more nodes than it holds: the entry keeps only what it needs.
+    if (c->structure.nodes.capacity() > 2 * c->structure.nodes.size())
+      c->structure.nodes.shrink_to_fit();
     for (Node &n : c->structure.nodes)
       n.owner.reset();
   };

@@ -323,8 +323,13 @@ void Session::flush() {
   if (!seg.results.empty())
     controller_->submit(std::move(seg));
   argRefs_.clear(); // frees of dropped arguments now follow the run
-  // The nodes of a segment the controller ran from its cache, for the
-  // next segment to record into (the ones left of the last such batch go).
+  // An emptied batch of spare nodes keeps its capacity: the next segment
+  // grows into it instead of reallocating (and moving) its nodes as it
+  // grows. Then the nodes of a segment the controller ran from its cache,
+  // for the next segment to record into (the ones left of the last such
+  // batch go).
+  if (spareNodes_.empty() && spareNodes_.capacity() > 0)
+    segment_.nodes = std::move(spareNodes_);
   controller_->takeSpareNodes(spareNodes_);
 }
 
