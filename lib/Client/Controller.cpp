@@ -343,9 +343,22 @@ void Controller::runSegment(Segment &seg) {
   double seconds = secondsSince(start);
   if (hit && recycleNodes_ && !seg.nodes.empty()) {
     // Once the run is sent: the session records its next segments into
-    // these nodes (a miss keeps them in the cache entry instead).
-    std::lock_guard<std::mutex> lock(spareMutex_);
-    if (!spareReady_) {
+    // these nodes (a miss keeps them in the cache entry instead). Only this
+    // thread makes spare nodes ready, so a batch not ready now stays so.
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lock(spareMutex_);
+      ready = spareReady_;
+    }
+    if (!ready) {
+      // What the session would otherwise free while it records: the weak
+      // references to the results (the last one frees a dropped tensor's
+      // block) and the attributes (their vectors keep their capacity).
+      for (Node &n : seg.nodes) {
+        n.owner.reset();
+        n.attrs.clear();
+      }
+      std::lock_guard<std::mutex> lock(spareMutex_);
       spareNodes_ = std::move(seg.nodes);
       seg.nodes.clear();
       spareReady_ = true;

@@ -250,7 +250,7 @@ private:
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   /// The nodes of the last hit, for takeSpareNodes (guarded by
-  /// spareMutex_); their weak owners are replaced when a node is reused.
+  /// spareMutex_); their owners and attributes are cleared.
   std::mutex spareMutex_;
   std::vector<Node> spareNodes_;
   bool spareReady_ = false; // guarded by spareMutex_

@@ -259,8 +259,14 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
     n.inputs.insert(n.inputs.begin() + scalar.index, 0);
     n.operands.insert(n.operands.begin() + scalar.index, kScalarOperand);
   }
-  n.scalar = std::move(scalar);
-  n.attrs = std::move(attrs);
+  // Assigned element by element: a recycled node's vectors keep their
+  // storage (a move assignment would free it here).
+  n.scalar.index = scalar.index;
+  n.scalar.value = scalar.value;
+  n.scalar.placements.assign(scalar.placements.begin(),
+                             scalar.placements.end());
+  n.attrs.assign(std::make_move_iterator(attrs.begin()),
+                 std::make_move_iterator(attrs.end()));
   n.meta = meta;
   Tensor result = newTensor(std::move(meta));
   if (!inputs.empty()) {
