@@ -6,8 +6,11 @@
 #include "TensorData.h"
 #include "dtorch/Compiler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
+#include <pthread.h>
+#include <string_view>
 
 namespace dtorch::client {
 namespace {
@@ -75,17 +78,102 @@ void Controller::shutdown() {
   backend_->shutdown();
 }
 
+bool Controller::batchFreesFromEnvironment() {
+  const char *value = std::getenv("DTORCH_BATCH_FREES");
+  return !(value && std::string_view(value) == "0");
+}
+
+bool Controller::recycleNodesFromEnvironment() {
+  const char *value = std::getenv("DTORCH_RECYCLE_NODES");
+  return !(value && std::string_view(value) == "0");
+}
+
+void Controller::takeSpareNodes(std::vector<Node> &spare) {
+  if (!recycleNodes_)
+    return;
+  std::lock_guard<std::mutex> lock(spareMutex_);
+  if (!spareReady_)
+    return;
+  spare = std::move(spareNodes_);
+  spareNodes_ = {};
+  spareReady_ = false;
+}
+
 void Controller::enqueue(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_)
       throw DTorchError("dtorch has been shut down");
+    // The frees made before this request go first.
+    if (!pendingFrees_.empty())
+      queuePendingFreesLocked();
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
 
+void Controller::queuePendingFreesLocked() {
+  queue_.push_back([this, frees = std::move(pendingFrees_)] {
+    guarded([&] { freeNow(frees); });
+  });
+  pendingFrees_ = {};
+}
+
+void Controller::freeNow(const std::vector<std::pair<int, Handle>> &frees) {
+  std::optional<rt::TraceSpan> span =
+      controllerSpan(trace_, "controller", "free");
+  if (span)
+    span->setDetail(std::to_string(frees.size()) + " tensor(s)");
+  // One Backend::free per mesh (a step's frees are usually all on one),
+  // in pieces well under the workers' bound on handles per message.
+  constexpr size_t kMaxPerMessage = 1 << 16;
+  std::vector<std::pair<int, std::vector<Handle>>> byMesh;
+  for (const auto &[meshId, handle] : frees) {
+    int id = meshId;
+    auto it = std::find_if(byMesh.begin(), byMesh.end(),
+                           [id](const auto &m) { return m.first == id; });
+    if (it == byMesh.end()) {
+      byMesh.emplace_back(id, std::vector<Handle>());
+      it = std::prev(byMesh.end());
+    }
+    it->second.push_back(handle);
+  }
+  std::exception_ptr firstError;
+  for (auto &[meshId, handles] : byMesh) {
+    const std::vector<int64_t> &ranks = meshes_.at(meshId).ranks;
+    for (size_t start = 0; start < handles.size(); start += kMaxPerMessage) {
+      size_t end = std::min(handles.size(), start + kMaxPerMessage);
+      try {
+        if (start == 0 && end == handles.size())
+          backend_->free(ranks, handles);
+        else
+          backend_->free(ranks, std::vector<Handle>(handles.begin() + start,
+                                                    handles.begin() + end));
+      } catch (...) {
+        // The other meshes' frees still go out; the first error is kept.
+        if (!firstError)
+          firstError = std::current_exception();
+      }
+    }
+    for (Handle handle : handles) {
+      live_.erase(handle);
+      lost_.erase(handle);
+      failed_.erase(handle);
+    }
+  }
+  liveCount_ = live_.size();
+  {
+    std::lock_guard<std::mutex> lock(statsMutex_);
+    ++stats_.freeRequests;
+    stats_.frees += frees.size();
+  }
+  if (firstError)
+    std::rethrow_exception(firstError);
+}
+
 void Controller::loop() {
+  // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
+  pthread_setname_np(pthread_self(), "dtorch-ctrl");
   while (true) {
     std::function<void()> task;
     {
@@ -253,6 +341,29 @@ void Controller::runSegment(Segment &seg) {
     live_[h] = seg.meshId;
   liveCount_ = live_.size();
   double seconds = secondsSince(start);
+  if (hit && recycleNodes_ && !seg.nodes.empty()) {
+    // Once the run is sent: the session records its next segments into
+    // these nodes (a miss keeps them in the cache entry instead). Only this
+    // thread makes spare nodes ready, so a batch not ready now stays so.
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lock(spareMutex_);
+      ready = spareReady_;
+    }
+    if (!ready) {
+      // What the session would otherwise free while it records: the weak
+      // references to the results (the last one frees a dropped tensor's
+      // block) and the attributes (their vectors keep their capacity).
+      for (Node &n : seg.nodes) {
+        n.owner.reset();
+        n.attrs.clear();
+      }
+      std::lock_guard<std::mutex> lock(spareMutex_);
+      spareNodes_ = std::move(seg.nodes);
+      seg.nodes.clear();
+      spareReady_ = true;
+    }
+  }
   std::lock_guard<std::mutex> lock(statsMutex_);
   ++stats_.segments;
   if (hit) {
@@ -270,6 +381,10 @@ std::unique_ptr<Controller::Compiled> Controller::obtain(Segment &seg,
   auto keepNodes = [&] {
     c->structure.nodes = std::move(seg.nodes);
     seg.nodes.clear();
+    // A segment recorded into recycled storage may have room for many
+    // more nodes than it holds: the entry keeps only what it needs.
+    if (c->structure.nodes.capacity() > 2 * c->structure.nodes.size())
+      c->structure.nodes.shrink_to_fit();
     for (Node &n : c->structure.nodes)
       n.owner.reset();
   };
@@ -444,17 +559,16 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
 }
 
 void Controller::free(int meshId, Handle handle) {
-  enqueue([this, meshId, handle] {
-    guarded([&] {
-      std::optional<rt::TraceSpan> span =
-          controllerSpan(trace_, "controller", "free");
-      backend_->free(meshes_.at(meshId).ranks, {handle});
-      live_.erase(handle);
-      lost_.erase(handle);
-      failed_.erase(handle);
-      liveCount_ = live_.size();
+  if (!batchFrees_) {
+    enqueue([this, meshId, handle] {
+      guarded([&] { freeNow({{meshId, handle}}); });
     });
-  });
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stop_)
+    throw DTorchError("dtorch has been shut down");
+  pendingFrees_.emplace_back(meshId, handle);
 }
 
 std::vector<rt::Tensor> Controller::fetchPieces(int meshId, Handle handle) {

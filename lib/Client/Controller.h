@@ -38,6 +38,14 @@ public:
   void addMesh(const Mesh &mesh);
   void submit(Segment segment);
   void put(int meshId, Handle handle, rt::Tensor full, Placements placements);
+  /// Frees `handle` on the workers after every request queued before.
+  /// Batched (unless DTORCH_BATCH_FREES=0): the handle joins a pending
+  /// list, with no queued task and no wake-up of the controller thread, and
+  /// every request queued later (a run, a fetch, a synchronize, ...) is
+  /// preceded by one task that frees the whole list with one message per
+  /// worker process. Every request thus sees every free made before it, as
+  /// with a task per free, and the workers free a value before the next
+  /// run they get (no run can need its memory earlier).
   void free(int meshId, Handle handle);
   /// Every mesh position's piece of `handle` (waits).
   std::vector<rt::Tensor> fetchPieces(int meshId, Handle handle);
@@ -48,6 +56,12 @@ public:
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
   void synchronize();
+  /// When a segment run from the program cache has left its nodes (they are
+  /// not needed once the structure compared equal): moves them into
+  /// `spare` (replacing what it held) for the session to record into, so
+  /// that neither thread frees and allocates every node of every step. Any
+  /// thread; DTORCH_RECYCLE_NODES=0: never.
+  void takeSpareNodes(std::vector<Node> &spare);
   struct RestartOutcome {
     std::vector<int> replacedRanks;
     /// The values that had a piece on a replaced rank, now lost.
@@ -155,6 +169,11 @@ private:
   };
 
   void enqueue(std::function<void()> task);
+  /// Caller holds mutex_: queues the task that frees the pending frees.
+  void queuePendingFreesLocked();
+  /// Frees `frees` (mesh id, handle) with one Backend::free per mesh
+  /// (controller thread).
+  void freeNow(const std::vector<std::pair<int, Handle>> &frees);
   void loop();
   /// Runs `segment`; on a miss its nodes move into the cache entry.
   void runSegment(Segment &segment);
@@ -230,6 +249,17 @@ private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  /// The nodes of the last hit, for takeSpareNodes (guarded by
+  /// spareMutex_); their owners and attributes are cleared.
+  std::mutex spareMutex_;
+  std::vector<Node> spareNodes_;
+  bool spareReady_ = false; // guarded by spareMutex_
+  const bool recycleNodes_ = recycleNodesFromEnvironment();
+  static bool recycleNodesFromEnvironment();
+  /// Frees not yet queued (guarded by mutex_): DTORCH_BATCH_FREES.
+  std::vector<std::pair<int, Handle>> pendingFrees_;
+  const bool batchFrees_ = batchFreesFromEnvironment();
+  static bool batchFreesFromEnvironment();
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;

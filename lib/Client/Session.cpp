@@ -238,7 +238,16 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   if (segment_.nodes.size() >= options_.maxSegmentNodes && !recordingResults_)
     flush();
   segment_.meshId = meta.meshId;
+  // A node of a segment run before, when the controller handed one back:
+  // its vectors keep their capacity, so recording allocates less, and the
+  // controller thread frees nothing. Every field is assigned below.
   Node n;
+  if (!spareNodes_.empty()) {
+    n = std::move(spareNodes_.back());
+    spareNodes_.pop_back();
+    n.inputs.clear();
+    n.operands.clear();
+  }
   n.op = std::move(op);
   n.inputs.reserve(inputs.size() + (scalar.index >= 0));
   n.operands.reserve(inputs.size() + (scalar.index >= 0));
@@ -250,8 +259,14 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
     n.inputs.insert(n.inputs.begin() + scalar.index, 0);
     n.operands.insert(n.operands.begin() + scalar.index, kScalarOperand);
   }
-  n.scalar = std::move(scalar);
-  n.attrs = std::move(attrs);
+  // Assigned element by element: a recycled node's vectors keep their
+  // storage (a move assignment would free it here).
+  n.scalar.index = scalar.index;
+  n.scalar.value = scalar.value;
+  n.scalar.placements.assign(scalar.placements.begin(),
+                             scalar.placements.end());
+  n.attrs.assign(std::make_move_iterator(attrs.begin()),
+                 std::make_move_iterator(attrs.end()));
   n.meta = meta;
   Tensor result = newTensor(std::move(meta));
   if (!inputs.empty()) {
@@ -314,6 +329,14 @@ void Session::flush() {
   if (!seg.results.empty())
     controller_->submit(std::move(seg));
   argRefs_.clear(); // frees of dropped arguments now follow the run
+  // An emptied batch of spare nodes keeps its capacity: the next segment
+  // grows into it instead of reallocating (and moving) its nodes as it
+  // grows. Then the nodes of a segment the controller ran from its cache,
+  // for the next segment to record into (the ones left of the last such
+  // batch go).
+  if (spareNodes_.empty() && spareNodes_.capacity() > 0)
+    segment_.nodes = std::move(spareNodes_);
+  controller_->takeSpareNodes(spareNodes_);
 }
 
 bool donationEnabled() {
@@ -416,6 +439,23 @@ Placements Session::inferPlacements(
     const std::vector<Placements> &placements, const Shape &resultShape,
     int meshId, wire::DType dtype,
     const std::function<ShardingRule()> &makeRule) {
+  const std::string &key =
+      strategyKey(tag, shapes, placements, resultShape, meshId, dtype);
+  auto it = strategyCache_.find(key);
+  if (it != strategyCache_.end())
+    return it->second;
+  Placements result =
+      chooseStrategy(makeRule(), shapes, placements, resultShape,
+                     elementBytes(dtype), mesh(meshId).shape, nullptr)
+          .result;
+  strategyCache_.emplace(key, result);
+  return result;
+}
+
+const std::string &
+Session::strategyKey(const std::string &tag, const std::vector<Shape> &shapes,
+                     const std::vector<Placements> &placements,
+                     const Shape &resultShape, int meshId, wire::DType dtype) {
   std::string &key = keyBuffer_;
   key.assign(tag);
   auto addInts = [&](const Shape &v) {
@@ -435,15 +475,7 @@ Placements Session::inferPlacements(
   addInts(resultShape);
   key.append(std::to_string(meshId)).push_back(':');
   key.append(std::to_string(elementBytes(dtype)));
-  auto it = strategyCache_.find(key);
-  if (it != strategyCache_.end())
-    return it->second;
-  Placements result =
-      chooseStrategy(makeRule(), shapes, placements, resultShape,
-                     elementBytes(dtype), mesh(meshId).shape, nullptr)
-          .result;
-  strategyCache_.emplace(key, result);
-  return result;
+  return key;
 }
 
 Placements Session::inferPlacements(
@@ -589,11 +621,20 @@ Tensor Session::broadcastLike(const Tensor &x, const Shape &shape,
     for (Placement &p : target)
       if (p.isPartial())
         p = Placement::replicate();
-    // Free when no rank sends anything (at most a local slice of x).
-    ShardingStrategy s = chooseStrategy(
-        rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
-        elementBytes(m.dtype), mesh(m.meshId).shape, &target);
-    if (s.cost == 0)
+    // Free when no rank sends anything (at most a local slice of x);
+    // memoized like inferPlacements (a strategy search per call costs more
+    // than recording the op).
+    const std::string &key =
+        strategyKey("broadcast_like", {m.shape, shape}, {m.placements, target},
+                    shape, m.meshId, m.dtype);
+    auto it = freeBroadcastCache_.find(key);
+    if (it == freeBroadcastCache_.end()) {
+      ShardingStrategy s = chooseStrategy(
+          rules::broadcastTo(m.shape, shape), {m.shape}, {m.placements}, shape,
+          elementBytes(m.dtype), mesh(m.meshId).shape, &target);
+      it = freeBroadcastCache_.emplace(key, s.cost == 0).first;
+    }
+    if (it->second)
       return broadcastTo(x, shape, &target);
   }
   return broadcastTo(x, shape);

@@ -683,6 +683,8 @@ NB_MODULE(_C, m) {
         d["last_hit_seconds"] = st.lastHitSeconds;
         d["busy_seconds"] = st.busySeconds;
         d["requests"] = st.requests;
+        d["frees"] = st.frees;
+        d["free_requests"] = st.freeRequests;
         d["restarts"] = st.restarts;
         d["auto_restarts"] = st.autoRestarts;
         return d;
@@ -691,7 +693,9 @@ NB_MODULE(_C, m) {
       "hits, on-disk hits, compiles; seconds spent compiling (text + "
       "compile), in the on-disk cache, on the lookup + dispatch of "
       "in-memory hits (total and last), and handling requests of any kind "
-      "(busy_seconds, requests; synchronize waits for real workers).");
+      "(busy_seconds, requests; synchronize waits for real workers), and the "
+      "tensors freed and the free requests that freed them (frees, "
+      "free_requests).");
   m.def("_set_segment_hash_mask",
         [](uint64_t mask) { setSegmentHashMaskForTesting(mask); });
 

@@ -1,5 +1,7 @@
 #include "ClusterImpl.h"
 
+#include <pthread.h>
+
 namespace dtorch::rt {
 
 WorkerError::WorkerError(int rank, std::string host, const std::string &what)
@@ -363,6 +365,8 @@ void Cluster::Impl::stopWorkers() {
 }
 
 void Cluster::Impl::ioMain() {
+  // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
+  pthread_setname_np(pthread_self(), "dtorch-io");
   auto started = Clock::now();
   try {
     context = std::make_unique<zmq::context_t>(1);

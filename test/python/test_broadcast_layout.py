@@ -74,3 +74,28 @@ def test_partial_activation_and_sharded_bias(dt, meshes):
     b = dt.tensor(bn, device_mesh=mesh, placements=[R, S0])
     z = dt.tensor(xn @ wn, device_mesh=mesh, placements=[S0, R]) + b
     np.testing.assert_allclose(z.numpy(), xn @ wn + bn, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mesh_name, xp, wp", [("4", [S0], [S0]), ("4", [S0], [R]),
+                                               ("2x2", [S0, R], [S0, R]),
+                                               ("2x2", [S0, S1], [R, R])])
+def test_the_remembered_broadcast_choice_matches_the_first(dt, meshes, mesh_name, xp, wp):
+    """The client remembers whether a broadcast to the other operand's layout
+    is free, by shapes, placements, mesh and element size: the third
+    multiply takes the remembered choice and must lay out and compute what
+    the first one did; a sharded bias must still be gathered, a replicated
+    one never."""
+    mesh = meshes[mesh_name]
+    rng = np.random.default_rng(3)
+    xn = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    wn = rng.standard_normal(8).astype(np.float32)
+    seen = []
+    for _ in range(3):
+        x = dt.tensor(xn, device_mesh=mesh, placements=xp)
+        w = dt.tensor(wn, device_mesh=mesh, placements=wp)
+        y = x * w
+        np.testing.assert_array_equal(y.numpy(), xn * wn)
+        moved = any(any(row["bytes_per_rank"]) for row in dt.explain())
+        seen.append((y.placements, moved))
+    assert seen[1:] == seen[:1] * 2
+    assert seen[0][1] == any(p.is_shard() for p in wp)

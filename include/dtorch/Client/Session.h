@@ -241,6 +241,11 @@ struct ControllerStats {
   /// waits for real workers): the controller thread's busy time.
   double busySeconds = 0;
   uint64_t requests = 0;
+  /// Tensors freed, and the free requests that freed them (one per free
+  /// with DTORCH_BATCH_FREES=0; else one per batch of the frees made
+  /// between two other requests).
+  uint64_t frees = 0;
+  uint64_t freeRequests = 0;
   /// Restarts (Session::restart and automatic ones) and, of those, the
   /// automatic ones (SessionOptions::autoRestart).
   uint64_t restarts = 0;
@@ -579,6 +584,14 @@ private:
                              const Shape &resultShape, int meshId,
                              wire::DType dtype,
                              const std::function<ShardingRule()> &makeRule);
+  /// The memo key of inferPlacements (in keyBuffer_, valid until the next
+  /// call): the tag, operand shapes and placements, result shape, mesh and
+  /// element size.
+  const std::string &strategyKey(const std::string &tag,
+                                 const std::vector<Shape> &shapes,
+                                 const std::vector<Placements> &placements,
+                                 const Shape &resultShape, int meshId,
+                                 wire::DType dtype);
   Placements inferPlacements(const std::string &tag,
                              const std::vector<Tensor> &operands,
                              const Shape &resultShape,
@@ -593,9 +606,15 @@ private:
   /// The pending segment's arguments stay alive until it is submitted, so a
   /// free of a dropped tensor always follows the run that reads it.
   std::vector<Storage> argRefs_;
+  /// Nodes of segments run before (Controller::takeSpareNodes), reused by
+  /// addNode from the back.
+  std::vector<Node> spareNodes_;
   /// Numbers the pending segment (TensorStorage::segmentEpoch).
   uint64_t segmentEpoch_ = 1;
   std::unordered_map<std::string, Placements> strategyCache_;
+  /// broadcastLike: whether broadcasting to the other operand's placements
+  /// sends nothing, by strategyKey.
+  std::unordered_map<std::string, bool> freeBroadcastCache_;
   std::string keyBuffer_;
   Handle nextHandle_ = 1;
   uint64_t seed_ = 0, seedCounter_ = 0;
