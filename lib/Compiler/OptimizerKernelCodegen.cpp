@@ -458,6 +458,21 @@ compileGpuAdam(rank::FusedAdamOp op, StringRef arch,
 using KernelCache =
     std::unordered_map<std::string, std::shared_ptr<const GeneratedKernel>>;
 
+/// The cached kernel of a signature declaring `op`'s own buffers: the
+/// signature counts elements, so a parameter of another shape with as many
+/// elements shares the code but not the declared shapes.
+std::shared_ptr<const GeneratedKernel>
+forCall(rank::FusedAdamOp op,
+        const std::shared_ptr<const GeneratedKernel> &cached) {
+  auto kernel = std::make_shared<GeneratedKernel>(*cached);
+  kernel->clear_inputs();
+  kernel->clear_outputs();
+  describeCall(op, *kernel);
+  if (kernel->SerializeAsString() == cached->SerializeAsString())
+    return cached;
+  return kernel;
+}
+
 } // namespace
 
 bool generatedAdamEnabledByEnvironment() {
@@ -492,7 +507,7 @@ generateFusedAdamKernel(rank::FusedAdamOp op) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache->find(signature);
   if (it != cache->end())
-    return it->second;
+    return forCall(op, it->second);
   FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
       compileHostAdam(op, signature);
   if (failed(kernel))
@@ -510,7 +525,7 @@ generateFusedAdamGpuKernel(rank::FusedAdamOp op, StringRef arch) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache->find(key);
   if (it != cache->end())
-    return it->second;
+    return forCall(op, it->second);
   FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
       compileGpuAdam(op, arch, signature);
   if (failed(kernel))

@@ -246,10 +246,27 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch,
   };
 
   // The index of a generated kernel in the program's executables: a kernel
-  // used twice in the program is shipped once.
+  // used twice in the program is shipped once (once per declared call: a
+  // fused_adam kernel serves parameters of any shape with its element
+  // counts).
   auto addExecutable = [&](const GeneratedKernel &kernel) -> int {
+    auto sameCall = [&](const wire::Executable &e) {
+      if (e.inputs_size() != kernel.inputs_size() ||
+          e.outputs_size() != kernel.outputs_size())
+        return false;
+      for (int i = 0; i < e.inputs_size(); ++i)
+        if (e.inputs(i).SerializeAsString() !=
+            kernel.inputs(i).SerializeAsString())
+          return false;
+      for (int i = 0; i < e.outputs_size(); ++i)
+        if (e.outputs(i).SerializeAsString() !=
+            kernel.outputs(i).SerializeAsString())
+          return false;
+      return true;
+    };
     for (int e = 0; e < program.executables_size(); ++e)
-      if (program.executables(e).content_hash() == kernel.content_hash())
+      if (program.executables(e).content_hash() == kernel.content_hash() &&
+          sameCall(program.executables(e)))
         return e;
     *program.add_executables() = kernel;
     return program.executables_size() - 1;

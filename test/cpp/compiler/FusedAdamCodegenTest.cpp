@@ -270,6 +270,20 @@ TEST(GeneratedFusedAdam, ParametersOfDifferentDtypesInOneCall) {
                   std::string("mixed ") + mode.name);
 }
 
+TEST(GeneratedFusedAdam, ParametersOfOtherShapesWithAsManyElementsShareIt) {
+  // The kernel depends on element counts, not shapes: the second program
+  // reuses the first one's code and declares its own shapes (the validator
+  // checks them when it runs), and an empty parameter of either shape too.
+  AdamConfig c;
+  c.weightDecay = 0.125;
+  checkBothWays({{"2x3", "f32"}, {"6x0", "f32"}, {"7", "f32"}}, c, 2, 1e-2, 4,
+                "2x3, 6x0");
+  int64_t before = generatedAdamKernelCompiles();
+  checkBothWays({{"3x2", "f32"}, {"0x5", "f32"}, {"7", "f32"}}, c, 2, 1e-2, 5,
+                "3x2, 0x5");
+  EXPECT_EQ(generatedAdamKernelCompiles(), before);
+}
+
 TEST(GeneratedFusedAdam, AnyCutGivesTheWholeCallsBits) {
   std::vector<AdamParam> params = {
       {"3x37", "f32"}, {"5", "f32"}, {"", "f32"}, {"1031", "f32"}};
