@@ -52,6 +52,10 @@ bool programRunsAt(const wire::Program &program,
 bool bufferPlanningDefault();
 /// False when the environment variable DTORCH_FUSION is "0".
 bool fusionEnabledByEnvironment();
+
+/// DTORCH_GENERATED_ADAM: on unless "0"
+/// (CompileOptions::generateOptimizerKernels).
+bool generatedAdamEnabledByEnvironment();
 /// The CUDA architecture fused kernels are generated for on CUDA meshes:
 /// DTORCH_CUDA_ARCH (e.g. "sm_80") when set, else "sm_90" (H100, H200).
 std::string defaultCudaArch();
@@ -93,6 +97,11 @@ struct CompileOptions {
   /// and fused groups are compiled to PTX for it (Executable.gpu,
   /// lib/Compiler/GpuKernelCodegen.h); groups then hold no row reductions.
   std::string cudaArch;
+  /// With fuseElementwise: each rank.fused_adam calls a kernel generated
+  /// through MLIR for its signature instead of the runtime's hand-written
+  /// one (same bits). On unless the environment sets
+  /// DTORCH_GENERATED_ADAM=0. CUDA meshes always generate it.
+  bool generateOptimizerKernels = generatedAdamEnabledByEnvironment();
 };
 
 struct CompileResult {

@@ -214,7 +214,9 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
       fn.emitOpError("has no source function '") << base << "'";
       return;
     }
-    FailureOr<wire::Program> program = emitProgram(fn, options.cudaArch);
+    FailureOr<wire::Program> program = emitProgram(
+        fn, options.cudaArch,
+        options.fuseElementwise && options.generateOptimizerKernels);
     if (failed(program))
       return;
     it->second.programs.push_back(std::move(*program));
@@ -317,7 +319,8 @@ std::string compilerConfiguration() {
          ",fold_transpose=" +
          (dtensor::foldTransposeFromEnvironment() ? "1" : "0") +
          ",fuse_mixed_types=" +
-         (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0");
+         (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0") +
+         ",generated_adam=" + (generatedAdamEnabledByEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

@@ -130,16 +130,6 @@ MLIRContext &gpuCodegenContext() {
   return *ctx;
 }
 
-/// What the lowering produced: the PTX and how to launch it.
-struct GpuKernelBuild {
-  std::string ptx;
-  std::string entry;
-  int64_t gridX = 0;
-  int32_t blockX = 0;
-  std::vector<int32_t> params;
-  int64_t elements = 0;
-};
-
 std::string printed(Operation *op) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -356,8 +346,21 @@ LogicalResult lowerFusedToGpu(rank::FusedOp op, StringRef arch,
            : buildElementwiseKernelModule(op, &ctx, symbol, options);
   if (failed(built))
     return failure();
-  ModuleOp module = **built;
+  return lowerParallelModuleToPtx(op, **built, arch, symbol, build.elements,
+                                  stopAt, stageText, build);
+}
 
+} // namespace
+
+MLIRContext &gpuKernelContext() { return gpuCodegenContext(); }
+
+LogicalResult lowerParallelModuleToPtx(Operation *op, ModuleOp module,
+                                       StringRef arch, StringRef symbol,
+                                       int64_t elements, GpuKernelStage stopAt,
+                                       std::string &stageText,
+                                       GpuKernelBuild &build) {
+  MLIRContext &ctx = *module.getContext();
+  build.elements = elements;
   std::string diagnostics;
   llvm::raw_string_ostream diag(diagnostics);
   ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
@@ -365,7 +368,7 @@ LogicalResult lowerFusedToGpu(rank::FusedOp op, StringRef arch,
     return success();
   });
   auto fail = [&](const std::string &what) {
-    return op.emitOpError("GPU kernel generation failed: ")
+    return op->emitOpError("GPU kernel generation failed: ")
            << what << (diagnostics.empty() ? "" : ": ") << diagnostics;
   };
   if (failed(mlir::verify(module)))
@@ -417,6 +420,8 @@ LogicalResult lowerFusedToGpu(rank::FusedOp op, StringRef arch,
   stageText = stopAt == GpuKernelStage::LlvmIr ? llvmIr : build.ptx;
   return success();
 }
+
+namespace {
 
 wire::TensorSpec specOf(Type t) {
   auto tensor = cast<RankedTensorType>(t);

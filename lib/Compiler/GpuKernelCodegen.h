@@ -18,9 +18,11 @@
 
 #include "KernelCodegen.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
+#include <vector>
 
 namespace dtorch {
 
@@ -56,6 +58,31 @@ enum class GpuKernelStage {
 mlir::FailureOr<std::string> fusedGpuKernelStage(rank::FusedOp op,
                                                  llvm::StringRef arch,
                                                  GpuKernelStage stage);
+
+/// What the GPU lowering produced: the PTX and how to launch it.
+struct GpuKernelBuild {
+  std::string ptx;
+  std::string entry;
+  int64_t gridX = 0;
+  int32_t blockX = 0;
+  std::vector<int32_t> params;
+  int64_t elements = 0;
+};
+
+/// The MLIR context the GPU kernels are built in (one per thread).
+mlir::MLIRContext &gpuKernelContext();
+
+/// The GPU road from a module holding one `func.func @<symbol>` (buffers as
+/// static memrefs, then float64 scalars by value) whose work is one
+/// scf.parallel (or linalg.generic) of `elements` iterations: collapsed,
+/// tiled by kGpuKernelBlockSize, mapped to blocks and threads, outlined,
+/// lowered to NVVM and LLVM IR, libdevice linked, -O3, PTX. Stops at
+/// `stopAt` (its text into `stageText`); errors are emitted on `op`.
+mlir::LogicalResult
+lowerParallelModuleToPtx(mlir::Operation *op, mlir::ModuleOp module,
+                         llvm::StringRef arch, llvm::StringRef symbol,
+                         int64_t elements, GpuKernelStage stopAt,
+                         std::string &stageText, GpuKernelBuild &build);
 
 /// How many GPU kernels this process has compiled (cache misses).
 int64_t generatedGpuKernelCompiles();

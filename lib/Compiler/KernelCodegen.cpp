@@ -922,4 +922,54 @@ generateFusedKernel(rank::FusedOp op) {
 
 int64_t generatedKernelCompiles() { return compiles.load(); }
 
+namespace codegen {
+
+MLIRContext &hostKernelContext() { return codegenContext(); }
+
+std::string hostKernelTarget() {
+  const HostTarget &host = hostTarget();
+  return host.triple + " " + host.cpu + " " + host.features;
+}
+
+FailureOr<std::string>
+compileHostKernelModule(ModuleOp module, StringRef symbol, unsigned numInputs,
+                        unsigned numOutputs, int64_t rows, bool parallelLoops,
+                        std::string &error) {
+  if (failed(lowerToLLVMDialect(module))) {
+    error = "lowering to the LLVM dialect failed";
+    return failure();
+  }
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, llvmContext, "dtorch_kernel");
+  if (!llvmModule) {
+    error = "no LLVM IR";
+    return failure();
+  }
+  llvm::Function *impl = llvmModule->getFunction(kImplName);
+  if (!impl) {
+    error = "the module has no @" + kImplName.str();
+    return failure();
+  }
+  if (parallelLoops)
+    markLoopsParallel(*impl);
+  addEntryPoint(*llvmModule, symbol, numInputs, numOutputs, rows);
+  FailureOr<std::string> object = emitObject(*llvmModule, error);
+  if (failed(object))
+    return failure();
+  FailureOr<std::string> shared = linkSharedObject(*object, error);
+  if (failed(shared))
+    return failure();
+  if (const char *dump = std::getenv("DTORCH_KERNEL_DUMP_DIR"); dump && *dump) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(std::string(dump) + "/" + symbol.str() + ".so",
+                             ec);
+    if (!ec)
+      out << *shared;
+  }
+  return shared;
+}
+
+} // namespace codegen
+
 } // namespace dtorch

@@ -18,6 +18,8 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <string>
+
 namespace llvm {
 class Module;
 class TargetMachine;
@@ -150,6 +152,31 @@ void optimizeModuleO3(llvm::Module &m, llvm::TargetMachine &tm);
 /// else an object file; false when the target cannot emit that kind.
 bool emitWithTarget(llvm::Module &m, llvm::TargetMachine &tm, bool assembly,
                     std::string &out);
+
+/// The name the host kernel function must have for
+/// compileHostKernelModule: `func.func @dtorch_fused_impl(inputs...,
+/// outputs..., scalars: memref<Nxf64>, begin: index, end: index)` over
+/// static-shaped memrefs (passed as bare pointers).
+inline constexpr llvm::StringLiteral kHostKernelImplName = "dtorch_fused_impl";
+
+/// The MLIR context the host kernels are built in (one per thread).
+mlir::MLIRContext &hostKernelContext();
+
+/// What host kernels are compiled for: triple, CPU and features (the
+/// Executable's `target`).
+std::string hostKernelTarget();
+
+/// A module holding @dtorch_fused_impl (kHostKernelImplName) lowered to the
+/// LLVM dialect, optimized at -O3 for the host and linked into a shared
+/// object exporting `symbol(in, out, scalars)` (the whole range [0, rows))
+/// and, when `rows` > 0, `symbol_rows(in, out, scalars, begin, end)`.
+/// `parallelLoops`: every loop of the function touches element i of its
+/// buffers in iteration i alone (llvm.loop.parallel_accesses, so in-place
+/// calls stay vectorized). The error text in `error` on failure.
+mlir::FailureOr<std::string>
+compileHostKernelModule(mlir::ModuleOp module, llvm::StringRef symbol,
+                        unsigned numInputs, unsigned numOutputs, int64_t rows,
+                        bool parallelLoops, std::string &error);
 
 } // namespace dtorch::codegen
 

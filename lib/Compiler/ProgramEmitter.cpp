@@ -4,7 +4,9 @@
 #include "GpuKernelCodegen.h"
 
 #include "KernelCodegen.h"
+#include "OptimizerKernelCodegen.h"
 
+#include "dtorch/runtime/ProgramValidator.h"
 #include "rank/IR/Rank.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -137,7 +139,8 @@ void writeLocation(Location loc, std::string &out) {
 
 } // namespace
 
-FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
+FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch,
+                                     bool generateOptimizerKernels) {
   auto mesh = fn->getAttrOfType<DenseI64ArrayAttr>(rank::kMeshAttrName);
   auto positions = fn->getAttrOfType<ArrayAttr>(rank::kPositionsAttrName);
   if (!mesh || !positions)
@@ -242,6 +245,33 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
     return success();
   };
 
+  // The index of a generated kernel in the program's executables: a kernel
+  // used twice in the program is shipped once (once per declared call: a
+  // fused_adam kernel serves parameters of any shape with its element
+  // counts).
+  auto addExecutable = [&](const GeneratedKernel &kernel) -> int {
+    auto sameCall = [&](const wire::Executable &e) {
+      if (e.inputs_size() != kernel.inputs_size() ||
+          e.outputs_size() != kernel.outputs_size())
+        return false;
+      for (int i = 0; i < e.inputs_size(); ++i)
+        if (e.inputs(i).SerializeAsString() !=
+            kernel.inputs(i).SerializeAsString())
+          return false;
+      for (int i = 0; i < e.outputs_size(); ++i)
+        if (e.outputs(i).SerializeAsString() !=
+            kernel.outputs(i).SerializeAsString())
+          return false;
+      return true;
+    };
+    for (int e = 0; e < program.executables_size(); ++e)
+      if (program.executables(e).content_hash() == kernel.content_hash() &&
+          sameCall(program.executables(e)))
+        return e;
+    *program.add_executables() = kernel;
+    return program.executables_size() - 1;
+  };
+
   for (Operation &op : fn.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       for (Value v : ret.getOperands())
@@ -298,26 +328,34 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch) {
                            : generateFusedGpuKernel(fused, cudaArch);
       if (failed(kernel))
         return failure();
-      int index = -1;
-      for (int e = 0; e < program.executables_size() && index < 0; ++e)
-        if (program.executables(e).content_hash() == (*kernel)->content_hash())
-          index = e;
-      if (index < 0) {
-        index = program.executables_size();
-        *program.add_executables() = **kernel;
-      }
       inst.set_op("fused");
-      inst.set_executable(index);
+      inst.set_executable(addExecutable(**kernel));
       std::vector<double> scalars = fusedKernelScalars(fused);
       if (!scalars.empty())
         (*inst.mutable_attrs())["scalars"].set_data(
             std::string(reinterpret_cast<const char *>(scalars.data()),
                         scalars.size() * sizeof(double)));
       inst.set_stream(wire::COMPUTE);
-    } else if (isa<rank::FusedAdamOp>(op)) {
-      // The runtime's multi-tensor kernel, with the op's attributes.
+    } else if (auto adam = dyn_cast<rank::FusedAdamOp>(op)) {
+      // The runtime's multi-tensor kernel, with the op's attributes; or the
+      // kernel generated for its signature (always on a CUDA mesh, which
+      // has no hand-written one), called with beta1, beta2, eps and
+      // weight_decay as its scalars (attribute `generated` = 1).
       inst.set_op("fused_adam");
       inst.set_stream(wire::COMPUTE);
+      if (!cudaArch.empty() || generateOptimizerKernels) {
+        FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
+            cudaArch.empty() ? generateFusedAdamKernel(adam)
+                             : generateFusedAdamGpuKernel(adam, cudaArch);
+        if (failed(kernel))
+          return failure();
+        inst.set_executable(addExecutable(**kernel));
+        (*inst.mutable_attrs())[rt::kGeneratedKernelAttr].set_i(1);
+        std::vector<double> scalars = fusedAdamKernelScalars(adam);
+        (*inst.mutable_attrs())["scalars"].set_data(
+            std::string(reinterpret_cast<const char *>(scalars.data()),
+                        scalars.size() * sizeof(double)));
+      }
     } else if (op.getDialect() && isa<rank::RankDialect>(op.getDialect())) {
       inst.set_op(op.getName().stripDialect().str());
       inst.set_stream(wire::COMM);

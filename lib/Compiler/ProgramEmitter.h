@@ -17,9 +17,12 @@ wire::DType toWireDType(mlir::Type type);
 /// one buffer per SSA value, kernels on the compute stream, collectives on
 /// the communication stream, with an event wherever a value crosses streams.
 /// Fused groups are compiled for the host, or to PTX for `cudaArch` when it
-/// is not empty.
-mlir::FailureOr<wire::Program> emitProgram(mlir::func::FuncOp fn,
-                                           llvm::StringRef cudaArch = {});
+/// is not empty. `generateOptimizerKernels`: a rank.fused_adam calls a
+/// kernel generated for its signature (OptimizerKernelCodegen.h) instead of
+/// the runtime's hand-written one (on a CUDA mesh it always does).
+mlir::FailureOr<wire::Program>
+emitProgram(mlir::func::FuncOp fn, llvm::StringRef cudaArch = {},
+            bool generateOptimizerKernels = false);
 
 } // namespace dtorch
 

@@ -136,6 +136,34 @@ void runGenerated(GeneratedKernelFn whole, GeneratedRowsKernelFn rows,
   });
 }
 
+// A generated multi-tensor optimizer kernel (a fused_adam generated for its
+// signature): inputs step, lr, then the parameters' groups; its `_rows`
+// entry takes a range of the elements of every parameter one after the
+// other, so the call is cut there for the rank's thread share.
+void runGeneratedMultiTensor(GeneratedKernelFn whole,
+                             GeneratedRowsKernelFn rows,
+                             const std::vector<void *> &in,
+                             const std::vector<void *> &out,
+                             const std::vector<double> &scalars,
+                             const std::vector<const Tensor *> &inTensors,
+                             const std::vector<Tensor *> &outTensors) {
+  size_t params = inTensors.size() - 2 - outTensors.size();
+  int64_t count = 0, bytes = 0;
+  for (size_t i = 0; i < params; ++i)
+    count += inTensors[2 + i]->numel();
+  for (const Tensor *t : outTensors)
+    bytes += static_cast<int64_t>(t->nbytes());
+  int parts = rows ? kernelParts(count, bytes) : 1;
+  if (parts <= 1) {
+    whole(in.data(), out.data(), scalars.data());
+    return;
+  }
+  parallelFor(parts, [&](int part) {
+    int64_t begin = count * part / parts, end = count * (part + 1) / parts;
+    rows(in.data(), out.data(), scalars.data(), begin, end);
+  });
+}
+
 // A collective of a device program through the host communicator: the
 // inputs are copied to host memory, the host backend runs it, and the
 // outputs are copied back (pinned staging buffers both ways).
@@ -337,7 +365,7 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
   bool onCpu = device_->kind() == DeviceKind::Cpu;
   if (!onCpu)
     for (const auto &inst : program.instructions()) {
-      if (inst.op() == kFusedOp &&
+      if (callsGeneratedKernel(inst) &&
           !program.executables(inst.executable()).has_gpu())
         throw RuntimeError(prefix + "generated kernel '" +
                            program.executables(inst.executable()).symbol() +
@@ -448,7 +476,7 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
     const Instruction &inst = program.instructions(i);
     if (inst.stream() != ::dtorch::wire::COMPUTE)
       continue;
-    if (inst.op() == kFusedOp) {
+    if (callsGeneratedKernel(inst)) {
       const auto &exe = program.executables(inst.executable());
       if (exe.has_gpu()) {
         if (onCpu)
@@ -542,8 +570,12 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
             inData.push_back(const_cast<void *>(t->data()));
           for (Tensor *t : out)
             outData.push_back(t->data());
-          runGenerated(generated[i], generatedRows[i], inData, outData,
-                       scalars[i], *out.front());
+          if (inst.op() == kFusedOp)
+            runGenerated(generated[i], generatedRows[i], inData, outData,
+                         scalars[i], *out.front());
+          else
+            runGeneratedMultiTensor(generated[i], generatedRows[i], inData,
+                                    outData, scalars[i], in, out);
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else if (onCpu)

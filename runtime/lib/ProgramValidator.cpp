@@ -27,6 +27,13 @@ bool isCollectiveOp(std::string_view op) {
          collectives.end();
 }
 
+bool callsGeneratedKernel(const ::dtorch::wire::Instruction &inst) {
+  if (inst.op() == kFusedOp)
+    return true;
+  auto it = inst.attrs().find(kGeneratedKernelAttr);
+  return it != inst.attrs().end() && it->second.i() != 0;
+}
+
 std::string describeInstruction(const Program &program, int index) {
   std::string text = "instruction " + std::to_string(index);
   if (index < 0 || index >= program.instructions_size())
@@ -370,6 +377,10 @@ struct Validator {
         checkFused(inst, in, out);
         return;
       }
+      // A registry op calling its generated kernel: the call matches the
+      // executable, and the op's own checks below hold too.
+      if (callsGeneratedKernel(inst))
+        checkFused(inst, in, out);
       bool known = (lastKernel && inst.op() == lastOp) ||
                    KernelRegistry::global().hasOp(inst.op());
       if (!known)

@@ -20,24 +20,24 @@ from dtorch import Replicate, Shard
 SHAPES = [(6, 5), (5,), (5, 3), (3,), (7,)]
 
 
-def make_params(dt, mesh, placements, dtype=np.float32, seed=0):
+def make_params(dt, mesh, placements, dtype=np.float32, seed=0, shapes=SHAPES):
     rng = np.random.default_rng(seed)
-    values = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+    values = [rng.standard_normal(s).astype(dtype) for s in shapes]
     params = [dt.distribute_tensor(v, mesh, placements(s)).requires_grad_()
-              for v, s in zip(values, SHAPES)]
+              for v, s in zip(values, shapes)]
     return params, values
 
 
-def grads_for(step, dtype=np.float32):
+def grads_for(step, dtype=np.float32, shapes=SHAPES):
     rng = np.random.default_rng(100 + step)
-    return [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
-def run_steps(dt, mesh, placements, make_opt, steps, dtype=np.float32):
-    params, _ = make_params(dt, mesh, placements, dtype)
+def run_steps(dt, mesh, placements, make_opt, steps, dtype=np.float32, shapes=SHAPES):
+    params, _ = make_params(dt, mesh, placements, dtype, shapes=shapes)
     opt = make_opt(params)
     for step in range(steps):
-        for p, g, s in zip(params, grads_for(step, dtype), SHAPES):
+        for p, g, s in zip(params, grads_for(step, dtype, shapes), shapes):
             p.grad = dt.distribute_tensor(g, mesh, placements(s))
         opt.step()
     values = [p.numpy() for p in params]
@@ -75,6 +75,32 @@ def test_fused_is_bitwise_the_per_op_update(dt, meshes, name, kwargs, dtype):
     steps = {id(opt.state[p]["step"]) for p in opt.param_groups[0]["params"]}
     assert len(steps) == 1
     assert float(opt.state[opt.param_groups[0]["params"][0]]["step"].item()) == 4.0
+
+
+@pytest.mark.parametrize("generated", ["1", "0"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_generated_and_hand_written_kernels_are_bitwise_the_per_op_update(
+        dt, meshes, monkeypatch, tmp_path, generated, dtype):
+    """From the second step the segment runs its fused tier, whose
+    fused_adam calls the kernel generated through MLIR for its signature
+    (DTORCH_GENERATED_ADAM=1, the default) or the runtime's hand-written one
+    (=0): both are bitwise the per-op update. Shapes of their own make the
+    signature new, so the generated kernel is compiled (and dumped) here."""
+    monkeypatch.setenv("DTORCH_GENERATED_ADAM", generated)
+    monkeypatch.setenv("DTORCH_KERNEL_DUMP_DIR", str(tmp_path))
+    k = (2 if generated == "1" else 0) + (1 if dtype == np.float64 else 0)
+    shapes = [(11, 3 + k), (21 + k,), (3, 17), (1,)]
+    mesh = meshes["4"]
+    for name, kwargs in CONFIGS[:3]:
+        cls = getattr(dt.optim, name)
+        fused = run_steps(dt, mesh, sharded, lambda ps: cls(ps, **kwargs), 4, dtype,
+                          shapes)
+        per_op = run_steps(dt, mesh, sharded,
+                           lambda ps: cls(ps, foreach=False, **kwargs), 4, dtype, shapes)
+        for a, b in zip(fused[0] + fused[1], per_op[0] + per_op[1]):
+            assert a.tobytes() == b.tobytes()
+    dumped = sorted(p.name for p in tmp_path.glob("dtorch_adam_*.so"))
+    assert bool(dumped) == (generated == "1"), dumped
 
 
 def torch_reference(torch, name, kwargs, values, batches):

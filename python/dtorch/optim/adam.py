@@ -27,6 +27,13 @@ def _lerp(start, end, weight):
     return end - (end - start) * (1.0 - weight)
 
 
+def _fused_on(device_type):
+    """Whether a mesh of `device_type` has a multi-tensor Adam kernel."""
+    if device_type == "cpu":
+        return True
+    return device_type == "cuda" and os.environ.get("DTORCH_GENERATED_ADAM", "1") != "0"
+
+
 class Adam(Optimizer):
     """torch.optim.Adam's update, on the workers:
 
@@ -90,10 +97,12 @@ class Adam(Optimizer):
 
     def _step_group(self, group):
         pairs = self._params_with_grads(group)
-        # The runtime's fused_adam kernel is a CPU kernel; a Partial
-        # parameter has no elementwise update.
+        # The runtime's hand-written fused_adam kernel is a CPU kernel; on a
+        # CUDA mesh the controller generates one through MLIR's NVVM path
+        # (unless DTORCH_GENERATED_ADAM=0). A Partial parameter has no
+        # elementwise update.
         if not self._uses_fused(group) or any(
-                p.device_mesh.device_type != "cpu" or
+                not _fused_on(p.device_mesh.device_type) or
                 any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
             self._step_group_per_op(group, pairs)
             return

@@ -15,11 +15,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FusedAdamSources.h"
 #include "ProgramsByPosition.h"
 #include "RowReductionSources.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executable.h"
 #include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/ProgramValidator.h"
 #include "rank/IR/FusibleKernels.h"
 
 #include <gtest/gtest.h>
@@ -417,6 +419,67 @@ TEST(GpuKernelCodegen, MixedTypeGroupsAssemble) {
   std::printf("mixed-type PTX assembled by ptxas for %s: %d kernels\n", kArch,
               cases);
   EXPECT_EQ(cases, 7 * 2 + 7 + 42 + 6);
+}
+
+} // namespace
+
+namespace {
+
+/// dtensor.fused_adam compiled for a CUDA mesh: the program calls one
+/// generated GPU kernel (one thread per element of every parameter), for
+/// every float dtype and mode and a mix of dtypes, and ptxas assembles it.
+TEST(GpuKernelCodegen, FusedAdamEveryDtypeAndModeAssembles) {
+  using adamsources::AdamConfig;
+  using adamsources::AdamParam;
+  bool haveAssembler = !ptxasPath().empty();
+  std::vector<std::vector<AdamParam>> groups;
+  for (const char *dtype : {"f32", "f64", "f16", "bf16"})
+    groups.push_back({{"3x37", dtype}, {"", dtype}, {"1031", dtype}});
+  groups.push_back({{"5x7", "f32"}, {"33", "bf16"}, {"9", "f64"}});
+  std::vector<AdamConfig> configs(4);
+  configs[1].decoupled = false;
+  configs[2].weightDecay = 0;
+  configs[3].amsgrad = true;
+  configs[3].maximize = true;
+  int assembled = 0;
+  for (const auto &params : groups)
+    for (const AdamConfig &c : configs) {
+      std::string what = params[0].dtype + " group of " +
+                         std::to_string(params.size()) +
+                         (c.amsgrad ? " amsgrad" : "");
+      CompileResult result =
+          compileForGpu(adamsources::fusedAdamSource(params, c));
+      ASSERT_TRUE(result.ok) << what << ": " << result.error;
+      wire::Program program = programOf(result);
+      int calls = 0;
+      for (const auto &inst : program.instructions())
+        if (inst.op() == "fused_adam") {
+          ++calls;
+          EXPECT_TRUE(rt::callsGeneratedKernel(inst)) << what;
+        }
+      ASSERT_EQ(calls, 1) << what;
+      ASSERT_EQ(program.executables_size(), 1) << what;
+      const wire::Executable &exe = program.executables(0);
+      ASSERT_TRUE(exe.has_gpu()) << what;
+      int64_t total = 0;
+      for (const AdamParam &p : params)
+        total += p.shape == "3x37"  ? 111
+                 : p.shape == ""    ? 1
+                 : p.shape == "5x7" ? 35
+                                    : std::stoll(p.shape);
+      EXPECT_EQ(exe.gpu().grid_x(), (total + 255) / 256) << what;
+      EXPECT_EQ(exe.num_scalars(), 4) << what;
+      if (haveAssembler) {
+        std::string error = assemble(exe.gpu().ptx(), kArch);
+        EXPECT_EQ(error, "") << what;
+        ++assembled;
+      }
+    }
+  if (!haveAssembler)
+    GTEST_SKIP() << "no ptxas (CUDA toolkit) under CUDA_HOME or "
+                    "/usr/local/cuda: the PTX was generated, not assembled";
+  std::printf("fused_adam kernels assembled by ptxas for %s: %d\n", kArch,
+              assembled);
 }
 
 } // namespace

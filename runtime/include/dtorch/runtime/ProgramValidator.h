@@ -19,6 +19,16 @@ bool isCollectiveOp(std::string_view op);
 // (wire::Instruction::executable names it).
 inline constexpr const char *kFusedOp = "fused";
 
+// An attribute (i = 1) of a registry op's instruction that calls the
+// program's generated kernel Instruction::executable instead of the
+// registry's kernel (a fused_adam generated for its signature), with the
+// op's inputs and outputs and the `scalars` attribute.
+inline constexpr const char *kGeneratedKernelAttr = "generated";
+
+// Whether `inst` calls a generated kernel of its program: a "fused"
+// instruction, or one marked with kGeneratedKernelAttr.
+bool callsGeneratedKernel(const ::dtorch::wire::Instruction &inst);
+
 // Throws RuntimeError("invalid program '<name>': ...") naming the instruction
 // (index, op, location) where relevant. `communicatorRank` is the rank of
 // the communicator that will run the collectives (it must be in each
