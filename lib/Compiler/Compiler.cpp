@@ -317,7 +317,9 @@ std::string compilerConfiguration() {
          ",fold_transpose=" +
          (dtensor::foldTransposeFromEnvironment() ? "1" : "0") +
          ",fuse_mixed_types=" +
-         (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0");
+         (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0") +
+         ",rematerialize=" +
+         (dtensor::rematerializeFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

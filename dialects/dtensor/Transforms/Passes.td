@@ -430,6 +430,47 @@ def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def RematerializeBroadcasts : Pass<"rank-rematerialize-broadcasts", "::mlir::func::FuncOp"> {
+  let summary = "Give each later fused reader of a constant or a broadcast its own copy";
+  let description = [{
+    Runs on a class function (rank dialect) right before
+    `--rank-fuse-elementwise`. CSE leaves one `full` per value and shape,
+    and autograd saves the operands of the forward (a softmax's scale, its
+    mask spread over the heads, a broadcast row maximum or a layer norm's
+    weight spread over the rows) for the backward. Fusion then stores such
+    a value as a whole tensor, a result of the first group that reads it,
+    and every later group loads it again: for the GPT step's softmax, five
+    of the eight tensors its forward group writes were constants or
+    broadcasts.
+
+    For each `full`, `iota` and `broadcast_to` kernel that fusion takes in,
+    every reader after the first one in program order that is a fusible
+    computing kernel (elementwise, comparison, `where`, `cast`) or a `sum`,
+    `max` or `min` gets a copy of it placed right before it; the first
+    reader and any other reader (a GEMM, a collective, the return) keep the
+    original. A broadcast's copy reads the broadcast's input, so a group
+    stores the small per-row value (or nothing: a parameter) instead of its
+    spread. The copies compute the same values, so results are bitwise the
+    same. Functions that `--rank-plan-buffers` already planned are left
+    alone. The compiler runs it unless `DTORCH_REMATERIALIZE=0`.
+
+    Before (the backward reads the forward's broadcast):
+    ```mlir
+    %b = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %y = rank.kernel "sub"(%x, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %z = rank.kernel "mul"(%g, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    ```
+    After:
+    ```mlir
+    %b = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %y = rank.kernel "sub"(%x, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %b2 = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %z = rank.kernel "mul"(%g, %b2) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
 def FuseElementwise : Pass<"rank-fuse-elementwise", "::mlir::func::FuncOp"> {
   let summary = "Group chains of elementwise rank.kernel ops into rank.fused";
   let description = [{

@@ -42,6 +42,8 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
     FuseElementwiseOptions fuse;
     fuse.rowReductions = options.fuseRowReductions;
     fuse.mixedTypes = fuseMixedTypesFromEnvironment();
+    if (rematerializeFromEnvironment())
+      pm.addNestedPass<func::FuncOp>(createRematerializeBroadcasts());
     pm.addNestedPass<func::FuncOp>(createFuseElementwise(fuse));
   }
   if (std::optional<ScheduleCollectivesOptions> schedule =
@@ -80,6 +82,14 @@ bool dtorch::dtensor::foldTransposeFromEnvironment() {
 bool dtorch::dtensor::fuseMixedTypesFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_FUSE_MIXED_TYPES");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool dtorch::dtensor::rematerializeFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_REMATERIALIZE");
     return !(value && std::string(value) == "0");
   }();
   return enabled;
