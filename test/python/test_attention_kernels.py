@@ -86,7 +86,8 @@ def run_child(tmp_path, name, **env):
 def variants(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attn")
     return {"default": run_child(tmp, "default"),
-            "no_remat": run_child(tmp, "no_remat", DTORCH_REMATERIALIZE="0")}
+            "no_remat": run_child(tmp, "no_remat", DTORCH_REMATERIALIZE="0"),
+            "no_bmm_layout": run_child(tmp, "no_bmm_layout", DTORCH_FOLD_BMM_LAYOUT="0")}
 
 
 def stored_constants_and_broadcasts(ir):
@@ -108,8 +109,9 @@ def stored_constants_and_broadcasts(ir):
     return stored, results
 
 
-def test_rematerialized_step_is_the_same_bit_for_bit(variants):
-    (on, on_values), (off, off_values) = variants["default"], variants["no_remat"]
+@pytest.mark.parametrize("switched_off", ["no_remat", "no_bmm_layout"])
+def test_step_is_the_same_bit_for_bit_with_each_switch_off(variants, switched_off):
+    (on, on_values), (off, off_values) = variants["default"], variants[switched_off]
     assert on["losses"] == off["losses"]
     assert set(on_values) == set(off_values)
     assert sum(k.startswith("p/") for k in on_values) > 10
@@ -147,3 +149,18 @@ def test_attention_matches_numpy(variants):
         for name, ref in grads.items():
             np.testing.assert_allclose(values[f"sdpa/grad_{name}/" + dtype], ref,
                                        rtol=tol * 10, atol=tol * 10)
+
+
+def test_head_transposes_fold_into_the_bmms(variants):
+    def kernels(ir, name):
+        return [l for l in ir.splitlines()
+                if l.startswith("    %") and f'rank.kernel "{name}"' in l]
+    on, off = variants["default"][0]["ir"], variants["no_bmm_layout"][0]["ir"]
+    # Two layers: q, k, v split into heads and the output joined, forward
+    # and backward.
+    assert len(kernels(off, "transpose")) >= 8, off
+    assert not kernels(on, "transpose")
+    bmms = kernels(on, "bmm")
+    assert len(bmms) == len(kernels(off, "bmm")) == 12
+    assert all("a_perm" in b or "b_perm" in b or "out_perm" in b for b in bmms), bmms
+    assert sum("out_perm" in b for b in bmms) >= 4

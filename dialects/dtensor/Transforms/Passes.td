@@ -392,6 +392,48 @@ def FoldTransposeIntoMatmul : Pass<"rank-fold-transpose-into-matmul", "::mlir::f
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def FoldTransposeIntoBmm : Pass<"rank-fold-transpose-into-bmm", "::mlir::func::FuncOp"> {
+  let summary = "Read and write a bmm's operands and result through permuted leading dims instead of materialising their transposes";
+  let description = [{
+    Runs on a class function (rank dialect) after
+    `--rank-fold-transpose-into-matmul`. Attention splits [B, T, D] into
+    heads with a reshape to [B, T, H, D/H] and a transpose of dims 1 and 2
+    before each `bmm`, and joins them back with the inverse transpose
+    after it; each transpose is a copy of the whole tensor. Here a
+    `transpose` whose perm keeps the last dim last (it moves leading dims
+    only) is folded into the `bmm` around it:
+
+    1. An operand of a `bmm` made by such a transpose is replaced by the
+       transpose's input, and the bmm gets `a_perm` (operand 0) or
+       `b_perm` (operand 1) = the transpose's perm: the product reads
+       transpose(input, perm). A transpose left without readers is erased.
+    2. Such a transpose of a bmm's result, when it is the result's only
+       reader, becomes the bmm's `out_perm`: the bmm writes
+       transpose(product, perm) itself.
+
+    The runtime's kernel walks the batch dims with the permuted strides and
+    hands each product to the BLAS with the row stride of its dims (the
+    last dim stays contiguous), so the products and their summation order
+    are those of the dense bmm: results are bitwise the same. An operand or
+    result that already has a perm is left as it is. Functions that
+    `--rank-plan-buffers` already planned are left alone. The compiler runs
+    it for CPU meshes unless `DTORCH_FOLD_BMM_LAYOUT=0` (the CUDA bmm,
+    one strided-batched cuBLAS call, takes no perms).
+
+    Before (the scores of attention):
+    ```mlir
+    %qh = rank.kernel "transpose"(%q) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+    %kh = rank.kernel "transpose"(%k) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+    %s = rank.kernel "bmm"(%qh, %kh) {trans_b = 1 : i64} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x8xf32>
+    ```
+    After:
+    ```mlir
+    %s = rank.kernel "bmm"(%q, %k) {a_perm = array<i64: 0, 2, 1, 3>, b_perm = array<i64: 0, 2, 1, 3>, trans_b = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x4x8x8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
 def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
   let summary = "Pair every rank.send with its rank.recv; fail on a mismatch";
   let description = [{

@@ -38,6 +38,8 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
   pm.addPass(createLowerToRank());
   if (foldTransposeFromEnvironment())
     pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoMatmul());
+  if (options.foldBmmLayout && foldBmmLayoutFromEnvironment())
+    pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoBmm());
   if (options.fuseElementwise) {
     FuseElementwiseOptions fuse;
     fuse.rowReductions = options.fuseRowReductions;
@@ -82,6 +84,14 @@ bool dtorch::dtensor::foldTransposeFromEnvironment() {
 bool dtorch::dtensor::fuseMixedTypesFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_FUSE_MIXED_TYPES");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool dtorch::dtensor::foldBmmLayoutFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_FOLD_BMM_LAYOUT");
     return !(value && std::string(value) == "0");
   }();
   return enabled;
