@@ -5,6 +5,7 @@
 // which the BLAS does without a copy; a bmm operand or result may also be
 // stored with its leading dims permuted (`a_perm`, `b_perm`, `out_perm`).
 #include "KernelSupport.h"
+#include "SmallGemm.h"
 
 #include "dtorch/runtime/Blas.h"
 
@@ -41,9 +42,12 @@ GemmFlags readGemmFlags(const AttrReader &attrs) {
 // out[M,N] = op(a)[M,K] * op(b)[K,N], row-major with the row strides lda,
 // ldb, ldc (elements; every row is contiguous); op(a) is a (stored [M,K]) or
 // a^T (stored [K,M]) with `transA`, likewise for b (stored [K,N] or [N,K]).
+// `small`: a bmm's product, which float32 hands to smallSgemm when it fits
+// (SmallGemm.h).
 template <class T>
 void gemmStrided(GemmFlags f, const T *a, int64_t lda, const T *b, int64_t ldb,
-                 T *out, int64_t ldc, int64_t m, int64_t k, int64_t n) {
+                 T *out, int64_t ldc, int64_t m, int64_t k, int64_t n,
+                 bool small = false) {
   if (m == 0 || n == 0)
     return;
   if (k == 0) {
@@ -66,10 +70,13 @@ void gemmStrided(GemmFlags f, const T *a, int64_t lda, const T *b, int64_t ldb,
       for (int64_t j = 0; j < n; ++j)
         out[i * ldc + j] = T(out32[i * n + j]);
   } else if constexpr (std::is_floating_point_v<T>) {
-    if constexpr (std::is_same_v<T, float>)
+    if constexpr (std::is_same_v<T, float>) {
+      if (small &&
+          smallSgemm(f.transA, f.transB, m, n, k, a, lda, b, ldb, out, ldc))
+        return;
       blas::sgemm(f.transA, f.transB, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out,
                   ldc);
-    else
+    } else
       blas::dgemm(f.transA, f.transB, m, n, k, 1.0, a, lda, b, ldb, 0.0, out,
                   ldc);
   } else {
@@ -298,7 +305,7 @@ template <class T> void registerGemmKernels(KernelRegistry &registry) {
     int64_t offA = 0, offB = 0, offOut = 0;
     for (int64_t i = 0; i < batch; ++i) {
       gemmStrided<T>(f, as + offA, lda, bs + offB, ldb, outs + offOut, ldc, d.m,
-                     d.k, d.n);
+                     d.k, d.n, /*small=*/true);
       for (size_t dim = r - 2; dim-- > 0;) {
         offA += v.a.strides[dim];
         offB += v.b.strides[dim];
