@@ -87,7 +87,8 @@ def variants(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("attn")
     return {"default": run_child(tmp, "default"),
             "no_remat": run_child(tmp, "no_remat", DTORCH_REMATERIALIZE="0"),
-            "no_bmm_layout": run_child(tmp, "no_bmm_layout", DTORCH_FOLD_BMM_LAYOUT="0")}
+            "no_bmm_layout": run_child(tmp, "no_bmm_layout", DTORCH_FOLD_BMM_LAYOUT="0"),
+            "blas_bmm": run_child(tmp, "blas_bmm", DTORCH_SMALL_GEMM="0")}
 
 
 def stored_constants_and_broadcasts(ir):
@@ -164,3 +165,14 @@ def test_head_transposes_fold_into_the_bmms(variants):
     assert len(bmms) == len(kernels(off, "bmm")) == 12
     assert all("a_perm" in b or "b_perm" in b or "out_perm" in b for b in bmms), bmms
     assert sum("out_perm" in b for b in bmms) >= 4
+
+
+def test_small_gemm_step_agrees_with_the_blas(variants):
+    (on, on_values), (blas, blas_values) = variants["default"], variants["blas_bmm"]
+    np.testing.assert_allclose([float.fromhex(x) for x in on["losses"]],
+                               [float.fromhex(x) for x in blas["losses"]], rtol=1e-5)
+    for key in on_values:
+        if key.startswith(("p/", "sdpa/out", "sdpa/grad")):
+            tol = 1e-12 if key.endswith("float64") else 1e-4
+            np.testing.assert_allclose(on_values[key], blas_values[key], rtol=tol,
+                                       atol=tol, err_msg=key)
