@@ -179,6 +179,7 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   // registry's CUDA kernels.
   pipeline.fuseRowReductions =
       options.cudaArch.empty() || gpuRowFusionEnabled();
+  pipeline.foldBmmLayout = options.cudaArch.empty();
   pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
   if (options.planBuffers)
@@ -320,7 +321,12 @@ std::string compilerConfiguration() {
          (dtensor::foldTransposeFromEnvironment() ? "1" : "0") +
          ",fuse_mixed_types=" +
          (dtensor::fuseMixedTypesFromEnvironment() ? "1" : "0") +
-         ",generated_adam=" + (generatedAdamEnabledByEnvironment() ? "1" : "0");
+         ",generated_adam=" +
+         (generatedAdamEnabledByEnvironment() ? "1" : "0") +
+         ",fold_bmm_layout=" +
+         (dtensor::foldBmmLayoutFromEnvironment() ? "1" : "0") +
+         ",rematerialize=" +
+         (dtensor::rematerializeFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

@@ -50,6 +50,13 @@ struct GemmShape {
 
 GemmShape gemmShape(const AttrReader &attrs, const Shape &a, const Shape &out) {
   GemmShape g;
+  // The compiler folds head transposes into a bmm's layout for CPU programs
+  // only (--rank-fold-transpose-into-bmm); cuBLAS's strided batch cannot
+  // read them.
+  for (const char *name : {"a_perm", "b_perm", "out_perm"})
+    if (attrs.has(name))
+      throw RuntimeError(std::string("CUDA bmm: '") + name +
+                         "' (a permuted layout) is not supported");
   g.transA = attrs.getInt("trans_a", 0) == 1;
   g.transB = attrs.getInt("trans_b", 0) == 1;
   size_t r = a.size();

@@ -108,6 +108,16 @@ bool foldTransposeFromEnvironment();
 /// DTORCH_FUSE_MIXED_TYPES=0 (read once per process; for comparison).
 bool fuseMixedTypesFromEnvironment();
 
+/// Whether the pipeline runs --rank-fold-transpose-into-bmm (CPU programs):
+/// yes unless DTORCH_FOLD_BMM_LAYOUT=0 (read once per process; for
+/// comparison).
+bool foldBmmLayoutFromEnvironment();
+
+/// Whether the pipeline runs --rank-rematerialize-broadcasts before fusion:
+/// yes unless DTORCH_REMATERIALIZE=0 (read once per process; for
+/// comparison).
+bool rematerializeFromEnvironment();
+
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();
 

@@ -392,6 +392,48 @@ def FoldTransposeIntoMatmul : Pass<"rank-fold-transpose-into-matmul", "::mlir::f
   let dependentDialects = ["::dtorch::rank::RankDialect"];
 }
 
+def FoldTransposeIntoBmm : Pass<"rank-fold-transpose-into-bmm", "::mlir::func::FuncOp"> {
+  let summary = "Read and write a bmm's operands and result through permuted leading dims instead of materialising their transposes";
+  let description = [{
+    Runs on a class function (rank dialect) after
+    `--rank-fold-transpose-into-matmul`. Attention splits [B, T, D] into
+    heads with a reshape to [B, T, H, D/H] and a transpose of dims 1 and 2
+    before each `bmm`, and joins them back with the inverse transpose
+    after it; each transpose is a copy of the whole tensor. Here a
+    `transpose` whose perm keeps the last dim last (it moves leading dims
+    only) is folded into the `bmm` around it:
+
+    1. An operand of a `bmm` made by such a transpose is replaced by the
+       transpose's input, and the bmm gets `a_perm` (operand 0) or
+       `b_perm` (operand 1) = the transpose's perm: the product reads
+       transpose(input, perm). A transpose left without readers is erased.
+    2. Such a transpose of a bmm's result, when it is the result's only
+       reader, becomes the bmm's `out_perm`: the bmm writes
+       transpose(product, perm) itself.
+
+    The runtime's kernel walks the batch dims with the permuted strides and
+    hands each product to the BLAS with the row stride of its dims (the
+    last dim stays contiguous), so the products and their summation order
+    are those of the dense bmm: results are bitwise the same. An operand or
+    result that already has a perm is left as it is. Functions that
+    `--rank-plan-buffers` already planned are left alone. The compiler runs
+    it for CPU meshes unless `DTORCH_FOLD_BMM_LAYOUT=0` (the CUDA bmm,
+    one strided-batched cuBLAS call, takes no perms).
+
+    Before (the scores of attention):
+    ```mlir
+    %qh = rank.kernel "transpose"(%q) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+    %kh = rank.kernel "transpose"(%k) {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+    %s = rank.kernel "bmm"(%qh, %kh) {trans_b = 1 : i64} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x8xf32>
+    ```
+    After:
+    ```mlir
+    %s = rank.kernel "bmm"(%q, %k) {a_perm = array<i64: 0, 2, 1, 3>, b_perm = array<i64: 0, 2, 1, 3>, trans_b = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x4x8x8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
 def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
   let summary = "Pair every rank.send with its rank.recv; fail on a mismatch";
   let description = [{
@@ -425,6 +467,47 @@ def MatchPointToPoint : Pass<"rank-match-p2p", "::mlir::ModuleOp"> {
     ```mlir
     // error: 'rank.send' op sends tensor<4xf32> (message 0 on axis 0, tag 0)
     // but @f_class1 at coordinate 1 receives tensor<8xf32>
+    ```
+  }];
+  let dependentDialects = ["::dtorch::rank::RankDialect"];
+}
+
+def RematerializeBroadcasts : Pass<"rank-rematerialize-broadcasts", "::mlir::func::FuncOp"> {
+  let summary = "Give each later fused reader of a constant or a broadcast its own copy";
+  let description = [{
+    Runs on a class function (rank dialect) right before
+    `--rank-fuse-elementwise`. CSE leaves one `full` per value and shape,
+    and autograd saves the operands of the forward (a softmax's scale, its
+    mask spread over the heads, a broadcast row maximum or a layer norm's
+    weight spread over the rows) for the backward. Fusion then stores such
+    a value as a whole tensor, a result of the first group that reads it,
+    and every later group loads it again: for the GPT step's softmax, five
+    of the eight tensors its forward group writes were constants or
+    broadcasts.
+
+    For each `full`, `iota` and `broadcast_to` kernel that fusion takes in,
+    every reader after the first one in program order that is a fusible
+    computing kernel (elementwise, comparison, `where`, `cast`) or a `sum`,
+    `max` or `min` gets a copy of it placed right before it; the first
+    reader and any other reader (a GEMM, a collective, the return) keep the
+    original. A broadcast's copy reads the broadcast's input, so a group
+    stores the small per-row value (or nothing: a parameter) instead of its
+    spread. The copies compute the same values, so results are bitwise the
+    same. Functions that `--rank-plan-buffers` already planned are left
+    alone. The compiler runs it unless `DTORCH_REMATERIALIZE=0`.
+
+    Before (the backward reads the forward's broadcast):
+    ```mlir
+    %b = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %y = rank.kernel "sub"(%x, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %z = rank.kernel "mul"(%g, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    ```
+    After:
+    ```mlir
+    %b = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %y = rank.kernel "sub"(%x, %b) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %b2 = rank.kernel "broadcast_to"(%m) : (tensor<4x1xf32>) -> tensor<4x8xf32>
+    %z = rank.kernel "mul"(%g, %b2) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
     ```
   }];
   let dependentDialects = ["::dtorch::rank::RankDialect"];

@@ -38,10 +38,14 @@ void dtorch::dtensor::buildDTensorToRankPipeline(
   pm.addPass(createLowerToRank());
   if (foldTransposeFromEnvironment())
     pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoMatmul());
+  if (options.foldBmmLayout && foldBmmLayoutFromEnvironment())
+    pm.addNestedPass<func::FuncOp>(createFoldTransposeIntoBmm());
   if (options.fuseElementwise) {
     FuseElementwiseOptions fuse;
     fuse.rowReductions = options.fuseRowReductions;
     fuse.mixedTypes = fuseMixedTypesFromEnvironment();
+    if (rematerializeFromEnvironment())
+      pm.addNestedPass<func::FuncOp>(createRematerializeBroadcasts());
     pm.addNestedPass<func::FuncOp>(createFuseElementwise(fuse));
   }
   if (std::optional<ScheduleCollectivesOptions> schedule =
@@ -80,6 +84,22 @@ bool dtorch::dtensor::foldTransposeFromEnvironment() {
 bool dtorch::dtensor::fuseMixedTypesFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_FUSE_MIXED_TYPES");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool dtorch::dtensor::foldBmmLayoutFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_FOLD_BMM_LAYOUT");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool dtorch::dtensor::rematerializeFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_REMATERIALIZE");
     return !(value && std::string(value) == "0");
   }();
   return enabled;

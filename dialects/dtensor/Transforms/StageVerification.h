@@ -25,6 +25,10 @@ struct DTensorToRankPipelineOptions {
   /// Fused groups take in row reductions (--rank-fuse-elementwise
   /// row-reductions); off for GPU kernels only with DTORCH_GPU_ROW_FUSION=0.
   bool fuseRowReductions = true;
+  /// --rank-fold-transpose-into-bmm after the GEMM transpose folding
+  /// (unless DTORCH_FOLD_BMM_LAYOUT=0); off for CUDA programs, whose bmm
+  /// takes no perms.
+  bool foldBmmLayout = true;
   /// Every stage boundary verifies the module; else only the last ("rank")
   /// one does (the others still end their stage for a StageObserver).
   bool verifyEachStage = true;
