@@ -271,17 +271,20 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
   ExecutionPlan::Bindings &bindings = *plan.bindings_;
   std::vector<Tensor> &buffers = bindings.buffers;
   // What the run binds is dropped at its end (the arena views stay), so
-  // the plan holds no input, output or donated storage between runs.
+  // the plan holds no input, output or donated storage between runs. A
+  // copy of an undefined tensor keeps the slot's shape capacity, so the
+  // next run binds its inputs without allocating.
   struct Unbind {
     ExecutionPlan &plan;
     ~Unbind() {
+      static const Tensor undefined;
       std::vector<Tensor> &buffers = plan.bindings_->buffers;
       for (int32_t id : plan.inputIds_)
-        buffers[id] = Tensor();
+        buffers[id] = undefined;
       for (int32_t id : plan.perRunIds_)
-        buffers[id] = Tensor();
+        buffers[id] = undefined;
       for (int32_t id : plan.takenIds_)
-        plan.taken_[id] = Tensor();
+        plan.taken_[id] = undefined;
       plan.takenIds_.clear();
     }
   } unbind{plan};
@@ -311,9 +314,10 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
                          std::to_string(id) + ") must be " +
                          dtypeName(info.dtype) + shapeToString(info.shape) +
                          ", got " + given.describe());
-    buffers[id] = &given.device() == device_
-                      ? given
-                      : copyToDeviceStaged(given, *device_);
+    if (&given.device() == device_)
+      buffers[id] = given; // a copy assignment: no allocation
+    else
+      buffers[id] = copyToDeviceStaged(given, *device_);
   }
   if (!plan.error_.empty())
     throw RuntimeError(prefix + plan.error_);
@@ -368,9 +372,10 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
       }
       if (!plan.taken_.empty() && plan.taken_[id].defined()) {
         const Tensor &donor = plan.taken_[id];
-        buffers[id] = donor.dtype() == info.dtype && donor.shape() == info.shape
-                          ? donor
-                          : Tensor::viewOf(donor, 0, info.dtype, info.shape);
+        if (donor.dtype() == info.dtype && donor.shape() == info.shape)
+          buffers[id] = donor;
+        else
+          buffers[id] = Tensor::viewOf(donor, 0, info.dtype, info.shape);
         ++memory.donations;
         memory.donatedBytes += buffers[id].nbytes();
         continue;
