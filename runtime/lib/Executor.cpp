@@ -1,5 +1,7 @@
 #include "dtorch/runtime/Executor.h"
 
+#include "ExecutorSupport.h"
+
 #include "dtorch/runtime/AllToAllV.h"
 #include "dtorch/runtime/DevicePlacement.h"
 
@@ -24,53 +26,8 @@ namespace dtorch::rt {
 using ::dtorch::wire::Instruction;
 using ::dtorch::wire::Program;
 
-namespace {
+namespace detail {
 
-// Events between the streams plus the first failure of the run.
-class RunState {
-public:
-  explicit RunState(int numEvents)
-      : signalled_(static_cast<size_t>(numEvents), false) {}
-
-  // False when the run failed elsewhere while waiting.
-  bool waitFor(int event) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return signalled_[event] || failed_; });
-    return !failed_;
-  }
-  void signal(int event) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    signalled_[event] = true;
-    changed_.notify_all();
-  }
-  void fail(std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!failed_) {
-      failed_ = true;
-      error_ = error;
-    }
-    changed_.notify_all();
-  }
-  bool failed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return failed_;
-  }
-  std::exception_ptr error() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return error_;
-  }
-
-private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<bool> signalled_;
-  bool failed_ = false;
-  std::exception_ptr error_;
-};
-
-/// Runs one collective; returns the bytes it sent when they depend on the
-/// data (all_to_all_v: the rows the counts name), else -1 (the trace then
-/// counts the buffers).
 int64_t runCollective(Communicator &comm, const Instruction &inst,
                       const std::vector<const Tensor *> &in,
                       const std::vector<Tensor *> &out) {
@@ -119,32 +76,26 @@ int64_t runCollective(Communicator &comm, const Instruction &inst,
   return -1;
 }
 
-// A generated kernel: large outputs are cut into row ranges run by the
-// rank's threads (kernelParts), when the kernel has a row entry.
 void runGenerated(GeneratedKernelFn whole, GeneratedRowsKernelFn rows,
                   const std::vector<void *> &in, const std::vector<void *> &out,
-                  const std::vector<double> &scalars, const Tensor &first) {
+                  const double *scalars, const Tensor &first) {
   int64_t count = first.dim() > 0 ? first.shape()[0] : 0;
   int parts = rows ? kernelParts(count, first.nbytes()) : 1;
   if (parts <= 1) {
-    whole(in.data(), out.data(), scalars.data());
+    whole(in.data(), out.data(), scalars);
     return;
   }
   parallelFor(parts, [&](int part) {
     int64_t begin = count * part / parts, end = count * (part + 1) / parts;
-    rows(in.data(), out.data(), scalars.data(), begin, end);
+    rows(in.data(), out.data(), scalars, begin, end);
   });
 }
 
-// A generated multi-tensor optimizer kernel (a fused_adam generated for its
-// signature): inputs step, lr, then the parameters' groups; its `_rows`
-// entry takes a range of the elements of every parameter one after the
-// other, so the call is cut there for the rank's thread share.
 void runGeneratedMultiTensor(GeneratedKernelFn whole,
                              GeneratedRowsKernelFn rows,
                              const std::vector<void *> &in,
                              const std::vector<void *> &out,
-                             const std::vector<double> &scalars,
+                             const double *scalars,
                              const std::vector<const Tensor *> &inTensors,
                              const std::vector<Tensor *> &outTensors) {
   size_t params = inTensors.size() - 2 - outTensors.size();
@@ -155,18 +106,15 @@ void runGeneratedMultiTensor(GeneratedKernelFn whole,
     bytes += static_cast<int64_t>(t->nbytes());
   int parts = rows ? kernelParts(count, bytes) : 1;
   if (parts <= 1) {
-    whole(in.data(), out.data(), scalars.data());
+    whole(in.data(), out.data(), scalars);
     return;
   }
   parallelFor(parts, [&](int part) {
     int64_t begin = count * part / parts, end = count * (part + 1) / parts;
-    rows(in.data(), out.data(), scalars.data(), begin, end);
+    rows(in.data(), out.data(), scalars, begin, end);
   });
 }
 
-// A collective of a device program through the host communicator: the
-// inputs are copied to host memory, the host backend runs it, and the
-// outputs are copied back (pinned staging buffers both ways).
 int64_t runCollectiveThroughHost(Communicator &comm, const Instruction &inst,
                                  const std::vector<const Tensor *> &in,
                                  const std::vector<Tensor *> &out) {
@@ -188,6 +136,16 @@ int64_t runCollectiveThroughHost(Communicator &comm, const Instruction &inst,
     copyIntoDeviceStaged(hostOut[i], *out[i]);
   return movedBytes;
 }
+
+} // namespace detail
+
+namespace {
+
+using detail::runCollective;
+using detail::runCollectiveThroughHost;
+using detail::runGenerated;
+using detail::runGeneratedMultiTensor;
+using detail::RunState;
 
 // Per buffer: the buffer that a reshape makes it from, when that reshape may
 // be a view of it, else -1. It may when the source has storage of its own
@@ -221,6 +179,15 @@ std::vector<int> reshapeViewSources(const Program &program, size_t numInputs,
 } // namespace
 
 Executor::Executor(Communicator *comm) : comm_(comm) {}
+
+void Executor::Arena::release() {
+  storage = Tensor();
+  ++generation;
+  for (const auto &weak : views)
+    if (std::shared_ptr<ExecutionPlan::Bindings> held = weak.lock())
+      held->releaseArenaViews();
+  views.clear();
+}
 
 uint64_t Executor::arenaCapacity() const {
   std::lock_guard<std::mutex> lock(arena_->mutex);
@@ -259,7 +226,7 @@ void Executor::setDevice(Device &device) {
   commDeviceStream_.reset();
   deviceEvents_.clear();
   std::lock_guard<std::mutex> lock(arena_->mutex);
-  arena_->storage = Tensor(); // the next run allocates it on the new device
+  arena_->release(); // the next run allocates it on the new device
 }
 
 std::thread::id Executor::commThreadId() const {
@@ -313,6 +280,18 @@ void Executor::checkPrepared(const Program &program,
 }
 
 std::vector<Tensor> Executor::runValidated(const Program &program,
+                                           const std::vector<Tensor> &inputs,
+                                           const std::vector<int64_t> &seeds,
+                                           const std::vector<bool> &donated) {
+  if (!executionPlans_)
+    return runUnplanned(program, inputs, seeds, donated);
+  // A plan for this run only: the program is the caller's (not shared).
+  std::shared_ptr<ExecutionPlan> plan = makePlan(
+      std::shared_ptr<const Program>(std::shared_ptr<const void>(), &program));
+  return runPlanned(*plan, inputs, seeds, donated);
+}
+
+std::vector<Tensor> Executor::runUnplanned(const Program &program,
                                            const std::vector<Tensor> &inputs,
                                            const std::vector<int64_t> &seeds,
                                            const std::vector<bool> &donated) {
@@ -396,7 +375,7 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
         Tensor &kept = arena_->storage;
         if (!kept.defined() ||
             kept.nbytes() < static_cast<size_t>(program.arena_bytes())) {
-          kept = Tensor(); // release the old one before growing
+          arena_->release(); // the old one (and plans' views) before growing
           kept = Tensor::empty(::dtorch::wire::BOOL, {program.arena_bytes()},
                                *device_);
           ++memory.allocations;
@@ -572,10 +551,10 @@ std::vector<Tensor> Executor::runValidated(const Program &program,
             outData.push_back(t->data());
           if (inst.op() == kFusedOp)
             runGenerated(generated[i], generatedRows[i], inData, outData,
-                         scalars[i], *out.front());
+                         scalars[i].data(), *out.front());
           else
             runGeneratedMultiTensor(generated[i], generatedRows[i], inData,
-                                    outData, scalars[i], in, out);
+                                    outData, scalars[i].data(), in, out);
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else if (onCpu)

@@ -37,6 +37,7 @@ void KernelRegistry::add(const std::string &op, DType dtype,
   std::lock_guard<std::mutex> lock(mutex_);
   kernels_[op][device][static_cast<int>(dtype)] =
       std::make_unique<Kernel>(std::move(kernel));
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 const Kernel *KernelRegistry::lookup(const std::string &op, DType dtype,

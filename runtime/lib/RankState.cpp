@@ -63,6 +63,7 @@ void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
   uploaded.program =
       std::make_shared<const ::dtorch::wire::Program>(std::move(program));
   uploaded.invalid.clear();
+  uploaded.plan.reset();
   try {
     executor_.validate(*uploaded.program);
   } catch (const std::exception &e) {
@@ -78,6 +79,7 @@ void RankState::upload(
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid.clear();
+  uploaded.plan.reset();
   uploaded.device = device;
   uploaded.deviceCollectives = device && deviceCollectives;
   try {
@@ -109,6 +111,7 @@ void RankState::reject(uint64_t programId, const std::string &reason) {
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid = reason;
+  uploaded.plan.reset();
   uploaded.device = nullptr;
   uploaded.deviceCollectives = false;
 }
@@ -218,7 +221,16 @@ RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
       span.emplace(trace_.get(), TraceLane::Compute, "run",
                    "run " + program.name(),
                    "program id " + std::to_string(programId));
-    results = executor_.runValidated(program, values, seeds, donatedInputs);
+    if (executor_.executionPlans()) {
+      // The plan of an earlier run, unless the executor's device or the
+      // kernel registry changed since.
+      std::shared_ptr<ExecutionPlan> &plan = uploaded->second.plan;
+      if (!plan || !executor_.canRun(*plan))
+        plan = executor_.makePlan(uploaded->second.program);
+      results = executor_.runPlanned(*plan, values, seeds, donatedInputs);
+    } else {
+      results = executor_.runValidated(program, values, seeds, donatedInputs);
+    }
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }
@@ -230,6 +242,19 @@ RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
   for (size_t i = 0; i < outputs.size(); ++i)
     put(outputs[i], std::move(results[i]));
   return std::nullopt;
+}
+
+std::shared_ptr<const ExecutionPlan>
+RankState::planOf(uint64_t programId) const {
+  auto it = programs_.find(programId);
+  return it == programs_.end() ? nullptr : it->second.plan;
+}
+
+void RankState::setExecutionPlans(bool on) {
+  executor_.setExecutionPlans(on);
+  if (!on)
+    for (auto &[id, uploaded] : programs_)
+      uploaded.plan.reset();
 }
 
 void RankState::put(uint64_t handle, Tensor value) {

@@ -31,7 +31,8 @@ int64_t traceClockNs() {
 
 void TraceBuffer::start(size_t capacity) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.clear();
+  entries_.clear();
+  events_ = 0;
   dropped_ = 0;
   capacity_ = capacity;
   enabled_.store(true, std::memory_order_relaxed);
@@ -41,29 +42,88 @@ void TraceBuffer::record(TraceEvent event) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!enabled())
     return;
-  if (events_.size() >= capacity_) {
+  if (events_ >= capacity_) {
     ++dropped_;
     return;
   }
-  events_.push_back(std::move(event));
+  entries_.emplace_back();
+  entries_.back().event = std::move(event);
+  ++events_;
 }
+
+void TraceBuffer::recordInstructions(
+    std::shared_ptr<const InstructionLabels> labels,
+    std::vector<InstructionSpan> spans) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!enabled() || spans.empty())
+    return;
+  size_t room = capacity_ > events_ ? capacity_ - events_ : 0;
+  if (spans.size() > room) {
+    dropped_ += spans.size() - room;
+    spans.resize(room);
+  }
+  if (spans.empty())
+    return;
+  events_ += spans.size();
+  entries_.emplace_back();
+  entries_.back().labels = std::move(labels);
+  entries_.back().spans = std::move(spans);
+}
+
+namespace {
+
+TraceEvent instructionEvent(const InstructionLabels &labels,
+                            const InstructionSpan &span) {
+  TraceEvent event;
+  size_t i = static_cast<size_t>(span.index);
+  event.name = labels.names[i];
+  event.location = labels.locations[i];
+  event.detail = labels.details[i];
+  event.startNs = span.startNs;
+  event.endNs = span.endNs;
+  event.lane = span.lane;
+  if (span.lane == TraceLane::Comm) {
+    event.category = "collective";
+    event.bytes =
+        span.movedBytes >= 0 ? span.movedBytes : labels.collectiveBytes[i];
+  } else {
+    event.category = "kernel";
+    event.bytes = labels.kernelBytes[i];
+  }
+  return event;
+}
+
+} // namespace
 
 void TraceBuffer::drain(size_t maxEvents, TraceChunk &chunk) {
   stop();
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t n = std::min({maxEvents, kMaxDrainEvents, events_.size()});
+  size_t n = std::min({maxEvents, kMaxDrainEvents, events_});
   chunk.events.reserve(chunk.events.size() + n);
-  for (size_t i = 0; i < n; ++i) {
-    chunk.events.push_back(std::move(events_.front()));
-    events_.pop_front();
+  for (size_t taken = 0; taken < n;) {
+    Entry &entry = entries_.front();
+    if (!entry.labels) {
+      chunk.events.push_back(std::move(entry.event));
+      ++taken;
+      entries_.pop_front();
+      continue;
+    }
+    while (taken < n && entry.next < entry.spans.size()) {
+      chunk.events.push_back(
+          instructionEvent(*entry.labels, entry.spans[entry.next++]));
+      ++taken;
+    }
+    if (entry.next == entry.spans.size())
+      entries_.pop_front();
   }
+  events_ -= n;
   chunk.dropped = dropped_;
-  chunk.remaining = events_.size();
+  chunk.remaining = events_;
 }
 
 size_t TraceBuffer::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return events_.size();
+  return events_;
 }
 
 TraceSpan::TraceSpan(TraceBuffer *buffer, TraceLane lane, const char *category,

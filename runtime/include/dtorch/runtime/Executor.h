@@ -6,6 +6,7 @@
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/ExecutionPlan.h"
 #include "dtorch/runtime/MeshContext.h"
 #include "dtorch/runtime/StreamThread.h"
 #include "dtorch/runtime/Tensor.h"
@@ -80,6 +81,28 @@ public:
                                    const std::vector<int64_t> &seeds = {},
                                    const std::vector<bool> &donated = {});
 
+  // A plan of `program` (ExecutionPlan.h) for this executor and its
+  // current device; `program` must be validated (validate, prepare) and
+  // outlives the plan (which shares it). Throws RuntimeError where a run
+  // would (a host kernel on a device, a kernel missing for the device).
+  std::shared_ptr<ExecutionPlan>
+  makePlan(std::shared_ptr<const ::dtorch::wire::Program> program) const;
+  // Whether `plan` was made by this executor for its current device and
+  // the kernel registry as it is (else make another).
+  bool canRun(const ExecutionPlan &plan) const;
+  // runValidated of the plan's program, walking the plan. Falls back to
+  // resolving the program anew when the plan is in use by another run or
+  // the arena is (a concurrent run of this executor).
+  std::vector<Tensor> runPlanned(ExecutionPlan &plan,
+                                 const std::vector<Tensor> &inputs,
+                                 const std::vector<int64_t> &seeds = {},
+                                 const std::vector<bool> &donated = {});
+  // Whether runValidated goes through a plan made for the run (default:
+  // executionPlansByDefault(), DTORCH_EXEC_PLAN). RankState keeps plans
+  // across runs when this is on.
+  bool executionPlans() const { return executionPlans_; }
+  void setExecutionPlans(bool on) { executionPlans_ = on; }
+
   // The memory of the last run (runValidated), and the bytes of the arena
   // the executor keeps between runs.
   RunMemory lastRunMemory() const { return lastRun_; }
@@ -115,10 +138,25 @@ private:
   // the executor keeps across runs and grows to the largest arena_bytes it
   // has run, so a cached program allocates no temporaries. A run that finds
   // it in use (a concurrent run of the same executor) uses its own.
+  // Plans keep views into it (ExecutionPlan::Bindings): replacing the
+  // storage bumps `generation` and releases their views.
   struct Arena {
     std::mutex mutex;
     Tensor storage;
+    uint64_t generation = 0;
+    std::vector<std::weak_ptr<ExecutionPlan::Bindings>> views;
+    // Drops the storage (and every plan's view of it); under `mutex`.
+    void release();
   };
+
+  // The run before plans: resolves `program` anew.
+  std::vector<Tensor> runUnplanned(const ::dtorch::wire::Program &program,
+                                   const std::vector<Tensor> &inputs,
+                                   const std::vector<int64_t> &seeds,
+                                   const std::vector<bool> &donated);
+  // Runs the plan's instructions on its bound buffers (runPlanned).
+  void runSteps(ExecutionPlan &plan, const std::string &prefix,
+                const std::vector<int64_t> &seeds);
 
   Communicator *comm_;
   Communicator *deviceComm_ = nullptr;
@@ -127,6 +165,7 @@ private:
   // Started by the first run whose program has COMM instructions.
   std::unique_ptr<StreamThread> commStream_;
   TraceBuffer *trace_ = nullptr;
+  bool executionPlans_ = executionPlansByDefault();
   Device *device_ = &cpuDevice();
   std::unique_ptr<Stream> computeStream_; // non-CPU devices
   // On a device: the stream the COMM instructions queue on (the current

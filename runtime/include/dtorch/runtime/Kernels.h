@@ -7,6 +7,8 @@
 #include "dtorch/runtime/Attrs.h"
 #include "dtorch/runtime/Tensor.h"
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -64,6 +66,11 @@ public:
   // Every (op, dtype) registered for `device`, sorted.
   std::vector<std::pair<std::string, DType>>
   entriesFor(const std::string &device) const;
+  // Bumped by every add(): a kernel pointer looked up before may have been
+  // replaced (execution plans check it before each run).
+  uint64_t generation() const {
+    return generation_.load(std::memory_order_acquire);
+  }
 
 private:
   // op -> device -> dtype -> kernel: a lookup hashes the op and device
@@ -73,6 +80,7 @@ private:
   using ByDevice = std::unordered_map<std::string, ByDtype>;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, ByDevice> kernels_;
+  std::atomic<uint64_t> generation_{0};
 };
 
 // Shorthands on the global registry.

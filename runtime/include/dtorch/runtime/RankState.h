@@ -152,6 +152,13 @@ public:
   // Forgets the tensors and poisons of `handles` (unknown ones are ignored).
   void free(const std::vector<uint64_t> &handles);
 
+  // The execution plan kept for `programId` (nullptr: none yet, or plans
+  // are off), for tests.
+  std::shared_ptr<const ExecutionPlan> planOf(uint64_t programId) const;
+  // Whether runs go through kept plans (Executor::setExecutionPlans;
+  // default DTORCH_EXEC_PLAN). Off drops the kept ones.
+  void setExecutionPlans(bool on);
+
   // Tensors held (poisoned handles are not counted).
   size_t liveTensors() const { return tensors_.size(); }
   bool isPoisoned(uint64_t handle) const { return poisoned_.count(handle); }
@@ -176,6 +183,9 @@ private:
     std::string invalid;      // why validation refused it; empty when valid
     Device *device = nullptr; // where it computes; nullptr: the CPU
     bool deviceCollectives = false;
+    // Made by its first run (Executor::makePlan), kept for the next ones;
+    // dropped when the id gets another program.
+    std::shared_ptr<ExecutionPlan> plan;
   };
   std::unordered_map<Device *, std::unique_ptr<Communicator>> deviceComms_;
   std::unordered_map<Device *, std::unique_ptr<Communicator>>

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -71,6 +72,27 @@ struct TraceChunk {
   int64_t offsetNs = 0;
 };
 
+/// The labels of a program's instructions, made once per execution plan
+/// (ExecutionPlan.h) so that the executor records each instruction it runs
+/// as a few numbers (InstructionSpan) and the buffer turns them into
+/// TraceEvents only when drained.
+struct InstructionLabels {
+  std::vector<std::string> names;       // the op
+  std::vector<std::string> locations;   // the instruction's location
+  std::vector<std::string> details;     // "<program> #<index>"
+  std::vector<int64_t> kernelBytes;     // bytes of the outputs
+  std::vector<int64_t> collectiveBytes; // the larger of inputs and outputs
+};
+
+/// One instruction run, as the executor's plan records it.
+struct InstructionSpan {
+  int32_t index = 0; // into InstructionLabels
+  TraceLane lane = TraceLane::Compute;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+  int64_t movedBytes = -1; // a collective's own count (all_to_all_v)
+};
+
 enum class TraceAction : int32_t {
   Start = 1, // clear the buffer and record, keeping at most `capacity`
   Drain = 2, // stop recording and hand over up to `maxEvents` events
@@ -92,15 +114,28 @@ public:
   /// Keeps `event` when recording and there is room; counts it dropped when
   /// the buffer is full; ignores it when not recording.
   void record(TraceEvent event);
+  /// Keeps `spans` (what record would keep of them one by one, in order),
+  /// as one entry whose events are made from `labels` when drained.
+  void recordInstructions(std::shared_ptr<const InstructionLabels> labels,
+                          std::vector<InstructionSpan> spans);
   /// Stops recording and moves the oldest min(maxEvents, kMaxDrainEvents)
   /// events into `chunk` (events, dropped, remaining).
   void drain(size_t maxEvents, TraceChunk &chunk);
   size_t size() const;
 
 private:
+  // One event, or a run's instructions (the first `next` already drained).
+  struct Entry {
+    TraceEvent event;
+    std::shared_ptr<const InstructionLabels> labels; // set for instructions
+    std::vector<InstructionSpan> spans;
+    size_t next = 0;
+  };
+
   std::atomic<bool> enabled_{false};
   mutable std::mutex mutex_;
-  std::deque<TraceEvent> events_;
+  std::deque<Entry> entries_;
+  size_t events_ = 0; // in entries_
   size_t capacity_ = kDefaultCapacity;
   uint64_t dropped_ = 0;
 };
