@@ -606,14 +606,15 @@ def _run(tensors, grad_tensors, retain_graph, create_graph, capture=None, only=N
     """Propagates gradients from `tensors`; accumulates into leaves (or into
     `only`), or, with `capture` (keys of tensors), returns their gradients.
 
-    A plain backward (into the leaves, no graph of the backward, no
-    regathered values) goes through the client's backward replay
-    (lib/Client/BackwardReplay.cpp): a backward of a structure seen before
-    records the same ops in C++ without evaluating a formula; the first one
-    of a structure is walked here while the client captures what it
-    records. ``DTORCH_BACKWARD_REPLAY=0`` turns it off."""
+    A plain backward (into the leaves, without a graph of the backward)
+    goes through the client's backward replay (lib/Client/BackwardReplay.cpp):
+    a backward of a structure seen before records the same ops in C++
+    without evaluating a formula; the first one of a structure is walked
+    here while the client captures what it records. A graph holding a
+    released value (`_regathered`) is always walked here.
+    ``DTORCH_BACKWARD_REPLAY=0`` turns it off."""
     roots = _root_grads(tensors, grad_tensors)
-    if capture is None and only is None and not create_graph and not _RELEASED[0]:
+    if capture is None and only is None and not create_graph:
         started = _C._backward_start([t for t, _ in roots], [g for _, g in roots],
                                      not retain_graph)
         if started == "replayed":
