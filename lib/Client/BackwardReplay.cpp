@@ -125,7 +125,7 @@ public:
       external(rootGrads[k], BackwardWalk::RootGrad);
     }
     std::vector<uint8_t> visited;
-    while (!stack.empty()) {
+    while (!stack.empty() && !w_.unreplayable) {
       auto [i, done] = stack.back();
       stack.pop_back();
       if (done) {
