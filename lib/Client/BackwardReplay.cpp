@@ -229,8 +229,9 @@ void BackwardCapture::settle(int32_t position) {
       continue;
     }
     // The value itself lives on under another name (an alias): its
-    // lifetime is not the result's.
-    if (!storages_[k].expired())
+    // lifetime is not the result's. (A value of a segment cut inside the
+    // backward may live on as an argument of the next one.)
+    if (Storage s = storages_[k].lock(); s && !s->materialized)
       invalidate("a value recorded by the backward is held under another "
                  "name");
     program_.releases.emplace_back(position, k);
@@ -251,8 +252,13 @@ void BackwardCapture::settle(int32_t position) {
       invalidate("a gradient was reset during the backward");
     auto old = walk_.index.find(lastGrad_[t]);
     if (old != walk_.index.end() &&
-        walk_.roles[old->second] == BackwardWalk::Gradient)
+        walk_.roles[old->second] == BackwardWalk::Gradient) {
+      // Only the leaf held it: the walk let it go with the assignment, and
+      // so does the capture (a segment cut later must not see it alive).
       a.dropExternal = old->second;
+      walk_.externals[old->second].reset();
+      walk_.index.erase(old);
+    }
     lastGrad_[t] = grad.get();
     program_.assignments.push_back(a);
   }
@@ -260,11 +266,13 @@ void BackwardCapture::settle(int32_t position) {
 
 void BackwardCapture::beforeNode() {
   settle(static_cast<int32_t>(program_.nodes.size()));
+  insideNode_ = true;
 }
 
 void BackwardCapture::afterNode(const Node &node,
                                 const std::vector<Tensor> &inputs,
                                 const Tensor &result, bool recordingResults) {
+  insideNode_ = false;
   if (recordingResults)
     invalidate("an op with several results was recorded");
   if (!replayableOp(node.op))

@@ -105,6 +105,13 @@ public:
   void beforeNode();
   void afterNode(const Node &node, const std::vector<Tensor> &inputs,
                  const Tensor &result, bool recordingResults);
+  /// The pending segment is being cut: by addNode itself (its size bound
+  /// or a mesh change), which the replay's addNode calls repeat, or by
+  /// anything else (the capture cannot be replayed).
+  void noteCut() {
+    if (!insideNode_)
+      invalidate("the segment was cut during the backward");
+  }
   /// The capture cannot be replayed (the first reason is kept).
   void invalidate(const char *why) {
     if (!why_)
@@ -129,6 +136,8 @@ private:
   std::vector<int32_t> alive_;
   std::vector<const TensorImpl *> lastGrad_; // per gradTargets entry
   const char *why_ = nullptr;
+  /// Between beforeNode and afterNode: inside addNode.
+  bool insideNode_ = false;
 };
 
 /// The captured programs of a session, by key (a structure found not

@@ -283,7 +283,7 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
 
 void Session::flush() {
   if (capture_)
-    capture_->invalidate("the segment was cut during the backward");
+    capture_->noteCut();
   ++segmentEpoch_; // every position of the pending segment is stale now
   if (segment_.nodes.empty()) {
     segment_ = Segment();

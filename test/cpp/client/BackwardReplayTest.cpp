@@ -125,6 +125,7 @@ TEST_F(BackwardReplayTest, UnreplayableCapturesWalkAgain) {
        [&](Graph &gr) {
          session->random({3}, true, wire::F64, mesh, {Placement::replicate()});
        }},
+      {"cut", [&](Graph &) { session->cutSegment(); }},
       {"another name",
        [&](Graph &gr) {
          Tensor alias = session->detach(gr.c);
@@ -169,6 +170,45 @@ TEST_F(BackwardReplayTest, FreedGraphsAndTheSwitchWalk) {
   EXPECT_EQ(session->startBackward({b.y}, {b.g}, true), Start::Walk);
   unsetenv("DTORCH_BACKWARD_REPLAY");
   EXPECT_EQ(session->startBackward({b.y}, {b.g}, true), Start::Replayed);
+}
+
+TEST(BackwardReplayCutTest, ReplaysAcrossASegmentCut) {
+  // Segments of at most 3 ops: the backward's second op starts a new one.
+  SessionOptions o;
+  o.worldSize = 2;
+  o.backend = "inprocess";
+  o.maxSegmentNodes = 3;
+  Session session(o);
+  int mesh = session.addMesh({2}, {}, {}, "cpu");
+  std::vector<uint64_t> hashes;
+  for (int round = 0; round < 3; ++round) {
+    Placements p = {Placement::shard(0)};
+    Tensor x = session.full({4}, 2.0, wire::F64, mesh, p);
+    Tensor c = session.full({4}, 3.0, wire::F64, mesh, p);
+    x->requiresGrad = true;
+    x->grad = session.full({4}, 10.0, wire::F64, mesh, p);
+    session.cutSegment();
+    Tensor y = session.binary("mul", x, c);
+    Tensor g = session.full({4}, 1.0, wire::F64, mesh, p);
+    Start start = session.startBackward({y}, {g}, true);
+    ASSERT_EQ(start, round == 0 ? Start::Capturing : Start::Replayed)
+        << session.backwardReplayStats().lastReason;
+    if (start == Start::Capturing) {
+      setGradEnabled(false);
+      Tensor gx = session.binary("mul", g, c);
+      x->grad = session.binary("add", x->grad, gx);
+      setGradEnabled(true);
+      session.endBackwardCapture(true);
+    }
+    // The cut came before the add: it is the new segment's only op.
+    EXPECT_EQ(session.pendingNodes(), 1u);
+    hashes.push_back(session.pendingStructureHash());
+    EXPECT_EQ(test::values(session.fetch(x->grad)),
+              std::vector<double>(4, 13.0));
+  }
+  EXPECT_EQ(session.backwardReplayStats().replays, 2u);
+  EXPECT_EQ(hashes[0], hashes[1]);
+  EXPECT_EQ(hashes[0], hashes[2]);
 }
 
 } // namespace
