@@ -1,6 +1,7 @@
 //===- Session.cpp - the client core: symbolic DTensors and segments -----===//
 #include "dtorch/Client/Session.h"
 
+#include "BackwardReplay.h"
 #include "Controller.h"
 #include "SegmentKey.h"
 #include "SegmentText.h"
@@ -233,6 +234,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
     span.emplace(trace_.get(), rt::TraceLane::Client, "op", op, std::string(),
                  bytes);
   }
+  if (capture_)
+    capture_->beforeNode();
   if (segment_.meshId != -1 && segment_.meshId != meta.meshId)
     flush();
   if (segment_.nodes.size() >= options_.maxSegmentNodes && !recordingResults_)
@@ -284,6 +287,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
       if (name == "seed")
         segment_.seeds.push_back(v.i); // seed slot = order among random ops
   segment_.structureHash = hashNode(segment_.structureHash, n);
+  if (capture_)
+    capture_->afterNode(n, inputs, result, recordingResults_);
   result->storage_->segmentEpoch = segmentEpoch_;
   result->storage_->segmentPosition =
       static_cast<int32_t>(segment_.nodes.size());
@@ -292,6 +297,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
 }
 
 void Session::flush() {
+  if (capture_)
+    capture_->noteCut();
   ++segmentEpoch_; // every position of the pending segment is stale now
   if (segment_.nodes.empty()) {
     segment_ = Segment();
@@ -1035,6 +1042,8 @@ std::map<int, rt::Tensor> Session::fetchLocal(const Tensor &x) {
   if (x->storage_->meta)
     throw ValueError(kMetaMessage);
   checkNotLost(*x->storage_);
+  if (capture_)
+    capture_->invalidate("a value was fetched during the backward");
   if (!x->storage_->materialized)
     flush();
   std::vector<rt::Tensor> pieces =
@@ -1062,6 +1071,8 @@ std::shared_ptr<PendingFetch> Session::fetchAsync(const Tensor &x) {
   checkNotLost(*x->storage_);
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
+  if (capture_)
+    capture_->invalidate("a value was fetched during the backward");
   // Only a value the pending segment makes needs it cut; an earlier value
   // is fetched behind what was submitted before, and the ops recorded since
   // stay pending (the fetch waits only for what it needs).

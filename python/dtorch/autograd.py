@@ -604,8 +604,34 @@ def _root_grads(tensors, grad_tensors):
 
 def _run(tensors, grad_tensors, retain_graph, create_graph, capture=None, only=None):
     """Propagates gradients from `tensors`; accumulates into leaves (or into
-    `only`), or, with `capture` (keys of tensors), returns their gradients."""
+    `only`), or, with `capture` (keys of tensors), returns their gradients.
+
+    A plain backward (into the leaves, without a graph of the backward)
+    goes through the client's backward replay (lib/Client/BackwardReplay.cpp):
+    a backward of a structure seen before records the same ops in C++
+    without evaluating a formula; the first one of a structure is walked
+    here while the client captures what it records. A graph holding a
+    released value (`_regathered`) is always walked here.
+    ``DTORCH_BACKWARD_REPLAY=0`` turns it off."""
     roots = _root_grads(tensors, grad_tensors)
+    if capture is None and only is None and not create_graph:
+        started = _C._backward_start([t for t, _ in roots], [g for _, g in roots],
+                                     not retain_graph)
+        if started == "replayed":
+            return {}
+        if started == "capturing":
+            completed = False
+            try:
+                _walk(roots, retain_graph, create_graph, capture, only)
+                completed = True
+            finally:
+                _C._backward_capture_end(completed)
+            return {}
+    return _walk(roots, retain_graph, create_graph, capture, only)
+
+
+def _walk(roots, retain_graph, create_graph, capture, only):
+    """The walk of `_run` over the records, evaluating the formulas."""
     order = _topological([t for t, _ in roots])
     grads = {}
     for t, g in roots:

@@ -397,6 +397,51 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
           "_key",
           [](const TensorImpl &t) { return reinterpret_cast<uintptr_t>(&t); })
       .def("detach", [](const Tensor &t) { return session().detach(t); });
+  m.def(
+      "_backward_start",
+      [](const std::vector<Tensor> &roots, const std::vector<Tensor> &grads,
+         bool releaseGraph) {
+        switch (session().startBackward(roots, grads, releaseGraph)) {
+        case Session::BackwardStart::Replayed:
+          return "replayed";
+        case Session::BackwardStart::Capturing:
+          return "capturing";
+        case Session::BackwardStart::Walk:
+          break;
+        }
+        return "walk";
+      },
+      "Replays a backward of a structure captured before (\"replayed\"), "
+      "or starts capturing the walk autograd.py makes next "
+      "(\"capturing\": end it with _backward_capture_end), or neither "
+      "(\"walk\").");
+  m.def(
+      "_backward_capture_end",
+      [](bool completed) { session().endBackwardCapture(completed); },
+      nb::arg("completed"));
+  m.def(
+      "_backward_replay_stats",
+      [] {
+        Session::BackwardReplayStats s = session().backwardReplayStats();
+        nb::dict d;
+        d["replays"] = s.replays;
+        d["captures"] = s.captures;
+        d["not_replayable"] = s.notReplayable;
+        d["walks"] = s.walks;
+        d["entries"] = s.entries;
+        d["last_reason"] = s.lastReason;
+        return d;
+      },
+      "Backward replay counters: backwards replayed, captures kept, walks of "
+      "structures known not replayable, walks that could not be replayed, "
+      "structures cached, and why the last unreplayable one was.");
+  m.def(
+      "_pending_structure",
+      [] {
+        return nb::make_tuple(session().pendingNodes(),
+                              session().pendingStructureHash());
+      },
+      "(ops, structural hash) of the pending segment so far.");
   m.def("set_grad_enabled", [](bool on) { setGradEnabled(on); });
   m.def("is_grad_enabled", [] { return gradEnabled(); });
 }

@@ -200,6 +200,10 @@ struct Segment {
 bool donationEnabled();
 
 class Controller;
+class BackwardCapture;
+struct BackwardReplayCache;
+struct BackwardWalk;
+struct ReplayProgram;
 
 /// A value whose pieces on some ranks were lost when dtorch.restart()
 /// replaced their worker processes: using it raises WorkerError(rank, host,
@@ -540,6 +544,36 @@ public:
   /// The controller's counters and times (Controller::stats()).
   ControllerStats controllerStats() const;
   size_t pendingNodes() const { return segment_.nodes.size(); }
+  /// The pending segment's structural hash so far (SegmentKey.h): equal
+  /// for two recordings of the same ops on the same operand positions.
+  uint64_t pendingStructureHash() const { return segment_.structureHash; }
+
+  // ---- backward replay (BackwardReplay.cpp) --------------------------------
+  /// What startBackward did: replayed the recorded backward (the gradients
+  /// are in place and, unless the graph is retained, the records released),
+  /// started capturing the walk python/dtorch/autograd.py is about to make
+  /// (end it with endBackwardCapture), or neither (walk without capture).
+  enum class BackwardStart { Replayed, Capturing, Walk };
+  /// A backward from `roots` with gradients `rootGrads` (one each; grad
+  /// mode off, every leaf or retaining tensor accumulates): when a backward
+  /// of the same structure was captured before, records its ops again (the
+  /// same ops in the same order, so the same segment) without evaluating
+  /// any formula, and assigns the same .grad values.
+  BackwardStart startBackward(const std::vector<Tensor> &roots,
+                              const std::vector<Tensor> &rootGrads,
+                              bool releaseGraph);
+  /// Ends the capture startBackward began: `completed` (the walk returned)
+  /// keeps what it recorded for the next backward of that structure.
+  void endBackwardCapture(bool completed);
+  struct BackwardReplayStats {
+    uint64_t replays = 0;       // backwards replayed
+    uint64_t captures = 0;      // captures kept as replayable
+    uint64_t notReplayable = 0; // walks of a structure known not replayable
+    uint64_t walks = 0;         // backwards whose walk could not be replayed
+    size_t entries = 0;         // structures cached
+    std::string lastReason;     // why the last unreplayable backward was
+  };
+  BackwardReplayStats backwardReplayStats() const;
   void shutdown();
   /// Recovery after a WorkerError (Backend::restart): replaces the lost
   /// worker processes (and survivors not idle within `idleBound`), resets
@@ -566,6 +600,9 @@ private:
   /// Throws the WorkerError of a value lost by restart() or an automatic
   /// restart.
   void checkNotLost(const TensorStorage &s);
+  /// The backward's ops again, from a captured program (BackwardReplay.cpp).
+  void replayBackward(const ReplayProgram &program, BackwardWalk &walk,
+                      bool releaseGraph);
   /// The autograd hook of addNode: records a GradRecord on `result` when
   /// grad mode is on and a differentiable operand requires grad.
   void recordGrad(const Tensor &result, const std::string &op,
@@ -622,6 +659,10 @@ private:
   /// Set while a multi-result op records its result nodes: the segment is
   /// not cut between them (addNode's size limit waits).
   bool recordingResults_ = false;
+  /// The capture of the backward in progress (null: none) and the
+  /// programs captured so far (BackwardReplay.cpp).
+  std::unique_ptr<BackwardCapture> capture_;
+  std::unique_ptr<BackwardReplayCache> replayCache_;
   /// Values lost by restart(), until their storage is released.
   std::unordered_map<Handle, LostValue> lost_;
   /// Automatic restarts whose lost values lost_ holds.
