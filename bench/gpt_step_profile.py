@@ -23,7 +23,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -35,7 +34,8 @@ sys.path.insert(0, HERE)
 
 from bench_support import run_json  # noqa: E402
 from train_bench import (DEFAULT_TORCH_PYTHON, _children_cpu_seconds, random_batch,  # noqa: E402
-                         run_dtorch, run_torch, set_threads)
+                         compare_variants, prepare_gpt_step, run_torch,
+                         set_threads, write_job)
 
 
 def _instruction_minimum(trace):
@@ -196,27 +196,13 @@ def main(argv=None):
             print(json.dumps(dtorch_job(json.load(f))))
         return
     set_threads(args.threads)
-    from train import CharTokenizer, load_corpus
-    text = load_corpus(("json", "textwrap"))
-    tok = CharTokenizer.from_text(text)
-    cfg = dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4, d_model=64)
-    workdir = tempfile.mkdtemp(prefix="gpt_step_profile_")
-    data_path = os.path.join(workdir, "data.npy")
-    np.save(data_path, tok.encode(text))
-    weights = os.path.join(workdir, "init.npz")
-    run_dtorch({"what": "init_gpt", "cfg": cfg, "chars": tok.chars, "save": weights,
-                "threads": args.threads}, workdir)
+    cfg, workdir, data_path, weights = prepare_gpt_step("gpt_step_profile_", args.threads)
     job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
            "warmup": args.warmup, "steps": args.steps, "profile_steps": args.profile_steps,
            "threads": args.threads}
-    job_path = os.path.join(workdir, "job.json")
-    with open(job_path, "w") as f:
-        json.dump(job, f)
+    job_path = write_job(workdir, job)
     # Each variant: its name and the environment it adds to the dtorch job.
-    variants = [("default", {})]
-    for i, spec in enumerate(args.compare):
-        env = dict(kv.split("=", 1) for kv in spec.split(","))
-        variants.insert(i, (spec, env))
+    variants = compare_variants(args.compare) + [("default", {})]
     spec = {"gpt_step": dict(job, mode="eager", seed=0, lr=3e-3)}
     # Rounds alternate the variants and torch, so that a busy host slows
     # them alike; each keeps its fastest round (per kernel and op: its least

@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -32,7 +31,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
 from bench_support import run_json  # noqa: E402
-from train_bench import random_batch, run_dtorch, set_threads  # noqa: E402
+from train_bench import (compare_variants, prepare_gpt_step, random_batch,  # noqa: E402
+                         set_threads, write_job)
 
 PHASES = ("batch", "forward", "backward", "optimizer", "fetch")
 
@@ -167,25 +167,12 @@ def main(argv=None):
             print(json.dumps(job_main(json.load(f))))
         return
     set_threads(args.threads)
-    from train import CharTokenizer, load_corpus
-    text = load_corpus(("json", "textwrap"))
-    tok = CharTokenizer.from_text(text)
-    cfg = dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4, d_model=64)
-    workdir = tempfile.mkdtemp(prefix="step_thread_cpu_")
-    data_path = os.path.join(workdir, "data.npy")
-    np.save(data_path, tok.encode(text))
-    weights = os.path.join(workdir, "init.npz")
-    run_dtorch({"what": "init_gpt", "cfg": cfg, "chars": tok.chars, "save": weights,
-                "threads": args.threads}, workdir)
+    cfg, workdir, data_path, weights = prepare_gpt_step("step_thread_cpu_", args.threads)
     job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
            "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
            "loss_fetch": args.loss_fetch}
-    job_path = os.path.join(workdir, "job.json")
-    with open(job_path, "w") as f:
-        json.dump(job, f)
-    variants = [("default", {})]
-    for spec in args.compare:
-        variants.append((spec, dict(kv.split("=", 1) for kv in spec.split(","))))
+    job_path = write_job(workdir, job)
+    variants = [("default", {})] + compare_variants(args.compare)
     rounds = {name: [] for name, _ in variants}
     loads = []
     for r in range(args.rounds):

@@ -469,19 +469,41 @@ def plot_gpt_step(result, path):
     plt.close(fig)
 
 
-def gpt_step_bench(args):
-    """The same GPT (config, initial weights, batches) trained through dtorch
-    and torch in interleaved rounds; writes table.md, results.json and
-    gpt_step.png to args.out/gpt_step."""
+def prepare_gpt_step(prefix, threads):
+    """The GPT step's shared inputs, made once per bench run: the config,
+    a temporary folder with the tokenized corpus (data.npy) and one set of
+    initial weights (init.npz) that every side loads. Returns
+    (cfg, workdir, data_path, weights_path)."""
     from train import CharTokenizer, load_corpus
     text = load_corpus(("json", "textwrap"))
     tok = CharTokenizer.from_text(text)
     cfg = dict(vocab_size=len(tok.chars), block_size=32, n_layer=2, n_head=4, d_model=64)
-    workdir = tempfile.mkdtemp(prefix="gpt_step_")
+    workdir = tempfile.mkdtemp(prefix=prefix)
     data_path, weights = os.path.join(workdir, "data.npy"), os.path.join(workdir, "init.npz")
     np.save(data_path, tok.encode(text))
     run_dtorch({"what": "init_gpt", "cfg": cfg, "chars": tok.chars, "save": weights,
-                "threads": args.threads}, workdir)
+                "threads": threads}, workdir)
+    return cfg, workdir, data_path, weights
+
+
+def write_job(workdir, job):
+    """Writes a child job's description to workdir/job.json; returns its path."""
+    job_path = os.path.join(workdir, "job.json")
+    with open(job_path, "w") as f:
+        json.dump(job, f)
+    return job_path
+
+
+def compare_variants(specs):
+    """--compare ENV=VALUE[,...] specs as (name, environment) pairs."""
+    return [(spec, dict(kv.split("=", 1) for kv in spec.split(","))) for spec in specs]
+
+
+def gpt_step_bench(args):
+    """The same GPT (config, initial weights, batches) trained through dtorch
+    and torch in interleaved rounds; writes table.md, results.json and
+    gpt_step.png to args.out/gpt_step."""
+    cfg, workdir, data_path, weights = prepare_gpt_step("gpt_step_", args.threads)
     base = {"cfg": cfg, "data": data_path, "weights": weights, "seed": 0,
             "batch": args.gpt_batch, "warmup": args.warmup, "steps": args.steps,
             "lr": 3e-3, "threads": args.threads}
