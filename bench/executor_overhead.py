@@ -22,7 +22,6 @@ import statistics
 import sys
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
 from bench_support import run_json  # noqa: E402
-from train_bench import (compare_variants, prepare_gpt_step, random_batch,  # noqa: E402
+from train_bench import (compare_variants, prepare_gpt_step, gpt_step_session,  # noqa: E402
                          set_threads, write_job)
 
 
@@ -59,22 +58,10 @@ def run_phases(trace, rank=0):
 
 
 def job_main(job):
-    set_threads(job["threads"])
-    import dtorch
-    from dtorch import Shard
-    from generate import load_model
-    dtorch.init(world_size=1, num_processes=1)
-    mesh = dtorch.init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
-    model, _, _ = load_model(job["weights"], mesh)
-    model.train()
-    opt = dtorch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    data = np.load(job["data"])
-    rng = np.random.default_rng(0)
+    dtorch, model, opt, next_batch = gpt_step_session(job)
 
     def step():
-        xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
-        x = dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)])
-        y = dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)])
+        x, y = next_batch()
         _, loss = model(x, y)
         loss.backward()
         opt.step()

@@ -486,6 +486,30 @@ def prepare_gpt_step(prefix, threads):
     return cfg, workdir, data_path, weights
 
 
+def gpt_step_session(job):
+    """The child side of the GPT-step benches: a 1-rank session, the GPT with
+    the shared initial weights, AdamW, and a batch source drawing from the
+    corpus with seed 0. Returns (dtorch, model, opt, next_batch); next_batch()
+    gives a fresh (x, y) pair sharded on the mesh."""
+    set_threads(job["threads"])
+    import dtorch
+    from dtorch import Shard
+    from generate import load_model
+    dtorch.init(world_size=1, num_processes=1)
+    mesh = dtorch.init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    model, _, _ = load_model(job["weights"], mesh)
+    model.train()
+    opt = dtorch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    data = np.load(job["data"])
+    rng = np.random.default_rng(0)
+
+    def next_batch():
+        xb, yb = random_batch("gpt", job["cfg"], job["batch"], rng, data)
+        return (dtorch.tensor(xb, device_mesh=mesh, placements=[Shard(0)]),
+                dtorch.tensor(yb, device_mesh=mesh, placements=[Shard(0)]))
+    return dtorch, model, opt, next_batch
+
+
 def write_job(workdir, job):
     """Writes a child job's description to workdir/job.json; returns its path."""
     job_path = os.path.join(workdir, "job.json")
