@@ -136,6 +136,9 @@ std::unique_ptr<Backend> makeClusterBackend(const ClusterConfig &c) {
   o.numProcesses = c.numProcesses;
   o.workerExecutable = c.workerExecutable;
   o.workerAddresses = c.workerAddresses;
+  o.listenAddress = c.listenAddress;
+  if (c.admissionTimeoutMs > 0)
+    o.admissionTimeout = std::chrono::milliseconds(c.admissionTimeoutMs);
   o.token = c.token;
   o.curveSecretKey = c.curveSecretKey;
   o.curveWorkerPublicKeys = c.curveWorkerPublicKeys;

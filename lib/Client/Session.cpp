@@ -72,6 +72,8 @@ Session::Session(const SessionOptions &options) : options_(options) {
   cfg.numProcesses = options.numProcesses;
   cfg.workerExecutable = options.workerExecutable;
   cfg.workerAddresses = options.workerAddresses;
+  cfg.listenAddress = options.listenAddress;
+  cfg.admissionTimeoutMs = options.admissionTimeoutMs;
   cfg.token = options.token;
   cfg.curveSecretKey = options.curveSecretKey;
   cfg.curveWorkerPublicKeys = options.curveWorkerPublicKeys;

@@ -40,14 +40,14 @@ def _program_cache_dir(cache_dir):
     return os.path.join(os.fspath(cache_dir), "programs")
 
 
-def _curve_keys(curve, workers):
+def _curve_keys(curve, workers, listen=""):
     """The controller's CURVE secret key and the workers' public keys, read
     from the files ``curve`` names (else ``$DTORCH_CURVE_SECRET_KEY_FILE``
     and ``$DTORCH_CURVE_WORKER_PUBLIC_KEY_FILES``); ``("", [])`` when CURVE
     is off."""
     if curve is None:
         secret_file = os.environ.get("DTORCH_CURVE_SECRET_KEY_FILE")
-        if not secret_file or not workers:
+        if not secret_file or not (workers or listen):
             # The environment's keys are for workers started by hand; the
             # embedded cluster stays on loopback without them.
             return "", []
@@ -55,8 +55,8 @@ def _curve_keys(curve, workers):
         curve = {"secret_key_file": secret_file, "worker_public_key_files": files}
     if not isinstance(curve, dict) or set(curve) - {"secret_key_file", "worker_public_key_files"}:
         raise ValueError("curve must be a dict with 'secret_key_file' and 'worker_public_key_files'")
-    if not workers:
-        raise ValueError("CURVE is for workers started by hand: give workers=[...] "
+    if not workers and not listen:
+        raise ValueError("CURVE is for workers started by hand: give workers=[...] or listen=... "
                          "(the embedded cluster stays on loopback)")
     if not _C.curve_available():
         raise ValueError("the installed libzmq has no CURVE support (zmq_has('curve') is false)")
@@ -67,7 +67,7 @@ def _curve_keys(curve, workers):
     if not secret_file or not files:
         raise ValueError("curve needs 'secret_key_file' (this controller's secret key) and "
                          "'worker_public_key_files' (one file, or one per worker)")
-    if len(files) not in (1, len(workers)):
+    if workers and len(files) not in (1, len(workers)):
         raise ValueError(f"curve: {len(files)} worker public key files for {len(workers)} workers "
                          "(give one for all, or one per worker)")
     secret = _C.read_curve_key_file(os.fspath(secret_file), "the controller's CURVE secret key")
@@ -104,6 +104,23 @@ _DEFAULT_HEARTBEAT_MS = 500
 _DEFAULT_PEER_TIMEOUT_MS = 2500
 
 
+def _listen_address(listen, workers):
+    """The ZeroMQ endpoint ``init(listen=...)`` binds, or ``""``."""
+    if not listen:
+        return ""
+    if not isinstance(listen, str):
+        raise ValueError(f"listen must be a 'HOST:PORT' string, got {listen!r}")
+    if workers:
+        raise ValueError("give workers=[...] (the controller dials them) or listen=... "
+                         "(the workers dial the controller), not both")
+    address = listen[len("tcp://"):] if listen.startswith("tcp://") else listen
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or "/" in address:
+        raise ValueError(f"listen must be 'HOST:PORT' (or ':PORT' for every interface), "
+                         f"got {listen!r}")
+    return f"tcp://{host or '0.0.0.0'}:{int(port)}"
+
+
 def _milliseconds(name, value, env):
     """A duration in milliseconds from ``value`` (seconds, or a
     ``datetime.timedelta``), else from the environment variable ``env``
@@ -128,7 +145,7 @@ def _milliseconds(name, value, env):
 
 def init(world_size=None, workers=None, backend=None, num_processes=None, token=None,
          cache_dir=None, curve=None, heartbeat_interval=None, peer_timeout=None,
-         collective_timeout=None, auto_restart=None):
+         collective_timeout=None, auto_restart=None, listen=None, admission_timeout=None):
     """Starts a DTorch session.
 
     Without ``workers`` it starts the embedded cluster: a controller thread in
@@ -136,14 +153,22 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
     ranks, with a fresh token. With ``workers`` it starts no process and
     connects to workers started by hand with
     ``dtorch-worker --listen ADDR --token T``; the world size is then the one
-    they were started with.
+    they were started with. With ``listen`` it starts no process either: the
+    controller listens on that address and the workers dial in to it
+    (``dtorch-worker --controller HOST:PORT``, or ``--dial-in`` with
+    torchrun's ``MASTER_ADDR``/``MASTER_PORT``); it returns once every rank
+    of the world has arrived (docs/guide/multi-host.md, "Workers that dial
+    in").
 
     Calling it is optional: the first mesh or tensor calls it with the
     defaults.
 
     Args:
         world_size (int, optional): ranks of the embedded cluster; else
-            ``$DTORCH_WORLD_SIZE``, else 4.
+            ``$DTORCH_WORLD_SIZE``, else 4. With ``listen``: the ranks the
+            workers that dial in must make up (each must have been started
+            for this world size); else ``$DTORCH_WORLD_SIZE``, else the
+            first worker's world size.
         workers (list[str], optional): addresses such as
             ``"tcp://host:5555"``; else ``$DTORCH_WORKERS`` (comma separated).
         backend (str, optional): ``"cluster"`` (worker processes, the
@@ -190,6 +215,18 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
             ``$DTORCH_COLLECTIVE_TIMEOUT_MS``, else 30. A dead or
             unresponsive worker is reported sooner, whatever this deadline
             (see docs/guide/faults.md).
+        listen (str, optional): ``"HOST:PORT"`` (``":PORT"`` for every
+            interface, or ``"tcp://HOST:PORT"``) on which the controller
+            waits for workers that dial in; else ``$DTORCH_LISTEN``. Needs
+            the workers' token. A worker that reports a wrong token or
+            protocol version, a different world size, ranks outside the
+            world or a rank another worker holds fails the start at once
+            with a `WorkerError` naming it (the worker is told why and
+            exits); so do the workers already admitted.
+        admission_timeout (float, optional): seconds ``init(listen=...)``
+            waits for every rank to dial in, then raises `WorkerError`
+            naming the ranks that never arrived; else
+            ``$DTORCH_ADMISSION_TIMEOUT_MS``, else 60.
         auto_restart (bool, optional): the embedded cluster replaces a
             worker process that died by itself, as `restart` does, before
             the controller's next request (the failure is still raised
@@ -216,24 +253,29 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
     """
     if _C.is_initialized():
         raise RuntimeError("dtorch is already initialized; call dtorch.shutdown() first")
-    if workers is None and os.environ.get("DTORCH_WORKERS"):
+    if listen is None:
+        listen = os.environ.get("DTORCH_LISTEN") or None
+    if workers is None and os.environ.get("DTORCH_WORKERS") and not listen:
         workers = [w for w in os.environ["DTORCH_WORKERS"].split(",") if w]
     workers = list(workers or [])
+    listen = _listen_address(listen, workers)
     if world_size is None:
-        world_size = int(os.environ.get("DTORCH_WORLD_SIZE", "4"))
-    if not isinstance(world_size, int) or world_size < 1:
+        world_size = int(os.environ.get("DTORCH_WORLD_SIZE", "0" if listen else "4"))
+    if not isinstance(world_size, int) or world_size < (0 if listen else 1):
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     backend = backend or os.environ.get("DTORCH_BACKEND", "cluster")
     if num_processes is None:
         num_processes = int(os.environ.get("DTORCH_NUM_PROCESSES", "0")) or (
-            (world_size + 7) // 8 if backend == "simulated" else min(2, world_size))
-    if workers and token is None:
+            (world_size + 7) // 8 if backend == "simulated" else max(1, min(2, world_size)))
+    if listen and backend != "cluster":
+        raise ValueError(f"listen=... needs the cluster backend, not {backend!r}")
+    if (workers or listen) and token is None:
         token = os.environ.get("DTORCH_TOKEN")
         if not token and os.environ.get("DTORCH_TOKEN_FILE"):
             with open(os.environ["DTORCH_TOKEN_FILE"]) as f:
                 token = f.read().strip()
         if not token:
-            raise ValueError("connecting to workers needs their token: init(token=...), "
+            raise ValueError("workers started by hand need their token: init(token=...), "
                              "$DTORCH_TOKEN or $DTORCH_TOKEN_FILE")
     heartbeat_ms = _milliseconds("heartbeat_interval", heartbeat_interval, "DTORCH_HEARTBEAT_MS")
     peer_timeout_ms = _milliseconds("peer_timeout", peer_timeout, "DTORCH_PEER_TIMEOUT_MS")
@@ -245,14 +287,17 @@ def init(world_size=None, workers=None, backend=None, num_processes=None, token=
                          f"{(heartbeat_ms or _DEFAULT_HEARTBEAT_MS) / 1000} s)")
     if auto_restart is None:
         auto_restart = os.environ.get("DTORCH_AUTO_RESTART", "0") not in ("", "0")
-    if auto_restart and workers:
+    if auto_restart and (workers or listen):
         raise ValueError("auto_restart needs the embedded cluster: workers started by hand "
                          "cannot be replaced")
-    curve_secret, curve_publics = _curve_keys(curve, workers)
+    admission_ms = _milliseconds("admission_timeout", admission_timeout,
+                                 "DTORCH_ADMISSION_TIMEOUT_MS")
+    curve_secret, curve_publics = _curve_keys(curve, workers, listen)
     _C.init(world_size, num_processes, backend, _worker_executable(), workers, token or "",
             _program_cache_dir(cache_dir), curve_secret, curve_publics, heartbeat_ms=heartbeat_ms,
             peer_timeout_ms=peer_timeout_ms, collective_timeout_ms=collective_ms,
-            auto_restart=bool(auto_restart))
+            auto_restart=bool(auto_restart), listen=listen,
+            admission_timeout_ms=admission_ms)
     _state["started"] = True
 
 

@@ -493,7 +493,8 @@ NB_MODULE(_C, m) {
          const std::string &curveSecretKey,
          const std::vector<std::string> &curveWorkerPublicKeys,
          int64_t heartbeatMs, int64_t peerTimeoutMs,
-         int64_t collectiveTimeoutMs, bool autoRestart) {
+         int64_t collectiveTimeoutMs, bool autoRestart,
+         const std::string &listen, int64_t admissionTimeoutMs) {
         if (g_session)
           throw DTorchError("dtorch is already initialized");
         SessionOptions o;
@@ -504,6 +505,8 @@ NB_MODULE(_C, m) {
         o.backend = backend;
         o.workerExecutable = workerExe;
         o.workerAddresses = workers;
+        o.listenAddress = listen;
+        o.admissionTimeoutMs = admissionTimeoutMs;
         o.token = token;
         o.curveSecretKey = curveSecretKey;
         o.curveWorkerPublicKeys = curveWorkerPublicKeys;
@@ -520,7 +523,8 @@ NB_MODULE(_C, m) {
       nb::arg("program_cache_dir") = "", nb::arg("curve_secret_key") = "",
       nb::arg("curve_worker_public_keys") = std::vector<std::string>{},
       nb::arg("heartbeat_ms") = 0, nb::arg("peer_timeout_ms") = 0,
-      nb::arg("collective_timeout_ms") = 0, nb::arg("auto_restart") = false);
+      nb::arg("collective_timeout_ms") = 0, nb::arg("auto_restart") = false,
+      nb::arg("listen") = "", nb::arg("admission_timeout_ms") = 0);
   // CURVE keys (runtime/include/dtorch/runtime/Security.h).
   m.def("curve_available", [] { return dtorch::client::curveAvailable(); });
   m.def(

@@ -268,7 +268,8 @@ void Cluster::Impl::onMessage(const std::string &id,
   }
   if (index == workers.size()) {
     if (e.body_case() == wire::Envelope::kHello)
-      return onHello(id, e.hello());
+      return dialIn ? onDialInHello(id, e.hello(), payload)
+                    : onHello(id, e.hello());
     if (e.body_case() == wire::Envelope::kError) {
       // A worker refused our Hello (manual mode).
       std::lock_guard<std::mutex> lock(mutex);
@@ -383,7 +384,9 @@ void Cluster::Impl::ioMain() {
       storeBytes += secret.size();
       store[kCollectiveSecretKey] = std::move(secret);
     }
-    if (embedded) {
+    if (dialIn) {
+      startDialIn();
+    } else if (embedded) {
       socket->bind("tcp://127.0.0.1:0");
       std::lock_guard<std::mutex> lock(mutex);
       endpoint = socket->get(zmq::sockopt::last_endpoint);
@@ -481,6 +484,10 @@ void Cluster::Impl::ioMain() {
     }
     checkHealth(started);
     checkHandshakes();
+    if (dialIn) {
+      std::lock_guard<std::mutex> lock(mutex);
+      checkDialIn();
+    }
     ++ioRounds;
   }
   if (socket)
@@ -491,6 +498,7 @@ void Cluster::Impl::ioMain() {
         detail::killAndReap(w.child);
   }
   handshakes.reset(); // before the context, which waits for its sockets
+  stopDialIn();
   socket.reset();
   context.reset();
 }
@@ -503,8 +511,21 @@ Cluster::Cluster(const ClusterOptions &options)
   Impl &impl = *impl_;
   impl.options = options;
   impl.token = options.token.empty() ? randomToken() : options.token;
-  impl.embedded = options.workerAddresses.empty();
-  if (impl.embedded) {
+  impl.dialIn = !options.listenAddress.empty();
+  impl.embedded = options.workerAddresses.empty() && !impl.dialIn;
+  if (impl.dialIn) {
+    if (!options.workerAddresses.empty())
+      throw RuntimeError("ClusterOptions: give worker addresses or a listen "
+                         "address, not both");
+    if (options.token.empty())
+      throw RuntimeError("ClusterOptions: workers that dial in need the "
+                         "token they were given");
+    if (options.worldSize < 0)
+      throw RuntimeError("ClusterOptions: the world size must not be "
+                         "negative");
+    impl.admission =
+        std::make_unique<DialInAdmission>(options.worldSize, options.token);
+  } else if (impl.embedded) {
     if (options.worldSize < 1 || options.numProcesses < 1 ||
         options.numProcesses > options.worldSize)
       throw RuntimeError("ClusterOptions: need 1 <= numProcesses <= worldSize");
@@ -537,7 +558,8 @@ Cluster::Cluster(const ClusterOptions &options)
                     [&] { return impl.ready || !impl.startupError.empty(); });
   if (!impl.startupError.empty()) {
     int rank = impl.startupErrorRank;
-    std::string host = "?";
+    std::string host =
+        impl.startupErrorHost.empty() ? "?" : impl.startupErrorHost;
     for (auto &w : impl.workers)
       if (w.firstRank == rank && !w.host.empty())
         host = w.host;

@@ -13,6 +13,7 @@
 
 #include "ClusterProcesses.h"
 #include "RunDependencies.h"
+#include "dtorch/runtime/DialInAdmission.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/Transport.h"
 #include "dtorch/runtime/WireLimits.h"
@@ -161,6 +162,7 @@ struct Cluster::Impl {
   bool ready = false;
   std::string startupError;
   int startupErrorRank = -1;
+  std::string startupErrorHost; // when no worker of that rank is known
   bool stopping = false;
   bool stopped = false;
 
@@ -194,6 +196,34 @@ struct Cluster::Impl {
       parkedGets;
   size_t storeBytes = 0;
   std::unique_ptr<HandshakeMonitor> handshakes; // manual mode
+
+  // Dial-in mode (ClusterDialIn.cpp): the admission of the workers that
+  // connect, the descriptor of each one's connection (ZMQ_SRCFD; a closed
+  // one is how its death is seen), the monitor of those connections and
+  // the CURVE key check.
+  bool dialIn = false;
+  std::unique_ptr<DialInAdmission> admission;
+  std::map<std::string, int> dialInFds; // routing id -> descriptor
+  std::unique_ptr<HandshakeMonitor> dialInMonitor;
+  std::unique_ptr<ZapAuthenticator> dialInZap;
+  std::string dialInEndpoint; // the bound endpoint, for messages
+  Clock::time_point dialInStarted;
+  /// Binds the listening socket (before the I/O loop).
+  void startDialIn();
+  /// A Hello on a connection no worker owns yet.
+  void onDialInHello(const std::string &id, const wire::Hello &hello,
+                     const zmq::message_t &payload);
+  /// Each I/O round: CURVE requests, closed connections, the admission
+  /// deadline. Caller holds `mutex`; the I/O thread.
+  void checkDialIn();
+  /// Caller holds `mutex`. Fails the start: every admitted worker and the
+  /// refused `peer` (when given) are told why and exit.
+  void failDialInStart(const std::string &reason, const std::string &peer,
+                       int rank, const std::string &host);
+  void stopDialIn() {
+    dialInMonitor.reset();
+    dialInZap.reset();
+  }
 
   void post(size_t worker, const wire::Envelope &message) {
     postBytes(worker, encodeEnvelope(message));
@@ -460,6 +490,10 @@ struct Cluster::Impl {
       // Workers started by hand: their closed connection is the sign.
       if (!anyDead && handshakes) {
         drainHandshakeEvents();
+        anyDead = this->anyDead();
+      }
+      if (!anyDead && dialIn) {
+        checkDialIn();
         anyDead = this->anyDead();
       }
       if (anyDead || Clock::now() >= deadline)

@@ -300,10 +300,11 @@ std::vector<HandshakeMonitor::Failure> HandshakeMonitor::poll() {
     std::memcpy(&value, static_cast<const char *>(header.data()) + 2,
                 sizeof(value));
     if (event == ZMQ_EVENT_DISCONNECTED)
-      failures.push_back({endpoint.to_string(), "", true});
+      failures.push_back({endpoint.to_string(), "", true, value});
     else
-      failures.push_back(
-          {endpoint.to_string(), describeHandshakeFailure(event, value)});
+      failures.push_back({endpoint.to_string(),
+                          describeHandshakeFailure(event, value), false,
+                          value});
   }
   return failures;
 }

@@ -1125,14 +1125,21 @@ int Worker::run() {
       sendFrames(controller_, encodeEnvelope(beat));
       lastBeat = now;
     }
-    if ((authenticated_ || !routerMode_) &&
-        now - lastHeard_ > options_.controllerTimeout) {
+    // A dialing worker waits longer for the controller's first answer: the
+    // controller may start later, and answers once the world is complete.
+    std::chrono::milliseconds silence = options_.dialIn && !authenticatedOnce_
+                                            ? options_.controllerWait
+                                            : options_.controllerTimeout;
+    if ((authenticated_ || !routerMode_) && now - lastHeard_ > silence) {
       std::fprintf(stderr,
-                   "dtorch-worker (ranks %d-%d): controller silent for %lld "
+                   "dtorch-worker (ranks %d-%d): controller %s for %lld "
                    "ms, exiting\n",
                    options_.firstRank,
                    options_.firstRank + options_.numRanks - 1,
-                   static_cast<long long>(options_.controllerTimeout.count()));
+                   options_.dialIn && !authenticatedOnce_
+                       ? ("at " + options_.connect + " did not answer").c_str()
+                       : "silent",
+                   static_cast<long long>(silence.count()));
       exitCode_ = 3;
       break;
     }
@@ -1199,6 +1206,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
       "[--controller-timeout-ms MS] [--heartbeat-ms MS] "
       "[--max-message-bytes B] "
       "[--collective-address HOST] [--ranks-on-host N] [--generation G] "
+      "[--controller HOST:PORT | --dial-in] [--controller-wait-ms MS] "
       "[--curve-secret-key-file F --curve-controller-public-key-file F]\n"
       "       dtorch-worker --generate-curve-keypair PREFIX\n"
       "(docs/guide/multi-host.md: Slurm and torchrun variables)";
@@ -1209,13 +1217,23 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
   std::string curveSecretFile, curveControllerFile;
   LaunchRequest launch;
   std::string bindFlag, portFlag, ranksPerWorkerFlag, launcherFlag;
+  std::string controllerFlag, controllerWaitFlag;
+  bool dialInFlag = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
+    if (flag == "--dial-in") { // the only flag without a value
+      dialInFlag = true;
+      continue;
+    }
     if (i + 1 >= argc)
       throw RuntimeError("missing value for " + flag + "\n" + usage);
     std::string value = argv[++i];
     if (flag == "--connect")
       options.connect = value;
+    else if (flag == "--controller")
+      controllerFlag = value;
+    else if (flag == "--controller-wait-ms")
+      controllerWaitFlag = value;
     else if (flag == "--listen")
       options.listen = value;
     else if (flag == "--token") {
@@ -1291,6 +1309,20 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
                          std::string(usage));
     return options;
   }
+  // Dial-in: the controller's address comes from the flags or the
+  // environment (WorkerLaunch.h); a launcher may still place the worker.
+  std::optional<std::string> dialController =
+      options.connect.empty()
+          ? dialInControllerAddress(controllerFlag, dialInFlag, env)
+          : std::nullopt;
+  if (!options.connect.empty() && (dialInFlag || !controllerFlag.empty()))
+    throw RuntimeError("--connect and --controller / --dial-in exclude each "
+                       "other");
+  if (dialController && !options.listen.empty())
+    throw RuntimeError(
+        "a dialing worker (--controller, --dial-in, $DTORCH_CONTROLLER or "
+        "$DTORCH_DIAL_IN) does not listen: drop --listen");
+  options.dialIn = dialController.has_value();
   // Launch settings: a flag, else its variable (not for a --connect worker:
   // the embedded cluster's workers inherit the client's environment and
   // stay on loopback); each error names its source.
@@ -1332,9 +1364,11 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
 
   // A launcher places only a listening worker, and only what the flags
   // leave open (the embedded cluster's --connect workers never look).
-  bool needsPlacement = options.connect.empty() &&
-                        (options.listen.empty() || !haveRanks || !haveWorld);
-  launch.listenGiven = !options.listen.empty();
+  bool needsPlacement =
+      options.connect.empty() &&
+      ((options.listen.empty() && !options.dialIn) || !haveRanks || !haveWorld);
+  // A dialing worker listens nowhere: no address or port is derived.
+  launch.listenGiven = !options.listen.empty() || options.dialIn;
   if (needsPlacement) {
     if (std::optional<LaunchPlacement> placement =
             placementFromLauncher(launch, env)) {
@@ -1366,7 +1400,8 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
       options.launchDescription += ")";
       if (!overridden.empty())
         options.launchDescription += "; explicit flags win:" + overridden;
-    } else if (options.listen.empty() && launch.basePort > 0) {
+    } else if (options.listen.empty() && launch.basePort > 0 &&
+               !options.dialIn) {
       // By hand: --bind-address (else loopback) and --port.
       options.listen = "tcp://" +
                        (bindAddress.empty() ? "127.0.0.1" : bindAddress) + ":" +
@@ -1379,6 +1414,20 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
       throw RuntimeError(launcherSource +
                          " must be auto, slurm, torchrun or none, not '" +
                          launcher + "'");
+  }
+  if (options.dialIn)
+    options.connect = *dialController;
+  if (!controllerWaitFlag.empty() || env("DTORCH_CONTROLLER_WAIT_MS")) {
+    const char *source = controllerWaitFlag.empty()
+                             ? "$DTORCH_CONTROLLER_WAIT_MS"
+                             : "--controller-wait-ms";
+    int wait =
+        parseInt(controllerWaitFlag.empty() ? *env("DTORCH_CONTROLLER_WAIT_MS")
+                                            : controllerWaitFlag,
+                 source);
+    if (wait <= 0)
+      throw RuntimeError(std::string(source) + " must be positive");
+    options.controllerWait = std::chrono::milliseconds(wait);
   }
   if (options.connect.empty() == options.listen.empty())
     throw RuntimeError(
@@ -1407,6 +1456,11 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
     else if (std::string listened = specificAddressOf(options.listen);
              !listened.empty())
       options.glooHost = listened;
+    else if (options.dialIn)
+      // The address this host reaches the controller from: the network
+      // the rest of the world shares with it.
+      options.glooHost = localAddressToward(controllerHostOf(options.connect),
+                                            "the controller's address");
   }
   if (curveSecretFile.empty() != curveControllerFile.empty())
     throw RuntimeError("CURVE needs both --curve-secret-key-file and "
@@ -1470,7 +1524,17 @@ int runWorker(const WorkerOptions &options) {
     std::fprintf(stderr, "dtorch-worker (ranks %d-%d, %d on this host): %s\n",
                  options.firstRank, options.firstRank + options.numRanks - 1,
                  ranksOnHost, blasLine.c_str());
-  if (!options.launchDescription.empty())
+  if (options.dialIn)
+    std::fprintf(stderr,
+                 "dtorch-worker: ranks %d-%d of %d%s%s, dialing the controller "
+                 "at %s (waiting up to %lld ms), collectives on %s\n",
+                 options.firstRank, options.firstRank + options.numRanks - 1,
+                 options.worldSize,
+                 options.launchDescription.empty() ? "" : ", placed by ",
+                 options.launchDescription.c_str(), options.connect.c_str(),
+                 static_cast<long long>(options.controllerWait.count()),
+                 options.glooHost.c_str());
+  else if (!options.launchDescription.empty())
     std::fprintf(stderr,
                  "dtorch-worker: placed by %s: ranks %d-%d of %d, listening "
                  "on %s, collectives on %s\n",

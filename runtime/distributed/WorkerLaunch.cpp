@@ -446,6 +446,58 @@ placementFromLauncher(const LaunchRequest &request,
   return placement;
 }
 
+namespace {
+
+// tcp://HOST:PORT from "HOST:PORT" or "tcp://HOST:PORT"; `what` names the
+// source in errors.
+std::string controllerEndpoint(const std::string &text,
+                               const std::string &what) {
+  const std::string scheme = "tcp://";
+  std::string rest = text.compare(0, scheme.size(), scheme) == 0
+                         ? text.substr(scheme.size())
+                         : text;
+  size_t colon = rest.rfind(':');
+  std::string host = colon == std::string::npos ? "" : rest.substr(0, colon);
+  std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
+  bool digits = !port.empty() && port.size() <= 5 &&
+                port.find_first_not_of("0123456789") == std::string::npos;
+  if (rest.find("://") != std::string::npos || host.empty() || !digits ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535)
+    throw RuntimeError(what + "='" + text +
+                       "' is not the controller's HOST:PORT (a TCP port "
+                       "from 1 to 65535)");
+  return scheme + host + ":" + port;
+}
+
+} // namespace
+
+std::optional<std::string>
+dialInControllerAddress(const std::string &controllerFlag, bool dialInFlag,
+                        const EnvironmentLookup &env) {
+  if (!controllerFlag.empty())
+    return controllerEndpoint(controllerFlag, "--controller");
+  std::optional<std::string> dialIn = env("DTORCH_DIAL_IN");
+  std::optional<std::string> controller = env("DTORCH_CONTROLLER");
+  bool envOff = dialIn && *dialIn == "0";
+  if (!dialInFlag && (envOff || (!dialIn && !controller)))
+    return std::nullopt;
+  if (controller)
+    return controllerEndpoint(*controller, "DTORCH_CONTROLLER");
+  std::optional<std::string> address = env("MASTER_ADDR");
+  std::optional<std::string> port = env("MASTER_PORT");
+  if (!address || !port)
+    throw RuntimeError(
+        std::string(!address ? "MASTER_ADDR" : "MASTER_PORT") +
+        " is not set: a dialing worker (--dial-in or DTORCH_DIAL_IN) "
+        "connects to MASTER_ADDR:MASTER_PORT (or give --controller "
+        "HOST:PORT or DTORCH_CONTROLLER)");
+  return controllerEndpoint(*address + ":" + *port, "MASTER_ADDR:MASTER_PORT");
+}
+
+std::string controllerHostOf(const std::string &endpoint) {
+  return endpointHost(endpoint);
+}
+
 std::string workerHostLabel(const std::string &reportedHost,
                             const std::string &dialedAddress) {
   std::string dialed = endpointHost(dialedAddress);

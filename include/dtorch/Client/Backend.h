@@ -137,6 +137,10 @@ struct ClusterConfig {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token;
+  /// Dial-in mode (rt::ClusterOptions::listenAddress, admissionTimeout;
+  /// 0: its default).
+  std::string listenAddress;
+  int64_t admissionTimeoutMs = 0;
   std::string curveSecretKey;
   std::vector<std::string> curveWorkerPublicKeys;
   /// Fault detection (rt::ClusterOptions; 0: its default): heartbeat

@@ -295,6 +295,11 @@ struct SessionOptions {
   std::string workerExecutable;
   std::vector<std::string> workerAddresses;
   std::string token; // shared secret of workers started by hand
+  /// Workers that dial in (rt::ClusterOptions::listenAddress): the address
+  /// the controller listens on, and how long it waits for the whole world
+  /// (0: the default); worldSize 0 takes the first worker's.
+  std::string listenAddress;
+  int64_t admissionTimeoutMs = 0;
   /// CURVE with workers started by hand (rt::ClusterOptions): this
   /// controller's secret key and the workers' public keys (Z85).
   std::string curveSecretKey;

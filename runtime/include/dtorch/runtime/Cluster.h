@@ -59,6 +59,18 @@ struct ClusterOptions {
   /// Or connect to workers started by hand (`dtorch-worker --listen ADDR
   /// --token T`), in rank-block order; worldSize is then what they report.
   std::vector<std::string> workerAddresses;
+  /// Or, dial-in mode: listen on this ZeroMQ endpoint ("tcp://0.0.0.0:29500")
+  /// and admit the workers that connect to it (`dtorch-worker --controller
+  /// HOST:PORT`, or `--dial-in` with MASTER_ADDR / MASTER_PORT): each says
+  /// its ranks, world size and host in its Hello (DialInAdmission.h), and
+  /// the cluster starts once every rank of `worldSize` (0: the first
+  /// worker's world size) is held by exactly one worker. `token` must be
+  /// the workers' token. CURVE: `curveSecretKey` is this controller's
+  /// (server) key and `curveWorkerPublicKeys` the workers' keys it admits.
+  std::string listenAddress;
+  /// Dial-in mode: how long the start waits for every rank; then it fails
+  /// with a WorkerError naming the ranks that never arrived.
+  std::chrono::milliseconds admissionTimeout{60000};
   /// Shared secret every peer must present; empty: a fresh random one. The
   /// embedded cluster hands it to its workers through a pipe (descriptor 3,
   /// `--token-fd 3`), never on their command line.

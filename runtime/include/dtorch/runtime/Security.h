@@ -99,6 +99,9 @@ public:
     // A connection to `endpoint` closed (watchDisconnects only); `reason`
     // is empty.
     bool disconnected = false;
+    // The event's value: for a closed connection, its descriptor (matches
+    // ZMQ_SRCFD of the messages that came through it).
+    uint32_t value = 0;
   };
   // `watchDisconnects`: also report a closed connection (the controller
   // watches the workers it connected to: a worker that exits closes it).

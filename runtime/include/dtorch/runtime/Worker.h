@@ -23,6 +23,14 @@ struct WorkerOptions {
   // becomes the controller).
   std::string connect;
   std::string listen;
+  // Dial-in (--controller HOST:PORT, --dial-in with MASTER_ADDR and
+  // MASTER_PORT, or $DTORCH_CONTROLLER): `connect` is the controller a user
+  // started with dtorch.init(listen=...); a launcher's variables may place
+  // the worker, and before the controller answers the worker waits up to
+  // `controllerWait` (it may start before the controller, or wait for the
+  // rest of the world to dial in).
+  bool dialIn = false;
+  std::chrono::milliseconds controllerWait{600000};
   // The shared secret; read from --token-file, --token-fd or $DTORCH_TOKEN
   // (--token on the command line still works, with a warning: `ps` shows
   // it).
@@ -78,6 +86,12 @@ struct WorkerOptions {
 // --bind-address A, and $DTORCH_LAUNCHER, $DTORCH_RANKS_PER_WORKER,
 // $DTORCH_WORKER_PORT, $DTORCH_BIND_ADDRESS); explicit flags win.
 // --host-id ID (else $DTORCH_HOST_ID) sets the shared-memory host identity.
+// A dialing worker (--controller HOST:PORT, else --dial-in or
+// $DTORCH_DIAL_IN=1 with $DTORCH_CONTROLLER or MASTER_ADDR:MASTER_PORT;
+// $DTORCH_CONTROLLER alone also selects it) connects to the controller and
+// takes its ranks from the flags or a launcher; --controller-wait-ms MS
+// (else $DTORCH_CONTROLLER_WAIT_MS, default 600000) bounds its wait for the
+// controller's answer.
 // Throws RuntimeError with a usage message on errors.
 WorkerOptions parseWorkerArgs(int argc, char **argv);
 // The same, reading the environment through `env` (tests).

@@ -99,6 +99,21 @@ std::vector<std::string> expandSlurmHostList(const std::string &list,
 std::vector<int> expandSlurmTasksPerNode(const std::string &value,
                                          const std::string &what);
 
+/// The controller a dialing worker connects to (tcp://HOST:PORT), or nullopt
+/// when the worker does not dial in. In order: `controllerFlag`
+/// (--controller HOST:PORT); else, when `dialInFlag` (--dial-in),
+/// $DTORCH_DIAL_IN is set and not "0", or $DTORCH_CONTROLLER is set (and
+/// $DTORCH_DIAL_IN is not "0"): $DTORCH_CONTROLLER, else
+/// MASTER_ADDR:MASTER_PORT (torchrun's meaning: the address every worker
+/// connects to). Throws RuntimeError naming the flag or variable that is
+/// missing or malformed.
+std::optional<std::string>
+dialInControllerAddress(const std::string &controllerFlag, bool dialInFlag,
+                        const EnvironmentLookup &env);
+
+/// The host of a tcp://HOST:PORT endpoint ("" for another form).
+std::string controllerHostOf(const std::string &endpoint);
+
 /// How the controller names a worker started by hand in errors: the host
 /// name it reported, and the address the controller dialed when that says
 /// more (not loopback, not the same name): "node-b" or "node-b@10.0.0.5".
