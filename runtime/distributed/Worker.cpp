@@ -1456,11 +1456,20 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
     else if (std::string listened = specificAddressOf(options.listen);
              !listened.empty())
       options.glooHost = listened;
-    else if (options.dialIn)
+    else if (options.dialIn) {
       // The address this host reaches the controller from: the network
       // the rest of the world shares with it.
-      options.glooHost = localAddressToward(controllerHostOf(options.connect),
-                                            "the controller's address");
+      try {
+        options.glooHost = localAddressToward(controllerHostOf(options.connect),
+                                              "the controller's address");
+      } catch (const RuntimeError &error) {
+        throw RuntimeError(
+            std::string(error.what()) +
+            " (a dialing worker's collectives bind the address it reaches "
+            "the controller from; or give --collective-address or "
+            "--bind-address)");
+      }
+    }
   }
   if (curveSecretFile.empty() != curveControllerFile.empty())
     throw RuntimeError("CURVE needs both --curve-secret-key-file and "

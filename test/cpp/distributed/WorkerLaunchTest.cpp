@@ -340,5 +340,120 @@ TEST(WorkerLaunch, HostLabelNamesTheDialedAddress) {
   EXPECT_EQ(workerHostLabel("box", "ipc:///tmp/x"), "box");
 }
 
+// ---- workers that dial in to the controller -----------------------------
+
+Env torchrunWorker(int rank, int world, const std::string &port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", port}};
+}
+
+TEST(WorkerDialIn, ControllerFlagDialsWithExplicitRanks) {
+  WorkerOptions o =
+      parse({"--controller", "ctl:29500", "--ranks", "2-3", "--world-size", "4",
+             "--collective-address", "10.1.2.3"},
+            {});
+  EXPECT_TRUE(o.dialIn);
+  EXPECT_EQ(o.connect, "tcp://ctl:29500");
+  EXPECT_TRUE(o.listen.empty());
+  EXPECT_EQ(o.firstRank, 2);
+  EXPECT_EQ(o.numRanks, 2);
+  EXPECT_EQ(o.worldSize, 4);
+  EXPECT_EQ(o.controllerWait.count(), 600000);
+  EXPECT_EQ(o.glooHost, "10.1.2.3");
+  // Without a collective or bind address, the controller's host must
+  // resolve: its route gives the collectives' address.
+  EXPECT_NE(errorOf([] {
+              parse({"--controller", "no-such-host.invalid:29500", "--ranks",
+                     "0", "--world-size", "1"},
+                    {});
+            }).find("give --collective-address or --bind-address"),
+            std::string::npos);
+}
+
+TEST(WorkerDialIn, TorchrunVariablesPlaceAndMasterIsTheController) {
+  WorkerOptions o = parse({"--dial-in", "--ranks-per-worker", "2"},
+                          torchrunWorker(1, 3, "29400"));
+  EXPECT_TRUE(o.dialIn);
+  EXPECT_EQ(o.connect, "tcp://127.0.0.1:29400");
+  EXPECT_TRUE(o.listen.empty());
+  EXPECT_EQ(o.firstRank, 2);
+  EXPECT_EQ(o.numRanks, 2);
+  EXPECT_EQ(o.worldSize, 6);
+  // The collectives bind the address this host reaches the controller from.
+  EXPECT_EQ(o.glooHost, "127.0.0.1");
+  EXPECT_NE(o.launchDescription.find("torchrun (RANK=1"), std::string::npos);
+  // DTORCH_DIAL_IN=1 is the same as --dial-in.
+  Env env = torchrunWorker(0, 3, "29400");
+  env["DTORCH_DIAL_IN"] = "1";
+  EXPECT_EQ(parse({}, env).connect, "tcp://127.0.0.1:29400");
+}
+
+TEST(WorkerDialIn, ControllerVariableSelectsDialInAndSlurmPlaces) {
+  Env env = slurmTask(1, 2, 1, 0, "2", "node7");
+  env["DTORCH_CONTROLLER"] = "tcp://head:29500";
+  env["DTORCH_BIND_ADDRESS"] = "127.0.0.1";
+  env["DTORCH_CONTROLLER_WAIT_MS"] = "1500";
+  WorkerOptions o = parse({}, env);
+  EXPECT_TRUE(o.dialIn);
+  EXPECT_EQ(o.connect, "tcp://head:29500");
+  EXPECT_EQ(o.firstRank, 1);
+  EXPECT_EQ(o.worldSize, 2);
+  EXPECT_EQ(o.controllerWait.count(), 1500);
+  EXPECT_EQ(o.glooHost, "127.0.0.1");
+  // DTORCH_DIAL_IN=0 turns the variable off: the worker listens as before.
+  env["DTORCH_DIAL_IN"] = "0";
+  o = parse({}, env);
+  EXPECT_FALSE(o.dialIn);
+  EXPECT_EQ(o.listen, "tcp://127.0.0.1:29501");
+}
+
+TEST(WorkerDialIn, MistakesAreNamed) {
+  EXPECT_NE(errorOf([] {
+              parse({"--dial-in", "--ranks", "0", "--world-size", "1"}, {});
+            }).find("MASTER_ADDR is not set: a dialing worker"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              parse({"--dial-in", "--ranks", "0", "--world-size", "1"},
+                    {{"MASTER_ADDR", "h"}});
+            }).find("MASTER_PORT is not set"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf([] {
+        parse({"--controller", "h:0", "--ranks", "0", "--world-size", "1"}, {});
+      }).find("--controller='h:0' is not the controller's HOST:PORT"),
+      std::string::npos);
+  EXPECT_NE(errorOf([] {
+              parse({"--controller", "h:1", "--listen", "tcp://127.0.0.1:5",
+                     "--ranks", "0", "--world-size", "1"},
+                    {});
+            }).find("does not listen: drop --listen"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              parse({"--controller", "h:1", "--connect", "tcp://h:2", "--ranks",
+                     "0", "--world-size", "1"},
+                    {});
+            }).find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              parse({"--dial-in"}, torchrunWorker(3, 3, "29400"));
+            }).find("RANK=3 is not below WORLD_SIZE=3"),
+            std::string::npos);
+  EXPECT_NE(errorOf([] {
+              parse({"--controller", "h:1", "--ranks", "0", "--world-size", "1",
+                     "--controller-wait-ms", "0"},
+                    {});
+            }).find("--controller-wait-ms must be positive"),
+            std::string::npos);
+  // The embedded cluster's --connect workers never dial by the environment.
+  WorkerOptions o = parse(
+      {"--connect", "tcp://127.0.0.1:9", "--ranks", "0", "--world-size", "1"},
+      {{"DTORCH_CONTROLLER", "elsewhere:1"}});
+  EXPECT_FALSE(o.dialIn);
+  EXPECT_EQ(o.connect, "tcp://127.0.0.1:9");
+}
+
 } // namespace
 } // namespace dtorch::rt
