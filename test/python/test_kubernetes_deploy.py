@@ -245,3 +245,119 @@ def test_the_worker_environment_starts_a_placed_worker(manifests, tmp_path):
     assert f"(ranks {per_worker}-{2 * per_worker - 1} of {world})" in out, out
     assert f"listening on tcp://127.0.0.1:{env['DTORCH_WORKER_PORT']}" in out, out
     assert "placed by torchrun" in out and "collectives on 127.0.0.1" in out, out
+
+
+# ---- the dial-in variant: the workers dial the client's Service ----------
+
+DIAL_IN = os.path.join(DEPLOY, "dial-in")
+
+
+@pytest.fixture(scope="module")
+def dial_in_manifests():
+    by_kind = {}
+    for name in ("workers.yaml", "client.yaml"):
+        for d in load_all(os.path.join(DIAL_IN, name)):
+            assert {"apiVersion", "kind", "metadata"} <= set(d), d
+            by_kind.setdefault(d["kind"], []).append(d)
+    return by_kind
+
+
+def test_dial_in_workers_point_at_the_client_service(dial_in_manifests):
+    (sts,) = dial_in_manifests["StatefulSet"]
+    (job,) = dial_in_manifests["Job"]
+    services = {s["metadata"]["name"]: s for s in dial_in_manifests["Service"]}
+    (worker,) = sts["spec"]["template"]["spec"]["containers"]
+    (client,) = job["spec"]["template"]["spec"]["containers"]
+    wenv, cenv = env_of(worker), env_of(client)
+    # The workers dial MASTER_ADDR:MASTER_PORT, a Service selecting the
+    # client's pod, whose port forwards to the port the client listens on.
+    assert wenv["DTORCH_DIAL_IN"] == "1"
+    controller = services[wenv["MASTER_ADDR"]]
+    client_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert controller["spec"]["selector"].items() <= client_labels.items()
+    port = int(wenv["MASTER_PORT"])
+    assert controller["spec"]["ports"][0]["port"] == port
+    listen_port = int(cenv["DTORCH_LISTEN"].rsplit(":", 1)[1])
+    assert controller["spec"]["ports"][0]["targetPort"] == listen_port
+    assert client["ports"][0]["containerPort"] == listen_port
+    # The client expects the world the workers make up.
+    replicas = sts["spec"]["replicas"]
+    assert int(wenv["WORLD_SIZE"]) == replicas
+    assert int(cenv["DTORCH_WORLD_SIZE"]) == replicas * int(wenv["DTORCH_RANKS_PER_WORKER"])
+    assert sts["spec"]["serviceName"] in services
+    assert wenv["RANK"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+    known = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+             "DTORCH_RANKS_PER_WORKER", "DTORCH_BIND_ADDRESS", "DTORCH_DIAL_IN",
+             "DTORCH_CONTROLLER_WAIT_MS", "DTORCH_HOST_ID", "DTORCH_LAUNCHER", "DTORCH_TOKEN",
+             "DTORCH_COLLECTIVE_ADDRESS"}
+    assert set(wenv) <= known, set(wenv) - known
+    known_client = {"DTORCH_LISTEN", "DTORCH_WORLD_SIZE", "DTORCH_ADMISSION_TIMEOUT_MS",
+                    "DTORCH_TOKEN_FILE", "DTORCH_PEER_TIMEOUT_MS"}
+    assert set(cenv) <= known_client, set(cenv) - known_client
+    secrets = {v["secret"]["secretName"] for d in (sts, job)
+               for v in d["spec"]["template"]["spec"]["volumes"]}
+    assert len(secrets) == 1
+    # Only the workers reach the client's port.
+    policies = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]: p
+                for p in dial_in_manifests["NetworkPolicy"]}
+    rule = policies[client_labels["app.kubernetes.io/name"]]["spec"]["ingress"][0]
+    worker_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert rule["from"][0]["podSelector"]["matchLabels"].items() <= worker_labels.items()
+    assert rule["ports"][0]["port"] == listen_port
+
+
+def test_the_dial_in_environments_start_a_session(dial_in_manifests, tmp_path):
+    """Every pod's environment as the manifests give it (the Service name
+    and the pod address replaced by loopback, the port by a free one): the
+    client's init() admits the workers and computes."""
+    exe = _runtime._worker_executable()
+    if not exe or not os.path.exists(exe):
+        pytest.skip("dtorch-worker is not built")
+    import socket
+    import dtorch
+    (sts,) = dial_in_manifests["StatefulSet"]
+    (job,) = dial_in_manifests["Job"]
+    (worker,) = sts["spec"]["template"]["spec"]["containers"]
+    (client,) = job["spec"]["template"]["spec"]["containers"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    token = tmp_path / "token"
+    token.write_text("k8s-dial-in-token\n")
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("SLURM_", "DTORCH_")) and k not in
+             ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    command = [exe if c == "dtorch-worker" else c for c in worker["command"]]
+    command = [str(token) if c == "/etc/dtorch/token" else c for c in command]
+    procs = []
+    for rank in range(sts["spec"]["replicas"]):
+        env = {k: v for k, v in env_of(worker).items() if isinstance(v, str)}
+        env.update(RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   DTORCH_BIND_ADDRESS="127.0.0.1")
+        procs.append(subprocess.Popen(command, env=dict(clean, **env), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    client_env = {k: v for k, v in env_of(client).items() if isinstance(v, str)}
+    client_env.update(DTORCH_LISTEN=f"127.0.0.1:{port}", DTORCH_TOKEN_FILE=str(token),
+                      DTORCH_ADMISSION_TIMEOUT_MS="30000")
+    saved = {k: os.environ.get(k) for k in client_env}
+    dtorch.shutdown()
+    try:
+        os.environ.update(client_env)
+        mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        x = dtorch.ones(4, 4, device_mesh=mesh, placements=[dtorch.Shard(0), dtorch.Shard(1)])
+        assert (x @ x).sum().item() == 64.0
+    finally:
+        dtorch.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    outs = [p.stdout.read() for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert all(f"dialing the controller at tcp://127.0.0.1:{port}" in o for o in outs), outs
