@@ -484,3 +484,42 @@ def test_a_host_whose_link_goes_down_is_named_within_5s(hosts, token_file):
     assert workers[0].wait(timeout=5) == 0, h.output(workers[0])
     assert workers[1].wait(timeout=10) == 3, h.output(workers[1])
     assert not h.processes_inside()
+
+
+def test_workers_on_two_hosts_dial_a_controller_in_another_namespace(hosts, token_file):
+    """Workers that dial in (docs/guide/multi-host.md, "Workers that dial
+    in"): placed by torchrun-style variables whose MASTER_ADDR:MASTER_PORT is
+    the client, listening in the root namespace; the collectives bind each
+    host's address facing the client, and the session computes as one host
+    does."""
+    h = hosts(2)
+    workers = [h.start(i, ["--dial-in", "--token-file", token_file, "--ranks-per-worker", "2"],
+                       env={"RANK": str(i), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+                            "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": h.root_address,
+                            "MASTER_PORT": str(PORT)},
+                       name="dial-in")
+               for i in range(2)]
+    seen = {}
+
+    def inspect(_):
+        seen["peers"] = [gloo_peers(h, p, i) for i, p in enumerate(workers)]
+
+    stdout = run_client(
+        f"import dtorch\ndtorch.init(listen={h.root_address + ':' + str(PORT)!r}, world_size=4, "
+        f"token={token_of(token_file)!r})\n",
+        COMPUTE.replace("MESH_SHAPE", "(2, 2)").replace("MESH_NAMES", "('dp', 'tp')") + """
+print("RESULT " + json.dumps(out), flush=True)
+pause()
+dtorch.shutdown()
+""", inspect=inspect)
+    got = result_of(stdout)
+    check_computation(got, one_host_reference((2, 2), ("dp", "tp")))
+    assert seen["peers"] == [{h.addresses[1]}, {h.addresses[0]}], seen
+    for i, p in enumerate(workers):
+        assert p.wait(timeout=5) == 0, h.output(p)
+        log = h.output(p)
+        assert f"dialing the controller at tcp://{h.root_address}:{PORT}" in log, log
+        assert f"collectives on {h.addresses[i]}" in log, log
+    assert not h.processes_inside()
+    print(f"[2 hosts, dial-in] workers on {h.addresses} dialed {h.root_address}:{PORT}: "
+          f"matmul, sum, all_reduce equal numpy and one host; Gloo pairs: {seen['peers']}")
