@@ -146,9 +146,18 @@ void Cluster::Impl::checkDialIn() {
       if (!event.disconnected) {
         // A CURVE handshake failed (a worker key this controller does not
         // admit, or a mechanism mismatch): no Hello will come from it.
+        // The monitor words authentication failures from the client's
+        // side; here the ZAP handler of this (server) side refused.
+        std::string why =
+            event.reason.find("refused this side's CURVE key") !=
+                    std::string::npos
+                ? "its CURVE public key is not one of the workers' keys "
+                  "this controller admits (" +
+                      event.reason + ")"
+                : event.reason;
         if (!ready)
           failDialInStart("a worker's connection to " + dialInEndpoint +
-                              " failed its handshake: " + event.reason,
+                              " failed its handshake: " + why,
                           "", 0, "?");
         continue;
       }

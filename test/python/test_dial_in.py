@@ -307,3 +307,40 @@ def test_init_checks_its_listen_arguments(monkeypatch):
         dtorch.init(listen="127.0.0.1", token="t")
     with pytest.raises(ValueError, match="auto_restart"):
         dtorch.init(listen=":29500", token="t", auto_restart=True)
+
+
+def test_curve_admits_only_the_workers_keys(workers, tmp_path):
+    """With curve=, the listening controller is the CURVE server and admits
+    the workers' public keys; a worker with another key fails the start,
+    naming the handshake."""
+    if not _C.curve_available():
+        pytest.skip("the installed libzmq has no CURVE support")
+    for name in ("controller", "worker", "stranger"):
+        dtorch.generate_curve_keypair(str(tmp_path / name))
+    curve = {"secret_key_file": str(tmp_path / "controller.key"),
+             "worker_public_key_files": [str(tmp_path / "worker.pub")]}
+
+    def start(key, port, first):
+        return workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", str(first),
+                              "--world-size", "2",
+                              "--curve-secret-key-file", str(tmp_path / f"{key}.key"),
+                              "--curve-controller-public-key-file",
+                              str(tmp_path / "controller.pub")])
+
+    port = free_port()
+    start("worker", port, 0)
+    start("worker", port, 1)
+    dtorch.init(listen=f"127.0.0.1:{port}", world_size=2, token=TOKEN, curve=curve)
+    assert dtorch.ones(4).sum().item() == 4.0
+    dtorch.shutdown()
+
+    port = free_port()
+    start("worker", port, 0)
+    start("stranger", port, 1)
+    start_time = time.monotonic()
+    with pytest.raises(dtorch.WorkerError, match="failed its handshake") as info:
+        dtorch.init(listen=f"127.0.0.1:{port}", world_size=2, token=TOKEN, curve=curve,
+                    admission_timeout=20)
+    assert time.monotonic() - start_time < 10
+    assert "its CURVE public key is not one of the workers' keys this controller admits" in \
+        str(info.value), str(info.value)
