@@ -13,7 +13,9 @@ Shown: a 2x2 mesh on 2 hosts computes a matmul that needs redistribution, a
 reduction and an all_reduce exactly as numpy and as one host does; 3 hosts
 (workers placed by Slurm and torchrun variables, two processes of one host
 on shared memory); a host whose link goes down mid-run becomes a WorkerError
-naming the host's address within 5 s (the time is printed); shutdown leaves
+naming the host's address within 5 s (the time is printed); workers on 2
+hosts that dial a controller in the root namespace compute the same, and
+such a host whose link goes down is named within 5 s too; shutdown leaves
 no process and no namespace behind. Skipped with the reason when not root or
 without `ip netns`."""
 import json
@@ -523,3 +525,50 @@ dtorch.shutdown()
     assert not h.processes_inside()
     print(f"[2 hosts, dial-in] workers on {h.addresses} dialed {h.root_address}:{PORT}: "
           f"matmul, sum, all_reduce equal numpy and one host; Gloo pairs: {seen['peers']}")
+
+
+def test_a_dialed_in_host_whose_link_goes_down_is_named_within_5s(hosts, token_file):
+    h = hosts(2)
+    workers = [h.start(i, ["--controller", f"{h.root_address}:{PORT}", "--token-file", token_file,
+                           "--ranks", f"{2 * i}-{2 * i + 1}", "--world-size", "4",
+                           "--heartbeat-ms", "100", "--controller-timeout-ms", "2000"],
+                       name="dial-in")
+               for i in range(2)]
+    cut_commands = h.set_links(1, "down")
+    stdout = run_client(f"""
+        import subprocess, threading, time
+        import dtorch
+        from dtorch import Shard
+        dtorch.init(listen="{h.root_address}:{PORT}", world_size=4, token={token_of(token_file)!r},
+                    heartbeat_interval=0.1, peer_timeout=1.0)
+        mesh = dtorch.init_device_mesh("cpu", (4,))
+        x = dtorch.ones(64, 64, device_mesh=mesh, placements=[Shard(0)])
+        print("warm", float((x @ x).sum().numpy()), flush=True)
+        down = {{}}
+        def cut():
+            down["t"] = time.monotonic()
+            for command in {cut_commands!r}:
+                subprocess.run(command, check=True)
+        threading.Timer(0.3, cut).start()
+        y = x
+        try:
+            for step in range(400):
+                y = (y @ x.t()) * (1.0 / 64)
+                y.sum().numpy()
+            print("no error", flush=True)
+        except dtorch.WorkerError as e:
+            print("DETECT", round(time.monotonic() - down["t"], 3), flush=True)
+            print("ERROR", type(e).__name__, e.rank, e.host, "|", str(e).splitlines()[0], flush=True)
+        dtorch.shutdown()
+    """, "")
+    error = [l for l in stdout.splitlines() if l.startswith("ERROR ")]
+    assert error, stdout
+    _, kind, rank, host, _, message = error[0].split(" ", 5)
+    detect = float(re.search(r"DETECT (\S+)", stdout).group(1))
+    print(f"[dial-in, link down] {kind} after {detect:.3f} s: {message[:160]}")
+    assert kind == "WorkerError" and int(rank) in (2, 3), stdout
+    assert host.endswith("@" + h.addresses[1]), stdout
+    assert detect < LINK_DOWN_BOUND_S, stdout
+    assert workers[0].wait(timeout=5) == 0, h.output(workers[0])
+    assert workers[1].wait(timeout=10) == 3, h.output(workers[1])
+    assert not h.processes_inside()
