@@ -77,6 +77,10 @@ void Cluster::Impl::onDialInHello(const std::string &id,
   const char *peerAddress = zmq_msg_gets(message, "Peer-Address");
   int fd = zmq_msg_get(message, ZMQ_SRCFD);
   std::lock_guard<std::mutex> lock(mutex);
+  // The events of connections that closed before this one was accepted
+  // come first: a descriptor they name may be this connection's now, and
+  // must not be blamed on it.
+  drainDialInEvents();
   if (ready || !startupError.empty()) {
     replyError(id, 0,
                "handshake refused: " +
@@ -138,14 +142,23 @@ void Cluster::Impl::onDialInHello(const std::string &id,
   changed.notify_all();
 }
 
-void Cluster::Impl::checkDialIn() {
-  if (dialInZap)
-    dialInZap->handle();
-  if (dialInMonitor) {
+void Cluster::Impl::drainDialInEvents() {
+  if (!dialInMonitor)
+    return;
+  {
     for (const HandshakeMonitor::Failure &event : dialInMonitor->poll()) {
       if (!event.disconnected) {
         // A CURVE handshake failed (a worker key this controller does not
         // admit, or a mechanism mismatch): no Hello will come from it.
+        // Anything else (a connection that closed or spoke garbage during
+        // the handshake: a port scan, a health check) is not a worker.
+        bool curveMistake =
+            event.event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+            (event.event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+             (event.value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ||
+              event.value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC));
+        if (!curveMistake)
+          continue;
         // The monitor words authentication failures from the client's
         // side; here the ZAP handler of this (server) side refused.
         std::string why =
@@ -183,6 +196,12 @@ void Cluster::Impl::checkDialIn() {
                       "network failed)");
     }
   }
+}
+
+void Cluster::Impl::checkDialIn() {
+  if (dialInZap)
+    dialInZap->handle();
+  drainDialInEvents();
   if (!ready && startupError.empty() &&
       Clock::now() - dialInStarted > options.admissionTimeout) {
     std::vector<int> missing = admission->missingRanks();

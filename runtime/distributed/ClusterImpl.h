@@ -216,6 +216,13 @@ struct Cluster::Impl {
   /// Each I/O round: CURVE requests, closed connections, the admission
   /// deadline. Caller holds `mutex`; the I/O thread.
   void checkDialIn();
+  /// Caller holds `mutex`; the I/O thread. The monitor's events in order:
+  /// a closed connection withdraws (before the start) or kills (after) the
+  /// worker whose Hello came through its descriptor. Libzmq's one I/O
+  /// thread reports a connection's close before the descriptor can be
+  /// accepted again, and the accept before the connection's first message,
+  /// so draining before each Hello keeps a reused descriptor apart.
+  void drainDialInEvents();
   /// Caller holds `mutex`. Fails the start: every admitted worker and the
   /// refused `peer` (when given) are told why and exit.
   void failDialInStart(const std::string &reason, const std::string &peer,
@@ -223,6 +230,10 @@ struct Cluster::Impl {
   void stopDialIn() {
     dialInMonitor.reset();
     dialInZap.reset();
+    // What the workers were last told (why the start failed, Shutdown)
+    // leaves before the socket closes, for at most half a second.
+    if (dialIn && socket)
+      socket->set(zmq::sockopt::linger, 500);
   }
 
   void post(size_t worker, const wire::Envelope &message) {

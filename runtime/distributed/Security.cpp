@@ -300,11 +300,11 @@ std::vector<HandshakeMonitor::Failure> HandshakeMonitor::poll() {
     std::memcpy(&value, static_cast<const char *>(header.data()) + 2,
                 sizeof(value));
     if (event == ZMQ_EVENT_DISCONNECTED)
-      failures.push_back({endpoint.to_string(), "", true, value});
+      failures.push_back({endpoint.to_string(), "", true, value, event});
     else
       failures.push_back({endpoint.to_string(),
-                          describeHandshakeFailure(event, value), false,
-                          value});
+                          describeHandshakeFailure(event, value), false, value,
+                          event});
   }
   return failures;
 }

@@ -1311,8 +1311,11 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
   }
   // Dial-in: the controller's address comes from the flags or the
   // environment (WorkerLaunch.h); a launcher may still place the worker.
+  // Explicit flags win: a --listen worker does not dial because of the
+  // environment (only --controller / --dial-in conflict with it).
+  bool dialFlags = dialInFlag || !controllerFlag.empty();
   std::optional<std::string> dialController =
-      options.connect.empty()
+      options.connect.empty() && (options.listen.empty() || dialFlags)
           ? dialInControllerAddress(controllerFlag, dialInFlag, env)
           : std::nullopt;
   if (!options.connect.empty() && (dialInFlag || !controllerFlag.empty()))

@@ -9,9 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <future>
+#include <netinet/in.h>
 #include <optional>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 namespace dtorch::rt::test {
 namespace {
@@ -158,6 +162,29 @@ int freePort() {
   return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
 }
 
+// Connects a plain TCP socket to the controller's port once it listens,
+// writes `bytes` (not ZMTP) and closes it: a stray connection.
+void strayConnection(int port, const std::string &bytes) {
+  auto deadline = std::chrono::steady_clock::now() + Ms(10000);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&address),
+                  sizeof(address)) == 0) {
+      if (!bytes.empty())
+        (void)!::write(fd, bytes.data(), bytes.size());
+      ::close(fd);
+      return;
+    }
+    ::close(fd);
+    std::this_thread::sleep_for(Ms(10));
+  }
+  FAIL() << "the controller never listened on port " << port;
+}
+
 // A worker of this test: a DEALER that connects and says Hello.
 class FakeWorker {
 public:
@@ -262,9 +289,12 @@ void expectRefusal(const wire::Hello &bad, const std::string &words) {
   auto started = startCluster(dialInOptions(port, 2));
   zmq::context_t context(1);
   std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
-  FakeWorker good(context, endpoint), refused(context, endpoint);
+  // The good worker first, once the controller listens; then the bad one.
+  strayConnection(port, "");
+  FakeWorker good(context, endpoint);
   good.hello(workerHello(0, 1, 2));
-  std::this_thread::sleep_for(Ms(100));
+  std::this_thread::sleep_for(Ms(300));
+  FakeWorker refused(context, endpoint);
   refused.hello(bad);
   std::optional<wire::Envelope> reply = refused.receive();
   ASSERT_TRUE(reply);
@@ -272,6 +302,15 @@ void expectRefusal(const wire::Hello &bad, const std::string &words) {
   EXPECT_NE(reply->error().message().find(words), std::string::npos)
       << reply->error().message();
   reply = good.receive();
+  if (!reply) {
+    try {
+      started.get();
+    } catch (const std::exception &e) {
+      ADD_FAILURE()
+          << "the admitted worker was not told; the start failed with: "
+          << e.what();
+    }
+  }
   ASSERT_TRUE(reply);
   ASSERT_EQ(reply->body_case(), wire::Envelope::kError);
   EXPECT_NE(reply->error().message().find("the controller's start failed: "),
@@ -360,6 +399,23 @@ TEST(DialInCluster, AWorkerThatLeavesBeforeTheStartFreesItsRanks) {
   ASSERT_EQ(started.wait_for(Ms(5000)), std::future_status::ready);
   std::unique_ptr<Cluster> cluster = started.get();
   EXPECT_EQ(cluster->hostOf(0), "new");
+}
+
+TEST(DialInCluster, StrayConnectionsDoNotStopTheAdmission) {
+  int port = freePort();
+  auto started = startCluster(dialInOptions(port, 2));
+  // A port scan, a health check, someone speaking another protocol.
+  strayConnection(port, "");
+  strayConnection(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  strayConnection(port, std::string("\xff\0\0\0\0\0\0\0\x01\x7f", 10));
+  std::this_thread::sleep_for(Ms(200));
+  zmq::context_t context(1);
+  std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
+  FakeWorker first(context, endpoint), second(context, endpoint);
+  first.hello(workerHello(0, 1, 2));
+  second.hello(workerHello(1, 1, 2));
+  ASSERT_EQ(started.wait_for(Ms(5000)), std::future_status::ready);
+  EXPECT_EQ(started.get()->worldSize(), 2);
 }
 
 TEST(DialInCluster, OptionsAreChecked) {

@@ -447,6 +447,12 @@ TEST(WorkerDialIn, MistakesAreNamed) {
                     {});
             }).find("--controller-wait-ms must be positive"),
             std::string::npos);
+  // An explicit --listen wins over DTORCH_CONTROLLER.
+  WorkerOptions listening = parse(
+      {"--listen", "tcp://127.0.0.1:7", "--ranks", "0", "--world-size", "1"},
+      {{"DTORCH_CONTROLLER", "elsewhere:1"}});
+  EXPECT_FALSE(listening.dialIn);
+  EXPECT_EQ(listening.listen, "tcp://127.0.0.1:7");
   // The embedded cluster's --connect workers never dial by the environment.
   WorkerOptions o = parse(
       {"--connect", "tcp://127.0.0.1:9", "--ranks", "0", "--world-size", "1"},

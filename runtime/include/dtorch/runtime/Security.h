@@ -102,6 +102,8 @@ public:
     // The event's value: for a closed connection, its descriptor (matches
     // ZMQ_SRCFD of the messages that came through it).
     uint32_t value = 0;
+    // The monitor event (ZMQ_EVENT_HANDSHAKE_FAILED_*, ZMQ_EVENT_DISCONNECTED).
+    uint16_t event = 0;
   };
   // `watchDisconnects`: also report a closed connection (the controller
   // watches the workers it connected to: a worker that exits closes it).
