@@ -344,3 +344,37 @@ def test_curve_admits_only_the_workers_keys(workers, tmp_path):
     assert time.monotonic() - start_time < 10
     assert "its CURVE public key is not one of the workers' keys this controller admits" in \
         str(info.value), str(info.value)
+
+
+def test_a_worker_that_dies_before_the_world_is_complete_can_be_replaced(workers):
+    """Its closed connection frees its ranks: a worker started again for
+    them is admitted (as a restarted pod would be)."""
+    port = free_port()
+    result = {}
+
+    def run_init():
+        try:
+            dtorch.init(listen=f"127.0.0.1:{port}", world_size=2, token=TOKEN,
+                        admission_timeout=30)
+            result["ok"] = True
+        except Exception as e:  # reported below
+            result["error"] = e
+
+    t = threading.Thread(target=run_init)
+    t.start()
+    first = workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", "0",
+                           "--world-size", "2"])
+    time.sleep(1.0)  # admitted, waiting for rank 1
+    first.kill()
+    first.wait()
+    time.sleep(0.3)
+    again = workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", "0",
+                           "--world-size", "2"])
+    workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", "1", "--world-size", "2"])
+    t.join(timeout=40)
+    assert result.get("ok"), result
+    assert _C.world_size() == 2
+    assert dtorch.ones(6).sum().item() == 6.0
+    dtorch.shutdown()
+    code, out = workers.finish(again)
+    assert code == 0, out
