@@ -90,6 +90,11 @@ void Cluster::Impl::onDialInHello(const std::string &id,
                                      : "the controller's start failed"));
     return;
   }
+  // A worker says Hello again when its connection was made again
+  // (DialInReconnect.h); on a connection that did not close, its Hello may
+  // arrive twice: the second changes nothing.
+  if (admission->holds(id))
+    return;
   DialInAdmission::Decision decision =
       admission->offer(id, peerAddress ? peerAddress : "", hello);
   if (!decision.admitted) {
@@ -205,7 +210,9 @@ void Cluster::Impl::checkDialIn() {
   if (!ready && startupError.empty() &&
       Clock::now() - dialInStarted > options.admissionTimeout) {
     std::vector<int> missing = admission->missingRanks();
-    failDialInStart("timed out after " +
+    // Not "timed out": that names a collective's deadline (CollectiveTimeout
+    // in Python).
+    failDialInStart("the admission ended after " +
                         std::to_string(options.admissionTimeout.count()) +
                         " ms waiting for workers to dial in to " +
                         dialInEndpoint + ": " + admission->describeMissing(),

@@ -112,6 +112,12 @@ bool DialInAdmission::withdraw(const std::string &peer) {
   return true;
 }
 
+bool DialInAdmission::holds(const std::string &peer) const {
+  return std::any_of(
+      admitted_.begin(), admitted_.end(),
+      [&](const DialInWorker &worker) { return worker.peer == peer; });
+}
+
 std::vector<int> DialInAdmission::missingRanks() const {
   std::vector<bool> held(static_cast<size_t>(worldSize_), false);
   for (const DialInWorker &worker : admitted_)

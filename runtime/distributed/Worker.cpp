@@ -3,6 +3,7 @@
 #include "dtorch/runtime/Device.h"
 #include "dtorch/runtime/DevicePlacement.h"
 
+#include "DialInReconnect.h"
 #include "ReplaceableCommunicator.h"
 
 #include "dtorch/runtime/Blas.h"
@@ -361,6 +362,8 @@ private:
 
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
+  // Dial-in: says when the Hello must go again (DialInReconnect.h).
+  std::unique_ptr<DialInReconnectWatch> reconnectWatch_;
   bool routerMode_ = false;
   bool authenticated_ = false;
   bool helloSent_ = false;
@@ -1076,6 +1079,9 @@ int Worker::run() {
                 options_.worldSize);
     std::fflush(stdout);
   } else {
+    if (options_.dialIn)
+      reconnectWatch_ =
+          std::make_unique<DialInReconnectWatch>(*context_, *socket_);
     socket_->connect(options_.connect);
     sendHello("");
   }
@@ -1113,6 +1119,11 @@ int Worker::run() {
       }
       onFrames(frames);
     }
+    // A dialing worker not admitted yet whose connection closed and was
+    // made again says Hello again (the controller forgot the old one).
+    if (reconnectWatch_ && reconnectWatch_->reconnected() &&
+        !authenticatedOnce_)
+      sendHello("");
     for (auto &payload : outbox_.drain())
       if (authenticated_ || !routerMode_)
         sendFrames(controller_, payload);

@@ -246,7 +246,8 @@ def test_a_rank_outside_the_world_stops_the_worker_and_the_start_names_it(worker
         dtorch.init(listen=f"127.0.0.1:{port}", world_size=2, token=TOKEN, admission_timeout=1.5)
     assert 1.4 < time.monotonic() - start < 10
     message = str(info.value)
-    assert "timed out after 1500 ms waiting for workers to dial in" in message, message
+    assert "the admission ended after 1500 ms waiting for workers to dial in" in message, message
+    assert type(info.value) is dtorch.WorkerError, type(info.value)
     assert "rank 1 of 2 never arrived (1 worker(s) admitted: host" in message, message
     assert "(rank 0)" in message, message
     assert info.value.rank == 1
@@ -378,3 +379,30 @@ def test_a_worker_that_dies_before_the_world_is_complete_can_be_replaced(workers
     dtorch.shutdown()
     code, out = workers.finish(again)
     assert code == 0, out
+
+
+def test_workers_waiting_for_a_controller_that_died_join_the_next_one(workers):
+    """A controller stopped during the admission (killed, or its user
+    pressed Ctrl-C): its waiting workers connect again to the next one on
+    the same address and say Hello again."""
+    import sys
+    port = free_port()
+    waiting = [workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", str(rank),
+                              "--world-size", "3"]) for rank in (0, 1)]
+    first = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import dtorch; dtorch.init(listen='127.0.0.1:{port}', world_size=3, "
+         f"token={TOKEN!r}, admission_timeout=60)"],
+        env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dtorch.__file__))),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)  # ranks 0 and 1 admitted there; rank 2 never comes
+    first.kill()
+    first.wait()
+    workers.start(["--controller", f"127.0.0.1:{port}", "--ranks", "2", "--world-size", "3"])
+    dtorch.init(listen=f"127.0.0.1:{port}", world_size=3, token=TOKEN, admission_timeout=30)
+    mesh = dtorch.init_device_mesh("cpu", (3,))
+    assert dtorch.ones(6, device_mesh=mesh, placements=[Shard(0)]).sum().item() == 6.0
+    dtorch.shutdown()
+    for p in waiting:
+        code, out = workers.finish(p)
+        assert code == 0, out

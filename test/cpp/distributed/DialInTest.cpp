@@ -139,8 +139,10 @@ TEST(DialInAdmission, AWithdrawnWorkerFreesItsRanks) {
   DialInAdmission admission(2, kToken);
   ASSERT_TRUE(admission.offer("a", "", workerHello(0, 1, 2)).admitted);
   EXPECT_FALSE(admission.offer("b", "", workerHello(0, 1, 2)).admitted);
+  EXPECT_TRUE(admission.holds("a"));
   EXPECT_TRUE(admission.withdraw("a"));
   EXPECT_FALSE(admission.withdraw("a"));
+  EXPECT_FALSE(admission.holds("a"));
   EXPECT_TRUE(admission.offer("b", "", workerHello(0, 1, 2)).admitted);
   EXPECT_EQ(admission.missingRanks(), std::vector<int>{1});
 }
@@ -246,6 +248,8 @@ TEST(DialInCluster, AdmitsTheWholeWorldAndAnswersOnlyThen) {
   zmq::context_t context(1);
   std::string endpoint = "tcp://127.0.0.1:" + std::to_string(port);
   FakeWorker second(context, endpoint), first(context, endpoint);
+  second.hello(workerHello(1, 2, 3, kToken, "node-b", 2));
+  // The same Hello again on the same connection changes nothing.
   second.hello(workerHello(1, 2, 3, kToken, "node-b", 2));
   // Not answered while rank 0 is missing.
   EXPECT_FALSE(second.receive(Ms(300)));
@@ -368,7 +372,8 @@ TEST(DialInCluster, TheDeadlineNamesTheRanksThatNeverArrived) {
     EXPECT_GE(std::chrono::steady_clock::now() - begin, Ms(600));
     EXPECT_EQ(error.rank(), 0);
     EXPECT_NE(std::string(error.what())
-                  .find("timed out after 600 ms waiting for workers to dial "
+                  .find("the admission ended after 600 ms waiting for workers "
+                        "to dial "
                         "in to tcp://127.0.0.1:" +
                         std::to_string(port) +
                         ": ranks 0, 2-3 of 4 never arrived (1 worker(s) "

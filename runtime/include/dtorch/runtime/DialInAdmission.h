@@ -54,6 +54,8 @@ public:
   /// was not admitted.
   bool withdraw(const std::string &peer);
 
+  /// True when `peer` is an admitted worker's connection.
+  bool holds(const std::string &peer) const;
   /// True once every rank of the world is held.
   bool complete() const;
   /// 0 until the world size is known.
