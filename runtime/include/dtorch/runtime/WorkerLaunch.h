@@ -25,7 +25,10 @@
 // Either way, with R = --ranks-per-worker (default 1): ranks
 // [W*R, W*R+R), world size N*R, ranks on host T*R, and it listens on
 // tcp://BIND:(BASE + L) (BASE: --port, $DTORCH_WORKER_PORT, else 29500 /
-// MASTER_PORT + 1).
+// MASTER_PORT + 1). A worker that dials in (dialInControllerAddress below)
+// takes only its ranks, world size and ranks on host from a launcher: it
+// listens nowhere, and with --dial-in MASTER_ADDR:MASTER_PORT is the
+// controller it connects to (torchrun's meaning).
 #pragma once
 
 #include <functional>
