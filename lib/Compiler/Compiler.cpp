@@ -3,6 +3,7 @@
 
 #include "GraphBuilder.h"
 #include "KernelCodegen.h"
+#include "KernelCodegenSupport.h"
 #include "ProgramEmitter.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
@@ -328,6 +329,8 @@ std::string compilerConfiguration() {
          (dtensor::foldBmmLayoutFromEnvironment() ? "1" : "0") +
          ",rematerialize=" +
          (dtensor::rematerializeFromEnvironment() ? "1" : "0") +
+         ",row_lane_vectors=" +
+         (codegen::rowLaneVectorsFromEnvironment() ? "1" : "0") +
          ",row_kernel_noalias=" +
          (rowKernelNoAliasFromEnvironment() ? "1" : "0");
 }

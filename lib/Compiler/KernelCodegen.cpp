@@ -40,6 +40,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -544,7 +545,8 @@ MLIRContext &codegenContext() {
     registry.insert<affine::AffineDialect, arith::ArithDialect,
                     cf::ControlFlowDialect, func::FuncDialect,
                     linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
+                    memref::MemRefDialect, scf::SCFDialect,
+                    vector::VectorDialect>();
     registerBuiltinDialectTranslation(registry);
     registerLLVMDialectTranslation(registry);
     ctx = std::make_unique<MLIRContext>(registry);
@@ -588,6 +590,7 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
   lower.addPass(arith::createArithExpandOpsPass(expand));
   lower.addPass(createConvertMathToLLVMPass());
   lower.addPass(createConvertMathToLibmPass());
+  lower.addPass(createConvertVectorToLLVMPass()); // row kernels' lanes
   lower.addPass(createFinalizeMemRefToLLVMConversionPass());
   lower.addPass(createArithToLLVMConversionPass());
   lower.addPass(createConvertIndexToLLVMPass());
