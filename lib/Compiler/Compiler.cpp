@@ -2,6 +2,8 @@
 #include "dtorch/Compiler.h"
 
 #include "GraphBuilder.h"
+#include "KernelCodegen.h"
+#include "KernelCodegenSupport.h"
 #include "ProgramEmitter.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
@@ -326,7 +328,11 @@ std::string compilerConfiguration() {
          ",fold_bmm_layout=" +
          (dtensor::foldBmmLayoutFromEnvironment() ? "1" : "0") +
          ",rematerialize=" +
-         (dtensor::rematerializeFromEnvironment() ? "1" : "0");
+         (dtensor::rematerializeFromEnvironment() ? "1" : "0") +
+         ",row_lane_vectors=" +
+         (codegen::rowLaneVectorsFromEnvironment() ? "1" : "0") +
+         ",row_kernel_noalias=" +
+         (rowKernelNoAliasFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

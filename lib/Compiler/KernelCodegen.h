@@ -42,6 +42,12 @@ generateFusedKernel(rank::FusedOp op);
 /// `scalars` the calling instruction passes to the kernel.
 std::vector<double> fusedKernelScalars(rank::FusedOp op);
 
+/// Whether row kernels (groups ending in row reductions) declare their
+/// buffers `noalias`, which lets LLVM drop its run-time overlap checks;
+/// DTORCH_ROW_KERNEL_NOALIAS=0 turns it off (for comparison; read once per
+/// process, part of compilerConfiguration()). The same bits either way.
+bool rowKernelNoAliasFromEnvironment();
+
 /// The structural signature generateFusedKernel caches by (constants'
 /// values excluded).
 std::string fusedKernelSignature(rank::FusedOp op);

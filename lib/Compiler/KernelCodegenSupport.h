@@ -132,6 +132,14 @@ bool hasRowReduction(mlir::Block &body);
 /// reduction's input with the reduced dims taken away.
 int64_t rowReductionRows(mlir::Block &body);
 
+/// Whether the host form of a row kernel reduces a block of 8 float32 rows
+/// on vectors of the 8 rows (8 elements of each row transposed in
+/// registers, each row still in increasing order: the same bits) rather
+/// than one scalar chain per row; DTORCH_ROW_LANE_VECTORS=0 turns it off
+/// (for comparison; read once per process, part of
+/// compilerConfiguration()).
+bool rowLaneVectorsFromEnvironment();
+
 /// `func.func @<implName>(inputs..., outputs..., scalars)` computing a
 /// group that ends in reductions over its innermost dims, one row at a time
 /// (RowKernelCodegen.cpp). `forGpu`: the GPU form, one scf.parallel over

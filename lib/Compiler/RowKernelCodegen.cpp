@@ -12,7 +12,9 @@
 //              without a carried value: they vectorize)
 //              for j in [0, inner): add (max, min) element j of every
 //              scratch row into its accumulator (8 rows side by side:
-//              independent chains, each row in order)
+//              independent chains, each row in order; float32 rows as
+//              one vector of the 8 rows, 8 elements of each row
+//              transposed in registers at a time: reduceLaneVectors)
 //     (the reductions of sweep 0 are finished; the per-row values that read
 //      them are computed)
 //     sweep 1: the same for values that read sweep 0's reductions
@@ -45,8 +47,11 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 using namespace mlir;
 
@@ -101,6 +106,11 @@ private:
   Value initialAccumulator(rank::KernelOp red);
   Value accumulate(OpBuilder &nb, rank::KernelOp red, Value acc, Value x);
   Value finishReduction(rank::KernelOp red, Value acc);
+  bool reducesLanesAsVectors(size_t lanes) const;
+  Value accumulateLanes(OpBuilder &nb, rank::KernelOp red, Value acc, Value x);
+  SmallVector<Value> reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
+                                       ArrayRef<rank::KernelOp> reductions,
+                                       ValueRange carried);
 
   rank::FusedOp op;
   MLIRContext *ctx;
@@ -439,6 +449,141 @@ Value RowKernelBuilder::accumulate(OpBuilder &nb, rank::KernelOp red, Value acc,
   return arith::SelectOp::create(nb, loc, accNaN, acc, replaced);
 }
 
+/// Whether the reductions of a block of `lanes` rows run on vectors of
+/// the lanes (reduceLaneVectors): float32 rows in blocks of kRowLanes on
+/// the host, unless DTORCH_ROW_LANE_VECTORS=0.
+bool RowKernelBuilder::reducesLanesAsVectors(size_t lanes) const {
+  return !forGpu && lanes == static_cast<size_t>(kRowLanes) &&
+         et.storage.isF32() && et.compute.isF32() &&
+         rowLaneVectorsFromEnvironment();
+}
+
+/// accumulate() on vectors of the kRowLanes rows: `acc` is a vector of
+/// float64 sums or of float32 maxima (minima), `x` the float32 values of
+/// one element of each row. The same operations, lane by lane.
+Value RowKernelBuilder::accumulateLanes(OpBuilder &nb, rank::KernelOp red,
+                                        Value acc, Value x) {
+  if (red.getKernel() == "sum") {
+    Value wide = arith::ExtFOp::create(nb, loc, acc.getType(), x);
+    return arith::AddFOp::create(nb, loc, acc, wide);
+  }
+  Value accNaN =
+      arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, acc, acc);
+  Value xNaN = arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::UNO, x, x);
+  Value better =
+      red.getKernel() == "max"
+          ? arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::OLT, acc, x)
+                .getResult()
+          : arith::CmpFOp::create(nb, loc, arith::CmpFPredicate::OLT, x, acc)
+                .getResult();
+  Value take = arith::OrIOp::create(nb, loc, xNaN, better);
+  Value replaced = arith::SelectOp::create(nb, loc, take, x, acc);
+  return arith::SelectOp::create(nb, loc, accNaN, acc, replaced);
+}
+
+/// The reductions of one chunk [c0, hi) of a block of kRowLanes float32
+/// rows, each lane's accumulator one element of a vector: 8 elements of
+/// the 8 scratch rows at a time are loaded (one vector per row),
+/// transposed in registers (3 rounds of shuffles) and added one element
+/// position after the other, so each row is still reduced in increasing
+/// order, by the same operations as accumulate(); the elements past the
+/// last multiple of 8 go one by one. `carried` holds the accumulators of
+/// reduction k, lane l at k * lanes + l; so does the result.
+SmallVector<Value>
+RowKernelBuilder::reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
+                                    ArrayRef<rank::KernelOp> reductions,
+                                    ValueRange carried) {
+  const int64_t lanes = kRowLanes;
+  Type f64 = Float64Type::get(ctx);
+  auto vectorOf = [&](Type t) { return VectorType::get({lanes}, t); };
+  auto index = [&](OpBuilder &nb, int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(nb, loc, v);
+  };
+  auto accumulatorType = [&](rank::KernelOp red) {
+    return vectorOf(red.getKernel() == "sum" ? f64 : et.compute);
+  };
+  // [c0, vectorEnd): whole groups of 8 elements.
+  Value step = index(cb, lanes);
+  Value whole = arith::MulIOp::create(
+      cb, loc,
+      arith::DivUIOp::create(cb, loc, arith::SubIOp::create(cb, loc, hi, c0),
+                             step),
+      step);
+  Value vectorEnd = arith::AddIOp::create(cb, loc, c0, whole);
+  SmallVector<Value> init;
+  for (auto [k, red] : llvm::enumerate(reductions))
+    init.push_back(vector::FromElementsOp::create(
+        cb, loc, accumulatorType(red), carried.slice(k * lanes, lanes)));
+  auto groups = scf::ForOp::create(cb, loc, c0, vectorEnd, step, init);
+  {
+    Block *loopBody = groups.getBody();
+    if (!loopBody->empty() && isa<scf::YieldOp>(loopBody->back()))
+      loopBody->back().erase();
+    OpBuilder nb = OpBuilder::atBlockEnd(loopBody);
+    Value local = arith::SubIOp::create(nb, loc, groups.getInductionVar(), c0);
+    SmallVector<Value> next;
+    for (auto [k, red] : llvm::enumerate(reductions)) {
+      SmallVector<Value> r;
+      for (int64_t l = 0; l < lanes; ++l) {
+        Value at = arith::AddIOp::create(
+            nb, loc, index(nb, static_cast<int64_t>(k * lanes + l) * chunk),
+            local);
+        r.push_back(vector::LoadOp::create(nb, loc, vectorOf(et.storage),
+                                           scratch, ValueRange{at}));
+      }
+      auto shuffle = [&](Value a, Value b2, ArrayRef<int64_t> mask) -> Value {
+        return vector::ShuffleOp::create(nb, loc, a, b2, mask);
+      };
+      // r[l] = elements j..j+7 of lane l; afterwards column[t] = element
+      // j+t of lanes 0..7.
+      SmallVector<Value> s(lanes), u(lanes), column(lanes);
+      for (int64_t i = 0; i < 4; ++i) {
+        s[2 * i] = shuffle(r[2 * i], r[2 * i + 1], {0, 8, 2, 10, 4, 12, 6, 14});
+        s[2 * i + 1] =
+            shuffle(r[2 * i], r[2 * i + 1], {1, 9, 3, 11, 5, 13, 7, 15});
+      }
+      for (int64_t a : {0, 1, 4, 5}) {
+        u[a] = shuffle(s[a], s[a + 2], {0, 1, 8, 9, 4, 5, 12, 13});
+        u[a + 2] = shuffle(s[a], s[a + 2], {2, 3, 10, 11, 6, 7, 14, 15});
+      }
+      for (int64_t a = 0; a < 4; ++a) {
+        column[a] = shuffle(u[a], u[a + 4], {0, 1, 2, 3, 8, 9, 10, 11});
+        column[a + 4] = shuffle(u[a], u[a + 4], {4, 5, 6, 7, 12, 13, 14, 15});
+      }
+      Value acc = groups.getRegionIterArgs()[k];
+      for (int64_t t = 0; t < lanes; ++t)
+        acc = accumulateLanes(nb, red, acc, column[t]);
+      next.push_back(acc);
+    }
+    scf::YieldOp::create(nb, loc, next);
+  }
+  // Back to one accumulator per lane for the rest of the chunk.
+  SmallVector<Value> scalars;
+  for (auto [k, red] : llvm::enumerate(reductions))
+    for (int64_t l = 0; l < lanes; ++l)
+      scalars.push_back(vector::ExtractOp::create(
+          cb, loc, groups.getResult(static_cast<unsigned>(k)), l));
+  auto tail = scf::ForOp::create(cb, loc, vectorEnd, hi, index(cb, 1), scalars);
+  {
+    Block *loopBody = tail.getBody();
+    if (!loopBody->empty() && isa<scf::YieldOp>(loopBody->back()))
+      loopBody->back().erase();
+    OpBuilder nb = OpBuilder::atBlockEnd(loopBody);
+    Value local = arith::SubIOp::create(nb, loc, tail.getInductionVar(), c0);
+    SmallVector<Value> next(scalars.size());
+    for (auto [k, red] : llvm::enumerate(reductions))
+      for (int64_t l = 0; l < lanes; ++l) {
+        size_t slot = k * lanes + l;
+        Value at = arith::AddIOp::create(
+            nb, loc, index(nb, static_cast<int64_t>(slot) * chunk), local);
+        Value x = memref::LoadOp::create(nb, loc, scratch, ValueRange{at});
+        next[slot] = accumulate(nb, red, tail.getRegionIterArgs()[slot], x);
+      }
+    scf::YieldOp::create(nb, loc, next);
+  }
+  return SmallVector<Value>(tail.getResults());
+}
+
 /// One sweep of `row` in the GPU form: a single loop over the row's
 /// elements computes each value, stores the sweep's results and adds the
 /// values into the reductions' accumulators in increasing order (no
@@ -730,6 +875,10 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
       SmallVector<Value> carried(chunks.getRegionIterArgs());
       if (reductions.empty()) {
         scf::YieldOp::create(cb, loc, ValueRange{});
+      } else if (reducesLanesAsVectors(lanes)) {
+        SmallVector<Value> reduced =
+            reduceLaneVectors(cb, c0, hi, reductions, carried);
+        scf::YieldOp::create(cb, loc, reduced);
       } else {
         auto sweep = scf::ForOp::create(cb, loc, c0, hi, one, carried);
         Block *loopBody = sweep.getBody();
@@ -775,6 +924,14 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
 }
 
 } // namespace
+
+bool rowLaneVectorsFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_ROW_LANE_VECTORS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
 
 bool hasRowReduction(Block &body) {
   return llvm::any_of(body.without_terminator(), isRowReduction);

@@ -1,6 +1,7 @@
 // extract_slice, concat, gather, index_select, scatter_add.
 #include "KernelSupport.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -342,6 +343,27 @@ template <class T> T addWrapping(T a, T b) {
   }
 }
 
+// Whether scatter_add adds a row of the index whose targets are all one
+// row of the output (an embedding's gradient: the token's row, repeated
+// along the features) as one contiguous loop; DTORCH_SCATTER_ROWS=0 keeps
+// the element-by-element loop (for comparison). The same additions in the
+// same order either way.
+bool scatterRowsEnabled() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_SCATTER_ROWS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+// dst[j] += src[j], j < n, in the kernel's arithmetic (the output is a
+// buffer of its own: it never overlaps src).
+template <class T>
+void addRow(T *__restrict dst, const T *__restrict src, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    dst[j] = addWrapping(dst[j], src[j]);
+}
+
 template <class T> Kernel scatterAddKernel() {
   Kernel kernel;
   kernel.numInputs = 3;
@@ -405,13 +427,22 @@ template <class T> Kernel scatterAddKernel() {
           target += p[d] * outStrides[d];
       }
       const int64_t *row = indices + r * rowLength;
-      for (int64_t j = 0; j < rowLength; ++j) {
-        int64_t value = row[j];
+      bool oneTarget = outStep == 1 && srcStep == 1 && scatterRowsEnabled();
+      for (int64_t j = 1; j < rowLength && oneTarget; ++j)
+        oneTarget = row[j] == row[0];
+      if (oneTarget) {
+        int64_t value = row[0];
         if (value < 0 || value >= extent)
           checkIndexValue("scatter_add", value, extent, dim);
-        T &slot = os[target + value * dimStride + j * outStep];
-        slot = addWrapping(slot, ss[source + j * srcStep]);
-      }
+        addRow(os + target + value * dimStride, ss + source, rowLength);
+      } else
+        for (int64_t j = 0; j < rowLength; ++j) {
+          int64_t value = row[j];
+          if (value < 0 || value >= extent)
+            checkIndexValue("scatter_add", value, extent, dim);
+          T &slot = os[target + value * dimStride + j * outStep];
+          slot = addWrapping(slot, ss[source + j * srcStep]);
+        }
       for (int64_t d = last; d-- > 0;) {
         if (++p[d] < indexShape[d])
           break;

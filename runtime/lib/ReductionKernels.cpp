@@ -1,4 +1,5 @@
 // sum, max and min over a set of dims.
+#include "ColumnSum.h"
 #include "KernelSupport.h"
 
 #include <cmath>
@@ -151,12 +152,22 @@ template <class T> void registerSum(KernelRegistry &registry) {
     double scale = attrs.getFloat("scale", 1.0);
     std::vector<SumAccumulator<T>> acc(static_cast<size_t>(out.numel()), 0);
     const T *xs = x.data_as<T>();
-    forEachReducedFast(x.shape(), mask, [&](int64_t in, int64_t o) {
-      if constexpr (isFloatType<T>)
-        acc[o] += static_cast<double>(static_cast<ComputeType<T>>(xs[in]));
-      else
-        acc[o] += static_cast<uint64_t>(xs[in]);
-    });
+    bool done = false;
+    if constexpr (std::is_same_v<T, float>) {
+      // Sums over leading dims (bias gradients): each column in order,
+      // vectorized across the columns (the same bits).
+      int64_t outer, reduced, inner;
+      if (collapseReduction(x.shape(), mask, outer, reduced, inner) &&
+          inner > 1 && x.numel() > 0)
+        done = columnSumFloat32(xs, outer, reduced, inner, acc.data());
+    }
+    if (!done)
+      forEachReducedFast(x.shape(), mask, [&](int64_t in, int64_t o) {
+        if constexpr (isFloatType<T>)
+          acc[o] += static_cast<double>(static_cast<ComputeType<T>>(xs[in]));
+        else
+          acc[o] += static_cast<uint64_t>(xs[in]);
+      });
     T *result = out.data_as<T>();
     for (size_t i = 0; i < acc.size(); ++i) {
       if constexpr (isFloatType<T>) {

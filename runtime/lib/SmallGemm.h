@@ -24,4 +24,19 @@ bool smallSgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                 const float *a, int64_t lda, const float *b, int64_t ldb,
                 float *c, int64_t ldc);
 
+/// Whether smallSgemm uses its tuned blocking: products of at most 16
+/// columns in blocks of 8 rows by one vector (rather than 4 rows by two
+/// vectors, half of them empty), and a transposed B packed by 16x16
+/// in-register transposes (rather than element by element). The products
+/// are the same chains of FMAs, so the results are bitwise the same either
+/// way; DTORCH_SMALL_GEMM_BLOCKING=0 turns it off (read once per process;
+/// for comparison).
+bool smallSgemmBlockingEnabled();
+
+/// smallSgemm with the tuned blocking on (`blocked`) or off, whatever the
+/// environment says (tests and benchmarks compare the two).
+bool smallSgemmWith(bool blocked, bool transA, bool transB, int64_t m,
+                    int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, int64_t ldb, float *c, int64_t ldc);
+
 } // namespace dtorch::rt::detail

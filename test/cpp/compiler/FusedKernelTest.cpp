@@ -574,3 +574,49 @@ TEST(FusedRowReductions, TheFusionPassGroupsARowReductionWithItsChain) {
   EXPECT_EQ(countOp(program, "max"), 0);
   EXPECT_EQ(program.executables_size(), 1);
 }
+
+// Blocks of 8 float32 rows reduce on vectors of the 8 rows (8 elements of
+// each row transposed in registers; DTORCH_ROW_LANE_VECTORS): rows of
+// 8-multiples and of tails after them, chunks longer than the generator's,
+// and rows whose maxima, minima and sums depend on the order of their
+// elements (NaN first, in the middle and last, -0 and +0 in either order,
+// infinities, 1e30 and -1e30): bitwise the library's, which reduces each
+// row in increasing order.
+TEST(FusedRowReductions, LaneVectorBlocksKeepEachRowsOrder) {
+  std::mt19937 rng(25);
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{16, 8},
+                         {19, 21},
+                         {24, 64},
+                         {8, 1033},
+                         {17, 3}}) {
+    Source s{"f32", {}};
+    std::string shape = std::to_string(rows) + "x" + std::to_string(n);
+    std::string row = s.type(shape), kept = s.type(std::to_string(rows) + "x1");
+    std::string hi = s.reduce("max", "%x", "1", true, row, kept);
+    std::string lo = s.reduce("min", "%x", "1", true, row, kept);
+    std::string total = s.reduce("sum", "%x", "1", true, row, kept);
+    std::string y =
+        s.binary("add", s.binary("mul", "%x", s.broadcast(hi, kept, row), row),
+                 s.binary("mul", s.broadcast(lo, kept, row),
+                          s.broadcast(total, kept, row), row),
+                 row);
+    std::string source = s.function(
+        "%x: " + row, {{y, row}, {hi, kept}, {lo, kept}, {total, kept}});
+    rt::Tensor x = randomTensor(specOf(wire::F32, {rows, n}), -1e3, 1e3, rng);
+    float *v = x.data_as<float>();
+    std::uniform_int_distribution<int64_t> at(0, rows * n - 1);
+    const float specials[] = {NAN,       -0.0f, 0.0f,  INFINITY,
+                              -INFINITY, 1e30f, -1e30f};
+    for (int i = 0; i < rows * n / 3; ++i)
+      v[at(rng)] = specials[i % 7];
+    // Whole rows of signed zeros, in both orders, and a NaN at a row's
+    // first and last element.
+    for (int64_t j = 0; j < n; ++j) {
+      v[j] = j % 2 ? 0.0f : -0.0f;
+      v[n + j] = j % 2 ? -0.0f : 0.0f;
+    }
+    v[2 * n] = NAN;
+    v[4 * n - 1] = NAN;
+    expectBitwiseEqual(source, {x}, "max/min/sum lanes " + shape);
+  }
+}

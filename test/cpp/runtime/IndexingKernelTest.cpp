@@ -4,6 +4,7 @@
 
 #include "dtorch/runtime/Kernels.h"
 
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -310,6 +311,51 @@ TEST(ScatterAddKernelsCheck, RejectsBadOperands) {
                       Tensor::empty(BOOL, {2}), 0);
       },
       {"no cpu kernel for bool"});
+}
+
+// Index rows whose targets are all one output row (an embedding's
+// gradient) are added as one contiguous row (DTORCH_SCATTER_ROWS); mixed
+// rows element by element. Repeated targets, rows of the index shorter
+// than src's, and values whose sum depends on the order: bitwise the
+// additions in the index's row-major order.
+TEST(ScatterAddRows, RepeatedTargetsInOrderBitForBit) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int64_t> target(0, 6);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t rows = 50, width = 37, indexWidth = 33;
+  std::vector<float> self(7 * width), src(rows * width);
+  for (float &x : self)
+    x = dist(rng);
+  for (int64_t i = 0; i < rows * width; ++i)
+    src[i] = i % 5 == 0 ? 1e30f : i % 5 == 1 ? -1e30f : dist(rng);
+  std::vector<int64_t> index(rows * indexWidth);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = target(rng);
+    for (int64_t j = 0; j < indexWidth; ++j)
+      index[r * indexWidth + j] = r % 4 == 3 ? target(rng) : t;
+  }
+  std::vector<float> want = self;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < indexWidth; ++j)
+      want[index[r * indexWidth + j] * width + j] += src[r * width + j];
+  Tensor out =
+      runScatterAdd(makeTensor<float>(F32, {7, width}, self),
+                    makeTensor<int64_t>(I64, {rows, indexWidth}, index),
+                    makeTensor<float>(F32, {rows, width}, src), 0);
+  std::vector<float> got = valuesOf<float>(out);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << "element " << i << ": " << got[i] << ", in order " << want[i];
+  // An out-of-range target in a row of one target is still an error.
+  std::vector<int64_t> bad(2 * indexWidth, 7);
+  expectRuntimeError(
+      [&] {
+        runScatterAdd(makeTensor<float>(F32, {7, width}, self),
+                      makeTensor<int64_t>(I64, {2, indexWidth}, bad),
+                      makeTensor<float>(F32, {rows, width}, src), 0);
+      },
+      {"scatter_add: index 7 is out of range [0, 7) of dim 0"});
 }
 
 } // namespace
