@@ -391,3 +391,24 @@ def test_switch_names_are_documented():
     with open(os.path.join(root, "docs", "api.md")) as f:
         text = f.read()
     assert "DTORCH_FAST_FUNCTIONAL" in text and "DTORCH_FAST_MODULE_ATTRS" in text
+
+
+def test_dropped_module_frees_its_parameters_without_the_cycle_collector(meshes):
+    """The member dicts name their module weakly: a dropped module's
+    parameters are freed at once, by reference counting, as before."""
+    import gc
+    mesh = meshes["1"]
+    dtorch.synchronize()
+    base = _C.live_tensors()
+    gc.disable()
+    try:
+        net = nn.Sequential(nn.Linear(4, 4, device_mesh=mesh), nn.LayerNorm(4, device_mesh=mesh))
+        dtorch.synchronize()
+        assert _C.live_tensors() == base + 4
+        twin = copy.deepcopy(net)
+        assert twin[0].weight is twin[0]._parameters["weight"]
+        del net, twin
+        dtorch.synchronize()
+        assert _C.live_tensors() == base
+    finally:
+        gc.enable()

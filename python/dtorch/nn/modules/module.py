@@ -5,6 +5,7 @@ import collections
 import collections.abc
 import itertools
 import os
+import weakref
 
 import numpy as np
 
@@ -43,16 +44,22 @@ class _MemberDict(dict):
 
     __slots__ = ("_owner",)
 
-    def __init__(self, owner):
-        super().__init__()
-        self._owner = owner
+    def __init__(self, owner, items=()):
+        # A weak reference: a strong one would make every module part of a
+        # reference cycle, so a dropped module (and its parameters' values
+        # on the workers) would wait for the cyclic garbage collector.
+        dict.__init__(self, items)
+        self._owner = weakref.ref(owner)
 
     def _changed(self, name):
-        # Unpickling fills the items before it restores _owner (whose own
-        # state then brings its attributes along).
-        owner = getattr(self, "_owner", None)
+        owner = self._owner()
         if owner is not None:
             owner._mirror(name)
+
+    def __reduce_ex__(self, protocol):
+        # Copied and pickled as a plain dict; Module.__setstate__ makes the
+        # copy's own _MemberDict (the weak reference must name the copy).
+        return (dict, (dict(self),))
 
     def __setitem__(self, name, value):
         dict.__setitem__(self, name, value)
@@ -333,6 +340,15 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
+    def __setstate__(self, state):
+        """Copies and unpickled modules: the member dicts arrive as plain
+        dicts (_MemberDict.__reduce_ex__) and become this module's own."""
+        self.__dict__.update(state)
+        if _MIRROR_MEMBERS and "_mirrored_names" in state:
+            for key in _MEMBER_KEYS:
+                if key in state:
+                    object.__setattr__(self, key, _MemberDict(self, state[key]))
+
     def _mirror(self, name):
         """Makes the instance attribute `name` the member of that name (the
         first of parameters, buffers, modules that has it, as __getattr__
@@ -341,7 +357,7 @@ class Module:
         found before __getattr__ would be asked, so it must stay so."""
         d = self.__dict__
         mirrored = d.get("_mirrored_names")
-        if mirrored is None:  # a module being copied: its state comes whole
+        if mirrored is None:
             return
         for key in _MEMBER_KEYS:
             members = d.get(key)
