@@ -333,6 +333,10 @@ def test_module_mirror_survives_copy_and_dtype_conversion(meshes):
     twin.fc._parameters["weight"] = nn.Parameter(dtorch.zeros(3, 4, device_mesh=mesh))
     assert twin.fc.weight is twin.fc._parameters["weight"]
     assert net.fc.weight is net.fc._parameters["weight"]
+    shallow = copy.copy(net)
+    assert shallow.fc is net.fc
+    shallow._modules["fc"] = nn.Identity()
+    assert isinstance(shallow.fc, nn.Identity) and isinstance(net.fc, nn.Linear)
     net.double()
     assert net.fc.weight.dtype == dtorch.float64
     assert net.fc.weight is net.fc._parameters["weight"]

@@ -345,6 +345,8 @@ class Module:
         dicts (_MemberDict.__reduce_ex__) and become this module's own."""
         self.__dict__.update(state)
         if _MIRROR_MEMBERS and "_mirrored_names" in state:
+            # A shallow copy (copy.copy) gets its own set and dicts too.
+            object.__setattr__(self, "_mirrored_names", set(state["_mirrored_names"]))
             for key in _MEMBER_KEYS:
                 if key in state:
                     object.__setattr__(self, key, _MemberDict(self, state[key]))
