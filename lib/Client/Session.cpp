@@ -461,42 +461,62 @@ Placements Session::inferPlacements(
   return result;
 }
 
+// The parts of inferPlacements' memo key: per operand its shape and
+// placements, then the result shape, mesh and element size.
+static void appendOperandKey(std::string &key, const Shape &shape,
+                             const Placements &placements) {
+  for (int64_t d : shape)
+    key.append(std::to_string(d)).push_back(',');
+  key.push_back('|');
+  for (const Placement &p : placements) {
+    key.push_back(static_cast<char>('0' + static_cast<int>(p.kind)));
+    key.append(
+        std::to_string(p.isShard() ? p.dim : static_cast<int64_t>(p.op)));
+  }
+  key.push_back('|');
+}
+
+static void appendResultKey(std::string &key, const Shape &resultShape,
+                            int meshId, wire::DType dtype) {
+  for (int64_t d : resultShape)
+    key.append(std::to_string(d)).push_back(',');
+  key.push_back('|');
+  key.append(std::to_string(meshId)).push_back(':');
+  key.append(std::to_string(elementBytes(dtype)));
+}
+
 const std::string &
 Session::strategyKey(const std::string &tag, const std::vector<Shape> &shapes,
                      const std::vector<Placements> &placements,
                      const Shape &resultShape, int meshId, wire::DType dtype) {
   std::string &key = keyBuffer_;
   key.assign(tag);
-  auto addInts = [&](const Shape &v) {
-    for (int64_t d : v)
-      key.append(std::to_string(d)).push_back(',');
-    key.push_back('|');
-  };
-  for (size_t k = 0; k < shapes.size(); ++k) {
-    addInts(shapes[k]);
-    for (const Placement &p : placements[k]) {
-      key.push_back(static_cast<char>('0' + static_cast<int>(p.kind)));
-      key.append(
-          std::to_string(p.isShard() ? p.dim : static_cast<int64_t>(p.op)));
-    }
-    key.push_back('|');
-  }
-  addInts(resultShape);
-  key.append(std::to_string(meshId)).push_back(':');
-  key.append(std::to_string(elementBytes(dtype)));
+  for (size_t k = 0; k < shapes.size(); ++k)
+    appendOperandKey(key, shapes[k], placements[k]);
+  appendResultKey(key, resultShape, meshId, dtype);
   return key;
 }
 
 Placements Session::inferPlacements(
     const std::string &tag, const std::vector<Tensor> &operands,
     const Shape &resultShape, const std::function<ShardingRule()> &makeRule) {
+  const TensorMeta &m = operands[0]->meta();
+  // A memo hit needs only the key, made from the operands' metadata in
+  // place (strategyKey's format) rather than from copies of it.
+  std::string &key = keyBuffer_;
+  key.assign(tag);
+  for (const Tensor &t : operands)
+    appendOperandKey(key, t->meta().shape, t->meta().placements);
+  appendResultKey(key, resultShape, m.meshId, m.dtype);
+  auto it = strategyCache_.find(key);
+  if (it != strategyCache_.end())
+    return it->second;
   std::vector<Shape> shapes;
   std::vector<Placements> placements;
   for (const Tensor &t : operands) {
     shapes.push_back(t->meta().shape);
     placements.push_back(t->meta().placements);
   }
-  const TensorMeta &m = operands[0]->meta();
   return inferPlacements(tag, shapes, placements, resultShape, m.meshId,
                          m.dtype, makeRule);
 }

@@ -143,8 +143,10 @@ int64_t parentExtent(const std::vector<int64_t> &globalShape,
 
 std::string validatePlacements(int64_t tensorRank, int64_t meshRank,
                                const Placements &placements) {
-  std::ostringstream os;
+  // The stream only on an error: this runs for every op that declares its
+  // result's placements, and building a stream costs more than the checks.
   if ((int64_t)placements.size() != meshRank) {
+    std::ostringstream os;
     os << "expected " << meshRank << " placements (one per mesh dim), got "
        << placements.size();
     return os.str();
@@ -152,6 +154,7 @@ std::string validatePlacements(int64_t tensorRank, int64_t meshRank,
   for (size_t i = 0; i < placements.size(); ++i) {
     const Placement &p = placements[i];
     if (p.isShard() && (p.dim < 0 || p.dim >= tensorRank)) {
+      std::ostringstream os;
       os << "placement " << i << " is Shard(" << p.dim
          << ") but the tensor has rank " << tensorRank;
       return os.str();

@@ -9,10 +9,17 @@ stays local otherwise.
 import builtins
 import collections
 import math
+import os
 
 from . import _C
 
 Tensor = _C.Tensor
+
+# The hot functions below first try their one-call recording in C++
+# (python/src/functional_bindings.cpp: the same ops in the same order, so the
+# same program and bits); it returns None for a case it leaves to the Python
+# definition, which then runs. DTORCH_FAST_FUNCTIONAL=0: Python only.
+_FAST = os.environ.get("DTORCH_FAST_FUNCTIONAL", "1") != "0"
 
 MaxMin = collections.namedtuple("MaxMin", ["values", "indices"])
 TopK = collections.namedtuple("TopK", ["values", "indices"])
@@ -51,6 +58,10 @@ def square(x):
 
 
 def softmax(x, dim=-1, dtype=None):
+    if _FAST and dtype is None:
+        out = _C.fast_softmax(x, dim)
+        if out is not None:
+            return out
     x = _as_float(x if dtype is None else _C.cast(x, dtype))
     m = _C.reduce("max", x, [dim], True)
     e = _C.unary("exp", _C.binary("sub", x, m, False))
@@ -159,6 +170,10 @@ def _norm_dims(x, normalized_shape):
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    if _FAST:
+        out = _C.fast_layer_norm(x, normalized_shape, weight, bias, eps)
+        if out is not None:
+            return out
     dims = _norm_dims(x, normalized_shape)
     mean = _C.reduce("mean", x, dims, True)
     centered = _C.binary("sub", x, mean, False)
@@ -186,6 +201,10 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 def cross_entropy(input, target, weight=None, ignore_index=-100,  # noqa: A002
                   reduction="mean", label_smoothing=0.0):
     """Class-index targets: input [N, C] (or [C]), target [N] int64."""
+    if _FAST and weight is None and reduction == "mean" and label_smoothing == 0.0:
+        out = _C.fast_cross_entropy(input, target, ignore_index)
+        if out is not None:
+            return out
     if weight is not None:
         raise NotImplementedError("cross_entropy: per-class weight is not supported yet")
     if reduction not in ("mean", "sum", "none"):
@@ -270,6 +289,10 @@ def _batched_matmul(a, b):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
+    if _FAST and attn_mask is None and dropout_p == 0.0:
+        out = _C.fast_scaled_dot_product_attention(query, key, value, bool(is_causal), scale)
+        if out is not None:
+            return out
     if query.ndim < 3:
         raise ValueError("scaled_dot_product_attention: expected [..., L, E] inputs "
                          "with at least one batch dim")
@@ -299,6 +322,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def linear(x, weight, bias=None):
+    if _FAST:
+        out = _C.fast_linear(x, weight, bias)
+        if out is not None:
+            return out
     out = _C.matmul(x, _C.permute(weight, [1, 0]))
     if bias is not None:
         out = _C.binary("add", out, bias, False)
@@ -344,6 +371,10 @@ min = _extreme("min")  # noqa: A001
 
 def embedding(input, weight):  # noqa: A002
     """Rows of `weight` picked by the int64 indices in `input` (any shape)."""
+    if _FAST:
+        out = _C.fast_embedding(input, weight)
+        if out is not None:
+            return out
     flat = _C.reshape(input, [-1]) if input.ndim != 1 else input
     rows = _C.index_select(weight, 0, flat)
     return _C.reshape(rows, list(input.shape) + [weight.shape[1]])

@@ -450,6 +450,7 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
 
 // python/src/checkpoint_bindings.cpp: dcp's entry points.
 void bindCheckpoint(nb::module_ &m, Session &(*session)());
+void bindFunctional(nb::module_ &m, Session &(*session)());
 
 NB_MODULE(_C, m) {
   m.doc() = "DTorch's C++ core: the client session and its symbolic tensors";
@@ -693,6 +694,7 @@ NB_MODULE(_C, m) {
       "CLOCK_MONOTONIC (ns). An event is (name, category, location, detail, "
       "start_ns, end_ns, bytes, lane).");
   bindCheckpoint(m, &session);
+  bindFunctional(m, &session);
   m.def("messages_sent", [] { return session().messagesSent(); });
   m.def("round_trips", [] { return session().roundTrips(); });
   m.def("pending_ops", [] { return session().pendingNodes(); });

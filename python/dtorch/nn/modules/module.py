@@ -4,6 +4,8 @@ state_dict/load_state_dict, zero_grad)."""
 import collections
 import collections.abc
 import itertools
+import os
+import weakref
 
 import numpy as np
 
@@ -18,6 +20,87 @@ _IncompatibleKeys = collections.namedtuple("IncompatibleKeys",
 
 _USER_ERRORS = (ValueError, TypeError, IndexError)
 _hook_ids = itertools.count()
+
+# Parameters, buffers and submodules are also kept as plain instance
+# attributes (see _MemberDict), so ``self.weight`` in a forward is an
+# ordinary attribute read rather than a failed lookup, an AttributeError and
+# a call of ``__getattr__`` (about 1 us each, ~70 per GPT forward).
+# DTORCH_FAST_MODULE_ATTRS=0 keeps them in the member dicts only.
+_MIRROR_MEMBERS = os.environ.get("DTORCH_FAST_MODULE_ATTRS", "1") != "0"
+_MEMBER_KEYS = ("_parameters", "_buffers", "_modules")
+
+
+def _on_type(cls, name):
+    """Whether `name` is an attribute of the class (which, for a method or
+    plain class attribute, an instance attribute would hide)."""
+    return any(name in k.__dict__ for k in cls.__mro__)
+
+
+class _MemberDict(dict):
+    """A module's ``_parameters``, ``_buffers`` or ``_modules``: a dict whose
+    every change also updates the owner's instance attribute of that name
+    (``Module._mirror``), so direct writes such as
+    ``module._parameters["weight"] = p`` stay visible as ``module.weight``."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner, items=()):
+        # A weak reference: a strong one would make every module part of a
+        # reference cycle, so a dropped module (and its parameters' values
+        # on the workers) would wait for the cyclic garbage collector.
+        dict.__init__(self, items)
+        self._owner = weakref.ref(owner)
+
+    def _changed(self, name):
+        owner = self._owner()
+        if owner is not None:
+            owner._mirror(name)
+
+    def __reduce_ex__(self, protocol):
+        # Copied and pickled as a plain dict; Module.__setstate__ makes the
+        # copy's own _MemberDict (the weak reference must name the copy).
+        return (dict, (dict(self),))
+
+    def __setitem__(self, name, value):
+        dict.__setitem__(self, name, value)
+        self._changed(name)
+
+    def __delitem__(self, name):
+        dict.__delitem__(self, name)
+        self._changed(name)
+
+    def pop(self, name, *default):
+        value = dict.pop(self, name, *default)
+        self._changed(name)
+        return value
+
+    def popitem(self):
+        name, value = dict.popitem(self)
+        self._changed(name)
+        return name, value
+
+    def setdefault(self, name, default=None):
+        value = dict.setdefault(self, name, default)
+        self._changed(name)
+        return value
+
+    def update(self, *args, **kwargs):
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def clear(self):
+        names = list(self)
+        dict.clear(self)
+        for name in names:
+            self._changed(name)
+
+
+def _member_dict(owner):
+    return _MemberDict(owner) if _MIRROR_MEMBERS else {}
 
 
 class RemovableHandle:
@@ -75,10 +158,11 @@ class Module:
         if args or kwargs:
             raise TypeError(f"{type(self).__name__}.__init__() got unexpected arguments")
         object.__setattr__(self, "training", True)
-        object.__setattr__(self, "_parameters", {})
-        object.__setattr__(self, "_buffers", {})
+        object.__setattr__(self, "_mirrored_names", set())
+        object.__setattr__(self, "_parameters", _member_dict(self))
+        object.__setattr__(self, "_buffers", _member_dict(self))
         object.__setattr__(self, "_non_persistent_buffers_set", set())
-        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_modules", _member_dict(self))
         object.__setattr__(self, "_forward_pre_hooks", collections.OrderedDict())
         object.__setattr__(self, "_forward_hooks", collections.OrderedDict())
         object.__setattr__(self, "_hooks_with_kwargs", set())
@@ -255,6 +339,38 @@ class Module:
             self.register_buffer(name, value, persistent)
         else:
             object.__setattr__(self, name, value)
+
+    def __setstate__(self, state):
+        """Copies and unpickled modules: the member dicts arrive as plain
+        dicts (_MemberDict.__reduce_ex__) and become this module's own."""
+        self.__dict__.update(state)
+        if _MIRROR_MEMBERS and "_mirrored_names" in state:
+            # A shallow copy (copy.copy) gets its own set and dicts too.
+            object.__setattr__(self, "_mirrored_names", set(state["_mirrored_names"]))
+            for key in _MEMBER_KEYS:
+                if key in state:
+                    object.__setattr__(self, key, _MemberDict(self, state[key]))
+
+    def _mirror(self, name):
+        """Makes the instance attribute `name` the member of that name (the
+        first of parameters, buffers, modules that has it, as __getattr__
+        looks them up), or removes it when no member has the name. A plain
+        attribute or a class attribute of that name is left alone: it is
+        found before __getattr__ would be asked, so it must stay so."""
+        d = self.__dict__
+        mirrored = d.get("_mirrored_names")
+        if mirrored is None:
+            return
+        for key in _MEMBER_KEYS:
+            members = d.get(key)
+            if members is not None and name in members:
+                if name in mirrored or (name not in d and not _on_type(type(self), name)):
+                    d[name] = members[name]
+                    mirrored.add(name)
+                return
+        if name in mirrored:
+            mirrored.discard(name)
+            d.pop(name, None)
 
     def __getattr__(self, name):
         d = self.__dict__
