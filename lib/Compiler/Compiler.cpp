@@ -182,8 +182,11 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   pipeline.foldBmmLayout = options.cudaArch.empty();
   pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
-  if (options.planBuffers)
-    pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
+  if (options.planBuffers) {
+    dtensor::PlanBuffersOptions planOptions;
+    planOptions.views = dtensor::planViewsFromEnvironment();
+    pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers(planOptions));
+  }
   if (options.markDonations)
     pm.addNestedPass<func::FuncOp>(dtensor::createMarkDonations());
   if (options.profile)
@@ -326,7 +329,8 @@ std::string compilerConfiguration() {
          ",fold_bmm_layout=" +
          (dtensor::foldBmmLayoutFromEnvironment() ? "1" : "0") +
          ",rematerialize=" +
-         (dtensor::rematerializeFromEnvironment() ? "1" : "0");
+         (dtensor::rematerializeFromEnvironment() ? "1" : "0") +
+         ",plan_views=" + (dtensor::planViewsFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

@@ -78,6 +78,8 @@ struct PlanBuffersPass
     std::vector<Operation *> stepOps;
     stepOps.reserve(numOps);
     std::vector<bp::InPlaceCandidate> candidates;
+    // Reshapes of a planned temporary into a planned temporary: views.
+    std::vector<bp::ViewPair> viewPairs;
     for (Operation &op : body) {
       if (isa<func::ReturnOp>(op))
         continue;
@@ -100,6 +102,14 @@ struct PlanBuffersPass
         step.writes.push_back(static_cast<int>(bytes.size()) - 1);
         producerOf.push_back(index);
       }
+      if (views && kernel && op.getNumResults() == 1 &&
+          op.getNumOperands() == 1 && bp::viewKernel(kernel.getKernel()) &&
+          op.getOperand(0).getDefiningOp()) {
+        int source = bufferOf.lookup(op.getOperand(0));
+        int result = static_cast<int>(bytes.size()) - 1;
+        if (bytes[source] >= 0 && bytes[result] == bytes[source])
+          viewPairs.push_back({source, result});
+      }
       if (kernel && op.getNumResults() == 1 &&
           bp::inPlaceKernel(kernel.getKernel()))
         for (Value v : op.getOperands())
@@ -113,7 +123,11 @@ struct PlanBuffersPass
     bp::StepOrder order(steps, /*numStreams=*/2);
     bp::Liveness live =
         bp::computeLiveness(steps, order, static_cast<int>(bytes.size()));
-    bp::ArenaPlan plan = bp::planArena(bytes, live, order, candidates);
+    std::vector<int> viewGroup;
+    if (!viewPairs.empty())
+      viewGroup = bp::viewAliases(live, order, viewPairs);
+    bp::ArenaPlan plan =
+        bp::planArena(bytes, live, order, candidates, viewGroup);
 
     Builder b(fn.getContext());
     StringAttr offsetName = b.getStringAttr(rank::kArenaOffsetAttrName);
@@ -144,7 +158,8 @@ struct PlanBuffersPass
       fn.emitRemark() << "arena " << plan.arenaBytes << " bytes for " << planned
                       << " temporaries (" << unplanned
                       << " bytes without planning, " << plan.inPlace
-                      << " in place); results " << ownBytes << " bytes";
+                      << " in place, " << plan.views << " views); results "
+                      << ownBytes << " bytes";
     }
   }
 };
