@@ -185,6 +185,9 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   if (options.planBuffers) {
     dtensor::PlanBuffersOptions planOptions;
     planOptions.views = dtensor::planViewsFromEnvironment();
+    // The host executor binds a returned reshape as a view of a source with
+    // storage of its own; a device's copies it.
+    planOptions.resultViews = planOptions.views && options.cudaArch.empty();
     pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers(planOptions));
   }
   if (options.markDonations)

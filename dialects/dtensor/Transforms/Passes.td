@@ -244,12 +244,21 @@ def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
     ```
     After: `%1` is `%0`'s memory (`rank.arena_offset = 0` on both), and
     `%2` cannot take that memory while `%0` is still read.
+
+    With `result-views=true` (the default; the compiler passes false for
+    CUDA programs and when `DTORCH_PLAN_VIEWS=0`) a temporary that a
+    returned `reshape` reads keeps storage of its own instead of an arena
+    offset: the host executor binds the returned value as a view of it, so
+    its storage becomes the result's and the reshape copies nothing.
   }];
   let options = [
     Option<"report", "report", "bool", /*default=*/"false",
            "emit a remark per function with its arena size and savings">,
     Option<"views", "views", "bool", /*default=*/"true",
-           "place a reshape of a temporary at its source's offset (a view)">
+           "place a reshape of a temporary at its source's offset (a view)">,
+    Option<"resultViews", "result-views", "bool", /*default=*/"true",
+           "give the source of a returned reshape storage of its own (the "
+           "host executor makes the result a view of it)">
   ];
 }
 

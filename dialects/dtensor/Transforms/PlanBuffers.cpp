@@ -55,6 +55,21 @@ struct PlanBuffersPass
     llvm::DenseSet<Value> returned;
     if (auto ret = dyn_cast<func::ReturnOp>(body.getTerminator()))
       returned.insert(ret.getOperands().begin(), ret.getOperands().end());
+    // With result views, so does the temporary a returned reshape reads:
+    // the host executor then binds the result as a view of it (its storage
+    // becomes the result's) instead of copying it out of the arena.
+    llvm::DenseSet<Value> ownStorage = returned;
+    if (resultViews)
+      for (Operation &op : body) {
+        auto kernel = dyn_cast<rank::KernelOp>(op);
+        if (kernel && op.getNumOperands() == 1 && op.getNumResults() == 1 &&
+            bp::viewKernel(kernel.getKernel()) &&
+            returned.contains(op.getResult(0)) &&
+            op.getOperand(0).getDefiningOp() &&
+            tensorBytes(op.getOperand(0).getType()) ==
+                tensorBytes(op.getResult(0).getType()))
+          ownStorage.insert(op.getOperand(0));
+      }
 
     // Sized once: a buffer per argument and (mostly) one per op.
     size_t numOps = body.getOperations().size();
@@ -98,7 +113,7 @@ struct PlanBuffersPass
           step.waitsOn.push_back(producer);
       }
       for (Value r : op.getResults()) {
-        addBuffer(r, returned.contains(r));
+        addBuffer(r, ownStorage.contains(r));
         step.writes.push_back(static_cast<int>(bytes.size()) - 1);
         producerOf.push_back(index);
       }
