@@ -55,6 +55,12 @@ inline bool inPlaceKernel(std::string_view kernel) {
   return false;
 }
 
+/// Kernels whose output may be a view of their input: the same bytes in
+/// the same order (reshape). The output can then share its input's memory
+/// for as long as either of them lives (viewAliases), not only when the
+/// input dies at the step.
+inline bool viewKernel(std::string_view kernel) { return kernel == "reshape"; }
+
 /// A short list of ids (buffers or steps), kept inline up to four: a step
 /// reads one or two buffers and writes one, and a buffer is written once and
 /// read a few times, so planning or checking a program of thousands of steps
@@ -266,6 +272,81 @@ inline bool inPlaceLegal(const Liveness &live, const StepOrder &order,
   return true;
 }
 
+/// A view pair: `output`, written by a view kernel (viewKernel) from
+/// `input`, is to share `input`'s memory.
+struct ViewPair {
+  int input;
+  int output;
+};
+
+/// Buffers that share one memory because one is a view of another form a
+/// view group. Every member then lives as long as the group: its accesses
+/// become the accesses of all members (in program order) and its live
+/// range the group's, so a buffer of the group is neither written over in
+/// place (inPlaceLegal) nor given to another buffer while any member may
+/// still be read. Returns each buffer's group: the earliest member (the
+/// view chain's first source), or the buffer itself when it is alone.
+/// Pairs must name buffers written in program order (input before output).
+inline std::vector<int> viewAliases(Liveness &live, const StepOrder &order,
+                                    const std::vector<ViewPair> &views) {
+  int n = static_cast<int>(live.ranges.size());
+  std::vector<int> group(n);
+  for (int b = 0; b < n; ++b)
+    group[b] = b;
+  auto root = [&](int b) {
+    while (group[b] != b)
+      b = group[b] = group[group[b]];
+    return b;
+  };
+  bool any = false;
+  for (const ViewPair &v : views) {
+    if (v.input < 0 || v.input >= n || v.output < 0 || v.output >= n ||
+        live.ranges[v.input].first < 0 || live.ranges[v.output].first < 0)
+      continue;
+    int a = root(v.input), b = root(v.output);
+    if (a == b)
+      continue;
+    // The earlier-written buffer stays the root.
+    if (live.ranges[b].first < live.ranges[a].first ||
+        (live.ranges[b].first == live.ranges[a].first && b < a))
+      std::swap(a, b);
+    group[b] = a;
+    any = true;
+  }
+  for (int b = 0; b < n; ++b)
+    group[b] = root(b);
+  if (!any)
+    return group;
+  // Members of each group, the group's accesses and range.
+  std::vector<std::vector<int>> members(n);
+  for (int b = 0; b < n; ++b)
+    if (group[b] != b)
+      members[group[b]].push_back(b);
+  std::vector<int> steps;
+  for (int r = 0; r < n; ++r) {
+    if (members[r].empty())
+      continue;
+    members[r].push_back(r);
+    steps.clear();
+    LiveRange range = live.ranges[r];
+    for (int m : members[r]) {
+      steps.insert(steps.end(), live.accesses[m].begin(),
+                   live.accesses[m].end());
+      range.first = std::min(range.first, live.ranges[m].first);
+    }
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    IdList accesses;
+    accesses.assign(steps.begin(), steps.end());
+    range.last = order.lastUnordered(accesses);
+    for (int m : members[r]) {
+      live.ranges[m] = range;
+      live.accesses[m] = accesses;
+    }
+  }
+  return group;
+}
+
 /// What the planner is asked to place: for each buffer, its size in bytes
 /// or -1 when it keeps its own storage (inputs and outputs of the program),
 /// and the in-place pairs it may use (step, input, output).
@@ -279,14 +360,18 @@ struct ArenaPlan {
   std::vector<int64_t> offsets; // per buffer; -1: own storage
   int64_t arenaBytes = 0;
   int inPlace = 0; // outputs that took their input's memory
+  int views = 0;   // views sharing their source's memory (viewAliases)
 };
 
-/// Greedy best-fit packing: in-place chains first become one slot, then the
-/// slots are placed by decreasing size (then first step), each in the
-/// smallest gap between the slots whose live ranges overlap it.
+/// Greedy best-fit packing: view groups (viewGroup, viewAliases' result,
+/// with `live` merged by it; empty: none) and in-place chains first become
+/// one slot, then the slots are placed by decreasing size (then first
+/// step), each in the smallest gap between the slots whose live ranges
+/// overlap it.
 inline ArenaPlan planArena(const std::vector<int64_t> &bytes,
                            const Liveness &live, const StepOrder &order,
-                           const std::vector<InPlaceCandidate> &candidates) {
+                           const std::vector<InPlaceCandidate> &candidates,
+                           const std::vector<int> &viewGroup = {}) {
   int n = static_cast<int>(bytes.size());
   ArenaPlan plan;
   plan.offsets.assign(n, -1);
@@ -302,14 +387,25 @@ inline ArenaPlan planArena(const std::vector<int64_t> &bytes,
   for (const InPlaceCandidate &c : candidates)
     if (c.output >= 0 && c.output < n && c.input >= 0 && c.input < n)
       candidatesOf[c.output].push_back(c);
+  bool views = viewGroup.size() == static_cast<size_t>(n);
+  auto groupOf = [&](int b) { return views ? viewGroup[b] : b; };
   for (int b = 0; b < n; ++b) {
     if (bytes[b] < 0 || live.ranges[b].first < 0)
       continue;
+    // A view shares its group's slot (the group's range is every member's).
+    int g = groupOf(b);
+    if (g != b && bytes[g] == bytes[b] && slotOf[g] >= 0) {
+      slotOf[b] = slotOf[g];
+      Slot &slot = slots[slotOf[b]];
+      slot.last = std::max(slot.last, live.ranges[b].last);
+      ++plan.views;
+      continue;
+    }
     for (const InPlaceCandidate &c : candidatesOf[b]) {
-      if (bytes[c.input] != bytes[b] || donated[c.input] ||
+      if (bytes[c.input] != bytes[b] || donated[groupOf(c.input)] ||
           slotOf[c.input] < 0 || !inPlaceLegal(live, order, c.input, c.step))
         continue;
-      donated[c.input] = true;
+      donated[groupOf(c.input)] = true;
       slotOf[b] = slotOf[c.input];
       Slot &slot = slots[slotOf[b]];
       slot.last = std::max(slot.last, live.ranges[b].last);

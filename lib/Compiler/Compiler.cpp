@@ -184,8 +184,14 @@ void compileModuleOp(ModuleOp module, const CompileOptions &options,
   pipeline.foldBmmLayout = options.cudaArch.empty();
   pipeline.verifyEachStage = dtensor::verifyEachStageByDefault();
   dtensor::buildDTensorToRankPipeline(pm, pipeline);
-  if (options.planBuffers)
-    pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers());
+  if (options.planBuffers) {
+    dtensor::PlanBuffersOptions planOptions;
+    planOptions.views = dtensor::planViewsFromEnvironment();
+    // The host executor binds a returned reshape as a view of a source with
+    // storage of its own; a device's copies it.
+    planOptions.resultViews = planOptions.views && options.cudaArch.empty();
+    pm.addNestedPass<func::FuncOp>(dtensor::createPlanBuffers(planOptions));
+  }
   if (options.markDonations)
     pm.addNestedPass<func::FuncOp>(dtensor::createMarkDonations());
   if (options.profile)
@@ -332,7 +338,8 @@ std::string compilerConfiguration() {
          ",row_lane_vectors=" +
          (codegen::rowLaneVectorsFromEnvironment() ? "1" : "0") +
          ",row_kernel_noalias=" +
-         (rowKernelNoAliasFromEnvironment() ? "1" : "0");
+         (rowKernelNoAliasFromEnvironment() ? "1" : "0") +
+         ",plan_views=" + (dtensor::planViewsFromEnvironment() ? "1" : "0");
 }
 
 } // namespace dtorch

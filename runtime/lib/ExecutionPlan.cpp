@@ -361,15 +361,15 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
         const Tensor &source = buffers[info.reshapeSource]; // unbound: copied
         if (source.defined() && source.dtype() == info.dtype &&
             source.numel() == info.numel) {
-          buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
+          buffers[id].assignView(source, 0, info.dtype, info.shape, info.numel);
           ++memory.reshapeViews;
           continue;
         }
       }
       if (info.offset >= 0) {
-        buffers[id] =
-            Tensor::viewOf(arena_->storage, static_cast<size_t>(info.offset),
-                           info.dtype, info.shape);
+        buffers[id].assignView(arena_->storage,
+                               static_cast<size_t>(info.offset), info.dtype,
+                               info.shape, info.numel);
         continue;
       }
       if (!plan.taken_.empty() && plan.taken_[id].defined()) {
@@ -377,12 +377,12 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
         if (donor.dtype() == info.dtype && donor.shape() == info.shape)
           buffers[id] = donor;
         else
-          buffers[id] = Tensor::viewOf(donor, 0, info.dtype, info.shape);
+          buffers[id].assignView(donor, 0, info.dtype, info.shape, info.numel);
         ++memory.donations;
         memory.donatedBytes += buffers[id].nbytes();
         continue;
       }
-      buffers[id] = Tensor::empty(info.dtype, info.shape, *device_);
+      buffers[id].assignEmpty(info.dtype, info.shape, info.numel, *device_);
       memory.ownBytes += buffers[id].nbytes();
       ++memory.allocations;
     }

@@ -566,7 +566,9 @@ struct Validator {
   // and two buffers sharing arena memory are never live at the same time
   // (the live ranges of include/dtorch/BufferPlan.h, recomputed here from
   // the instructions and events) unless one is an elementwise instruction's
-  // output written over an input that dies there.
+  // output written over an input that dies there, or a reshape's output at
+  // its input's place (a view: both then count as one buffer, live until
+  // the last use of either).
   void checkArena() const {
     namespace bp = ::dtorch::bufplan;
     int numBuffers = program.buffers_size();
@@ -624,8 +626,25 @@ struct Validator {
     bp::StepOrder order(steps, kStreams);
     bp::Liveness live = bp::computeLiveness(steps, order, numBuffers);
 
+    // Views: a reshape's output at its input's place shares the input's
+    // memory for as long as either lives (bufplan::viewAliases merges their
+    // live ranges and accesses), so the checks below see the group.
+    std::vector<bp::ViewPair> views;
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const Instruction &inst = program.instructions(i);
+      if (inst.stream() == ::dtorch::wire::COMPUTE && inst.inputs_size() == 1 &&
+          inst.outputs_size() == 1 && bp::viewKernel(inst.op())) {
+        int in = inst.inputs(0), out = inst.outputs(0);
+        if (bytes[in] > 0 && bytes[out] == bytes[in] &&
+            program.buffer_offsets(in) == program.buffer_offsets(out))
+          views.push_back({in, out});
+      }
+    }
+    if (!views.empty())
+      bp::viewAliases(live, order, views);
+
     // In-place chains: an output at the same place as an input that dies at
-    // its elementwise instruction joins the input's chain.
+    // its elementwise instruction joins the input's chain, as does a view.
     std::vector<int> chain(numBuffers);
     for (int b = 0; b < numBuffers; ++b)
       chain[b] = b;
@@ -634,6 +653,9 @@ struct Validator {
         b = chain[b] = chain[chain[b]];
       return b;
     };
+    for (const bp::ViewPair &v : views)
+      if (root(v.output) != root(v.input))
+        chain[root(v.output)] = root(v.input);
     for (int i = 0; i < program.instructions_size(); ++i) {
       const Instruction &inst = program.instructions(i);
       if (inst.stream() != ::dtorch::wire::COMPUTE ||

@@ -124,6 +124,43 @@ Tensor Tensor::viewOf(const Tensor &base, size_t byteOffset, DType dtype,
   return view;
 }
 
+void Tensor::assignView(const Tensor &base, size_t byteOffset, DType dtype,
+                        const std::vector<int64_t> &shape, int64_t numel) {
+  if (!base.defined())
+    throw RuntimeError("a view of an undefined tensor");
+  size_t elementSize = dtypeSize(dtype);
+  if (numel > 0 && static_cast<uint64_t>(numel) >
+                       std::numeric_limits<int64_t>::max() / elementSize)
+    throw RuntimeError("view of shape " + shapeToString(shape) +
+                       " is too large");
+  size_t bytes = static_cast<size_t>(numel) * elementSize;
+  if (byteOffset > base.nbytes() || bytes > base.nbytes() - byteOffset)
+    throw RuntimeError("a view of " + std::to_string(bytes) + " bytes at " +
+                       std::to_string(byteOffset) + " does not fit in " +
+                       base.describe());
+  size_t offset = base.offset_ + byteOffset;
+  storage_ = base.storage_; // base may be *this: its offset is read above
+  dtype_ = dtype;
+  shape_.assign(shape.begin(), shape.end());
+  numel_ = numel;
+  offset_ = offset;
+}
+
+void Tensor::assignEmpty(DType dtype, const std::vector<int64_t> &shape,
+                         int64_t numel, Device &device) {
+  size_t elementSize = dtypeSize(dtype);
+  if (numel > 0 && static_cast<uint64_t>(numel) >
+                       std::numeric_limits<int64_t>::max() / elementSize)
+    throw RuntimeError("tensor of shape " + shapeToString(shape) +
+                       " is too large");
+  storage_ = std::make_shared<Storage>(static_cast<size_t>(numel) * elementSize,
+                                       device);
+  dtype_ = dtype;
+  shape_.assign(shape.begin(), shape.end());
+  numel_ = numel;
+  offset_ = 0;
+}
+
 size_t Tensor::nbytes() const {
   if (!defined())
     return 0;

@@ -118,6 +118,11 @@ bool foldBmmLayoutFromEnvironment();
 /// comparison).
 bool rematerializeFromEnvironment();
 
+/// Whether --rank-plan-buffers places a reshape of a temporary at its
+/// source's offset (its `views` option): yes unless DTORCH_PLAN_VIEWS=0
+/// (read once per process; for comparison).
+bool planViewsFromEnvironment();
+
 /// Registers the passes and the `dtensor-to-rank` pipeline.
 void registerDTensorPipelines();
 

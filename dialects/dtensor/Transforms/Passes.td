@@ -225,10 +225,40 @@ def PlanBuffers : Pass<"rank-plan-buffers", "::mlir::func::FuncOp"> {
     arena's size, the bytes its temporaries take without planning and the
     number of in-place results (what `dtorch-opt` reports as a function's
     peak temporary bytes).
+
+    With `views=true` (the default) a `reshape` of a temporary into a
+    temporary of the same bytes is a view: it gets its source's offset even
+    when the source is read after it, and the source's memory stays theirs
+    until the last use of either (their live ranges merged, the rule of
+    `bufplan::viewAliases`), so no other value takes it and no elementwise
+    kernel writes over it in place while one of them may still be read.
+    The reshape then finds its output at its input's address and copies
+    nothing. The compiler passes `views=false` when `DTORCH_PLAN_VIEWS=0`.
+
+    Before (`%0` is read after the reshape):
+    ```mlir
+    %0 = rank.kernel "exp"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = rank.kernel "reshape"(%0) : (tensor<4xf32>) -> tensor<2x2xf32>
+    %2 = rank.kernel "sum"(%1) ...
+    %3 = rank.kernel "add"(%0, %x) ...
+    ```
+    After: `%1` is `%0`'s memory (`rank.arena_offset = 0` on both), and
+    `%2` cannot take that memory while `%0` is still read.
+
+    With `result-views=true` (the default; the compiler passes false for
+    CUDA programs and when `DTORCH_PLAN_VIEWS=0`) a temporary that a
+    returned `reshape` reads keeps storage of its own instead of an arena
+    offset: the host executor binds the returned value as a view of it, so
+    its storage becomes the result's and the reshape copies nothing.
   }];
   let options = [
     Option<"report", "report", "bool", /*default=*/"false",
-           "emit a remark per function with its arena size and savings">
+           "emit a remark per function with its arena size and savings">,
+    Option<"views", "views", "bool", /*default=*/"true",
+           "place a reshape of a temporary at its source's offset (a view)">,
+    Option<"resultViews", "result-views", "bool", /*default=*/"true",
+           "give the source of a returned reshape storage of its own (the "
+           "host executor makes the result a view of it)">
   ];
 }
 

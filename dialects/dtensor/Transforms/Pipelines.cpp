@@ -97,6 +97,14 @@ bool dtorch::dtensor::foldBmmLayoutFromEnvironment() {
   return enabled;
 }
 
+bool dtorch::dtensor::planViewsFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_PLAN_VIEWS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
 bool dtorch::dtensor::rematerializeFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_REMATERIALIZE");

@@ -55,6 +55,21 @@ struct PlanBuffersPass
     llvm::DenseSet<Value> returned;
     if (auto ret = dyn_cast<func::ReturnOp>(body.getTerminator()))
       returned.insert(ret.getOperands().begin(), ret.getOperands().end());
+    // With result views, so does the temporary a returned reshape reads:
+    // the host executor then binds the result as a view of it (its storage
+    // becomes the result's) instead of copying it out of the arena.
+    llvm::DenseSet<Value> ownStorage = returned;
+    if (resultViews)
+      for (Operation &op : body) {
+        auto kernel = dyn_cast<rank::KernelOp>(op);
+        if (kernel && op.getNumOperands() == 1 && op.getNumResults() == 1 &&
+            bp::viewKernel(kernel.getKernel()) &&
+            returned.contains(op.getResult(0)) &&
+            op.getOperand(0).getDefiningOp() &&
+            tensorBytes(op.getOperand(0).getType()) ==
+                tensorBytes(op.getResult(0).getType()))
+          ownStorage.insert(op.getOperand(0));
+      }
 
     // Sized once: a buffer per argument and (mostly) one per op.
     size_t numOps = body.getOperations().size();
@@ -78,6 +93,8 @@ struct PlanBuffersPass
     std::vector<Operation *> stepOps;
     stepOps.reserve(numOps);
     std::vector<bp::InPlaceCandidate> candidates;
+    // Reshapes of a planned temporary into a planned temporary: views.
+    std::vector<bp::ViewPair> viewPairs;
     for (Operation &op : body) {
       if (isa<func::ReturnOp>(op))
         continue;
@@ -96,9 +113,17 @@ struct PlanBuffersPass
           step.waitsOn.push_back(producer);
       }
       for (Value r : op.getResults()) {
-        addBuffer(r, returned.contains(r));
+        addBuffer(r, ownStorage.contains(r));
         step.writes.push_back(static_cast<int>(bytes.size()) - 1);
         producerOf.push_back(index);
+      }
+      if (views && kernel && op.getNumResults() == 1 &&
+          op.getNumOperands() == 1 && bp::viewKernel(kernel.getKernel()) &&
+          op.getOperand(0).getDefiningOp()) {
+        int source = bufferOf.lookup(op.getOperand(0));
+        int result = static_cast<int>(bytes.size()) - 1;
+        if (bytes[source] >= 0 && bytes[result] == bytes[source])
+          viewPairs.push_back({source, result});
       }
       if (kernel && op.getNumResults() == 1 &&
           bp::inPlaceKernel(kernel.getKernel()))
@@ -113,7 +138,11 @@ struct PlanBuffersPass
     bp::StepOrder order(steps, /*numStreams=*/2);
     bp::Liveness live =
         bp::computeLiveness(steps, order, static_cast<int>(bytes.size()));
-    bp::ArenaPlan plan = bp::planArena(bytes, live, order, candidates);
+    std::vector<int> viewGroup;
+    if (!viewPairs.empty())
+      viewGroup = bp::viewAliases(live, order, viewPairs);
+    bp::ArenaPlan plan =
+        bp::planArena(bytes, live, order, candidates, viewGroup);
 
     Builder b(fn.getContext());
     StringAttr offsetName = b.getStringAttr(rank::kArenaOffsetAttrName);
@@ -144,7 +173,8 @@ struct PlanBuffersPass
       fn.emitRemark() << "arena " << plan.arenaBytes << " bytes for " << planned
                       << " temporaries (" << unplanned
                       << " bytes without planning, " << plan.inPlace
-                      << " in place); results " << ownBytes << " bytes";
+                      << " in place, " << plan.views << " views); results "
+                      << ownBytes << " bytes";
     }
   }
 };

@@ -49,6 +49,17 @@ public:
   static Tensor viewOf(const Tensor &base, size_t byteOffset, DType dtype,
                        std::vector<int64_t> shape);
 
+  // Rebinding in place, for an execution plan's slots, which hold the same
+  // dtype and shape run after run: this tensor becomes viewOf(base, ...)
+  // (assignView) or a fresh empty(dtype, shape, device) (assignEmpty),
+  // keeping its shape vector's storage, so a slot bound again allocates no
+  // shape. `numel` is shape's element count (the caller's, precomputed).
+  // The same checks and errors as viewOf and empty.
+  void assignView(const Tensor &base, size_t byteOffset, DType dtype,
+                  const std::vector<int64_t> &shape, int64_t numel);
+  void assignEmpty(DType dtype, const std::vector<int64_t> &shape,
+                   int64_t numel, Device &device);
+
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   const std::vector<int64_t> &shape() const { return shape_; }

@@ -12,7 +12,7 @@
 // CHECK: rank.kernel "sum"
 // CHECK-NOT: rank.arena_offset
 // CHECK: return
-// REPORT: remark: arena 128 bytes for 3 temporaries (192 bytes without planning, 0 in place); results 16 bytes
+// REPORT: remark: arena 128 bytes for 3 temporaries (192 bytes without planning, 0 in place, 0 views); results 16 bytes
 func.func @reuse(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
   %0 = rank.kernel "matmul"(%x, %w) : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %1 = rank.kernel "transpose"(%0) {perm = array<i64: 1, 0>} : (tensor<4x4xf32>) -> tensor<4x4xf32>
@@ -35,7 +35,7 @@ func.func @reuse(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4xf32> attr
 // CHECK: %[[R:.+]] = rank.kernel "add"
 // CHECK-NOT: rank.arena_offset
 // CHECK: return %[[R]]
-// REPORT: remark: arena 64 bytes for 4 temporaries (256 bytes without planning, 3 in place); results 16 bytes
+// REPORT: remark: arena 64 bytes for 4 temporaries (256 bytes without planning, 1 in place, 2 views); results 16 bytes
 func.func @in_place(%x: tensor<4xf32>) -> tensor<4xf32> attributes {rank.mesh = array<i64: 2>, rank.positions = [array<i64: 0, 2>]} {
   %0 = rank.kernel "exp"(%x) : (tensor<4xf32>) -> tensor<4xf32>
   %1 = rank.kernel "neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
