@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,7 +34,7 @@ def main(argv=None):
     if not args.dp:
         train_bench.GPT_STEP_PAIRS = train_bench.GPT_STEP_PAIRS[:1]
     rows = {}
-    scratch = os.path.join(args.out, "rounds")
+    scratch = tempfile.mkdtemp(prefix="speculate_ab_")  # each round's own table
     for r in range(args.rounds):
         for name, env in VARIANTS:
             saved = {k: os.environ.get(k) for k in env}
