@@ -165,10 +165,24 @@ void SpeculativeRun::bindBuffers() {
         views.push_back(plan.bindings_);
       }
     }
+    // Outputs paired with an input (output_donors) are bound at the
+    // confirmation, which decides donation; so are reshape views of them.
+    // No step before the effect limit touches them.
+    std::vector<bool> deferred(plan.bufferInfo_.size(), false);
+    if (plan.donors_)
+      for (int k = 0; k < plan.program().outputs_size(); ++k)
+        if (plan.program().output_donors(k) >= 0)
+          deferred[plan.program().outputs(k)] = true;
     // A reshape of an input bound now is a view of it (no input is donated
     // to a speculative run); of one not bound yet, a copy.
     for (int32_t id : plan.perRunIds_) {
       const ExecutionPlan::BufferInfo &info = plan.bufferInfo_[id];
+      if (deferred[id] ||
+          (info.reshapeSource >= 0 && deferred[info.reshapeSource])) {
+        deferred[id] = true;
+        deferredIds_.push_back(id);
+        continue;
+      }
       if (info.reshapeSource >= 0) {
         const Tensor &source = buffers[info.reshapeSource];
         if (source.defined() && source.dtype() == info.dtype &&
@@ -304,16 +318,33 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
           donorTensor.dtype() == info.dtype && donorTensor.shape() == info.shape
               ? donorTensor
               : Tensor::viewOf(donorTensor, 0, info.dtype, info.shape);
-      // Reshape views of the output follow it.
-      for (int32_t viewId : plan.perRunIds_) {
-        const ExecutionPlan::BufferInfo &view = plan.bufferInfo_[viewId];
-        if (view.reshapeSource == id)
-          buffers[viewId] =
-              Tensor::viewOf(buffers[id], 0, view.dtype, view.shape);
-      }
       ++executor_.lastRun_.donations;
       executor_.lastRun_.donatedBytes += buffers[id].nbytes();
     }
+  }
+  // The deferred buffers not donated get storage of their own; reshape
+  // views of them are views (ascending ids: a source before its views, as
+  // in runPlanned's binding order).
+  try {
+    for (int32_t id : deferredIds_) {
+      if (buffers[id].defined())
+        continue;
+      const ExecutionPlan::BufferInfo &info = plan.bufferInfo_[id];
+      if (info.reshapeSource >= 0) {
+        const Tensor &source = buffers[info.reshapeSource];
+        if (source.defined() && source.dtype() == info.dtype &&
+            source.numel() == info.numel) {
+          buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
+          ++executor_.lastRun_.reshapeViews;
+          continue;
+        }
+      }
+      buffers[id] = Tensor::empty(info.dtype, info.shape, *executor_.device_);
+      executor_.lastRun_.ownBytes += buffers[id].nbytes();
+      ++executor_.lastRun_.allocations;
+    }
+  } catch (const std::bad_alloc &) {
+    throw RuntimeError(plan.prefix_ + "out of memory allocating its buffers");
   }
   // Not held now: the buffers of a donated input's output are the caller's.
   limits_.firstEffect = plan.compute_.size();

@@ -202,6 +202,16 @@ TEST(RankSpeculation, ConfirmedRunMatchesAnOrdinaryOneAndDonates) {
   EXPECT_EQ(counts.confirmed, 1u);
   EXPECT_EQ(counts.dropped, 0u);
   EXPECT_EQ(counts.instructions, 1u); // the mul; the sub waited
+
+  // Not donated: the output gets storage of its own at the confirmation,
+  // and the parameter keeps its value.
+  speculating.put(12, makeTensor<float>(F32, {4}, kP));
+  ASSERT_TRUE(speculating.speculate(9, 1, {12, 11}));
+  ASSERT_FALSE(speculating.run(1, {12, 11}, {22, 23}, {}, {}, 9));
+  EXPECT_EQ(valuesOf<float>(speculating.fetch(22)), kUpdated);
+  EXPECT_EQ(valuesOf<float>(speculating.fetch(12)), kP);
+  EXPECT_NE(speculating.fetch(22).data(), speculating.fetch(12).data());
+  EXPECT_EQ(speculating.speculationCounts().confirmed, 2u);
 }
 
 TEST(RankSpeculation, DroppedBeforeAnythingThatChangesWhatItRead) {

@@ -104,6 +104,8 @@ private:
   bool holdsPlan_ = false;
   size_t bound_ = 0; // leading inputs bound
   size_t next_ = 0;  // the next COMPUTE step to run
+  // Buffers bound at the confirmation: donor outputs and their reshapes.
+  std::vector<int32_t> deferredIds_;
   std::exception_ptr error_;
 };
 
