@@ -15,6 +15,7 @@
 #include "dtorch/runtime/DevicePlacement.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Shape.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <algorithm>
 
@@ -169,10 +170,17 @@ void SpeculativeRun::bindBuffers() {
     // confirmation, which decides donation; so are reshape views of them.
     // No step before the effect limit touches them.
     std::vector<bool> deferred(plan.bufferInfo_.size(), false);
+    // Inputs an output may take (donation): a reshape of one is a copy, as
+    // runPlanned makes it when the input is donated, so the confirmation
+    // may still donate it.
+    std::vector<bool> donorInput(plan.inputIds_.size(), false);
     if (plan.donors_)
       for (int k = 0; k < plan.program().outputs_size(); ++k)
-        if (plan.program().output_donors(k) >= 0)
+        if (int donor = plan.program().output_donors(k); donor >= 0) {
           deferred[plan.program().outputs(k)] = true;
+          if (static_cast<size_t>(donor) < donorInput.size())
+            donorInput[donor] = true;
+        }
     // A reshape of an input bound now is a view of it (no input is donated
     // to a speculative run); of one not bound yet, a copy.
     for (int32_t id : plan.perRunIds_) {
@@ -183,7 +191,8 @@ void SpeculativeRun::bindBuffers() {
         deferredIds_.push_back(id);
         continue;
       }
-      if (info.reshapeSource >= 0) {
+      if (info.reshapeSource >= 0 && (info.reshapeSourceInput < 0 ||
+                                      !donorInput[info.reshapeSourceInput])) {
         const Tensor &source = buffers[info.reshapeSource];
         if (source.defined() && source.dtype() == info.dtype &&
             source.numel() == info.numel) {
@@ -228,9 +237,30 @@ void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
   std::vector<Tensor *> out;
   std::vector<void *> inData, outData;
   limit = std::min(limit, plan.compute_.size());
+  // Traced as runPlanned traces: one span per instruction.
+  TraceBuffer *trace = executor_.trace_;
+  bool traced = trace && trace->enabled();
+  if (traced && !plan.labels_) {
+    std::vector<int64_t> bytes;
+    bytes.reserve(plan.bufferInfo_.size());
+    for (const ExecutionPlan::BufferInfo &info : plan.bufferInfo_)
+      bytes.push_back(info.numel * static_cast<int64_t>(dtypeSize(info.dtype)));
+    plan.labels_ = detail::makeLabels(plan.program(), bytes);
+  }
+  std::vector<InstructionSpan> spans;
+  struct Record {
+    TraceBuffer *trace;
+    const std::shared_ptr<const InstructionLabels> &labels;
+    std::vector<InstructionSpan> &spans;
+    ~Record() {
+      if (trace && !spans.empty())
+        trace->recordInstructions(labels, std::move(spans));
+    }
+  } record{traced ? trace : nullptr, plan.labels_, spans};
   while (!error_ && next_ < limit &&
          static_cast<size_t>(limits_.inputsNeeded[next_]) <= bound_) {
     const ExecutionPlan::Step &step = plan.compute_[next_];
+    int64_t traceStart = traced ? traceClockNs() : int64_t{-1};
     try {
       in.clear();
       out.clear();
@@ -269,6 +299,9 @@ void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
           " failed: " + e.what()));
       return;
     }
+    if (traceStart >= 0)
+      spans.push_back(
+          {step.index, TraceLane::Compute, traceStart, traceClockNs(), -1});
     ++next_;
   }
 }
@@ -297,16 +330,16 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
       if (donor < 0 || static_cast<size_t>(donor) >= donated.size() ||
           !donated[donor])
         continue;
+      // No reshape of it is a view (bindBuffers): nothing reads its storage
+      // after the output overwrote it.
       int inputId = plan.inputIds_[donor];
-      bool viewed = false;
-      for (int32_t id : plan.perRunIds_)
-        viewed |= plan.bufferInfo_[id].reshapeSource == inputId;
-      if (viewed)
+      // The binding is (a copy of) the caller's input, or of its copy on
+      // this device: dropped for the check, bound again after it.
+      if (&inputs[donor].device() != executor_.device_)
         continue;
-      Tensor held = std::move(buffers[inputId]);
       buffers[inputId] = Tensor();
       bool sole = inputs[donor].soleOwner();
-      buffers[inputId] = std::move(held);
+      buffers[inputId] = inputs[donor];
       if (!sole || &inputs[donor].device() != executor_.device_)
         continue;
       int id = program.outputs(k);

@@ -187,6 +187,7 @@ TEST(RankSpeculation, ConfirmedRunMatchesAnOrdinaryOneAndDonates) {
     state->put(11, makeTensor<float>(F32, {4}, kG));
   }
   ASSERT_FALSE(plain.run(1, {10, 11}, {20, 21}, {}, {10}));
+  const void *donatedStorage = speculating.fetch(10).data();
   ASSERT_TRUE(speculating.speculate(5, 1, {10, 11}));
   EXPECT_TRUE(speculating.speculating());
   ASSERT_FALSE(speculating.run(1, {10, 11}, {20, 21}, {}, {10}, 5));
@@ -196,6 +197,7 @@ TEST(RankSpeculation, ConfirmedRunMatchesAnOrdinaryOneAndDonates) {
             valuesOf<float>(plain.fetch(21)));
   // The donation happened at the confirmation, as in the ordinary run.
   EXPECT_THROW(speculating.fetch(10), RuntimeError);
+  EXPECT_EQ(speculating.fetch(20).data(), donatedStorage);
   EXPECT_EQ(speculating.memoryStats().bytes, plain.memoryStats().bytes);
   RankState::SpeculationCounts counts = speculating.speculationCounts();
   EXPECT_EQ(counts.started, 1u);
