@@ -64,6 +64,24 @@ public:
                    const std::vector<Handle> &donated) override {
     translated([&] { cluster_->run(ranks, id, in, out, seeds, donated); });
   }
+  void speculate(const std::vector<int64_t> &ranks, uint64_t speculationId,
+                 uint64_t programId, const std::vector<Handle> &inputs,
+                 bool extend, bool drop) override {
+    translated([&] {
+      cluster_->speculate(ranks, speculationId, programId, inputs, extend,
+                          drop);
+    });
+  }
+  void runSpeculated(const std::vector<int64_t> &ranks, uint64_t id,
+                     const std::vector<Handle> &in,
+                     const std::vector<Handle> &out,
+                     const std::vector<int64_t> &seeds,
+                     const std::vector<Handle> &donated,
+                     uint64_t speculationId) override {
+    translated([&] {
+      cluster_->run(ranks, id, in, out, seeds, donated, speculationId);
+    });
+  }
   void put(int rank, Handle h, const rt::Tensor &v) override {
     translated([&] { cluster_->put(rank, h, v); });
   }

@@ -30,7 +30,12 @@ void markSeedSlots(wire::Program &program) {
   }
 }
 
+} // namespace
+
+// Also read by ControllerSpeculation.cpp.
 std::atomic<uint64_t> hashMask{~0ULL};
+
+namespace {
 
 /// Program ids start at 1: a run under 0 runs nothing (a lost mesh's).
 constexpr uint64_t kNoProgram = 0;
@@ -264,6 +269,8 @@ void Controller::runSegment(Segment &seg) {
     if (!live_.count(h))
       throw DTorchError("internal error: a segment reads tensor " +
                         std::to_string(h) + ", which is not on the workers");
+  if (speculation_.id && !lost_.empty())
+    dropSpeculationNow();
   if (backend_->anyRankLost(mesh.ranks)) {
     // A worker of this mesh is lost: nothing is compiled or uploaded, and
     // the backend marks the results lost (a fetch names the lost worker)
@@ -331,7 +338,12 @@ void Controller::runSegment(Segment &seg) {
     if (runSpan)
       runSpan->setDetail("program id " + std::to_string(c->programId) + " on " +
                          std::to_string(mesh.ranks.size()) + " rank(s)");
-    if (seg.donated.empty())
+    uint64_t speculation =
+        speculation_.id ? confirmSpeculation(seg, c->programId) : 0;
+    if (speculation)
+      backend_->runSpeculated(mesh.ranks, c->programId, seg.args, seg.results,
+                              seg.seeds, seg.donated, speculation);
+    else if (seg.donated.empty())
       backend_->run(mesh.ranks, c->programId, seg.args, seg.results, seg.seeds);
     else
       backend_->runDonating(mesh.ranks, c->programId, seg.args, seg.results,

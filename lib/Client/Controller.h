@@ -56,6 +56,16 @@ public:
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
   void synchronize();
+  /// Speculation (docs/speculation.md, ControllerSpeculation.cpp), queued
+  /// like any request: the segment being recorded on mesh `meshId` has so
+  /// far matched the one whose structural hash is `predictedHash`; when that
+  /// segment's program is cached and uploaded, every rank of the mesh starts
+  /// running it on `args` (the recording's arguments so far, in order), or
+  /// with `extend`, binds `args` as the next arguments of the speculation
+  /// started. The submit of the segment confirms it when it runs that
+  /// program with those leading arguments; anything else discards it.
+  void speculate(int meshId, uint64_t predictedHash, std::vector<Handle> args,
+                 bool extend);
   /// When a segment run from the program cache has left its nodes (they are
   /// not needed once the structure compared equal): moves them into
   /// `spare` (replacing what it held) for the session to record into, so
@@ -155,6 +165,9 @@ private:
     Mesh mesh;
     std::vector<wire::Program> programs; // one per local-shape class
     bool uploaded = false;
+    /// Whether ranks may speculate its programs (none has collectives):
+    /// -1 not known yet (ControllerSpeculation.cpp).
+    int8_t speculatable = -1;
     /// The programs' moves between meshes (MoveLedger::movesOf), found at
     /// the first run of `programId`.
     std::vector<MoveLedger::Move> moves;
@@ -167,6 +180,21 @@ private:
     std::vector<std::pair<std::string, std::string>> stages;
     std::vector<RedistributionExplanation> explanation;
   };
+
+  /// The speculation sent and not yet confirmed or dropped (id 0: none).
+  struct PendingSpeculation {
+    uint64_t id = 0;
+    uint64_t programId = 0;
+    int meshId = -1;
+    std::vector<Handle> args;
+  };
+  PendingSpeculation speculation_;
+  uint64_t nextSpeculationId_ = 1;
+  /// Controller thread: the speculation id that the run of program
+  /// `programId` on `seg` confirms (0: none); any other pending
+  /// speculation is dropped on its ranks.
+  uint64_t confirmSpeculation(const Segment &seg, uint64_t programId);
+  void dropSpeculationNow();
 
   void enqueue(std::function<void()> task);
   /// Caller holds mutex_: queues the task that frees the pending frees.

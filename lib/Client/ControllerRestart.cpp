@@ -36,6 +36,7 @@ std::string joinRanks(const std::vector<int64_t> &ranks) {
 Controller::RestartOutcome
 Controller::restartNow(std::chrono::milliseconds idleBound) {
   RestartOutcome outcome;
+  speculation_ = PendingSpeculation(); // the workers' state goes with them
   outcome.replacedRanks = backend_->restart(idleBound);
   moves_.clear(); // messages in flight went with the old transports
   ++restartCount_;

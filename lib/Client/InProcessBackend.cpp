@@ -149,6 +149,35 @@ public:
     }
   }
 
+  void speculate(const std::vector<int64_t> &ranks, uint64_t speculationId,
+                 uint64_t programId, const std::vector<Handle> &inputs,
+                 bool extend, bool drop) override {
+    for (int64_t rank : ranks) {
+      RankThread &t = at(static_cast<int>(rank));
+      t.post([&t, speculationId, programId, inputs, extend, drop] {
+        if (drop)
+          t.state().dropSpeculation(speculationId);
+        else if (extend)
+          t.state().extendSpeculation(speculationId, inputs);
+        else
+          t.state().speculate(speculationId, programId, inputs);
+      });
+    }
+  }
+  void runSpeculated(const std::vector<int64_t> &ranks, uint64_t id,
+                     const std::vector<Handle> &inputs,
+                     const std::vector<Handle> &outputs,
+                     const std::vector<int64_t> &seeds,
+                     const std::vector<Handle> &donated,
+                     uint64_t speculationId) override {
+    for (int64_t rank : ranks) {
+      RankThread &t = at(static_cast<int>(rank));
+      t.post([&t, id, inputs, outputs, seeds, donated, speculationId] {
+        t.state().run(id, inputs, outputs, seeds, donated, speculationId);
+      });
+    }
+  }
+
   void put(int rank, Handle h, const rt::Tensor &value) override {
     RankThread &t = at(rank);
     t.post([&t, h, value] { t.state().put(h, value); });

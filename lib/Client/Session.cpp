@@ -6,6 +6,7 @@
 #include "SegmentKey.h"
 #include "SegmentText.h"
 #include "SessionSupport.h"
+#include "Speculation.h"
 #include "TensorData.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
@@ -85,6 +86,8 @@ Session::Session(const SessionOptions &options) : options_(options) {
       std::make_unique<Controller>(std::move(backend), options.programCacheDir);
   controller_->setTrace(trace_.get());
   controller_->setAutoRestart(options.autoRestart);
+  if (speculationEnabled())
+    predictor_ = std::make_unique<SegmentPredictor>();
 }
 
 Session::~Session() { shutdown(); }
@@ -295,6 +298,8 @@ Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
   result->storage_->segmentPosition =
       static_cast<int32_t>(segment_.nodes.size());
   segment_.nodes.push_back(std::move(n));
+  if (predictor_)
+    predictor_->afterNode(segment_, *controller_);
   return result;
 }
 
@@ -303,6 +308,8 @@ void Session::flush() {
     capture_->noteCut();
   ++segmentEpoch_; // every position of the pending segment is stale now
   if (segment_.nodes.empty()) {
+    if (predictor_)
+      predictor_->onFlush(segment_);
     segment_ = Segment();
     argRefs_.clear();
     return;
@@ -317,6 +324,8 @@ void Session::flush() {
   }
   segment_.structureHash =
       hashResults(segment_.structureHash, segment_.resultNodes);
+  if (predictor_)
+    predictor_->onFlush(segment_);
   // Arguments no tensor names any more: argRefs_ holds their last
   // reference, so nothing can read them after this segment's run.
   if (donationEnabled())

@@ -621,6 +621,12 @@ NB_MODULE(_C, m) {
             d["last_run_arena_bytes"] = st.lastRunArenaBytes;
             d["last_run_peak_bytes"] = st.lastRunPeakBytes;
             d["peak_bytes"] = st.peakBytes;
+            nb::dict speculation;
+            speculation["started"] = st.speculationsStarted;
+            speculation["confirmed"] = st.speculationsConfirmed;
+            speculation["dropped"] = st.speculationsDropped;
+            speculation["instructions"] = st.speculativeInstructions;
+            d["speculation"] = speculation;
             d["tensors"] = st.tensors;
             d["bytes"] = st.bytes;
             nb::dict byDtype;
@@ -642,6 +648,7 @@ NB_MODULE(_C, m) {
       "Every global rank's buffer table, queued behind all work submitted "
       "so far: a list of dicts (rank, host, tensors, bytes, bytes_by_dtype, "
       "arena_bytes, last_run_arena_bytes, last_run_peak_bytes, peak_bytes, "
+      "speculation (started, confirmed, dropped, instructions), "
       "and with_handles: handle -> bytes).");
   m.def(
       "profiler_start",
@@ -723,6 +730,8 @@ NB_MODULE(_C, m) {
         nb::dict d;
         d["segments"] = st.segments;
         d["memory_hits"] = st.memoryHits;
+        d["speculations"] = st.speculations;
+        d["speculations_confirmed"] = st.speculationsConfirmed;
         d["disk_hits"] = st.diskHits;
         d["compiles"] = st.compiles;
         d["compile_seconds"] = st.compileSeconds;

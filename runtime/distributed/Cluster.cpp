@@ -680,7 +680,8 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
                   const std::vector<TensorHandle> &inputs,
                   const std::vector<TensorHandle> &outputs,
                   const std::vector<int64_t> &seeds,
-                  const std::vector<TensorHandle> &donated) {
+                  const std::vector<TensorHandle> &donated,
+                  uint64_t speculationId) {
   Impl &impl = *impl_;
   std::unique_lock<std::mutex> lock(impl.mutex);
   detail::RunDependencies::Ranks involved =
@@ -713,9 +714,35 @@ void Cluster::run(const std::vector<int64_t> &ranks, uint64_t programId,
         run->mutable_outputs()->Add(outputs.begin(), outputs.end());
         run->mutable_seeds()->Add(seeds.begin(), seeds.end());
         run->mutable_donated()->Add(donated.begin(), donated.end());
+        run->set_speculation_id(speculationId);
       },
       [](wire::Envelope &e, int32_t rank) {
         e.mutable_run()->add_ranks(rank);
+      });
+}
+
+void Cluster::speculate(const std::vector<int64_t> &ranks,
+                        uint64_t speculationId, uint64_t programId,
+                        const std::vector<TensorHandle> &inputs, bool extend,
+                        bool drop) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->anyDead())
+      return;
+  }
+  impl_->postPerProcess(
+      ranks,
+      [&](wire::Envelope &e) {
+        auto *speculate = e.mutable_speculate();
+        speculate->set_action(drop     ? wire::Speculate::DROP
+                              : extend ? wire::Speculate::EXTEND
+                                       : wire::Speculate::START);
+        speculate->set_speculation_id(speculationId);
+        speculate->set_program_id(programId);
+        speculate->mutable_inputs()->Add(inputs.begin(), inputs.end());
+      },
+      [](wire::Envelope &e, int32_t rank) {
+        e.mutable_speculate()->add_ranks(rank);
       });
 }
 

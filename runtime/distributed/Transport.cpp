@@ -144,6 +144,10 @@ void memoryStatsToWire(const MemoryStats &stats, wire::MemoryStatsReply *out) {
   out->set_last_run_arena_bytes(stats.lastRunArenaBytes);
   out->set_last_run_peak_bytes(stats.lastRunPeakBytes);
   out->set_peak_bytes(stats.peakBytes);
+  out->set_speculations_started(stats.speculationsStarted);
+  out->set_speculations_confirmed(stats.speculationsConfirmed);
+  out->set_speculations_dropped(stats.speculationsDropped);
+  out->set_speculative_instructions(stats.speculativeInstructions);
   for (const auto &[dtype, bytes] : stats.bytesByDtype) {
     wire::DTypeBytes *entry = out->add_by_dtype();
     entry->set_dtype(dtype);
@@ -211,6 +215,10 @@ MemoryStats memoryStatsFromWire(const wire::MemoryStatsReply &reply) {
   stats.lastRunArenaBytes = reply.last_run_arena_bytes();
   stats.lastRunPeakBytes = reply.last_run_peak_bytes();
   stats.peakBytes = reply.peak_bytes();
+  stats.speculationsStarted = reply.speculations_started();
+  stats.speculationsConfirmed = reply.speculations_confirmed();
+  stats.speculationsDropped = reply.speculations_dropped();
+  stats.speculativeInstructions = reply.speculative_instructions();
   for (const wire::DTypeBytes &entry : reply.by_dtype())
     stats.bytesByDtype[entry.dtype()] += entry.bytes();
   for (const wire::HeldTensor &entry : reply.held())

@@ -814,6 +814,20 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
       });
     return;
   }
+  case wire::Envelope::kSpeculate: {
+    // Each rank named starts, extends or drops its paused speculative run
+    // (RankState::speculate), in order with its other work.
+    const wire::Speculate &speculate = shared->speculate();
+    if (!withinHandleBound(speculate.inputs_size(), requestId) ||
+        !distinctHostedRanks(speculate.ranks(), requestId))
+      return;
+    for (int rank : speculate.ranks())
+      enqueue(rank, [this, shared, rank] {
+        serveSpeculate(*ranks_[rank - options_.firstRank]->state,
+                       shared->speculate());
+      });
+    return;
+  }
   case wire::Envelope::kPut: {
     int rank = shared->put().rank();
     if (!hosted(rank))
@@ -995,7 +1009,8 @@ void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
   std::vector<int64_t> seeds(run.seeds().begin(), run.seeds().end());
   std::vector<uint64_t> donated(run.donated().begin(), run.donated().end());
   if (std::optional<std::string> error =
-          r.state->run(run.program_id(), inputs, outputs, seeds, donated))
+          r.state->run(run.program_id(), inputs, outputs, seeds, donated,
+                       run.speculation_id()))
     reportError(r.rank, run.program_id(), *error);
 }
 

@@ -211,10 +211,10 @@ Executor::makePlan(std::shared_ptr<const Program> shared) const {
   return plan;
 }
 
-namespace {
+namespace detail {
 
 // The trace's labels of every instruction (made once per plan, when a run
-// is first traced).
+// is first traced; also by SpeculativeRun).
 std::shared_ptr<const InstructionLabels>
 makeLabels(const Program &program, const std::vector<int64_t> &bufferBytes) {
   auto labels = std::make_shared<InstructionLabels>();
@@ -238,7 +238,7 @@ makeLabels(const Program &program, const std::vector<int64_t> &bufferBytes) {
   return labels;
 }
 
-} // namespace
+} // namespace detail
 
 std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
                                          const std::vector<Tensor> &inputs,
@@ -421,7 +421,7 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
     bytes.reserve(plan.bufferInfo_.size());
     for (const ExecutionPlan::BufferInfo &info : plan.bufferInfo_)
       bytes.push_back(info.numel * static_cast<int64_t>(dtypeSize(info.dtype)));
-    plan.labels_ = makeLabels(program, bytes);
+    plan.labels_ = detail::makeLabels(program, bytes);
   }
   // Kernels on a device with streams launch on the executor's compute
   // stream (this thread's current stream for the run).

@@ -7,10 +7,12 @@
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Executable.h"
 #include "dtorch/runtime/Tensor.h"
+#include "dtorch/runtime/Trace.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -91,5 +93,11 @@ void runGeneratedMultiTensor(GeneratedKernelFn whole,
                              const double *scalars,
                              const std::vector<const Tensor *> &inTensors,
                              const std::vector<Tensor *> &outTensors);
+
+// The trace's labels of `program`'s instructions, given every buffer's
+// bytes (ExecutionPlan.cpp; made once per plan).
+std::shared_ptr<const InstructionLabels>
+makeLabels(const ::dtorch::wire::Program &program,
+           const std::vector<int64_t> &bufferBytes);
 
 } // namespace dtorch::rt::detail

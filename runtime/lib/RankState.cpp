@@ -59,6 +59,8 @@ std::shared_ptr<const ::dtorch::wire::Program> SharedPreparation::get(
 }
 
 void RankState::upload(uint64_t programId, ::dtorch::wire::Program program) {
+  if (speculation_ && speculationProgram_ == programId)
+    dropSpeculation();
   Uploaded &uploaded = programs_[programId];
   uploaded.program =
       std::make_shared<const ::dtorch::wire::Program>(std::move(program));
@@ -76,6 +78,8 @@ void RankState::upload(
     const std::vector<const ::dtorch::wire::Program *> &classes,
     const RankContext &context, SharedPreparation *shared, Device *device,
     bool deviceCollectives) {
+  if (speculation_ && speculationProgram_ == programId)
+    dropSpeculation();
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid.clear();
@@ -108,6 +112,8 @@ void RankState::upload(
 }
 
 void RankState::reject(uint64_t programId, const std::string &reason) {
+  if (speculation_ && speculationProgram_ == programId)
+    dropSpeculation();
   Uploaded &uploaded = programs_[programId];
   uploaded.program = std::make_shared<const ::dtorch::wire::Program>();
   uploaded.invalid = reason;
@@ -128,6 +134,7 @@ void RankState::setSharedDeviceCommunicator(
 
 void RankState::replaceDeviceCommunicators(
     const std::function<std::unique_ptr<Communicator>(Device &)> &make) {
+  dropSpeculation();
   std::vector<Device *> devices;
   for (auto &[device, comm] : deviceComms_)
     devices.push_back(device);
@@ -138,11 +145,16 @@ void RankState::replaceDeviceCommunicators(
   }
 }
 
-std::optional<std::string>
-RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
-               const std::vector<uint64_t> &outputs,
-               const std::vector<int64_t> &seeds,
-               const std::vector<uint64_t> &donated) {
+std::optional<std::string> RankState::run(uint64_t programId,
+                                          const std::vector<uint64_t> &inputs,
+                                          const std::vector<uint64_t> &outputs,
+                                          const std::vector<int64_t> &seeds,
+                                          const std::vector<uint64_t> &donated,
+                                          uint64_t speculationId) {
+  // A paused speculative run of this one continues; any other is dropped.
+  std::unique_ptr<SpeculativeRun> continued =
+      speculation_ ? takeSpeculation(speculationId, programId, inputs)
+                   : nullptr;
   // Donated handles that the run reads (any other is ignored).
   std::vector<uint64_t> consumed;
   std::vector<bool> donatedInputs;
@@ -221,7 +233,13 @@ RankState::run(uint64_t programId, const std::vector<uint64_t> &inputs,
       span.emplace(trace_.get(), TraceLane::Compute, "run",
                    "run " + program.name(),
                    "program id " + std::to_string(programId));
-    if (executor_.executionPlans()) {
+    if (continued) {
+      size_t ahead = continued->stepsRun();
+      results = continued->finish(values, seeds, donatedInputs);
+      ++speculationCounts_.confirmed;
+      speculationCounts_.instructions += ahead;
+      continued.reset();
+    } else if (executor_.executionPlans()) {
       // The plan of an earlier run, unless the executor's device or the
       // kernel registry changed since.
       std::shared_ptr<ExecutionPlan> &plan = uploaded->second.plan;
@@ -251,6 +269,7 @@ RankState::planOf(uint64_t programId) const {
 }
 
 void RankState::setExecutionPlans(bool on) {
+  dropSpeculation();
   executor_.setExecutionPlans(on);
   if (!on)
     for (auto &[id, uploaded] : programs_)
@@ -258,11 +277,15 @@ void RankState::setExecutionPlans(bool on) {
 }
 
 void RankState::put(uint64_t handle, Tensor value) {
+  if (speculation_)
+    dropSpeculationReading(&handle, 1);
   tensors_[handle] = std::move(value);
   poisoned_.erase(handle);
 }
 
 void RankState::poison(uint64_t handle, const std::string &message) {
+  if (speculation_)
+    dropSpeculationReading(&handle, 1);
   tensors_.erase(handle);
   poisoned_[handle] = message;
 }
@@ -282,6 +305,8 @@ Tensor RankState::fetchToHost(uint64_t handle) const {
 }
 
 void RankState::free(const std::vector<uint64_t> &handles) {
+  if (speculation_)
+    dropSpeculationReading(handles.data(), handles.size());
   for (uint64_t handle : handles) {
     tensors_.erase(handle);
     poisoned_.erase(handle);
@@ -319,6 +344,10 @@ MemoryStats RankState::memoryStats() const {
   stats.lastRunPeakBytes = lastRunPeakBytes_;
   peakBytes_ = std::max(peakBytes_, stats.bytes + stats.arenaBytes);
   stats.peakBytes = peakBytes_;
+  stats.speculationsStarted = speculationCounts_.started;
+  stats.speculationsConfirmed = speculationCounts_.confirmed;
+  stats.speculationsDropped = speculationCounts_.dropped;
+  stats.speculativeInstructions = speculationCounts_.instructions;
   std::sort(stats.held.begin(), stats.held.end(),
             [](const HeldTensor &a, const HeldTensor &b) {
               return a.handle < b.handle;

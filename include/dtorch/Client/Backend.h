@@ -70,6 +70,30 @@ public:
     (void)donated;
     run(ranks, programId, inputs, outputs, seeds);
   }
+  /// Speculation (docs/speculation.md): asks every rank of `ranks` to start
+  /// running program `programId` on `inputs`, the leading inputs of a run
+  /// not sent yet (`extend`: to bind them as the next ones and go on; `drop`:
+  /// to discard the paused run). A backend without it ignores the request;
+  /// the run that follows is then an ordinary one.
+  virtual void speculate(const std::vector<int64_t> &ranks,
+                         uint64_t speculationId, uint64_t programId,
+                         const std::vector<Handle> &inputs, bool extend,
+                         bool drop) {
+    (void)ranks, (void)speculationId, (void)programId, (void)inputs,
+        (void)extend, (void)drop;
+  }
+  /// runDonating() that confirms speculation `speculationId` (non-zero): a
+  /// rank holding it paused for this program finishes it.
+  virtual void runSpeculated(const std::vector<int64_t> &ranks,
+                             uint64_t programId,
+                             const std::vector<Handle> &inputs,
+                             const std::vector<Handle> &outputs,
+                             const std::vector<int64_t> &seeds,
+                             const std::vector<Handle> &donated,
+                             uint64_t speculationId) {
+    (void)speculationId;
+    runDonating(ranks, programId, inputs, outputs, seeds, donated);
+  }
   /// One rank, no seeds.
   void run(int rank, uint64_t programId, const std::vector<Handle> &inputs,
            const std::vector<Handle> &outputs) {

@@ -201,6 +201,7 @@ bool donationEnabled();
 
 class Controller;
 class BackwardCapture;
+class SegmentPredictor;
 struct BackwardReplayCache;
 struct BackwardWalk;
 struct ReplayProgram;
@@ -254,6 +255,10 @@ struct ControllerStats {
   /// automatic ones (SessionOptions::autoRestart).
   uint64_t restarts = 0;
   uint64_t autoRestarts = 0;
+  /// Speculation (docs/speculation.md): speculative runs started on the
+  /// workers, and those that the segment's run confirmed.
+  uint64_t speculations = 0;
+  uint64_t speculationsConfirmed = 0;
 };
 
 /// A fetch in flight (Session::fetchAsync): the request is queued behind the
@@ -667,6 +672,9 @@ private:
   /// The capture of the backward in progress (null: none) and the
   /// programs captured so far (BackwardReplay.cpp).
   std::unique_ptr<BackwardCapture> capture_;
+  /// Speculation (lib/Client/Speculation.h): predicts the segment being
+  /// recorded from earlier ones; null with DTORCH_SPECULATE=0.
+  std::unique_ptr<SegmentPredictor> predictor_;
   std::unique_ptr<BackwardReplayCache> replayCache_;
   /// Values lost by restart(), until their storage is released.
   std::unordered_map<Handle, LostValue> lost_;

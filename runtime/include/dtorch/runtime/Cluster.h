@@ -147,7 +147,17 @@ public:
            const std::vector<TensorHandle> &inputs,
            const std::vector<TensorHandle> &outputs,
            const std::vector<int64_t> &seeds = {},
-           const std::vector<TensorHandle> &donated = {});
+           const std::vector<TensorHandle> &donated = {},
+           uint64_t speculationId = 0);
+  /// Speculation (docs/speculation.md, RunProgram.speculation_id): asks
+  /// every rank of `ranks` to start running program `programId` on the
+  /// leading inputs `inputs` of a run not sent yet, to bind more of them
+  /// (`extend`), or, with `drop`, to discard the paused run. One Speculate
+  /// message per worker process; nothing is awaited. Ignored where a worker
+  /// is lost.
+  void speculate(const std::vector<int64_t> &ranks, uint64_t speculationId,
+                 uint64_t programId, const std::vector<TensorHandle> &inputs,
+                 bool extend, bool drop = false);
   void put(int rank, TensorHandle handle, const Tensor &value);
   std::future<Tensor> fetch(int rank, TensorHandle handle);
   /// What `rank` holds (its buffer table), answered after every request

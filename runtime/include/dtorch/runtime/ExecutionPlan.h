@@ -28,6 +28,9 @@ namespace dtorch::rt {
 
 class Device;
 class Executor;
+class ExecutionPlan;
+struct SpeculationLimits; // SpeculativeRun.h
+SpeculationLimits analyzeSpeculation(const ExecutionPlan &plan);
 
 // Whether a new Executor runs programs through plans: false when
 // DTORCH_EXEC_PLAN is "0" (read once per process), else true.
@@ -54,6 +57,8 @@ public:
 
 private:
   friend class Executor;
+  friend class SpeculativeRun; // SpeculativeRun.h: a run started early
+  friend SpeculationLimits analyzeSpeculation(const ExecutionPlan &plan);
   ExecutionPlan() = default;
 
   enum class StepKind : uint8_t {

@@ -134,6 +134,7 @@ public:
   void setDeviceCommunicator(Communicator *comm) { deviceComm_ = comm; }
 
 private:
+  friend class SpeculativeRun; // SpeculativeRun.h: binds as runPlanned does
   // Planned buffers (Program.buffer_offsets) are views into one arena that
   // the executor keeps across runs and grows to the largest arena_bytes it
   // has run, so a cached program allocates no temporaries. A run that finds

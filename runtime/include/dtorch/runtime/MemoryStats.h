@@ -46,6 +46,13 @@ struct MemoryStats {
   /// The high-water mark of the rank's memory: the largest lastRunPeakBytes
   /// so far, or table plus arena at any statistics request, if larger.
   uint64_t peakBytes = 0;
+
+  /// Speculation (RankState::speculate): runs started, confirmed and
+  /// dropped, and the instructions confirmed runs ran while paused.
+  uint64_t speculationsStarted = 0;
+  uint64_t speculationsConfirmed = 0;
+  uint64_t speculationsDropped = 0;
+  uint64_t speculativeInstructions = 0;
 };
 
 } // namespace dtorch::rt

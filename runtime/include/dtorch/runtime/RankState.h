@@ -17,6 +17,7 @@
 
 #include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/MemoryStats.h"
+#include "dtorch/runtime/SpeculativeRun.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
 
@@ -28,6 +29,10 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+namespace dtorch::wire {
+class Speculate;
+} // namespace dtorch::wire
 
 namespace dtorch::rt {
 
@@ -129,11 +134,39 @@ public:
   // the table when it starts (a failed run poisons them like its outputs),
   // and an output the program pairs with one (Program.output_donors) takes
   // its storage when no other handle shares it (Executor::runValidated).
+  // `speculationId` (non-zero): the run confirms that speculation
+  // (speculate): when this rank holds it paused, for this program and with
+  // a prefix of `inputs`, the paused run is finished instead of a new one
+  // started. Any other run first drops a paused one.
   std::optional<std::string> run(uint64_t programId,
                                  const std::vector<uint64_t> &inputs,
                                  const std::vector<uint64_t> &outputs,
                                  const std::vector<int64_t> &seeds = {},
-                                 const std::vector<uint64_t> &donated = {});
+                                 const std::vector<uint64_t> &donated = {},
+                                 uint64_t speculationId = 0);
+
+  // Speculation (SpeculativeRun.h, docs/speculation.md, RankSpeculation.cpp):
+  // starts running program `programId` on the tensors of `inputs` (the
+  // leading inputs of a run still being recorded) as far as they allow,
+  // and keeps the run paused under `speculationId` (one at a time: a
+  // paused one is dropped first). Nothing starts when a handle is unknown
+  // or poisoned, or the program cannot be speculated; the confirming run
+  // then runs as usual. Returns whether a run is paused now.
+  bool speculate(uint64_t speculationId, uint64_t programId,
+                 const std::vector<uint64_t> &inputs);
+  // Binds `inputs` as the paused run's next inputs and runs on; ignored
+  // unless speculation `speculationId` is paused.
+  void extendSpeculation(uint64_t speculationId,
+                         const std::vector<uint64_t> &inputs);
+  // Discards the paused run (`speculationId` 0: whichever is paused).
+  void dropSpeculation(uint64_t speculationId = 0);
+  struct SpeculationCounts {
+    uint64_t started = 0, confirmed = 0, dropped = 0;
+    // Instructions run while paused runs waited (confirmed ones only).
+    uint64_t instructions = 0;
+  };
+  SpeculationCounts speculationCounts() const { return speculationCounts_; }
+  bool speculating() const { return speculation_ != nullptr; }
 
   // Stores `value` under `handle` and clears any poison on it.
   void put(uint64_t handle, Tensor value);
@@ -207,6 +240,25 @@ private:
   uint64_t lastRunPeakBytes_ = 0;
   uint64_t lastRunDonatedBytes_ = 0;
   mutable uint64_t peakBytes_ = 0;
+
+  // The paused speculative run, its id, program and bound input handles;
+  // dropped before anything could change what it read. Last: it holds the
+  // executor's arena, so it goes first.
+  std::unique_ptr<SpeculativeRun> speculation_;
+  uint64_t speculationId_ = 0;
+  uint64_t speculationProgram_ = 0;
+  std::vector<uint64_t> speculationInputs_;
+  SpeculationCounts speculationCounts_;
+  // Drops the paused run when it read one of `handles`.
+  void dropSpeculationReading(const uint64_t *handles, size_t count);
+  // The paused run when `run` continues it, else nullptr (dropped).
+  std::unique_ptr<SpeculativeRun>
+  takeSpeculation(uint64_t speculationId, uint64_t programId,
+                  const std::vector<uint64_t> &inputs);
 };
+
+// Serves one Speculate message of the worker protocol on `state`
+// (RankSpeculation.cpp): START, EXTEND or DROP.
+void serveSpeculate(RankState &state, const ::dtorch::wire::Speculate &message);
 
 } // namespace dtorch::rt
