@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 
 from bench_support import run_json  # noqa: E402
 from train_bench import (compare_variants, prepare_gpt_step, gpt_step_session,  # noqa: E402
-                         set_threads, write_job)
+                         gpt_train_step, set_threads, write_job)
 
 
 def run_phases(trace, rank=0):
@@ -60,13 +60,7 @@ def run_phases(trace, rank=0):
 def job_main(job):
     dtorch, model, opt, next_batch = gpt_step_session(job)
 
-    def step():
-        x, y = next_batch()
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
+    step = gpt_train_step(model, opt, next_batch)
 
     for _ in range(job["warmup"]):
         step()

@@ -42,13 +42,7 @@ def overlap_share(trace):
 def child(job):
     dtorch, model, opt, next_batch = train_bench.gpt_step_session(job)
 
-    def step():
-        x, y = next_batch()
-        _, loss = model(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
+    step = train_bench.gpt_train_step(model, opt, next_batch)
 
     for _ in range(job["warmup"]):
         step()

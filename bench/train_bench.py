@@ -510,6 +510,20 @@ def gpt_step_session(job):
     return dtorch, model, opt, next_batch
 
 
+def gpt_train_step(model, opt, next_batch):
+    """One step of the GPT-step benches as a function: a fresh batch,
+    forward, backward, AdamW step, zero_grad(set_to_none=True); it returns
+    the loss read with loss.item()."""
+    def step():
+        x, y = next_batch()
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+    return step
+
+
 def write_job(workdir, job):
     """Writes a child job's description to workdir/job.json; returns its path."""
     job_path = os.path.join(workdir, "job.json")

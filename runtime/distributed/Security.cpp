@@ -265,7 +265,7 @@ std::string describeHandshakeFailure(uint16_t event, uint32_t value) {
 HandshakeMonitor::HandshakeMonitor(zmq::context_t &context,
                                    zmq::socket_t &monitored,
                                    const std::string &name,
-                                   bool watchDisconnects)
+                                   bool watchDisconnects, int extraEvents)
     : socket_(context, zmq::socket_type::pair) {
   static std::atomic<uint64_t> counter{0};
   std::string address = "inproc://dtorch-monitor-" + name + "-" +
@@ -275,8 +275,8 @@ HandshakeMonitor::HandshakeMonitor(zmq::context_t &context,
                          ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                             (watchDisconnects ? ZMQ_EVENT_DISCONNECTED : 0)) !=
-      0)
+                             (watchDisconnects ? ZMQ_EVENT_DISCONNECTED : 0) |
+                             extraEvents) != 0)
     throw RuntimeError(std::string("zmq_socket_monitor failed: ") +
                        zmq_strerror(zmq_errno()));
   socket_.set(zmq::sockopt::linger, 0);
@@ -301,6 +301,10 @@ std::vector<HandshakeMonitor::Failure> HandshakeMonitor::poll() {
                 sizeof(value));
     if (event == ZMQ_EVENT_DISCONNECTED)
       failures.push_back({endpoint.to_string(), "", true, value, event});
+    else if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL &&
+             event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+             event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) // an extra event
+      failures.push_back({endpoint.to_string(), "", false, value, event});
     else
       failures.push_back({endpoint.to_string(),
                           describeHandshakeFailure(event, value), false, value,

@@ -416,13 +416,8 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
     throw RuntimeError(prefix + "no launcher of generated kernels for " +
                        device_->describe());
   bool traced = trace_ && trace_->enabled();
-  if (traced && !plan.labels_) {
-    std::vector<int64_t> bytes;
-    bytes.reserve(plan.bufferInfo_.size());
-    for (const ExecutionPlan::BufferInfo &info : plan.bufferInfo_)
-      bytes.push_back(info.numel * static_cast<int64_t>(dtypeSize(info.dtype)));
-    plan.labels_ = detail::makeLabels(program, bytes);
-  }
+  if (traced)
+    plan.ensureLabels();
   // Kernels on a device with streams launch on the executor's compute
   // stream (this thread's current stream for the run).
   struct CurrentStream {
@@ -440,14 +435,13 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
 
   detail::RunState state(plan.numEvents_);
   std::vector<Event *> deviceEvents;
-  const int32_t *operands = plan.operands_.data();
   const int32_t *waits = plan.waits_.data();
   const double *scalars = plan.scalars_.data();
   auto runStream = [&](const std::vector<ExecutionPlan::Step> &steps,
                        TraceLane lane, std::vector<InstructionSpan> &spans) {
-    std::vector<const Tensor *> in;
-    std::vector<Tensor *> out;
-    std::vector<void *> inData, outData;
+    ExecutionPlan::StepOperands ops;
+    const std::vector<const Tensor *> &in = ops.in;
+    const std::vector<Tensor *> &out = ops.out;
     for (const ExecutionPlan::Step &step : steps) {
       try {
         for (uint32_t w = 0; w < step.numWaits; ++w)
@@ -455,40 +449,20 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
             return;
         if (state.failed())
           return;
-        in.clear();
-        out.clear();
-        const int32_t *ids = operands + step.firstOperand;
-        for (uint32_t j = 0; j < step.numInputs; ++j)
-          in.push_back(&buffers[ids[j]]);
-        for (uint32_t j = 0; j < step.numOutputs; ++j)
-          out.push_back(&buffers[ids[step.numInputs + j]]);
+        plan.bindStepOperands(step, buffers, ops);
         int64_t traceStart =
             traced && trace_->enabled() ? traceClockNs() : int64_t{-1};
         int64_t movedBytes = -1;
         switch (step.kind) {
         case ExecutionPlan::StepKind::Library:
-          step.kernel->run(AttrReader(step.instruction->attrs(), &seeds), in,
-                           out);
-          break;
         case ExecutionPlan::StepKind::Generated:
         case ExecutionPlan::StepKind::GeneratedMultiTensor:
+          plan.runHostKernelStep(step, seeds, ops);
+          break;
         case ExecutionPlan::StepKind::DeviceGenerated:
-          inData.clear();
-          outData.clear();
-          for (const Tensor *t : in)
-            inData.push_back(const_cast<void *>(t->data()));
-          for (Tensor *t : out)
-            outData.push_back(t->data());
-          if (step.kind == ExecutionPlan::StepKind::Generated)
-            detail::runGenerated(step.whole, step.rows, inData, outData,
-                                 scalars + step.firstScalar, *out.front());
-          else if (step.kind == ExecutionPlan::StepKind::GeneratedMultiTensor)
-            detail::runGeneratedMultiTensor(step.whole, step.rows, inData,
-                                            outData, scalars + step.firstScalar,
-                                            in, out);
-          else
-            launchOnDevice(*device_, *step.deviceCode, inData.data(),
-                           outData.data(), scalars + step.firstScalar);
+          ExecutionPlan::collectStepData(ops);
+          launchOnDevice(*device_, *step.deviceCode, ops.inData.data(),
+                         ops.outData.data(), scalars + step.firstScalar);
           break;
         case ExecutionPlan::StepKind::Collective: {
           const Instruction &inst = *step.instruction;
@@ -578,6 +552,61 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
   }
   if (std::exception_ptr error = state.error())
     std::rethrow_exception(error);
+}
+
+void ExecutionPlan::ensureLabels() {
+  if (labels_)
+    return;
+  std::vector<int64_t> bytes;
+  bytes.reserve(bufferInfo_.size());
+  for (const BufferInfo &info : bufferInfo_)
+    bytes.push_back(info.numel * static_cast<int64_t>(dtypeSize(info.dtype)));
+  labels_ = detail::makeLabels(program(), bytes);
+}
+
+void ExecutionPlan::bindStepOperands(const Step &step,
+                                     std::vector<Tensor> &buffers,
+                                     StepOperands &ops) const {
+  ops.in.clear();
+  ops.out.clear();
+  const int32_t *ids = operands_.data() + step.firstOperand;
+  for (uint32_t j = 0; j < step.numInputs; ++j)
+    ops.in.push_back(&buffers[ids[j]]);
+  for (uint32_t j = 0; j < step.numOutputs; ++j)
+    ops.out.push_back(&buffers[ids[step.numInputs + j]]);
+}
+
+void ExecutionPlan::collectStepData(StepOperands &ops) {
+  ops.inData.clear();
+  ops.outData.clear();
+  for (const Tensor *t : ops.in)
+    ops.inData.push_back(const_cast<void *>(t->data()));
+  for (Tensor *t : ops.out)
+    ops.outData.push_back(t->data());
+}
+
+bool ExecutionPlan::runHostKernelStep(const Step &step,
+                                      const std::vector<int64_t> &seeds,
+                                      StepOperands &ops) const {
+  const double *scalars = scalars_.data() + step.firstScalar;
+  switch (step.kind) {
+  case StepKind::Library:
+    step.kernel->run(AttrReader(step.instruction->attrs(), &seeds), ops.in,
+                     ops.out);
+    return true;
+  case StepKind::Generated:
+    collectStepData(ops);
+    detail::runGenerated(step.whole, step.rows, ops.inData, ops.outData,
+                         scalars, *ops.out.front());
+    return true;
+  case StepKind::GeneratedMultiTensor:
+    collectStepData(ops);
+    detail::runGeneratedMultiTensor(step.whole, step.rows, ops.inData,
+                                    ops.outData, scalars, ops.in, ops.out);
+    return true;
+  default:
+    return false;
+  }
 }
 
 } // namespace dtorch::rt

@@ -231,22 +231,13 @@ void SpeculativeRun::extend(const std::vector<Tensor> &more) {
 void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
   ExecutionPlan &plan = *plan_;
   std::vector<Tensor> &buffers = plan.bindings_->buffers;
-  const int32_t *operands = plan.operands_.data();
-  const double *scalars = plan.scalars_.data();
-  std::vector<const Tensor *> in;
-  std::vector<Tensor *> out;
-  std::vector<void *> inData, outData;
+  ExecutionPlan::StepOperands ops;
   limit = std::min(limit, plan.compute_.size());
   // Traced as runPlanned traces: one span per instruction.
   TraceBuffer *trace = executor_.trace_;
   bool traced = trace && trace->enabled();
-  if (traced && !plan.labels_) {
-    std::vector<int64_t> bytes;
-    bytes.reserve(plan.bufferInfo_.size());
-    for (const ExecutionPlan::BufferInfo &info : plan.bufferInfo_)
-      bytes.push_back(info.numel * static_cast<int64_t>(dtypeSize(info.dtype)));
-    plan.labels_ = detail::makeLabels(plan.program(), bytes);
-  }
+  if (traced)
+    plan.ensureLabels();
   std::vector<InstructionSpan> spans;
   struct Record {
     TraceBuffer *trace;
@@ -262,37 +253,10 @@ void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
     const ExecutionPlan::Step &step = plan.compute_[next_];
     int64_t traceStart = traced ? traceClockNs() : int64_t{-1};
     try {
-      in.clear();
-      out.clear();
-      const int32_t *ids = operands + step.firstOperand;
-      for (uint32_t j = 0; j < step.numInputs; ++j)
-        in.push_back(&buffers[ids[j]]);
-      for (uint32_t j = 0; j < step.numOutputs; ++j)
-        out.push_back(&buffers[ids[step.numInputs + j]]);
-      switch (step.kind) {
-      case ExecutionPlan::StepKind::Library:
-        step.kernel->run(AttrReader(step.instruction->attrs(), &seeds), in,
-                         out);
-        break;
-      case ExecutionPlan::StepKind::Generated:
-      case ExecutionPlan::StepKind::GeneratedMultiTensor:
-        inData.clear();
-        outData.clear();
-        for (const Tensor *t : in)
-          inData.push_back(const_cast<void *>(t->data()));
-        for (Tensor *t : out)
-          outData.push_back(t->data());
-        if (step.kind == ExecutionPlan::StepKind::Generated)
-          detail::runGenerated(step.whole, step.rows, inData, outData,
-                               scalars + step.firstScalar, *out.front());
-        else
-          detail::runGeneratedMultiTensor(step.whole, step.rows, inData,
-                                          outData, scalars + step.firstScalar,
-                                          in, out);
-        break;
-      default: // refused by analyzeSpeculation
+      plan.bindStepOperands(step, buffers, ops);
+      // Other kinds are refused by analyzeSpeculation.
+      if (!plan.runHostKernelStep(step, seeds, ops))
         throw RuntimeError("not a host kernel");
-      }
     } catch (const std::exception &e) {
       error_ = std::make_exception_ptr(RuntimeError(
           plan.prefix_ + describeInstruction(plan.program(), step.index) +

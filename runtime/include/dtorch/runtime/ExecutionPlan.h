@@ -145,6 +145,25 @@ private:
   std::vector<Tensor> taken_; // donated storage by output buffer
   std::vector<int32_t> takenIds_;
   std::shared_ptr<const InstructionLabels> labels_; // made when traced
+
+  // What running one step needs besides the plan, kept by the caller for
+  // the whole run so that no step allocates.
+  struct StepOperands {
+    std::vector<const Tensor *> in;
+    std::vector<Tensor *> out;
+    std::vector<void *> inData, outData;
+  };
+  // Makes labels_ (the trace's instruction labels) when it is missing.
+  void ensureLabels();
+  // Points `ops.in`/`ops.out` at `step`'s buffers.
+  void bindStepOperands(const Step &step, std::vector<Tensor> &buffers,
+                        StepOperands &ops) const;
+  // Fills `ops.inData`/`ops.outData` with the bound buffers' data.
+  static void collectStepData(StepOperands &ops);
+  // Runs a host kernel step (Library, Generated, GeneratedMultiTensor) on
+  // its bound operands; false for any other kind, which it leaves alone.
+  bool runHostKernelStep(const Step &step, const std::vector<int64_t> &seeds,
+                         StepOperands &ops) const;
 };
 
 } // namespace dtorch::rt

@@ -107,11 +107,14 @@ public:
   };
   // `watchDisconnects`: also report a closed connection (the controller
   // watches the workers it connected to: a worker that exits closes it).
+  // `extraEvents`: more ZMQ_EVENT_* bits to report, with an empty reason
+  // (a dialing worker watches ZMQ_EVENT_HANDSHAKE_SUCCEEDED).
   HandshakeMonitor(zmq::context_t &context, zmq::socket_t &monitored,
-                   const std::string &name, bool watchDisconnects = false);
+                   const std::string &name, bool watchDisconnects = false,
+                   int extraEvents = 0);
   zmq::socket_t &socket() { return socket_; }
   // Drains the events without blocking; returns the handshake failures
-  // (and disconnections when watched).
+  // (and disconnections and extra events when watched).
   std::vector<Failure> poll();
 
 private:
