@@ -7,12 +7,24 @@ loopback)."""
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
 
 from dtorch import _runtime
+
+from conftest import subprocess_env
+
+DIAL_IN_CLIENT = """
+import dtorch
+mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+x = dtorch.ones(4, 4, device_mesh=mesh, placements=[dtorch.Shard(0), dtorch.Shard(1)])
+assert (x @ x).sum().item() == 64.0
+dtorch.shutdown()
+print("ok")
+"""
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy", "kubernetes")
@@ -314,7 +326,6 @@ def test_the_dial_in_environments_start_a_session(dial_in_manifests, tmp_path):
     if not exe or not os.path.exists(exe):
         pytest.skip("dtorch-worker is not built")
     import socket
-    import dtorch
     (sts,) = dial_in_manifests["StatefulSet"]
     (job,) = dial_in_manifests["Job"]
     (worker,) = sts["spec"]["template"]["spec"]["containers"]
@@ -339,20 +350,15 @@ def test_the_dial_in_environments_start_a_session(dial_in_manifests, tmp_path):
     client_env = {k: v for k, v in env_of(client).items() if isinstance(v, str)}
     client_env.update(DTORCH_LISTEN=f"127.0.0.1:{port}", DTORCH_TOKEN_FILE=str(token),
                       DTORCH_ADMISSION_TIMEOUT_MS="30000")
-    saved = {k: os.environ.get(k) for k in client_env}
-    dtorch.shutdown()
+    # The client runs in an interpreter of its own: it starts a session from
+    # the manifest's environment, and the test session of conftest, which
+    # other files share, stays untouched.
+    client_env = dict(subprocess_env(), **client_env)
     try:
-        os.environ.update(client_env)
-        mesh = dtorch.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        x = dtorch.ones(4, 4, device_mesh=mesh, placements=[dtorch.Shard(0), dtorch.Shard(1)])
-        assert (x @ x).sum().item() == 64.0
+        r = subprocess.run([sys.executable, "-c", DIAL_IN_CLIENT], env=client_env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
     finally:
-        dtorch.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         for p in procs:
             try:
                 p.wait(timeout=10)
