@@ -337,6 +337,9 @@ std::string compilerConfiguration() {
          (dtensor::rematerializeFromEnvironment() ? "1" : "0") +
          ",row_lane_vectors=" +
          (codegen::rowLaneVectorsFromEnvironment() ? "1" : "0") +
+         ",row_sweep_reuse=" +
+         (codegen::rowSweepReuseFromEnvironment() ? "1" : "0") +
+         ",row_tree_max=" + (codegen::rowTreeMaxFromEnvironment() ? "1" : "0") +
          ",row_kernel_noalias=" +
          (rowKernelNoAliasFromEnvironment() ? "1" : "0") +
          ",plan_views=" + (dtensor::planViewsFromEnvironment() ? "1" : "0");

@@ -140,6 +140,21 @@ int64_t rowReductionRows(mlir::Block &body);
 /// compilerConfiguration()).
 bool rowLaneVectorsFromEnvironment();
 
+/// Whether the host form of a row kernel whose rows fit in one chunk keeps
+/// the values each sweep reduces (its scratch rows) for the later sweeps,
+/// which read them back instead of computing them again (softmax's exp is
+/// evaluated once per element, not twice: the same values, the same
+/// bits); DTORCH_ROW_SWEEP_REUSE=0 turns it off (for comparison; read once
+/// per process, part of compilerConfiguration()).
+bool rowSweepReuseFromEnvironment();
+
+/// Whether the lane-vector max and min of a row kernel combine each group
+/// of 8 elements as a tree (first NaN, else the first of the largest: the
+/// same value and bits as the chain) before the running value, rather than
+/// one element after the other; DTORCH_ROW_TREE_MAX=0 turns it off (for
+/// comparison; read once per process, part of compilerConfiguration()).
+bool rowTreeMaxFromEnvironment();
+
 /// `func.func @<implName>(inputs..., outputs..., scalars)` computing a
 /// group that ends in reductions over its innermost dims, one row at a time
 /// (RowKernelCodegen.cpp). `forGpu`: the GPU form, one scf.parallel over

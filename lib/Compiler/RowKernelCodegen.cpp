@@ -110,7 +110,7 @@ private:
   Value accumulateLanes(OpBuilder &nb, rank::KernelOp red, Value acc, Value x);
   SmallVector<Value> reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
                                        ArrayRef<rank::KernelOp> reductions,
-                                       ValueRange carried);
+                                       ValueRange carried, int64_t slotBase);
 
   rank::FusedOp op;
   MLIRContext *ctx;
@@ -142,6 +142,12 @@ private:
   // of a row per reduction and lane.
   Value scratch;
   int64_t chunk = 1;
+  // Sweep reuse (rowSweepReuseFromEnvironment): the whole row is one
+  // chunk and each sweep's scratch rows have a region of their own, after
+  // those of the sweeps before it (reductionsBefore[s] of them per lane),
+  // so that later sweeps read the values back.
+  bool reuseSweeps = false;
+  SmallVector<int64_t> reductionsBefore;
   bool failed = false;
 };
 
@@ -492,7 +498,7 @@ Value RowKernelBuilder::accumulateLanes(OpBuilder &nb, rank::KernelOp red,
 SmallVector<Value>
 RowKernelBuilder::reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
                                     ArrayRef<rank::KernelOp> reductions,
-                                    ValueRange carried) {
+                                    ValueRange carried, int64_t slotBase) {
   const int64_t lanes = kRowLanes;
   Type f64 = Float64Type::get(ctx);
   auto vectorOf = [&](Type t) { return VectorType::get({lanes}, t); };
@@ -526,7 +532,8 @@ RowKernelBuilder::reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
       SmallVector<Value> r;
       for (int64_t l = 0; l < lanes; ++l) {
         Value at = arith::AddIOp::create(
-            nb, loc, index(nb, static_cast<int64_t>(k * lanes + l) * chunk),
+            nb, loc,
+            index(nb, (slotBase + static_cast<int64_t>(k * lanes + l)) * chunk),
             local);
         r.push_back(vector::LoadOp::create(nb, loc, vectorOf(et.storage),
                                            scratch, ValueRange{at}));
@@ -551,8 +558,24 @@ RowKernelBuilder::reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
         column[a + 4] = shuffle(u[a], u[a + 4], {4, 5, 6, 7, 12, 13, 14, 15});
       }
       Value acc = groups.getRegionIterArgs()[k];
-      for (int64_t t = 0; t < lanes; ++t)
-        acc = accumulateLanes(nb, red, acc, column[t]);
+      if (rank::KernelOp(red).getKernel() != "sum" &&
+          rowTreeMaxFromEnvironment()) {
+        // max, min: accumulate(left, right) of two neighbouring runs of
+        // elements is the chain's result over both (the first NaN, else
+        // the first of the largest), so the 8 elements combine as a tree,
+        // then join the running value: 4 steps deep instead of 8.
+        SmallVector<Value> runs(column.begin(), column.end());
+        while (runs.size() > 1) {
+          SmallVector<Value> joined;
+          for (size_t i = 0; i + 1 < runs.size(); i += 2)
+            joined.push_back(accumulateLanes(nb, red, runs[i], runs[i + 1]));
+          runs = std::move(joined);
+        }
+        acc = accumulateLanes(nb, red, acc, runs[0]);
+      } else {
+        for (int64_t t = 0; t < lanes; ++t)
+          acc = accumulateLanes(nb, red, acc, column[t]);
+      }
       next.push_back(acc);
     }
     scf::YieldOp::create(nb, loc, next);
@@ -575,7 +598,8 @@ RowKernelBuilder::reduceLaneVectors(OpBuilder &cb, Value c0, Value hi,
       for (int64_t l = 0; l < lanes; ++l) {
         size_t slot = k * lanes + l;
         Value at = arith::AddIOp::create(
-            nb, loc, index(nb, static_cast<int64_t>(slot) * chunk), local);
+            nb, loc, index(nb, (slotBase + static_cast<int64_t>(slot)) * chunk),
+            local);
         Value x = memref::LoadOp::create(nb, loc, scratch, ValueRange{at});
         next[slot] = accumulate(nb, red, tail.getRegionIterArgs()[slot], x);
       }
@@ -734,12 +758,15 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
   // library's kernels sum 8 rows side by side), each still in its own order.
   int64_t lanes = kRowLanes;
   // Scratch for the values one sweep reduces: a row per reduction and lane.
-  int64_t perSweep = 0;
+  int64_t perSweep = 0, allSweeps = 0;
+  reductionsBefore.assign(lastSweep + 1, 0);
   for (int64_t s = 0; s <= lastSweep; ++s) {
     int64_t n = 0;
     for (Operation &inner : body.without_terminator())
       n += isRowReduction(inner) && level.lookup(inner.getOperand(0)) == s;
     perSweep = std::max(perSweep, n);
+    reductionsBefore[s] = allSweeps;
+    allSweeps += n;
   }
   // The scratch lives on the stack of the calling thread (no allocation per
   // call, nothing that can fail at run time): the chunk is bounded so that
@@ -751,9 +778,17 @@ FailureOr<OwningOpRef<ModuleOp>> RowKernelBuilder::build(StringRef implName) {
       kScratchBytes / (std::max<int64_t>(1, perSweep) * lanes * elementBytes);
   chunk = std::max<int64_t>(
       1, std::min({inner, kChunkElements, std::max<int64_t>(1, fitting)}));
+  // Sweep reuse: rows short enough that every sweep's scratch rows fit
+  // side by side, whole, in kScratchBytes (and a later sweep to read them).
+  reuseSweeps = rowSweepReuseFromEnvironment() && lastSweep > 0 && inner >= 1 &&
+                inner <= kChunkElements &&
+                allSweeps * lanes * inner * elementBytes <= kScratchBytes;
+  if (reuseSweeps)
+    chunk = inner;
+  int64_t slots = reuseSweeps ? allSweeps : perSweep;
   scratch = memref::AllocaOp::create(
       b, loc,
-      MemRefType::get({std::max<int64_t>(1, perSweep * lanes * chunk)},
+      MemRefType::get({std::max<int64_t>(1, slots * lanes * chunk)},
                       et.storage));
   int64_t blocked = outer / lanes * lanes;
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
@@ -816,11 +851,19 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         nb, loc, static_cast<int64_t>(slot) * chunk);
     return arith::AddIOp::create(nb, loc, base, j);
   };
+  // The reductions of each sweep, in body order (reduction k of sweep s,
+  // lane l in scratch slot base(s) + k * lanes + l).
+  SmallVector<SmallVector<rank::KernelOp>> bySweep(lastSweep + 1);
+  for (Operation &inner : body.without_terminator())
+    if (isRowReduction(inner))
+      bySweep[level.lookup(inner.getOperand(0))].push_back(
+          cast<rank::KernelOp>(inner));
+  auto slotBase = [&](int64_t s) -> int64_t {
+    return reuseSweeps ? reductionsBefore[s] * static_cast<int64_t>(lanes) : 0;
+  };
   for (int64_t s = 0; s <= lastSweep; ++s) {
-    SmallVector<rank::KernelOp> reductions;
-    for (Operation &inner : body.without_terminator())
-      if (isRowReduction(inner) && level.lookup(inner.getOperand(0)) == s)
-        reductions.push_back(cast<rank::KernelOp>(inner));
+    SmallVector<rank::KernelOp> reductions(bySweep[s]);
+    int64_t base = slotBase(s);
     SmallVector<std::pair<unsigned, Value>> stores;
     for (auto [i, v] : llvm::enumerate(yield.getValues()))
       if (!perRow.contains(v) && level.lookup(v) == s)
@@ -859,11 +902,20 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         Value j = fill.getInductionVar();
         Value local = arith::SubIOp::create(nb, loc, j, c0);
         llvm::DenseMap<Value, Value> values;
+        // The values the earlier sweeps reduced, kept in their scratch
+        // rows: read back, not computed again (emitRowValue finds them).
+        if (reuseSweeps)
+          for (int64_t e = 0; e < s; ++e)
+            for (auto [k, red] : llvm::enumerate(bySweep[e]))
+              values[red.getInputs()[0]] = memref::LoadOp::create(
+                  nb, loc, scratch,
+                  ValueRange{
+                      scratchIndex(nb, slotBase(e) + k * lanes + l, local)});
         for (auto [k, red] : llvm::enumerate(reductions)) {
           Value x = emitRowValue(nb, red.getInputs()[0], row, j, values);
           memref::StoreOp::create(
               nb, loc, x, scratch,
-              ValueRange{scratchIndex(nb, k * lanes + l, local)});
+              ValueRange{scratchIndex(nb, base + k * lanes + l, local)});
         }
         for (auto [i, v] : stores) {
           Value x = emitRowValue(nb, v, row, j, values);
@@ -877,7 +929,7 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
         scf::YieldOp::create(cb, loc, ValueRange{});
       } else if (reducesLanesAsVectors(lanes)) {
         SmallVector<Value> reduced =
-            reduceLaneVectors(cb, c0, hi, reductions, carried);
+            reduceLaneVectors(cb, c0, hi, reductions, carried, base);
         scf::YieldOp::create(cb, loc, reduced);
       } else {
         auto sweep = scf::ForOp::create(cb, loc, c0, hi, one, carried);
@@ -893,7 +945,8 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
             size_t slot = k * lanes + l;
             Value acc = sweep.getRegionIterArgs()[slot];
             Value x = memref::LoadOp::create(
-                nb, loc, scratch, ValueRange{scratchIndex(nb, slot, local)});
+                nb, loc, scratch,
+                ValueRange{scratchIndex(nb, base + slot, local)});
             next[slot] = accumulate(nb, red, acc, x);
           }
         scf::YieldOp::create(nb, loc, next);
@@ -928,6 +981,22 @@ LogicalResult RowKernelBuilder::emitRows(ArrayRef<Value> rows,
 bool rowLaneVectorsFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_ROW_LANE_VECTORS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool rowSweepReuseFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_ROW_SWEEP_REUSE");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool rowTreeMaxFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_ROW_TREE_MAX");
     return !(value && std::string(value) == "0");
   }();
   return enabled;
