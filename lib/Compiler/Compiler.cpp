@@ -342,6 +342,8 @@ std::string compilerConfiguration() {
          ",row_tree_max=" + (codegen::rowTreeMaxFromEnvironment() ? "1" : "0") +
          ",row_kernel_noalias=" +
          (rowKernelNoAliasFromEnvironment() ? "1" : "0") +
+         ",row_vector_loops=" + (rowVectorLoopsFromEnvironment() ? "1" : "0") +
+         ",wide_vectors=" + (wideVectorsFromEnvironment() ? "1" : "0") +
          ",plan_views=" + (dtensor::planViewsFromEnvironment() ? "1" : "0");
 }
 

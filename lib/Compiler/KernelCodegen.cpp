@@ -719,6 +719,42 @@ void markPointersNoAlias(llvm::Function &f) {
       arg.addAttr(llvm::Attribute::NoAlias);
 }
 
+/// Keeps the element loops of a row kernel whole until the loop vectorizer
+/// runs: every innermost loop whose header carries nothing but its
+/// induction variable (a sweep's fill or store loop; not the reductions,
+/// which carry sums) gets `llvm.loop.unroll.disable`. Otherwise LLVM's full
+/// unroll, which runs before the vectorizer, turns a short loop with a
+/// small body (softmax's division over a row of 32 read back from scratch)
+/// into 32 scalar operations that the SLP vectorizer leaves scalar.
+void keepElementLoopsWhole(llvm::Function &f) {
+  if (f.isDeclaration())
+    return;
+  llvm::LLVMContext &c = f.getContext();
+  llvm::DominatorTree dominators(f);
+  llvm::LoopInfo loops(dominators);
+  for (llvm::Loop *loop : loops.getLoopsInPreorder()) {
+    if (!loop->isInnermost())
+      continue;
+    unsigned phis = 0;
+    for (llvm::PHINode &phi : loop->getHeader()->phis()) {
+      (void)phi;
+      ++phis;
+    }
+    if (phis != 1)
+      continue;
+    llvm::Metadata *disable[] = {
+        llvm::MDString::get(c, "llvm.loop.unroll.disable")};
+    llvm::SmallVector<llvm::Metadata *> operands = {nullptr};
+    if (llvm::MDNode *old = loop->getLoopID())
+      for (unsigned i = 1; i < old->getNumOperands(); ++i)
+        operands.push_back(old->getOperand(i));
+    operands.push_back(llvm::MDNode::get(c, disable));
+    llvm::MDNode *id = llvm::MDNode::getDistinct(c, operands);
+    id->replaceOperandWith(0, id);
+    loop->setLoopID(id);
+  }
+}
+
 FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
   const HostTarget &host = hostTarget();
   llvm::Triple triple(host.triple);
@@ -736,10 +772,14 @@ FailureOr<std::string> emitObject(llvm::Module &m, std::string &error) {
   }
   m.setTargetTriple(triple);
   m.setDataLayout(tm->createDataLayout());
+  bool wide = wideVectorsFromEnvironment() &&
+              host.features.find("+avx512f") != std::string::npos;
   for (llvm::Function &f : m)
     if (!f.isDeclaration()) {
       f.addFnAttr("target-cpu", host.cpu);
       f.addFnAttr("target-features", host.features);
+      if (wide)
+        f.addFnAttr("prefer-vector-width", "512");
     }
 
   optimizeModuleO3(m, *tm);
@@ -838,9 +878,12 @@ compileFusedKernel(rank::FusedOp op, const std::string &signature) {
   if (!hasRowReduction(op.getBody().front())) {
     if (llvm::Function *impl = llvmModule->getFunction(kImplName))
       markLoopsParallel(*impl);
-  } else if (rowKernelNoAliasFromEnvironment()) {
-    if (llvm::Function *impl = llvmModule->getFunction(kImplName))
+  } else {
+    llvm::Function *impl = llvmModule->getFunction(kImplName);
+    if (impl && rowKernelNoAliasFromEnvironment())
       markPointersNoAlias(*impl);
+    if (impl && rowVectorLoopsFromEnvironment())
+      keepElementLoopsWhole(*impl);
   }
   auto kernel = std::make_shared<GeneratedKernel>();
   kernel->set_symbol("dtorch_fused_" + rt::executableHash(signature));
@@ -884,6 +927,22 @@ compileFusedKernel(rank::FusedOp op, const std::string &signature) {
 bool rowKernelNoAliasFromEnvironment() {
   static const bool enabled = [] {
     const char *value = std::getenv("DTORCH_ROW_KERNEL_NOALIAS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool rowVectorLoopsFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_ROW_VECTOR_LOOPS");
+    return !(value && std::string(value) == "0");
+  }();
+  return enabled;
+}
+
+bool wideVectorsFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_WIDE_VECTORS");
     return !(value && std::string(value) == "0");
   }();
   return enabled;

@@ -48,6 +48,21 @@ std::vector<double> fusedKernelScalars(rank::FusedOp op);
 /// process, part of compilerConfiguration()). The same bits either way.
 bool rowKernelNoAliasFromEnvironment();
 
+/// Whether a row kernel's element loops (those without a carried value:
+/// the sweeps' fills and stores) are kept whole for LLVM's loop vectorizer
+/// (`llvm.loop.unroll.disable`) rather than fully unrolled first, which
+/// leaves short ones (rows of 32) as scalar code; DTORCH_ROW_VECTOR_LOOPS=0
+/// turns it off (for comparison; read once per process, part of
+/// compilerConfiguration()). The same operations per element either way.
+bool rowVectorLoopsFromEnvironment();
+
+/// Whether generated host kernels prefer 512-bit vectors on hosts with
+/// AVX-512 (`prefer-vector-width`=512; LLVM's default for these CPUs is
+/// 256); DTORCH_WIDE_VECTORS=0 turns it off (for comparison; read once per
+/// process, part of compilerConfiguration()). The same operations per
+/// element either way, on twice the elements per instruction.
+bool wideVectorsFromEnvironment();
+
 /// The structural signature generateFusedKernel caches by (constants'
 /// values excluded).
 std::string fusedKernelSignature(rank::FusedOp op);
