@@ -6,8 +6,9 @@
 // "input") saved to a file) for rank 0 of its mesh with fusion, as the
 // controller does, and calls every generated kernel of the program
 // directly, `repeat` times on random inputs of its operands' shapes (values
-// in [-2, 2], bools 0/1, integers 0), taking the fastest call in CPU time
-// of the calling thread (the machine may be shared). One line per
+// in [-2, 2], bools 0/1, integers 0), taking the fastest call in wall
+// time (preemption on a shared machine only adds to it; the thread's CPU
+// clock of a VM can under-count a call). One line per
 // executable: the instruction that runs it, its kind (the group's row
 // reductions and kernels), and the microseconds of one call. The compiler
 // switches (DTORCH_ROW_SWEEP_REUSE, DTORCH_ROW_TREE_MAX, ...) are read
@@ -37,9 +38,9 @@ using namespace dtorch;
 
 namespace {
 
-double threadSeconds() {
+double wallSeconds() {
   timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -150,9 +151,9 @@ int main(int argc, char **argv) {
     kernel(inPtrs.data(), outPtrs.data(), scalars.data());
     double best = 1e30;
     for (int r = 0; r < repeat; ++r) {
-      double t = threadSeconds();
+      double t = wallSeconds();
       kernel(inPtrs.data(), outPtrs.data(), scalars.data());
-      best = std::min(best, threadSeconds() - t);
+      best = std::min(best, wallSeconds() - t);
     }
     std::string where = inst.location();
     std::printf("#%-4d %8.2f us  %7.1f KB  %s  %s\n", i, best * 1e6,

@@ -150,12 +150,14 @@ def label(op):
     body = op["body"]
     reds = [k for k in body if k in ("sum", "max", "min")]
     main = [k for k in dict.fromkeys(body) if k not in NO_FLOPS | {"sum", "max", "min"}]
-    if "max" in reds and "exp" in main and "eq" not in main:
+    if "max" in reds and "log" in main:
+        kind = "log_softmax/CE fwd"
+    elif "max" in reds and "exp" in main and "eq" not in main:
         kind = "softmax fwd"
     elif "max" in reds:
-        kind = "log_softmax/CE fwd"
+        kind = "row max"
     elif "eq" in main and len(reds) >= 3 and "exp" not in main:
-        kind = "softmax bwd" if "div" in main else "row bwd"
+        kind = "softmax/CE bwd" if "div" in main else "row bwd"
     elif "rsqrt" in main and len(reds) == 2:
         kind = "layer_norm fwd"
     elif len(reds) >= 2:
