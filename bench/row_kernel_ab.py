@@ -103,7 +103,7 @@ def main(argv=None):
              "|---|---|" + "---|" * len(names) + "---|"]
     for i in indices:
         op = ir_ops[i] if i < len(ir_ops) else None
-        name = label(op) if op and op["kernel"] == "fused" else "fused"
+        name = label(op) if op else "?"
         cells = " | ".join(f"{best[n][i]['us']:.1f}" for n in names)
         ratio = best["all off"][i]["us"] / best["default"][i]["us"]
         lines.append(f"| #{i} | {name} | {cells} | {ratio:.2f} |")
@@ -119,8 +119,7 @@ def main(argv=None):
         json.dump({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "loads": loads,
                    "variants": dict(variants), "repeat": args.repeat, "rounds": args.rounds,
                    "us": {n: {str(i): v["us"] for i, v in best[n].items()} for n in names},
-                   "labels": {str(i): (label(ir_ops[i]) if i < len(ir_ops) and
-                                       ir_ops[i]["kernel"] == "fused" else "fused")
+                   "labels": {str(i): label(ir_ops[i]) if i < len(ir_ops) else "?"
                               for i in indices}}, f, indent=1)
     print(f"wrote {args.out}/kernels_ab.md and kernels_ab.json")
 

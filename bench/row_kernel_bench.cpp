@@ -5,12 +5,12 @@
 // Compiles a dtensor graph (e.g. the GPT step's segment: dtorch.last_ir(
 // "input") saved to a file) for rank 0 of its mesh with fusion, as the
 // controller does, and calls every generated kernel of the program
-// directly, `repeat` times on random inputs of its operands' shapes (values
-// in [-2, 2], bools 0/1, integers 0), taking the fastest call in wall
-// time (preemption on a shared machine only adds to it; the thread's CPU
-// clock of a VM can under-count a call). One line per
-// executable: the instruction that runs it, its kind (the group's row
-// reductions and kernels), and the microseconds of one call. The compiler
+// (the fused groups and a generated fused_adam) directly, `repeat` times on
+// random inputs of its operands' shapes (values in [-2, 2], bools 0/1, integers
+// 0), taking the fastest call in wall time (preemption on a shared machine only
+// adds to it; the thread's CPU clock of a VM can under-count a call). One line
+// per executable: the instruction that runs it, the microseconds of one
+// call, its operands' bytes, its symbol and source location. The compiler
 // switches (DTORCH_ROW_SWEEP_REUSE, DTORCH_ROW_TREE_MAX, ...) are read
 // from the environment, so runs with different settings compare the
 // code they generate (bench/row_kernel_ab.py alternates them). Not run by
@@ -120,7 +120,7 @@ int main(int argc, char **argv) {
   bool first = true;
   for (int i = 0; i < program.instructions_size(); ++i) {
     const wire::Instruction &inst = program.instructions(i);
-    if (inst.op() != "fused")
+    if (inst.op() != "fused" && inst.op() != "fused_adam")
       continue;
     const wire::Executable &exe = program.executables(inst.executable());
     if (exe.object().empty())
