@@ -94,7 +94,7 @@ void Controller::speculate(int meshId, uint64_t predictedHash,
     } catch (...) {
       speculation_ = PendingSpeculation();
     }
-  });
+  }, /*mayInline=*/true);
 }
 
 uint64_t Controller::confirmSpeculation(const Segment &seg,

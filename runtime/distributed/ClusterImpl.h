@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -170,6 +171,23 @@ struct Cluster::Impl {
   std::deque<std::pair<size_t, std::string>> outbox;
   int wakeFd = -1;
 
+  // Direct sends ($DTORCH_DIRECT_SEND=0 turns them off): a thread that
+  // posts a message sends it on the socket itself when nothing waits in
+  // the outbox and the I/O thread is not using the socket, instead of
+  // waking the I/O thread to send it. `socketMutex` guards the socket: the
+  // I/O thread holds it except while it waits in poll. `routes` (guarded by
+  // socketMutex, refreshed by the I/O thread every round): by worker index,
+  // the routing id of a live authenticated worker, else empty (its
+  // messages go through the outbox, which drops those of a dead worker).
+  const bool directSend = directSendFromEnvironment();
+  std::mutex socketMutex;
+  std::vector<std::string> routes;
+  std::atomic<uint64_t> directSends{0};
+  static bool directSendFromEnvironment() {
+    const char *value = std::getenv("DTORCH_DIRECT_SEND");
+    return !(value && std::string(value) == "0");
+  }
+
   std::atomic<uint64_t> nextRequest{1};
   std::atomic<uint64_t> sent{0};
   std::atomic<uint64_t> trips{0};
@@ -267,6 +285,8 @@ struct Cluster::Impl {
 
   /// Queues an encoded envelope (one encoding may go to several workers).
   void postBytes(size_t worker, std::string bytes) {
+    if (directSend && sendDirect(worker, bytes))
+      return;
     {
       std::lock_guard<std::mutex> lock(outboxMutex);
       outbox.emplace_back(worker, std::move(bytes));
@@ -274,6 +294,33 @@ struct Cluster::Impl {
     uint64_t one = 1;
     ssize_t ignored = write(wakeFd, &one, sizeof(one));
     (void)ignored;
+  }
+
+  /// Sends `bytes` to worker `worker` on the calling thread: true when
+  /// sent. False (nothing sent) when a message waits in the outbox (it goes
+  /// first), the I/O thread holds the socket, or the worker has no route.
+  /// Never blocks on the I/O thread: callers may hold `mutex`.
+  bool sendDirect(size_t worker, const std::string &bytes) {
+    std::unique_lock<std::mutex> queued(outboxMutex);
+    if (!outbox.empty())
+      return false;
+    std::unique_lock<std::mutex> lock(socketMutex, std::try_to_lock);
+    if (!lock.owns_lock())
+      return false;
+    queued.unlock();
+    if (!socket || worker >= routes.size() || routes[worker].empty())
+      return false;
+    sendTo(routes[worker], bytes);
+    ++directSends;
+    // The socket's descriptor is edge-triggered: this send may have taken
+    // the notice of a message that arrived meanwhile, which the I/O
+    // thread's poll would then miss; it is woken to read it.
+    if (socket->get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      uint64_t one = 1;
+      ssize_t ignored = write(wakeFd, &one, sizeof(one));
+      (void)ignored;
+    }
+    return true;
   }
 
   void sendTo(const std::string &id, const std::string &payload) {

@@ -31,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <set>
 #include <sys/eventfd.h>
 #include <thread>
@@ -1015,6 +1016,8 @@ void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
 }
 
 void Worker::rankLoop(Rank &r) {
+  // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
+  pthread_setname_np(pthread_self(), "dtorch-rank");
   while (true) {
     std::function<void()> task;
     {
