@@ -247,8 +247,7 @@ void Controller::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // A caller handling a request inline (beginInline) finishes first.
-      cv_.wait(lock,
-               [&] { return !busy_ && (stop_ || !queue_.empty()); });
+      cv_.wait(lock, [&] { return !busy_ && (stop_ || !queue_.empty()); });
       if (queue_.empty())
         return; // stopping and drained
       task = std::move(queue_.front());
@@ -331,7 +330,8 @@ bool Controller::runsFromCache(const Segment &seg) {
   if (meshIt == meshes_.end() || keyIt == meshKeys_.end())
     return false;
   const Mesh &mesh = meshIt->second;
-  auto bucket = cache_.find(mixHash(seg.structureHash & hashMask, keyIt->second));
+  auto bucket =
+      cache_.find(mixHash(seg.structureHash & hashMask, keyIt->second));
   if (bucket == cache_.end())
     return false;
   // The structure is compared by runSegment (a collision runs on the
@@ -662,28 +662,30 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
   // A small put (a batch) is encoded on the calling thread when the
   // controller thread is idle; a large one overlaps the client's work.
   bool small = full.nbytes() <= (size_t(1) << 20);
-  enqueue([this, meshId, handle, full = std::move(full), placements] {
-    guarded([&] {
-      std::optional<rt::TraceSpan> span =
-          controllerSpan(trace_, "controller", "put");
-      if (span)
-        span->setBytes(static_cast<int64_t>(full.nbytes()));
-      const Mesh &mesh = meshes_.at(meshId);
-      std::vector<rt::Tensor> pieces =
-          scatterPieces(full, mesh.shape, placements);
-      for (size_t p = 0; p < pieces.size(); ++p)
-        backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
-      live_[handle] = meshId;
-      liveCount_ = live_.size();
-    });
-  }, small);
+  enqueue(
+      [this, meshId, handle, full = std::move(full), placements] {
+        guarded([&] {
+          std::optional<rt::TraceSpan> span =
+              controllerSpan(trace_, "controller", "put");
+          if (span)
+            span->setBytes(static_cast<int64_t>(full.nbytes()));
+          const Mesh &mesh = meshes_.at(meshId);
+          std::vector<rt::Tensor> pieces =
+              scatterPieces(full, mesh.shape, placements);
+          for (size_t p = 0; p < pieces.size(); ++p)
+            backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
+          live_[handle] = meshId;
+          liveCount_ = live_.size();
+        });
+      },
+      small);
 }
 
 void Controller::free(int meshId, Handle handle) {
   if (!batchFrees_) {
-    enqueue([this, meshId, handle] {
-      guarded([&] { freeNow({{meshId, handle}}); });
-    }, /*mayInline=*/true);
+    enqueue([this, meshId,
+             handle] { guarded([&] { freeNow({{meshId, handle}}); }); },
+            /*mayInline=*/true);
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -701,23 +703,25 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
   using PieceFutures = std::vector<std::future<rt::Tensor>>;
   auto promise = std::make_shared<std::promise<PieceFutures>>();
   std::future<PieceFutures> requested = promise->get_future();
-  enqueue([this, meshId, handle, promise] {
-    std::optional<rt::TraceSpan> span =
-        controllerSpan(trace_, "controller", "fetch request");
-    try {
-      if (auto lost = lost_.find(handle); lost != lost_.end())
-        throw WorkerError(lost->second.rank, lost->second.host,
-                          lost->second.message);
-      if (auto failed = failed_.find(handle); failed != failed_.end())
-        std::rethrow_exception(failed->second);
-      PieceFutures futures;
-      for (int64_t r : meshes_.at(meshId).ranks)
-        futures.push_back(backend_->fetch(static_cast<int>(r), handle));
-      promise->set_value(std::move(futures));
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  }, /*mayInline=*/true);
+  enqueue(
+      [this, meshId, handle, promise] {
+        std::optional<rt::TraceSpan> span =
+            controllerSpan(trace_, "controller", "fetch request");
+        try {
+          if (auto lost = lost_.find(handle); lost != lost_.end())
+            throw WorkerError(lost->second.rank, lost->second.host,
+                              lost->second.message);
+          if (auto failed = failed_.find(handle); failed != failed_.end())
+            std::rethrow_exception(failed->second);
+          PieceFutures futures;
+          for (int64_t r : meshes_.at(meshId).ranks)
+            futures.push_back(backend_->fetch(static_cast<int>(r), handle));
+          promise->set_value(std::move(futures));
+        } catch (...) {
+          promise->set_exception(std::current_exception());
+        }
+      },
+      /*mayInline=*/true);
   // Deferred: the waiting happens in the thread that calls get().
   return std::async(
       std::launch::deferred,
@@ -769,16 +773,18 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
   using StatsFutures = std::vector<std::future<rt::MemoryStats>>;
   auto promise = std::make_shared<std::promise<StatsFutures>>();
   std::future<StatsFutures> requested = promise->get_future();
-  enqueue([this, promise] {
-    try {
-      StatsFutures futures;
-      for (int r = 0; r < backend_->worldSize(); ++r)
-        futures.push_back(backend_->memoryStats(r));
-      promise->set_value(std::move(futures));
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  }, /*mayInline=*/true);
+  enqueue(
+      [this, promise] {
+        try {
+          StatsFutures futures;
+          for (int r = 0; r < backend_->worldSize(); ++r)
+            futures.push_back(backend_->memoryStats(r));
+          promise->set_value(std::move(futures));
+        } catch (...) {
+          promise->set_exception(std::current_exception());
+        }
+      },
+      /*mayInline=*/true);
   return std::async(
       std::launch::deferred,
       [](std::future<StatsFutures> requested) {
