@@ -109,7 +109,11 @@ void Controller::takeSpareNodes(std::vector<Node> &spare) {
   spareReady_ = false;
 }
 
-void Controller::enqueue(std::function<void()> task, bool mayInline) {
+void Controller::enqueue(std::function<void()> task) {
+  enqueueMayInline(false, std::move(task));
+}
+
+void Controller::enqueueMayInline(bool mayInline, std::function<void()> task) {
   if (mayInline && inlineRequests_ && beginInline()) {
     struct End {
       Controller *controller;
@@ -662,8 +666,8 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
   // A small put (a batch) is encoded on the calling thread when the
   // controller thread is idle; a large one overlaps the client's work.
   bool small = full.nbytes() <= (size_t(1) << 20);
-  enqueue(
-      [this, meshId, handle, full = std::move(full), placements] {
+  enqueueMayInline(
+      small, [this, meshId, handle, full = std::move(full), placements] {
         guarded([&] {
           std::optional<rt::TraceSpan> span =
               controllerSpan(trace_, "controller", "put");
@@ -677,15 +681,14 @@ void Controller::put(int meshId, Handle handle, rt::Tensor full,
           live_[handle] = meshId;
           liveCount_ = live_.size();
         });
-      },
-      small);
+      });
 }
 
 void Controller::free(int meshId, Handle handle) {
   if (!batchFrees_) {
-    enqueue([this, meshId,
-             handle] { guarded([&] { freeNow({{meshId, handle}}); }); },
-            /*mayInline=*/true);
+    enqueueMayInline(true, [this, meshId, handle] {
+      guarded([&] { freeNow({{meshId, handle}}); });
+    });
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -703,25 +706,23 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
   using PieceFutures = std::vector<std::future<rt::Tensor>>;
   auto promise = std::make_shared<std::promise<PieceFutures>>();
   std::future<PieceFutures> requested = promise->get_future();
-  enqueue(
-      [this, meshId, handle, promise] {
-        std::optional<rt::TraceSpan> span =
-            controllerSpan(trace_, "controller", "fetch request");
-        try {
-          if (auto lost = lost_.find(handle); lost != lost_.end())
-            throw WorkerError(lost->second.rank, lost->second.host,
-                              lost->second.message);
-          if (auto failed = failed_.find(handle); failed != failed_.end())
-            std::rethrow_exception(failed->second);
-          PieceFutures futures;
-          for (int64_t r : meshes_.at(meshId).ranks)
-            futures.push_back(backend_->fetch(static_cast<int>(r), handle));
-          promise->set_value(std::move(futures));
-        } catch (...) {
-          promise->set_exception(std::current_exception());
-        }
-      },
-      /*mayInline=*/true);
+  enqueueMayInline(true, [this, meshId, handle, promise] {
+    std::optional<rt::TraceSpan> span =
+        controllerSpan(trace_, "controller", "fetch request");
+    try {
+      if (auto lost = lost_.find(handle); lost != lost_.end())
+        throw WorkerError(lost->second.rank, lost->second.host,
+                          lost->second.message);
+      if (auto failed = failed_.find(handle); failed != failed_.end())
+        std::rethrow_exception(failed->second);
+      PieceFutures futures;
+      for (int64_t r : meshes_.at(meshId).ranks)
+        futures.push_back(backend_->fetch(static_cast<int>(r), handle));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
   // Deferred: the waiting happens in the thread that calls get().
   return std::async(
       std::launch::deferred,
@@ -773,18 +774,16 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
   using StatsFutures = std::vector<std::future<rt::MemoryStats>>;
   auto promise = std::make_shared<std::promise<StatsFutures>>();
   std::future<StatsFutures> requested = promise->get_future();
-  enqueue(
-      [this, promise] {
-        try {
-          StatsFutures futures;
-          for (int r = 0; r < backend_->worldSize(); ++r)
-            futures.push_back(backend_->memoryStats(r));
-          promise->set_value(std::move(futures));
-        } catch (...) {
-          promise->set_exception(std::current_exception());
-        }
-      },
-      /*mayInline=*/true);
+  enqueueMayInline(true, [this, promise] {
+    try {
+      StatsFutures futures;
+      for (int r = 0; r < backend_->worldSize(); ++r)
+        futures.push_back(backend_->memoryStats(r));
+      promise->set_value(std::move(futures));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
   return std::async(
       std::launch::deferred,
       [](std::future<StatsFutures> requested) {

@@ -196,12 +196,14 @@ private:
   uint64_t confirmSpeculation(const Segment &seg, uint64_t programId);
   void dropSpeculationNow();
 
-  /// Queues `task` for the controller thread. With `mayInline` (a request
-  /// that neither compiles nor waits), the calling thread handles it itself
-  /// when nothing is queued and the controller thread is idle, preceded by
-  /// the pending frees: the same order, without waking the controller
-  /// thread (DTORCH_INLINE_CONTROLLER=0: always queued).
-  void enqueue(std::function<void()> task, bool mayInline = false);
+  /// Queues `task` for the controller thread (enqueue: always). With
+  /// `mayInline` (a request that neither compiles nor waits), the calling
+  /// thread handles it itself when nothing is queued and the controller
+  /// thread is idle, preceded by the pending frees: the same order, without
+  /// waking the controller thread (DTORCH_INLINE_CONTROLLER=0: always
+  /// queued).
+  void enqueueMayInline(bool mayInline, std::function<void()> task);
+  void enqueue(std::function<void()> task);
   /// Makes the calling thread the one that handles requests when nothing is
   /// queued and no thread handles one (true; the pending frees are handled
   /// first); the caller then runs requests with runInline and ends with
