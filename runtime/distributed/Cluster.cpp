@@ -783,7 +783,9 @@ void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
   put->set_rank(rank);
   put->set_handle(handle);
   tensorToWire(value, put->mutable_value());
-  impl_->post(impl_->workerOfRank(rank), e);
+  // A small put (a batch) waits for the next other message (`held`).
+  impl_->post(impl_->workerOfRank(rank), e,
+              /*holdable=*/value.nbytes() <= (size_t(1) << 20));
   ++impl_->sent;
 }
 
@@ -890,7 +892,8 @@ void Cluster::free(const std::vector<int64_t> &ranks,
       },
       [](wire::Envelope &e, int32_t rank) {
         e.mutable_free()->add_ranks(rank);
-      });
+      },
+      /*holdable=*/true);
 }
 
 void Cluster::synchronize() {

@@ -1,7 +1,8 @@
 """Fewer thread hand-offs per step: the calling thread handles a controller
 request itself when nothing is queued (DTORCH_INLINE_CONTROLLER), and posts
 its messages on the cluster's socket itself when the I/O thread is not using
-it (DTORCH_DIRECT_SEND). Either way the results must be the same bits, an
+it (DTORCH_DIRECT_SEND), and small puts and frees wait to leave back to back
+with the next other message (DTORCH_HOLD_SENDS). Either way the results must be the same bits, an
 error must raise the same exception, and a dead worker must still be named.
 
 Each setting runs in a child process of its own (the switches are read once
@@ -15,8 +16,8 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ON = {"DTORCH_INLINE_CONTROLLER": "1", "DTORCH_DIRECT_SEND": "1"}
-OFF = {"DTORCH_INLINE_CONTROLLER": "0", "DTORCH_DIRECT_SEND": "0"}
+ON = {"DTORCH_INLINE_CONTROLLER": "1", "DTORCH_DIRECT_SEND": "1", "DTORCH_HOLD_SENDS": "1"}
+OFF = {"DTORCH_INLINE_CONTROLLER": "0", "DTORCH_DIRECT_SEND": "0", "DTORCH_HOLD_SENDS": "0"}
 
 CHILD = textwrap.dedent(r"""
     import hashlib, json, os, signal, subprocess, sys, time
@@ -77,6 +78,17 @@ CHILD = textwrap.dedent(r"""
         # The next steps read the failed update's parameters.
         out["after"] = outcome(step)
         out["after2"] = outcome(step)
+    elif scenario == "puts":
+        # Held puts and frees leave with the next request: every value put
+        # is there for a fetch, a memory_stats and a synchronize after it.
+        vals = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(5)]
+        ts = [dtorch.tensor(v, device_mesh=mesh) for v in vals]
+        out["fetched"] = [bool((t.numpy() == v).all()) for t, v in zip(ts, vals)]
+        more = dtorch.tensor(vals[0], device_mesh=mesh)
+        del ts[1:]
+        out["tensors"] = sum(r["tensors"] for r in dtorch.memory_stats())
+        dtorch.synchronize()
+        out["more"] = more.numpy().tolist() == vals[0].tolist()
     elif scenario == "dead":
         out["losses"] = [step() for _ in range(4)]
         pids = sorted(int(p) for p in subprocess.run(
@@ -123,14 +135,13 @@ def test_training_is_bitwise_the_same_with_and_without_hand_offs(tmp_path):
         assert on["memory_hits"] == off["memory_hits"] >= 6
 
 
-def test_direct_send_alone_gives_the_same_bits(tmp_path):
-    both = run_child(tmp_path, "train", 1, ON)
-    queued = run_child(tmp_path, "train", 1, {"DTORCH_INLINE_CONTROLLER": "1",
-                                              "DTORCH_DIRECT_SEND": "0"})
-    direct = run_child(tmp_path, "train", 1, {"DTORCH_INLINE_CONTROLLER": "0",
-                                              "DTORCH_DIRECT_SEND": "1"})
-    assert both["losses"] == queued["losses"] == direct["losses"]
-    assert both["params"] == queued["params"] == direct["params"]
+def test_each_switch_alone_gives_the_same_bits(tmp_path):
+    results = [run_child(tmp_path, "train", 1, ON)]
+    for name in ON:
+        results.append(run_child(tmp_path, "train", 1, dict(ON, **{name: "0"})))
+    for r in results[1:]:
+        assert r["losses"] == results[0]["losses"]
+        assert r["params"] == results[0]["params"]
 
 
 def test_an_error_in_an_inline_step_raises_the_same_exception(tmp_path):
@@ -142,6 +153,13 @@ def test_an_error_in_an_inline_step_raises_the_same_exception(tmp_path):
     assert on["after"] == off["after"]
     assert on["after2"] == off["after2"]
     assert on["inline_requests"] > 0 and off["inline_requests"] == 0
+
+
+def test_held_puts_and_frees_reach_the_worker_before_the_next_request(tmp_path):
+    on = run_child(tmp_path, "puts", 1, ON)
+    off = run_child(tmp_path, "puts", 1, OFF)
+    assert on["fetched"] == [True] * 5 and on["more"], on
+    assert on["tensors"] == off["tensors"], (on, off)
 
 
 def test_a_dead_worker_is_still_named(tmp_path):
