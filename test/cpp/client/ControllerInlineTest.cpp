@@ -119,6 +119,19 @@ private:
   bool inSync_ = false;
 };
 
+/// Returns once the controller thread is idle: it ends a task a moment
+/// after a synchronize waiting for it returned, and until then requests
+/// queue behind it. With inline requests on, until one ran inline.
+void settle(Controller &controller, bool on) {
+  for (int i = 0; i < (on ? 1000 : 5); ++i) {
+    uint64_t before = controller.stats().inlineRequests;
+    controller.memoryStatsAsync().get(); // the backend logs nothing
+    if (controller.stats().inlineRequests > before)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 /// A controller on 2 in-process ranks (mesh [2], id 0), built with
 /// DTORCH_INLINE_CONTROLLER set to `on`.
 std::unique_ptr<Controller> makeController(bool on,
@@ -136,6 +149,7 @@ std::unique_ptr<Controller> makeController(bool on,
     unsetenv("DTORCH_INLINE_CONTROLLER");
   controller->addMesh(Mesh{0, {2}, {}, {0, 1}, "cpu", {}});
   controller->synchronize(); // the mesh is known
+  settle(*controller, on);
   return controller;
 }
 
@@ -162,7 +176,7 @@ TEST_P(ControllerInlineTest, IdleControllerRequestsRunOnTheCallerInOrder) {
   }
   ControllerStats stats = controller->stats();
   if (GetParam())
-    EXPECT_EQ(stats.inlineRequests, 4u); // put, put, free batch, fetch
+    EXPECT_EQ(stats.inlineRequests, 5u); // settle, put, put, frees, fetch
   else
     EXPECT_EQ(stats.inlineRequests, 0u);
   controller->shutdown();
@@ -181,6 +195,7 @@ TEST_P(ControllerInlineTest, ARequestWhileTheControllerIsBusyWaitsBehindIt) {
   backend->open();
   other.join();
   controller->synchronize(); // the put has run
+  settle(*controller, GetParam());
   std::vector<rt::Tensor> pieces = controller->fetchPieces(0, 7);
   EXPECT_EQ(values(pieces[0]), std::vector<double>{5});
   log = backend->log();
@@ -188,8 +203,8 @@ TEST_P(ControllerInlineTest, ARequestWhileTheControllerIsBusyWaitsBehindIt) {
   EXPECT_EQ(log[2].what, "put 7");
   EXPECT_FALSE(log[2].onCaller);
   EXPECT_EQ(log[3].what, "sync");
-  // Idle again: the fetch runs on this thread when inline is on.
   EXPECT_EQ(log[4].what, "fetch 7");
+  // Idle again: the fetch ran on this thread when inline is on.
   EXPECT_EQ(log[4].onCaller, GetParam());
   controller->shutdown();
 }
