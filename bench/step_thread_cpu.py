@@ -149,7 +149,10 @@ def job_main(job):
         return c, value
 
     losses = []
+    sent = None
     for i in range(job["warmup"] + job["steps"]):
+        if i == job["warmup"]:
+            sent = dtorch._C.messages_sent()
         before = _snapshot(me, main_tid, workers)
         t0 = time.perf_counter()
         c, value = step()
@@ -176,6 +179,7 @@ def job_main(job):
 
     return {"phases_cpu_ms": {k: statistics.median(v) for k, v in phases.items()},
             "step_wall_ms": statistics.median(walls),
+            "messages_per_step": (dtorch._C.messages_sent() - sent) / job["steps"],
             "threads_cpu_ms": {k: statistics.median(p.get(k, 0.0) for p in parts)
                                for k in keys},
             "voluntary_switches": per_step(voluntary),
@@ -228,7 +232,8 @@ def main(argv=None):
              f"{args.loss_fetch}, variants interleaved, load {min(loads):.1f}-{max(loads):.1f} "
              f"(1-min load average before each round).", "",
              "| part | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    rows = [("step wall ms", "step_wall_ms", None)]
+    rows = [("step wall ms", "step_wall_ms", None),
+            ("messages to the workers", "messages_per_step", None)]
     rows += [("main CPU: " + p, "phases_cpu_ms", p) for p in PHASES]
     for table, label in (("threads_cpu_ms", "CPU ms"), ("voluntary_switches", "vol. csw"),
                          ("involuntary_switches", "invol. csw")):
@@ -240,7 +245,8 @@ def main(argv=None):
         for n in names:
             vals = [o[table] if key is None else o[table].get(key, 0.0) for o in rounds[n]]
             cells.append(f"{statistics.median(vals):.3f} ({min(vals):.3f})"
-                         if table in ("threads_cpu_ms", "phases_cpu_ms", "step_wall_ms")
+                         if table in ("threads_cpu_ms", "phases_cpu_ms", "step_wall_ms",
+                                      "messages_per_step")
                          else f"{statistics.median(vals):.1f} ({min(vals):.1f})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     if len(names) > 1:
