@@ -5,6 +5,11 @@ time), 1 rank (--dp adds DP=2, whose programs have collectives and are not
 speculated). Writes bench/results/speculate_ab/{table.md,results.json}.
 
     python3 bench/speculate_ab.py [--rounds 3] [--steps 20] [--loss-fetch both]
+        [--variant NAME:ENV=VALUE[,...] ...] [--out DIR]
+
+`--variant` (repeated) replaces the two DTORCH_SPECULATE variants by others,
+each with its own environment (empty after the colon: the default one), e.g.
+`--variant on: --variant off:DTORCH_INLINE_CONTROLLER=0,DTORCH_DIRECT_SEND=0`.
 """
 import argparse
 import json
@@ -30,13 +35,20 @@ def main(argv=None):
     ap.add_argument("--loss-fetch", choices=("sync", "async", "both"), default="both")
     ap.add_argument("--dp", action="store_true", help="also DP=2 vs torch DDP")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "speculate_ab"))
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:ENV=VALUE[,...]")
     args = ap.parse_args(argv)
+    variants = VARIANTS
+    if args.variant:
+        variants = []
+        for spec in args.variant:
+            name, _, env = spec.partition(":")
+            variants.append((name, dict(kv.split("=", 1) for kv in env.split(",") if kv)))
     if not args.dp:
         train_bench.GPT_STEP_PAIRS = train_bench.GPT_STEP_PAIRS[:1]
     rows = {}
     scratch = tempfile.mkdtemp(prefix="speculate_ab_")  # each round's own table
     for r in range(args.rounds):
-        for name, env in VARIANTS:
+        for name, env in variants:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
             try:
@@ -56,7 +68,9 @@ def main(argv=None):
                     "cpu_ratio": row["cpu_ratio"], "load": [result["load_min"], result["load_max"]],
                     "max_loss_diff": row["max_loss_diff"]})
             print(f"round {r + 1}/{args.rounds} {name} done", flush=True)
-    lines = [f"GPT step, DTORCH_SPECULATE on and off interleaved: {args.rounds} rounds of "
+    described = "; ".join(f"{n} = {','.join(f'{k}={v}' for k, v in e.items()) or 'default'}"
+                          for n, e in variants)
+    lines = [f"GPT step, variants interleaved ({described}): {args.rounds} rounds of "
              f"{args.steps} steps after {args.warmup} warm-up; ratio = dtorch / torch median "
              f"step time of the round (goal <= 0.83).", "",
              "| setting | variant | ratio per round | median ratio | dtorch ms per round | "

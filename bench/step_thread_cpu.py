@@ -1,4 +1,4 @@
-"""CPU time per thread of a cached 1-rank GPT training step.
+"""CPU time and context switches per thread of a cached 1-rank GPT training step.
 
 Where the fixed cost of a cached step goes, in CPU time (which a busy host
 inflates far less than wall time): the client's main thread per phase of
@@ -6,10 +6,16 @@ the step (batch upload, forward, backward, optimizer, loss fetch; from
 `time.thread_time`), the controller thread, the cluster's I/O thread and
 the worker process (all its threads), each from the kernel's per-thread
 run time (`/proc/.../schedstat`, nanoseconds). The model, batch and AdamW
-step are those of bench/train_bench.py --gpt-step.
+step are those of bench/train_bench.py --gpt-step. Per part (a thread
+or a group of threads of one kind), it also counts the context switches per
+step, voluntary (the thread blocked: a wake-up each) and involuntary (it was
+preempted), from /proc/PID/task/TID/status: the client's main thread, its
+controller thread (dtorch-ctrl), its cluster I/O thread (dtorch-io), its
+ZeroMQ threads (ZMQbg/...), the worker's main thread (its I/O loop), its
+rank thread (dtorch-rank), its ZeroMQ threads, and any other thread.
 
     python3 bench/step_thread_cpu.py [--steps 40] [--rounds 3]
-        [--compare DTORCH_BATCH_FREES=0] [--loss-fetch sync|async]
+        [--compare DTORCH_BATCH_FREES=0] [--loss-fetch sync|async] [--out DIR]
 
 `--compare` adds a variant with other environment variables; the variants
 run alternately for --rounds rounds, each in a fresh interpreter, and the
@@ -37,7 +43,8 @@ PHASES = ("batch", "forward", "backward", "optimizer", "fetch")
 
 
 def _thread_names_and_ns(pid):
-    """{tid: (name, ns on CPU)} of every thread of process `pid`."""
+    """{tid: (name, ns on CPU, voluntary, involuntary context switches)} of
+    every thread of process `pid`."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -49,9 +56,17 @@ def _thread_names_and_ns(pid):
                 name = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 ns = int(f.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
         except OSError:
             continue
-        out[int(tid)] = (name, ns)
+        vol = invol = 0
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol = int(line.split()[1])
+        out[int(tid)] = (name, ns, vol, invol)
     return out
 
 
@@ -70,18 +85,39 @@ def _children(pid):
     return kids
 
 
+def _client_part(tid, name, main_tid):
+    return ("client main" if tid == main_tid else
+            "client controller" if name == "dtorch-ctrl" else
+            "client cluster I/O" if name == "dtorch-io" else
+            "client zmq" if name.startswith("ZMQbg") else "client other")
+
+
+def _worker_part(pid, tid, name):
+    return ("worker main (I/O)" if tid == pid else
+            "worker rank" if name == "dtorch-rank" else
+            "worker zmq" if name.startswith("ZMQbg") else "worker other")
+
+
 def _snapshot(me, main_tid, workers):
-    """ns on CPU by part: the client's threads by name, the workers."""
+    """(ns on CPU, voluntary, involuntary switches) by part."""
     parts = {}
-    for tid, (name, ns) in _thread_names_and_ns(me).items():
-        part = ("client main" if tid == main_tid else
-                "controller" if name == "dtorch-ctrl" else
-                "cluster I/O" if name == "dtorch-io" else "client other")
-        parts[part] = parts.get(part, 0) + ns
+
+    def add(part, ns, vol, invol):
+        old = parts.get(part, (0, 0, 0))
+        parts[part] = (old[0] + ns, old[1] + vol, old[2] + invol)
+
+    for tid, (name, ns, vol, invol) in _thread_names_and_ns(me).items():
+        add(_client_part(tid, name, main_tid), ns, vol, invol)
     for w in workers:
-        parts["workers"] = parts.get("workers", 0) + sum(
-            ns for _, ns in _thread_names_and_ns(w).values())
+        for tid, (name, ns, vol, invol) in _thread_names_and_ns(w).items():
+            add(_worker_part(w, tid, name), ns, vol, invol)
     return parts
+
+
+def _delta(before, after, index, scale=1.0):
+    out = {k: (after[k][index] - before.get(k, (0, 0, 0))[index]) * scale for k in after}
+    out["all threads"] = sum(out.values())
+    return out
 
 
 def job_main(job):
@@ -89,7 +125,7 @@ def job_main(job):
     me, main_tid = os.getpid(), __import__("threading").get_native_id()
     workers = _children(me)
     phases = {k: [] for k in PHASES}
-    parts = []
+    parts, voluntary, involuntary, walls = [], [], [], []
     pending = []
     asynchronous = job["loss_fetch"] == "async"
 
@@ -113,25 +149,41 @@ def job_main(job):
         return c, value
 
     losses = []
+    sent = None
     for i in range(job["warmup"] + job["steps"]):
+        if i == job["warmup"]:
+            sent = dtorch._C.messages_sent()
         before = _snapshot(me, main_tid, workers)
+        t0 = time.perf_counter()
         c, value = step()
         if value is not None:
             losses.append(value)
         if asynchronous:
             dtorch.synchronize()  # the step's own work, not the next one's
+        wall = time.perf_counter() - t0
         after = _snapshot(me, main_tid, workers)
         if i < job["warmup"]:
             continue
         for name, a, b in zip(PHASES, c, c[1:]):
             phases[name].append((b - a) * 1e3)
-        parts.append({k: (after.get(k, 0) - before.get(k, 0)) / 1e6 for k in after})
+        walls.append(wall * 1e3)
+        parts.append(_delta(before, after, 0, 1e-6))
+        voluntary.append(_delta(before, after, 1))
+        involuntary.append(_delta(before, after, 2))
     for f in pending:
         losses.append(f.result())
     keys = sorted({k for p in parts for k in p})
+
+    def per_step(samples):  # the mean: counts are small integers
+        return {k: statistics.fmean(p.get(k, 0) for p in samples) for k in keys}
+
     return {"phases_cpu_ms": {k: statistics.median(v) for k, v in phases.items()},
+            "step_wall_ms": statistics.median(walls),
+            "messages_per_step": (dtorch._C.messages_sent() - sent) / job["steps"],
             "threads_cpu_ms": {k: statistics.median(p.get(k, 0.0) for p in parts)
                                for k in keys},
+            "voluntary_switches": per_step(voluntary),
+            "involuntary_switches": per_step(involuntary),
             "losses": losses[-3:],
             "stats": {k: v for k, v in dtorch._C.controller_stats().items()
                       if isinstance(v, (int, float))}}
@@ -147,6 +199,7 @@ def main(argv=None):
     ap.add_argument("--loss-fetch", choices=("sync", "async"), default="sync")
     ap.add_argument("--compare", action="append", default=[], metavar="ENV=VALUE[,...]")
     ap.add_argument("--json", help="also write the rounds here")
+    ap.add_argument("--out", help="write table.md and results.json into this directory")
     ap.add_argument("--job", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.job:
@@ -171,26 +224,58 @@ def main(argv=None):
                 raise SystemExit(f"job ({name}): {out['error']}")
             rounds[name].append(out)
             print(f"round {r + 1} {name}: {json.dumps(out['threads_cpu_ms'])}", flush=True)
-    print(f"\nCPU ms per step, median over {args.rounds} rounds of each round's median "
-          f"(least round in brackets); {args.steps} steps, loss fetch {args.loss_fetch}, "
-          f"load {min(loads):.1f}-{max(loads):.1f}\n")
     names = [n for n, _ in variants]
-    print("| part | " + " | ".join(names) + " |")
-    print("|---|" + "---|" * len(names))
-    rows = [("main: " + p, "phases_cpu_ms", p) for p in PHASES]
-    keys = sorted({k for rs in rounds.values() for o in rs for k in o["threads_cpu_ms"]})
-    rows += [(k, "threads_cpu_ms", k) for k in keys]
+    lines = [f"CPU ms per step, median over {args.rounds} rounds of each round's median; "
+             f"context switches per step (voluntary: the thread blocked and was woken; "
+             f"involuntary: preempted), median over rounds of each round's mean; least "
+             f"round in brackets. {args.steps} steps after {args.warmup} warm-up, loss fetch "
+             f"{args.loss_fetch}, variants interleaved, load {min(loads):.1f}-{max(loads):.1f} "
+             f"(1-min load average before each round).", "",
+             "| part | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    rows = [("step wall ms", "step_wall_ms", None),
+            ("messages to the workers", "messages_per_step", None)]
+    rows += [("main CPU: " + p, "phases_cpu_ms", p) for p in PHASES]
+    for table, label in (("threads_cpu_ms", "CPU ms"), ("voluntary_switches", "vol. csw"),
+                         ("involuntary_switches", "invol. csw")):
+        keys = sorted({k for rs in rounds.values() for o in rs for k in o[table]},
+                      key=lambda k: (k == "all threads", k))
+        rows += [(f"{label}: {k}", table, k) for k in keys]
     for label, table, key in rows:
         cells = []
         for n in names:
-            vals = [o[table].get(key, 0.0) for o in rounds[n]]
-            cells.append(f"{statistics.median(vals):.3f} ({min(vals):.3f})")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+            vals = [o[table] if key is None else o[table].get(key, 0.0) for o in rounds[n]]
+            cells.append(f"{statistics.median(vals):.3f} ({min(vals):.3f})"
+                         if table in ("threads_cpu_ms", "phases_cpu_ms", "step_wall_ms",
+                                      "messages_per_step")
+                         else f"{statistics.median(vals):.1f} ({min(vals):.1f})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if len(names) > 1:
+        lines.append("")
+        for n in names[1:]:
+            for table, key, what in (("step_wall_ms", None, "step wall"),
+                                     ("threads_cpu_ms", "all threads", "CPU, all threads"),
+                                     ("voluntary_switches", "all threads", "voluntary switches"),
+                                     ("involuntary_switches", "all threads",
+                                      "involuntary switches")):
+                def med(v):
+                    return statistics.median(o[table] if key is None else o[table][key]
+                                             for o in rounds[v])
+                lines.append(f"- {what}: {names[0]} / {n} = {med(names[0]) / med(n):.2f}")
     for n in names:
-        print(f"{n}: last losses {rounds[n][-1]['losses']}")
+        lines.append(f"- {n}: last losses {rounds[n][-1]['losses']}")
+    table = "\n".join(lines) + "\n"
+    print("\n" + table)
+    result = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:],
+              "variants": dict(variants), "rounds": rounds, "loads": loads}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rounds": rounds, "loads": loads}, f, indent=1)
+            json.dump(result, f, indent=1)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "table.md"), "w") as f:
+            f.write(table)
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,11 @@ bool Controller::batchFreesFromEnvironment() {
   return !(value && std::string_view(value) == "0");
 }
 
+bool Controller::inlineRequestsFromEnvironment() {
+  const char *value = std::getenv("DTORCH_INLINE_CONTROLLER");
+  return !(value && std::string_view(value) == "0");
+}
+
 bool Controller::recycleNodesFromEnvironment() {
   const char *value = std::getenv("DTORCH_RECYCLE_NODES");
   return !(value && std::string_view(value) == "0");
@@ -105,6 +110,18 @@ void Controller::takeSpareNodes(std::vector<Node> &spare) {
 }
 
 void Controller::enqueue(std::function<void()> task) {
+  enqueueMayInline(false, std::move(task));
+}
+
+void Controller::enqueueMayInline(bool mayInline, std::function<void()> task) {
+  if (mayInline && inlineRequests_ && beginInline()) {
+    struct End {
+      Controller *controller;
+      ~End() { controller->endInline(); }
+    } end{this};
+    runInline(task);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_)
@@ -115,6 +132,56 @@ void Controller::enqueue(std::function<void()> task) {
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
+}
+
+bool Controller::beginInline() {
+  // An automatic restart (which waits for the workers) stays on the
+  // controller thread.
+  if (autoRestart_ && backend_->hasDeadWorker())
+    return false;
+  std::vector<std::pair<int, Handle>> frees;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_)
+      throw DTorchError("dtorch has been shut down");
+    if (busy_ || !queue_.empty())
+      return false;
+    busy_ = true;
+    frees.swap(pendingFrees_);
+  }
+  if (!frees.empty()) {
+    try {
+      runInline([&] { guarded([&] { freeNow(frees); }); });
+    } catch (...) {
+      endInline();
+      throw;
+    }
+  }
+  return true;
+}
+
+void Controller::endInline() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+    wake = stop_ || !queue_.empty();
+  }
+  // Another thread queued a request meanwhile: the controller thread,
+  // which waited for this one, takes it.
+  if (wake)
+    cv_.notify_one();
+}
+
+void Controller::runInline(const std::function<void()> &task) {
+  auto start = std::chrono::steady_clock::now();
+  autoRestartIfNeeded();
+  task();
+  double seconds = secondsSince(start);
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  stats_.busySeconds += seconds;
+  ++stats_.requests;
+  ++stats_.inlineRequests;
 }
 
 void Controller::queuePendingFreesLocked() {
@@ -183,19 +250,25 @@ void Controller::loop() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // A caller handling a request inline (beginInline) finishes first.
+      cv_.wait(lock, [&] { return !busy_ && (stop_ || !queue_.empty()); });
       if (queue_.empty())
         return; // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     auto start = std::chrono::steady_clock::now();
     autoRestartIfNeeded();
     task();
     double seconds = secondsSince(start);
-    std::lock_guard<std::mutex> lock(statsMutex_);
-    stats_.busySeconds += seconds;
-    ++stats_.requests;
+    {
+      std::lock_guard<std::mutex> lock(statsMutex_);
+      stats_.busySeconds += seconds;
+      ++stats_.requests;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
   }
 }
 
@@ -227,16 +300,53 @@ void Controller::addMesh(const Mesh &mesh) {
 }
 
 void Controller::submit(Segment segment) {
-  enqueue([this, seg = std::move(segment)]() mutable {
-    guarded([&] {
-      try {
-        runSegment(seg);
-      } catch (...) {
-        markFailed(seg, std::current_exception());
-        throw;
-      }
-    });
+  // A segment that runs from the cache as it is costs one lookup and one
+  // message: handled on the calling thread when the controller thread is
+  // idle (a compile or an upload stays on the controller thread, so the
+  // client records on meanwhile).
+  if (inlineRequests_ && beginInline()) {
+    struct End {
+      Controller *controller;
+      ~End() { controller->endInline(); }
+    } end{this};
+    if (runsFromCache(segment)) {
+      runInline([&] { handleSubmit(segment); });
+      return;
+    }
+  }
+  enqueue([this, seg = std::move(segment)]() mutable { handleSubmit(seg); });
+}
+
+void Controller::handleSubmit(Segment &seg) {
+  guarded([&] {
+    try {
+      runSegment(seg);
+    } catch (...) {
+      markFailed(seg, std::current_exception());
+      throw;
+    }
   });
+}
+
+bool Controller::runsFromCache(const Segment &seg) {
+  auto meshIt = meshes_.find(seg.meshId);
+  auto keyIt = meshKeys_.find(seg.meshId);
+  if (meshIt == meshes_.end() || keyIt == meshKeys_.end())
+    return false;
+  const Mesh &mesh = meshIt->second;
+  auto bucket =
+      cache_.find(mixHash(seg.structureHash & hashMask, keyIt->second));
+  if (bucket == cache_.end())
+    return false;
+  // The structure is compared by runSegment (a collision runs on the
+  // controller thread at worst, where it compiles).
+  for (const auto &entry : bucket->second)
+    if ((entry->mesh.id == mesh.id || sameMesh(entry->mesh, mesh)) &&
+        entry->structure.structureHash == seg.structureHash &&
+        entry->structure.nodes.size() == seg.nodes.size())
+      return entry->uploaded &&
+             (entry->fused || fusionTierFor(mesh) != FusionTier::FromSecondRun);
+  return false;
 }
 
 void Controller::markFailed(const Segment &segment, std::exception_ptr error) {
@@ -553,26 +663,30 @@ void Controller::ensureIr(Compiled &c, bool stages) {
 
 void Controller::put(int meshId, Handle handle, rt::Tensor full,
                      Placements placements) {
-  enqueue([this, meshId, handle, full = std::move(full), placements] {
-    guarded([&] {
-      std::optional<rt::TraceSpan> span =
-          controllerSpan(trace_, "controller", "put");
-      if (span)
-        span->setBytes(static_cast<int64_t>(full.nbytes()));
-      const Mesh &mesh = meshes_.at(meshId);
-      std::vector<rt::Tensor> pieces =
-          scatterPieces(full, mesh.shape, placements);
-      for (size_t p = 0; p < pieces.size(); ++p)
-        backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
-      live_[handle] = meshId;
-      liveCount_ = live_.size();
-    });
-  });
+  // A small put (a batch) is encoded on the calling thread when the
+  // controller thread is idle; a large one overlaps the client's work.
+  bool small = full.nbytes() <= (size_t(1) << 20);
+  enqueueMayInline(
+      small, [this, meshId, handle, full = std::move(full), placements] {
+        guarded([&] {
+          std::optional<rt::TraceSpan> span =
+              controllerSpan(trace_, "controller", "put");
+          if (span)
+            span->setBytes(static_cast<int64_t>(full.nbytes()));
+          const Mesh &mesh = meshes_.at(meshId);
+          std::vector<rt::Tensor> pieces =
+              scatterPieces(full, mesh.shape, placements);
+          for (size_t p = 0; p < pieces.size(); ++p)
+            backend_->put(static_cast<int>(mesh.ranks[p]), handle, pieces[p]);
+          live_[handle] = meshId;
+          liveCount_ = live_.size();
+        });
+      });
 }
 
 void Controller::free(int meshId, Handle handle) {
   if (!batchFrees_) {
-    enqueue([this, meshId, handle] {
+    enqueueMayInline(true, [this, meshId, handle] {
       guarded([&] { freeNow({{meshId, handle}}); });
     });
     return;
@@ -592,7 +706,7 @@ Controller::fetchPiecesAsync(int meshId, Handle handle) {
   using PieceFutures = std::vector<std::future<rt::Tensor>>;
   auto promise = std::make_shared<std::promise<PieceFutures>>();
   std::future<PieceFutures> requested = promise->get_future();
-  enqueue([this, meshId, handle, promise] {
+  enqueueMayInline(true, [this, meshId, handle, promise] {
     std::optional<rt::TraceSpan> span =
         controllerSpan(trace_, "controller", "fetch request");
     try {
@@ -660,7 +774,7 @@ std::future<std::vector<rt::MemoryStats>> Controller::memoryStatsAsync() {
   using StatsFutures = std::vector<std::future<rt::MemoryStats>>;
   auto promise = std::make_shared<std::promise<StatsFutures>>();
   std::future<StatsFutures> requested = promise->get_future();
-  enqueue([this, promise] {
+  enqueueMayInline(true, [this, promise] {
     try {
       StatsFutures futures;
       for (int r = 0; r < backend_->worldSize(); ++r)

@@ -196,7 +196,29 @@ private:
   uint64_t confirmSpeculation(const Segment &seg, uint64_t programId);
   void dropSpeculationNow();
 
+  /// Queues `task` for the controller thread (enqueue: always). With
+  /// `mayInline` (a request that neither compiles nor waits), the calling
+  /// thread handles it itself when nothing is queued and the controller
+  /// thread is idle, preceded by the pending frees: the same order, without
+  /// waking the controller thread (DTORCH_INLINE_CONTROLLER=0: always
+  /// queued).
+  void enqueueMayInline(bool mayInline, std::function<void()> task);
   void enqueue(std::function<void()> task);
+  /// Makes the calling thread the one that handles requests when nothing is
+  /// queued and no thread handles one (true; the pending frees are handled
+  /// first); the caller then runs requests with runInline and ends with
+  /// endInline. False (nothing taken): queue the request.
+  bool beginInline();
+  void endInline();
+  /// Runs one request on the calling thread as the controller thread would
+  /// (automatic restart first, the busy time counted).
+  void runInline(const std::function<void()> &task);
+  /// Whether `segment` would run from the program cache as it is: a hit
+  /// that is uploaded and compiled in its final tier (no compile, no
+  /// upload). The caller handles requests (controller thread or inline).
+  bool runsFromCache(const Segment &segment);
+  /// The task that handles `segment`'s submit.
+  void handleSubmit(Segment &segment);
   /// Caller holds mutex_: queues the task that frees the pending frees.
   void queuePendingFreesLocked();
   /// Frees `frees` (mesh id, handle) with one Backend::free per mesh
@@ -277,6 +299,11 @@ private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
+  /// A thread handles a request (guarded by mutex_): the controller thread,
+  /// or a caller inline (beginInline); the other waits or queues.
+  bool busy_ = false;
+  const bool inlineRequests_ = inlineRequestsFromEnvironment();
+  static bool inlineRequestsFromEnvironment();
   /// The nodes of the last hit, for takeSpareNodes (guarded by
   /// spareMutex_); their owners and attributes are cleared.
   std::mutex spareMutex_;

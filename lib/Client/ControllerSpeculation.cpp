@@ -28,7 +28,8 @@ extern std::atomic<uint64_t> hashMask; // Controller.cpp
 
 void Controller::speculate(int meshId, uint64_t predictedHash,
                            std::vector<Handle> args, bool extend) {
-  enqueue([this, meshId, predictedHash, args = std::move(args), extend] {
+  enqueueMayInline(true, [this, meshId, predictedHash, args = std::move(args),
+                          extend] {
     // A request that cannot be sent is not an error of the session: the
     // segment's own run reports a dead worker.
     try {

@@ -732,6 +732,7 @@ NB_MODULE(_C, m) {
         d["memory_hits"] = st.memoryHits;
         d["speculations"] = st.speculations;
         d["speculations_confirmed"] = st.speculationsConfirmed;
+        d["inline_requests"] = st.inlineRequests;
         d["disk_hits"] = st.diskHits;
         d["compiles"] = st.compiles;
         d["compile_seconds"] = st.compileSeconds;

@@ -369,6 +369,8 @@ void Cluster::Impl::ioMain() {
   // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
   pthread_setname_np(pthread_self(), "dtorch-io");
   auto started = Clock::now();
+  // Held except while waiting in poll (direct sends, ClusterImpl.h).
+  std::unique_lock<std::mutex> socketLock(socketMutex);
   try {
     context = std::make_unique<zmq::context_t>(1);
     socket =
@@ -434,7 +436,30 @@ void Cluster::Impl::ioMain() {
     }
     zmq::pollitem_t items[2] = {{socket->handle(), 0, ZMQ_POLLIN, 0},
                                 {nullptr, wakeFd, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(20));
+    if (directSend) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        routes.resize(workers.size());
+        for (size_t i = 0; i < workers.size(); ++i)
+          routes[i] = workers[i].authenticated && !workers[i].dead
+                          ? workers[i].id
+                          : std::string();
+      }
+      // Other threads send while this one waits: it polls the socket's
+      // descriptor (edge-triggered, so only when nothing is ready to read)
+      // without the socket, never the socket itself.
+      if (!(socket->get(zmq::sockopt::events) & ZMQ_POLLIN)) {
+        int socketFd = socket->get(zmq::sockopt::fd);
+        socketLock.unlock();
+        zmq::pollitem_t fds[2] = {{nullptr, socketFd, ZMQ_POLLIN, 0},
+                                  {nullptr, wakeFd, ZMQ_POLLIN, 0}};
+        zmq::poll(fds, 2, std::chrono::milliseconds(20));
+        socketLock.lock();
+        items[1].revents = fds[1].revents;
+      }
+    } else {
+      zmq::poll(items, 2, std::chrono::milliseconds(20));
+    }
     while (true) {
       zmq::message_t idFrame;
       if (!socket->recv(idFrame, zmq::recv_flags::dontwait))
@@ -499,7 +524,9 @@ void Cluster::Impl::ioMain() {
   }
   handshakes.reset(); // before the context, which waits for its sockets
   stopDialIn();
+  routes.clear();
   socket.reset();
+  socketLock.unlock();
   context.reset();
 }
 
@@ -756,7 +783,9 @@ void Cluster::put(int rank, TensorHandle handle, const Tensor &value) {
   put->set_rank(rank);
   put->set_handle(handle);
   tensorToWire(value, put->mutable_value());
-  impl_->post(impl_->workerOfRank(rank), e);
+  // A small put (a batch) waits for the next other message (`held`).
+  impl_->post(impl_->workerOfRank(rank), e,
+              /*holdable=*/value.nbytes() <= (size_t(1) << 20));
   ++impl_->sent;
 }
 
@@ -863,7 +892,8 @@ void Cluster::free(const std::vector<int64_t> &ranks,
       },
       [](wire::Envelope &e, int32_t rank) {
         e.mutable_free()->add_ranks(rank);
-      });
+      },
+      /*holdable=*/true);
 }
 
 void Cluster::synchronize() {

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -170,6 +171,39 @@ struct Cluster::Impl {
   std::deque<std::pair<size_t, std::string>> outbox;
   int wakeFd = -1;
 
+  // Direct sends ($DTORCH_DIRECT_SEND=0 turns them off): a thread that
+  // posts a message sends it on the socket itself when nothing waits in
+  // the outbox and the I/O thread is not using the socket, instead of
+  // waking the I/O thread to send it. `socketMutex` guards the socket: the
+  // I/O thread holds it except while it waits in poll. `routes` (guarded by
+  // socketMutex, refreshed by the I/O thread every round): by worker index,
+  // the routing id of a live authenticated worker, else empty (its
+  // messages go through the outbox, which drops those of a dead worker).
+  const bool directSend = directSendFromEnvironment();
+  std::mutex socketMutex;
+  std::vector<std::string> routes;
+  std::atomic<uint64_t> directSends{0};
+  static bool directSendFromEnvironment() {
+    const char *value = std::getenv("DTORCH_DIRECT_SEND");
+    return !(value && std::string(value) == "0");
+  }
+
+  // Held messages ($DTORCH_HOLD_SENDS=0 turns it off): a small put and a
+  // free need no answer and matter only to the messages after them, so
+  // they wait, in order, and leave right before the next other message,
+  // back to back with it (each I/O thread on the way wakes once for them
+  // all). `postMutex` orders the posts; `held` and `heldBytes` are guarded
+  // by it. restart() sends them before anything else (drainOutbox).
+  const bool holdSends = holdSendsFromEnvironment();
+  std::mutex postMutex;
+  std::vector<std::pair<size_t, std::string>> held;
+  size_t heldBytes = 0;
+  static constexpr size_t kMaxHeldBytes = size_t(4) << 20;
+  static bool holdSendsFromEnvironment() {
+    const char *value = std::getenv("DTORCH_HOLD_SENDS");
+    return !(value && std::string(value) == "0");
+  }
+
   std::atomic<uint64_t> nextRequest{1};
   std::atomic<uint64_t> sent{0};
   std::atomic<uint64_t> trips{0};
@@ -236,8 +270,11 @@ struct Cluster::Impl {
       socket->set(zmq::sockopt::linger, 500);
   }
 
-  void post(size_t worker, const wire::Envelope &message) {
-    postBytes(worker, encodeEnvelope(message));
+  /// `holdable`: a message that may wait for the next other one (a small
+  /// put, a free; see `held`).
+  void post(size_t worker, const wire::Envelope &message,
+            bool holdable = false) {
+    postBytes(worker, encodeEnvelope(message), holdable);
   }
 
   /// Posts one message per worker process hosting any of `ranks`, in the
@@ -245,7 +282,7 @@ struct Cluster::Impl {
   /// `addRank(envelope, rank)` names each of that process's ranks in it.
   template <class Make, class AddRank>
   void postPerProcess(const std::vector<int64_t> &ranks, const Make &make,
-                      const AddRank &addRank) {
+                      const AddRank &addRank, bool holdable = false) {
     std::vector<int> messageOf(workers.size(), -1);
     std::vector<std::pair<size_t, wire::Envelope>> messages;
     for (int64_t rank : ranks) {
@@ -260,20 +297,85 @@ struct Cluster::Impl {
               static_cast<int32_t>(rank));
     }
     for (const auto &[worker, e] : messages) {
-      post(worker, e);
+      post(worker, e, holdable);
       ++sent;
     }
   }
 
-  /// Queues an encoded envelope (one encoding may go to several workers).
-  void postBytes(size_t worker, std::string bytes) {
+  /// Sends an encoded envelope (one encoding may go to several workers),
+  /// after the held messages; a `holdable` one may be held itself.
+  void postBytes(size_t worker, std::string bytes, bool holdable = false) {
+    std::vector<std::pair<size_t, std::string>> messages;
+    if (!holdSends) {
+      messages.emplace_back(worker, std::move(bytes));
+      return sendNow(messages);
+    }
+    std::lock_guard<std::mutex> lock(postMutex);
+    if (holdable && heldBytes + bytes.size() <= kMaxHeldBytes) {
+      heldBytes += bytes.size();
+      held.emplace_back(worker, std::move(bytes));
+      return;
+    }
+    messages.swap(held);
+    heldBytes = 0;
+    messages.emplace_back(worker, std::move(bytes));
+    sendNow(messages);
+  }
+
+  /// Sends the held messages now.
+  void flushHeld() {
+    std::lock_guard<std::mutex> lock(postMutex);
+    std::vector<std::pair<size_t, std::string>> messages;
+    messages.swap(held);
+    heldBytes = 0;
+    if (!messages.empty())
+      sendNow(messages);
+  }
+
+  /// Sends `messages` in order from this thread (sendDirect), or queues
+  /// them for the I/O thread and wakes it once.
+  void sendNow(std::vector<std::pair<size_t, std::string>> &messages) {
+    if (directSend && sendDirect(messages))
+      return;
     {
       std::lock_guard<std::mutex> lock(outboxMutex);
-      outbox.emplace_back(worker, std::move(bytes));
+      for (auto &message : messages)
+        outbox.push_back(std::move(message));
     }
     uint64_t one = 1;
     ssize_t ignored = write(wakeFd, &one, sizeof(one));
     (void)ignored;
+  }
+
+  /// Sends `messages` (worker, bytes) in order on the calling thread: true
+  /// when sent. False (nothing sent) when a message waits in the outbox (it
+  /// goes first), the I/O thread holds the socket, or a worker has no
+  /// route. Never blocks on the I/O thread: callers may hold `mutex`.
+  bool sendDirect(const std::vector<std::pair<size_t, std::string>> &messages) {
+    std::unique_lock<std::mutex> queued(outboxMutex);
+    if (!outbox.empty())
+      return false;
+    std::unique_lock<std::mutex> lock(socketMutex, std::try_to_lock);
+    if (!lock.owns_lock())
+      return false;
+    queued.unlock();
+    if (!socket)
+      return false;
+    for (const auto &[worker, bytes] : messages)
+      if (worker >= routes.size() || routes[worker].empty())
+        return false;
+    for (const auto &[worker, bytes] : messages)
+      sendTo(routes[worker], bytes);
+    directSends += messages.size();
+    // The socket's descriptor is edge-triggered: this send may have taken
+    // the notice of a message that arrived meanwhile, which the I/O
+    // thread's poll would then miss; it is woken to read it.
+    if (socket->get(zmq::sockopt::events) & ZMQ_POLLIN) {
+      uint64_t one = 1;
+      ssize_t ignored = write(wakeFd, &one, sizeof(one));
+      (void)ignored;
+    }
+    return true;
   }
 
   void sendTo(const std::string &id, const std::string &payload) {
@@ -415,6 +517,7 @@ struct Cluster::Impl {
   /// Returns once every message posted before the call has been sent (or
   /// dropped, for a dead worker) by the I/O thread.
   void drainOutbox() {
+    flushHeld();
     uint64_t target = ioRounds.load() + 2;
     auto deadline = Clock::now() + std::chrono::seconds(2);
     while (ioRounds.load() < target && Clock::now() < deadline) {

@@ -31,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
 #include <set>
 #include <sys/eventfd.h>
 #include <thread>
@@ -60,12 +61,27 @@ public:
       throw RuntimeError("eventfd failed");
   }
   ~Outbox() { close(fd_); }
+  /// Direct sends ($DTORCH_DIRECT_SEND): `send` sends a message on the
+  /// socket from the pushing thread and returns true, or returns false
+  /// (the I/O thread holds the socket) and the message is queued. Set
+  /// before any other thread pushes.
+  void setDirect(std::function<bool(const std::string &)> send) {
+    direct_ = std::move(send);
+  }
   void push(const wire::Envelope &envelope) {
     std::string bytes = encodeEnvelope(envelope);
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      // Nothing queued overtakes: a direct send only when the queue is
+      // empty (the I/O thread drains it holding the socket).
+      if (direct_ && queue_.empty() && direct_(bytes))
+        return;
       queue_.push_back(std::move(bytes));
     }
+    wake();
+  }
+  /// Wakes the I/O thread's poll.
+  void wake() {
     uint64_t one = 1;
     ssize_t ignored = write(fd_, &one, sizeof(one));
     (void)ignored;
@@ -85,6 +101,7 @@ private:
   int fd_;
   std::mutex mutex_;
   std::deque<std::string> queue_;
+  std::function<bool(const std::string &)> direct_;
 };
 
 // The Gloo rendezvous store, served by the controller.
@@ -289,6 +306,9 @@ private:
              " is out of range";
     return "";
   }
+  /// A rank thread's direct send (Outbox::setDirect): false when the I/O
+  /// thread holds the socket or no controller is known yet.
+  bool sendDirect(const std::string &payload);
   void onFrames(std::vector<zmq::message_t> &frames);
   void onAuthenticated(const std::string &peer);
   void sendHello(const std::string &peer);
@@ -362,6 +382,11 @@ private:
 
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
+  // Guards the socket and what the sends read ($DTORCH_DIRECT_SEND): the
+  // I/O thread holds it except while it waits in poll; a rank thread sends
+  // its reply itself when it gets it.
+  std::mutex socketMutex_;
+  bool directSend_ = false;
   // Dial-in: says when the Hello must go again (DialInReconnect.h).
   std::unique_ptr<DialInReconnectWatch> reconnectWatch_;
   bool routerMode_ = false;
@@ -1014,7 +1039,27 @@ void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
     reportError(r.rank, run.program_id(), *error);
 }
 
+bool Worker::sendDirect(const std::string &payload) {
+  std::unique_lock<std::mutex> lock(socketMutex_, std::try_to_lock);
+  if (!lock.owns_lock() || !socket_ || stop_ ||
+      (routerMode_ && !authenticated_))
+    return false;
+  try {
+    sendFrames(controller_, payload);
+    // The socket's descriptor is edge-triggered: this send may have taken
+    // the notice of a message that arrived meanwhile; the I/O thread is
+    // woken to read it.
+    if (socket_->get(zmq::sockopt::events) & ZMQ_POLLIN)
+      outbox_.wake();
+  } catch (const zmq::error_t &) {
+    // As on the I/O thread: the controller's silence is seen elsewhere.
+  }
+  return true;
+}
+
 void Worker::rankLoop(Rank &r) {
+  // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
+  pthread_setname_np(pthread_self(), "dtorch-rank");
   while (true) {
     std::function<void()> task;
     {
@@ -1057,6 +1102,14 @@ void Worker::stopRanks() {
 }
 
 int Worker::run() {
+  // Held except while waiting in poll (direct sends).
+  std::unique_lock<std::mutex> socketLock(socketMutex_);
+  if (const char *v = std::getenv("DTORCH_DIRECT_SEND");
+      !v || std::string(v) != "0") {
+    directSend_ = true;
+    outbox_.setDirect(
+        [this](const std::string &payload) { return sendDirect(payload); });
+  }
   context_ = std::make_unique<zmq::context_t>(1);
   routerMode_ = !options_.listen.empty();
   socket_ = std::make_unique<zmq::socket_t>(
@@ -1112,7 +1165,20 @@ int Worker::run() {
         {socket_->handle(), 0, ZMQ_POLLIN, 0},
         {nullptr, outbox_.fd(), ZMQ_POLLIN, 0},
         {zap ? zap->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
-    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(50));
+    if (directSend_) {
+      // Rank threads send while this one waits: it polls the socket's
+      // descriptor (edge-triggered, so only when nothing is ready to read),
+      // never the socket itself.
+      if (!(socket_->get(zmq::sockopt::events) & ZMQ_POLLIN)) {
+        items[0].socket = nullptr;
+        items[0].fd = socket_->get(zmq::sockopt::fd);
+        socketLock.unlock();
+        zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(50));
+        socketLock.lock();
+      }
+    } else {
+      zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(50));
+    }
     // A refused client retries every 100 ms: say so once, then every 100th.
     if (zap && zap->handle() > 0 &&
         (zap->refusedCount() == 1 || zap->refusedCount() % 100 == 0))
@@ -1170,7 +1236,10 @@ int Worker::run() {
       break;
     }
   }
+  stop_ = true;        // no direct send after this
+  socketLock.unlock(); // a rank thread may be sending its last reply
   stopRanks();
+  socketLock.lock();
   socket_->close();
   // Not destroying context_ on purpose: detached threads may still hold
   // sockets-free references; the process exits right after.

@@ -259,6 +259,9 @@ struct ControllerStats {
   /// workers, and those that the segment's run confirmed.
   uint64_t speculations = 0;
   uint64_t speculationsConfirmed = 0;
+  /// Requests the calling thread handled itself, without waking the
+  /// controller thread (nothing was queued; DTORCH_INLINE_CONTROLLER).
+  uint64_t inlineRequests = 0;
 };
 
 /// A fetch in flight (Session::fetchAsync): the request is queued behind the

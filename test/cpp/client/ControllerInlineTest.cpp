@@ -1,0 +1,240 @@
+// Controller requests handled on the calling thread (DTORCH_INLINE_CONTROLLER):
+// a request that neither compiles nor waits runs on the caller when nothing
+// is queued and the controller thread is idle, else it is queued behind the
+// request in progress; either way the backend sees the same calls in the
+// same order, and an error is the same exception.
+#include "Controller.h"
+#include "SessionTestSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dtorch::client {
+namespace {
+
+using test::doubles;
+using test::values;
+
+/// The in-process backend, logging each call the controller makes with
+/// whether the test's thread made it; `synchronize` waits for open().
+class ThreadLoggingBackend : public Backend {
+public:
+  explicit ThreadLoggingBackend(std::thread::id caller)
+      : inner_(makeInProcessBackend(2)), caller_(caller) {}
+
+  struct Call {
+    std::string what;
+    bool onCaller;
+  };
+  std::vector<Call> log() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return log_;
+  }
+  /// Lets a synchronize waiting in the backend finish.
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gateOpen_ = true;
+    changed_.notify_all();
+  }
+  void closeGate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gateOpen_ = false;
+  }
+  /// Waits until a synchronize is waiting in the backend.
+  void waitForSync() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return inSync_; });
+  }
+
+  int worldSize() const override { return inner_->worldSize(); }
+  std::string hostOf(int rank) const override { return inner_->hostOf(rank); }
+  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
+                      const std::vector<int64_t> &meshRanks) override {
+    inner_->uploadPrograms(id, programs, meshRanks);
+  }
+  using Backend::free;
+  using Backend::run;
+  void run(const std::vector<int64_t> &ranks, uint64_t id,
+           const std::vector<Handle> &in, const std::vector<Handle> &out,
+           const std::vector<int64_t> &seeds) override {
+    add("run");
+    inner_->run(ranks, id, in, out, seeds);
+  }
+  void put(int rank, Handle h, const rt::Tensor &v) override {
+    if (rank == 0)
+      add("put " + std::to_string(h));
+    inner_->put(rank, h, v);
+  }
+  std::future<rt::Tensor> fetch(int rank, Handle h) override {
+    if (rank == 0)
+      add("fetch " + std::to_string(h));
+    return inner_->fetch(rank, h);
+  }
+  std::future<rt::MemoryStats> memoryStats(int rank) override {
+    return inner_->memoryStats(rank);
+  }
+  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
+                                    size_t capacity,
+                                    size_t maxEvents) override {
+    return inner_->trace(rank, action, capacity, maxEvents);
+  }
+  void free(const std::vector<int64_t> &ranks,
+            const std::vector<Handle> &hs) override {
+    std::string entry = "free";
+    for (Handle h : hs)
+      entry += " " + std::to_string(h);
+    add(entry);
+    inner_->free(ranks, hs);
+  }
+  void synchronize() override {
+    add("sync");
+    std::unique_lock<std::mutex> lock(mutex_);
+    inSync_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return gateOpen_; });
+    inSync_ = false;
+    lock.unlock();
+    inner_->synchronize();
+  }
+  void shutdown() override { inner_->shutdown(); }
+  uint64_t messagesSent() const override { return inner_->messagesSent(); }
+  uint64_t roundTrips() const override { return inner_->roundTrips(); }
+
+private:
+  void add(std::string entry) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    log_.push_back({std::move(entry), std::this_thread::get_id() == caller_});
+  }
+  std::unique_ptr<Backend> inner_;
+  std::thread::id caller_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Call> log_;
+  bool gateOpen_ = true;
+  bool inSync_ = false;
+};
+
+/// Returns once the controller thread is idle: it ends a task a moment
+/// after a synchronize waiting for it returned, and until then requests
+/// queue behind it. With inline requests on, until one ran inline.
+void settle(Controller &controller, bool on) {
+  for (int i = 0; i < (on ? 1000 : 5); ++i) {
+    uint64_t before = controller.stats().inlineRequests;
+    controller.memoryStatsAsync().get(); // the backend logs nothing
+    if (controller.stats().inlineRequests > before)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+/// A controller on 2 in-process ranks (mesh [2], id 0), built with
+/// DTORCH_INLINE_CONTROLLER set to `on`.
+std::unique_ptr<Controller> makeController(bool on,
+                                           ThreadLoggingBackend *&backend) {
+  const char *old = std::getenv("DTORCH_INLINE_CONTROLLER");
+  std::string saved = old ? old : "";
+  setenv("DTORCH_INLINE_CONTROLLER", on ? "1" : "0", 1);
+  auto owned =
+      std::make_unique<ThreadLoggingBackend>(std::this_thread::get_id());
+  backend = owned.get();
+  auto controller = std::make_unique<Controller>(std::move(owned));
+  if (old)
+    setenv("DTORCH_INLINE_CONTROLLER", saved.c_str(), 1);
+  else
+    unsetenv("DTORCH_INLINE_CONTROLLER");
+  controller->addMesh(Mesh{0, {2}, {}, {0, 1}, "cpu", {}});
+  controller->synchronize(); // the mesh is known
+  settle(*controller, on);
+  return controller;
+}
+
+struct ControllerInlineTest : ::testing::TestWithParam<bool> {};
+
+TEST_P(ControllerInlineTest, IdleControllerRequestsRunOnTheCallerInOrder) {
+  ThreadLoggingBackend *backend;
+  auto controller = makeController(GetParam(), backend);
+  controller->put(0, 1, doubles({1, 2}), {Placement::shard(0)});
+  controller->put(0, 2, doubles({3, 4}), {Placement::shard(0)});
+  controller->free(0, 1);
+  std::vector<rt::Tensor> pieces = controller->fetchPieces(0, 2);
+  EXPECT_EQ(values(pieces[1]), std::vector<double>{4});
+  controller->synchronize();
+  std::vector<ThreadLoggingBackend::Call> log = backend->log();
+  std::vector<std::string> expected = {"sync",   "put 1",   "put 2",
+                                       "free 1", "fetch 2", "sync"};
+  ASSERT_EQ(log.size(), expected.size());
+  for (size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i].what, expected[i]);
+    // synchronize waits: always the controller thread's.
+    bool inlinable = log[i].what != "sync";
+    EXPECT_EQ(log[i].onCaller, GetParam() && inlinable) << log[i].what;
+  }
+  ControllerStats stats = controller->stats();
+  if (GetParam())
+    EXPECT_EQ(stats.inlineRequests, 5u); // settle, put, put, frees, fetch
+  else
+    EXPECT_EQ(stats.inlineRequests, 0u);
+  controller->shutdown();
+}
+
+TEST_P(ControllerInlineTest, ARequestWhileTheControllerIsBusyWaitsBehindIt) {
+  ThreadLoggingBackend *backend;
+  auto controller = makeController(GetParam(), backend);
+  backend->closeGate();
+  std::thread other([&] { controller->synchronize(); });
+  backend->waitForSync(); // the controller thread waits in the backend
+  controller->put(0, 7, doubles({5, 6}), {Placement::shard(0)});
+  std::vector<ThreadLoggingBackend::Call> log = backend->log();
+  // Queued behind the synchronize, not handled on this thread.
+  EXPECT_EQ(log.back().what, "sync");
+  backend->open();
+  other.join();
+  controller->synchronize(); // the put has run
+  settle(*controller, GetParam());
+  std::vector<rt::Tensor> pieces = controller->fetchPieces(0, 7);
+  EXPECT_EQ(values(pieces[0]), std::vector<double>{5});
+  log = backend->log();
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_EQ(log[2].what, "put 7");
+  EXPECT_FALSE(log[2].onCaller);
+  EXPECT_EQ(log[3].what, "sync");
+  EXPECT_EQ(log[4].what, "fetch 7");
+  // Idle again: the fetch ran on this thread when inline is on.
+  EXPECT_EQ(log[4].onCaller, GetParam());
+  controller->shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(InlineAndQueued, ControllerInlineTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool> &info) {
+                           return info.param ? std::string("Inline")
+                                             : std::string("Queued");
+                         });
+
+TEST(ControllerInline, AFailedFetchRaisesTheSameErrorEitherWay) {
+  std::string messages[2];
+  for (bool on : {false, true}) {
+    ThreadLoggingBackend *backend;
+    auto controller = makeController(on, backend);
+    controller->put(0, 1, doubles({1, 2}), {Placement::shard(0)});
+    try {
+      controller->fetchPieces(0, 99); // never made
+      ADD_FAILURE() << "no error";
+    } catch (const std::exception &e) {
+      messages[on] = e.what();
+    }
+    // The session goes on.
+    EXPECT_EQ(values(controller->fetchPieces(0, 1)[0]), std::vector<double>{1});
+    controller->shutdown();
+  }
+  EXPECT_FALSE(messages[0].empty());
+  EXPECT_EQ(messages[0], messages[1]);
+}
+
+} // namespace
+} // namespace dtorch::client
