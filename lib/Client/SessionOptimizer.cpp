@@ -35,9 +35,8 @@ AttrValue intAttr(int64_t v) {
 
 void Session::recordOptimizerUpdate(
     const char *op, const std::vector<Tensor> &scalars,
-    const std::vector<const std::vector<Tensor> *> &groups,
-    size_t resultGroups, Attrs attrs,
-    const std::vector<std::vector<Tensor> *> &targets) {
+    const std::vector<const std::vector<Tensor> *> &groups, size_t resultGroups,
+    Attrs attrs, const std::vector<std::vector<Tensor> *> &targets) {
   std::string where = std::string(op) + ": ";
   const std::vector<Tensor> &params = *groups[0];
   size_t n = params.size();
@@ -127,10 +126,9 @@ void Session::fusedAdam(const Tensor &step, const Tensor &lr,
                         const AdamHyperParameters &hyper) {
   size_t n = params.size();
   if (maxExpAvgSqs.size() != (hyper.amsgrad ? n : 0))
-    throw ValueError("fused_adam: expected " +
-                     std::to_string(hyper.amsgrad ? n : 0) +
-                     " max_exp_avg_sqs, got " +
-                     std::to_string(maxExpAvgSqs.size()));
+    throw ValueError(
+        "fused_adam: expected " + std::to_string(hyper.amsgrad ? n : 0) +
+        " max_exp_avg_sqs, got " + std::to_string(maxExpAvgSqs.size()));
   Attrs attrs{{"beta1", floatAttr(hyper.beta1)},
               {"beta2", floatAttr(hyper.beta2)},
               {"eps", floatAttr(hyper.eps)},

@@ -277,8 +277,7 @@ struct SgdRule {
     SgdTerms t;
     t.lr = rounded(scalarInputs[0]);
     t.momentum = rounded(hyper[0]);
-    t.oneMinusDampening =
-        rounded(arith::SubFOp::create(b, loc, one, hyper[1]));
+    t.oneMinusDampening = rounded(arith::SubFOp::create(b, loc, one, hyper[1]));
     t.weightDecay = rounded(hyper[2]);
     return t;
   }

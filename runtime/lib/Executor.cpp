@@ -96,8 +96,7 @@ void runGeneratedMultiTensor(GeneratedKernelFn whole,
                              GeneratedRowsKernelFn rows,
                              const std::vector<void *> &in,
                              const std::vector<void *> &out,
-                             const double *scalars,
-                             const Instruction &inst,
+                             const double *scalars, const Instruction &inst,
                              const std::vector<const Tensor *> &inTensors,
                              const std::vector<Tensor *> &outTensors) {
   std::optional<OptimizerCallGroups> groups = optimizerCallGroups(inst);
@@ -560,8 +559,7 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
                          scalars[i].data(), *out.front());
           else
             runGeneratedMultiTensor(generated[i], generatedRows[i], inData,
-                                    outData, scalars[i].data(), inst, in,
-                                    out);
+                                    outData, scalars[i].data(), inst, in, out);
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else if (onCpu)

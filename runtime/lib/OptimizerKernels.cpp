@@ -305,8 +305,7 @@ SgdScalars readSgdScalars(const AttrReader &attrs) {
 /// in M (float32 for 16-bit types), without contraction, rounded once.
 /// `buf` is null on the first step (the buffer starts from the gradient)
 /// and `bufOut` without momentum.
-template <typename T, bool Decay, bool Momentum, bool FirstStep,
-          bool Nesterov>
+template <typename T, bool Decay, bool Momentum, bool FirstStep, bool Nesterov>
 void sgdUpdate(const SgdScalars &s, int64_t count, const T *param,
                const T *grad, const T *buf, T *paramOut, T *bufOut) {
 #pragma clang fp contract(off)
@@ -441,9 +440,10 @@ int optimizerOutputsPerParam(std::string_view op, const AttrReader &attrs) {
   return attrs.getFloat("momentum", 0) != 0 ? 2 : 1;
 }
 
-std::optional<OptimizerCallGroups>
-optimizerCallGroups(std::string_view op, const AttrReader &attrs,
-                    size_t numInputs, size_t numOutputs) {
+std::optional<OptimizerCallGroups> optimizerCallGroups(std::string_view op,
+                                                       const AttrReader &attrs,
+                                                       size_t numInputs,
+                                                       size_t numOutputs) {
   if (op != "fused_adam" && op != "fused_sgd")
     return std::nullopt;
   OptimizerCallGroups g;

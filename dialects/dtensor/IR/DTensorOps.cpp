@@ -910,14 +910,13 @@ LogicalResult verifyOptimizerUpdate(Operation *op, ValueRange scalars,
   }
   int64_t numTensors = static_cast<int64_t>(tensors.size());
   if (numTensors == 0 || numTensors % perParam != 0)
-    return op->emitOpError("expects ")
-           << perParam << " tensors per parameter (" << groupText << "), got "
-           << numTensors;
+    return op->emitOpError("expects ") << perParam << " tensors per parameter ("
+                                       << groupText << "), got " << numTensors;
   int64_t n = numTensors / perParam;
   if (static_cast<int64_t>(results.size()) != resultsPerParam * n)
     return op->emitOpError("expects ")
-           << resultsPerParam * n << " results for " << n
-           << " parameters, got " << results.size();
+           << resultsPerParam * n << " results for " << n << " parameters, got "
+           << results.size();
   std::vector<int64_t> meshShape = toVec(mesh.getShape());
   for (int64_t i = 0; i < n; ++i) {
     DTensorType param = cast<DTensorType>(tensors[i].getType());
@@ -984,7 +983,7 @@ LogicalResult FusedSgdOp::verify() {
   static const StringRef kResultRoles[] = {"param", "momentum_buffer"};
   int64_t perParam = getTensorsPerParam();
   return verifyOptimizerUpdate(
-      *this, ValueRange{getLr()}, {"lr"}, getTensors(), getResults(),
-      perParam, getResultsPerParam(), kRoles, kResultRoles,
+      *this, ValueRange{getLr()}, {"lr"}, getTensors(), getResults(), perParam,
+      getResultsPerParam(), kRoles, kResultRoles,
       perParam == 3 ? "params, grads, momentum_buffers" : "params, grads");
 }

@@ -265,7 +265,7 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
 }
 
 LogicalResult RankLowering::lowerOptimizerUpdate(Operation *op,
-                                                IRMapping &map) {
+                                                 IRMapping &map) {
   StringRef name = isa<FusedAdamOp>(op) ? rank::FusedAdamOp::getOperationName()
                                         : rank::FusedSgdOp::getOperationName();
   OperationState state(op->getLoc(), name);
@@ -278,8 +278,7 @@ LogicalResult RankLowering::lowerOptimizerUpdate(Operation *op,
     if (!a.getName().getValue().contains('.'))
       state.addAttribute(a.getName(), a.getValue());
   Operation *local = b.create(state);
-  for (auto [global, result] :
-       llvm::zip(op->getResults(), local->getResults()))
+  for (auto [global, result] : llvm::zip(op->getResults(), local->getResults()))
     map.map(global, result);
   return success();
 }

@@ -471,8 +471,7 @@ LogicalResult FusedOp::verify() {
   return success();
 }
 
-std::optional<OptimizerGroups>
-dtorch::rank::optimizerGroupsOf(Operation *op) {
+std::optional<OptimizerGroups> dtorch::rank::optimizerGroupsOf(Operation *op) {
   if (auto adam = dyn_cast<FusedAdamOp>(op))
     return OptimizerGroups{2, adam.getNumParams(), adam.getTensorsPerParam(),
                            adam.getTensorsPerParam() - 1};
@@ -526,8 +525,9 @@ LogicalResult verifyOptimizerGroups(Operation *op, const OptimizerGroups &g,
                << param;
     for (int64_t k = 0; k < g.resultsPerParam; ++k)
       if (op->getResult(k * n + i).getType() != param)
-        return op->emitOpError("result ") << k * n + i << " must have parameter "
-                                          << i << "'s type " << param;
+        return op->emitOpError("result ")
+               << k * n + i << " must have parameter " << i << "'s type "
+               << param;
   }
   return success();
 }

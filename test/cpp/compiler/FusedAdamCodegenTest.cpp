@@ -253,8 +253,8 @@ TEST(GeneratedFusedAdam, HyperParametersDoNotRecompile) {
 
 TEST(GeneratedFusedAdam, TheValidatorRefusesAMismatchedCall) {
   std::vector<AdamParam> params = {{"4x9", "f32"}, {"13", "f32"}};
-  wire::Program program =
-      compileOptimizer(adamsources::fusedAdamSource(params, AdamConfig{}), true);
+  wire::Program program = compileOptimizer(
+      adamsources::fusedAdamSource(params, AdamConfig{}), true);
   ASSERT_NO_THROW(rt::validateProgram(program, -1));
   int at = -1;
   for (int i = 0; i < program.instructions_size(); ++i)

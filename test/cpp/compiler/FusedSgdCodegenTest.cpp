@@ -52,11 +52,10 @@ std::vector<rt::Tensor> randomInputs(const std::vector<AdamParam> &params,
 
 /// Compiles `params` with `c` both ways, runs both on the same inputs and
 /// compares the bits; returns the generated outputs (and the inputs).
-std::vector<rt::Tensor> checkBothWays(const std::vector<AdamParam> &params,
-                                      const SgdConfig &c, double lr,
-                                      uint32_t seed, const std::string &what,
-                                      std::vector<rt::Tensor> *inputsOut =
-                                          nullptr) {
+std::vector<rt::Tensor>
+checkBothWays(const std::vector<AdamParam> &params, const SgdConfig &c,
+              double lr, uint32_t seed, const std::string &what,
+              std::vector<rt::Tensor> *inputsOut = nullptr) {
   std::string source = sgdsources::fusedSgdSource(params, c);
   wire::Program generated = compileOptimizer(source, true);
   wire::Program handWritten = compileOptimizer(source, false);

@@ -57,8 +57,8 @@ inline rt::Tensor scalarTensor(double v) {
 
 /// Random values in [lo, hi]; with `specials`, one element in 16 is a signed
 /// zero, an infinity or a NaN.
-inline rt::Tensor randomTensor(const AdamParam &p, double lo, double hi, bool specials,
-                        std::mt19937 &rng) {
+inline rt::Tensor randomTensor(const AdamParam &p, double lo, double hi,
+                               bool specials, std::mt19937 &rng) {
   wire::TensorSpec spec;
   spec.set_dtype(wireOf(p.dtype));
   for (int64_t e : shapeOf(p.shape))
@@ -81,8 +81,7 @@ inline rt::Tensor randomTensor(const AdamParam &p, double lo, double hi, bool sp
 
 /// `source` (one class function on a one-rank mesh) compiled with the
 /// optimizer kernels generated or hand-written.
-inline wire::Program compileOptimizer(const std::string &source,
-                                      bool generated,
+inline wire::Program compileOptimizer(const std::string &source, bool generated,
                                       const std::string &cudaArch = "") {
   CompileOptions options;
   options.fuseElementwise = true;
@@ -127,8 +126,8 @@ inline bool isNaNAt(const rt::Tensor &t, int64_t i) {
 /// Every output equal bit for bit (a NaN a NaN on both sides); returns the
 /// number of elements compared.
 inline int64_t expectSameBits(const std::vector<rt::Tensor> &a,
-                       const std::vector<rt::Tensor> &b,
-                       const std::string &what) {
+                              const std::vector<rt::Tensor> &b,
+                              const std::string &what) {
   EXPECT_EQ(a.size(), b.size()) << what;
   int64_t compared = 0;
   for (size_t o = 0; o < a.size() && o < b.size(); ++o) {

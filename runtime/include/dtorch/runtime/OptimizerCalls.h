@@ -23,9 +23,7 @@ struct OptimizerCallGroups {
   int numParams = 0;
   int inputsPerParam = 0;
   int outputsPerParam = 0;
-  int input(int k, int i) const {
-    return scalarInputs + k * numParams + i;
-  }
+  int input(int k, int i) const { return scalarInputs + k * numParams + i; }
 };
 
 // Tensors per parameter among the inputs (after the scalars) and outputs of
@@ -37,9 +35,10 @@ int optimizerOutputsPerParam(std::string_view op, const AttrReader &attrs);
 
 // The groups of a call of `op` with these counts; nullopt when `op` is not
 // an optimizer update or the counts do not make whole groups.
-std::optional<OptimizerCallGroups>
-optimizerCallGroups(std::string_view op, const AttrReader &attrs,
-                    size_t numInputs, size_t numOutputs);
+std::optional<OptimizerCallGroups> optimizerCallGroups(std::string_view op,
+                                                       const AttrReader &attrs,
+                                                       size_t numInputs,
+                                                       size_t numOutputs);
 std::optional<OptimizerCallGroups>
 optimizerCallGroups(const ::dtorch::wire::Instruction &inst);
 
