@@ -16,23 +16,6 @@
 
 namespace dtorch::client {
 
-namespace {
-
-AttrValue floatAttr(double v) {
-  AttrValue a;
-  a.kind = AttrValue::Kind::Float;
-  a.f = v;
-  return a;
-}
-
-AttrValue intAttr(int64_t v) {
-  AttrValue a;
-  a.i = v;
-  return a;
-}
-
-} // namespace
-
 void Session::recordOptimizerUpdate(
     const char *op, const std::vector<Tensor> &scalars,
     const std::vector<const std::vector<Tensor> *> &groups, size_t resultGroups,
