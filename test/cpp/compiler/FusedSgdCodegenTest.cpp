@@ -311,7 +311,7 @@ TEST(GeneratedFusedSgd, TheValidatorRefusesAMismatchedCall) {
   EXPECT_THROW(rt::validateProgram(hand, -1), rt::RuntimeError);
 }
 
-TEST(GeneratedFusedSgd, DonatedInputsGiveTheSameBits) {
+TEST(GeneratedFusedSgd, DonationPairsEachResultWithTheInputItReplaces) {
   // Each result written over the input it replaces (the executor donates
   // the inputs the program's output_donors name when the caller passes
   // them as its sole holder).
