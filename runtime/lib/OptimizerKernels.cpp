@@ -181,16 +181,22 @@ OptimizerCallGroups requireGroups(const char *op, const AttrReader &attrs,
                                   size_t numInputs, size_t numOutputs) {
   std::optional<OptimizerCallGroups> g =
       optimizerCallGroups(op, attrs, numInputs, numOutputs);
-  if (!g)
-    throw RuntimeError(
-        std::string(op) + " takes " +
-        (std::string(op) == "fused_adam" ? "step, lr" : "lr") + " and " +
-        std::to_string(optimizerInputsPerParam(op, attrs)) +
-        " tensors per parameter and " +
-        std::to_string(optimizerOutputsPerParam(op, attrs)) +
-        " outputs per parameter, got " + std::to_string(numInputs) +
-        " inputs and " + std::to_string(numOutputs) + " outputs");
-  return *g;
+  if (g)
+    return *g;
+  std::string name(op);
+  int scalars = name == "fused_adam" ? 2 : 1;
+  int perParam = optimizerInputsPerParam(op, attrs);
+  int64_t tensors = static_cast<int64_t>(numInputs) - scalars;
+  if (tensors <= 0 || tensors % perParam != 0)
+    throw RuntimeError(name + " takes " + (scalars == 2 ? "step, lr" : "lr") +
+                       " and " + std::to_string(perParam) +
+                       " tensors per parameter, got " +
+                       std::to_string(numInputs) + " inputs");
+  int64_t n = tensors / perParam;
+  int64_t outputs = n * optimizerOutputsPerParam(op, attrs);
+  throw RuntimeError(name + " with " + std::to_string(n) + " parameters has " +
+                     std::to_string(outputs) + " outputs, got " +
+                     std::to_string(numOutputs));
 }
 
 /// The checks both kernels share: 0-d float64 scalars (`scalarNames`),
