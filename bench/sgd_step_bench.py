@@ -17,7 +17,7 @@ fused / per-op and the load average.
         [--steps 30] [--out bench/results/sgdfused]
 
 Prints a markdown table; with --out DIR writes DIR/sgd_step_bench.json and
-DIR/sgd_step_bench.md. Not run by the tests.
+DIR/sgd_step_bench.md (with --label L: sgd_step_bench_L.json and .md). Not run by the tests.
 """
 import argparse
 import json
@@ -78,7 +78,8 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dp", type=int, default=1, help="ranks (parameters replicated)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", help="folder for sgd_step_bench.json and .md")
+    ap.add_argument("--out", help="folder for sgd_step_bench[_LABEL].json and .md")
+    ap.add_argument("--label", default="", help="suffix of the output files' names")
     args = ap.parse_args(argv)
     for name in ("DTORCH_BLAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(args.threads)
@@ -173,9 +174,10 @@ def main(argv=None):
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "sgd_step_bench.json"), "w") as f:
+        stem = "sgd_step_bench" + (f"_{args.label}" if args.label else "")
+        with open(os.path.join(args.out, stem + ".json"), "w") as f:
             json.dump(result, f, indent=1)
-        with open(os.path.join(args.out, "sgd_step_bench.md"), "w") as f:
+        with open(os.path.join(args.out, stem + ".md"), "w") as f:
             f.write(text)
 
 
