@@ -21,6 +21,7 @@ DIR/sgd_step_bench.md (with --label L: sgd_step_bench_L.json and .md). Not run b
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -50,7 +51,7 @@ def build(dtorch, mesh, cfg, seed):
     return params, grads, opt
 
 
-def kernels_per_step(dtorch, trace, steps):
+def kernels_per_step(trace, steps):
     """Rank 0's compute kernels of a profile: calls and least-time sum per
     step (the least duration of each (run, instruction) among the steps)."""
     from dtorch import profiler
@@ -94,7 +95,7 @@ def main(argv=None):
                     d_model=args.d_model)
     sides = {name: build(dtorch, mesh, cfg, seed) for seed, (name, _) in enumerate(VARIANTS)}
     n_params = len(sides["fused"][0])
-    n_elements = sum(int(__import__("math").prod(p.shape)) for p in sides["fused"][0])
+    n_elements = sum(int(math.prod(p.shape)) for p in sides["fused"][0])
     walls = {name: [] for name, _ in VARIANTS}
     cpus = {name: [] for name, _ in VARIANTS}
     loads = [os.getloadavg()[0]]
@@ -126,7 +127,7 @@ def main(argv=None):
         with profiler.profile() as prof:
             for _ in range(args.profile_steps):
                 step(name)
-        profiles[name] = kernels_per_step(dtorch, prof.trace, args.profile_steps)
+        profiles[name] = kernels_per_step(prof.trace, args.profile_steps)
     ir = {}
     for name, switch in VARIANTS:
         os.environ["DTORCH_FUSED_SGD"] = switch
