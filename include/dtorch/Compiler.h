@@ -54,7 +54,8 @@ bool bufferPlanningDefault();
 bool fusionEnabledByEnvironment();
 
 /// DTORCH_GENERATED_ADAM: on unless "0"
-/// (CompileOptions::generateOptimizerKernels).
+/// (CompileOptions::generateOptimizerKernels; fused_sgd's generated kernel
+/// too).
 bool generatedAdamEnabledByEnvironment();
 /// The CUDA architecture fused kernels are generated for on CUDA meshes:
 /// DTORCH_CUDA_ARCH (e.g. "sm_80") when set, else "sm_90" (H100, H200).
@@ -97,9 +98,9 @@ struct CompileOptions {
   /// and fused groups are compiled to PTX for it (Executable.gpu,
   /// lib/Compiler/GpuKernelCodegen.h); groups then hold no row reductions.
   std::string cudaArch;
-  /// With fuseElementwise: each rank.fused_adam calls a kernel generated
-  /// through MLIR for its signature instead of the runtime's hand-written
-  /// one (same bits). On unless the environment sets
+  /// With fuseElementwise: each rank.fused_adam and rank.fused_sgd calls a
+  /// kernel generated through MLIR for its signature instead of the
+  /// runtime's hand-written one (same bits). On unless the environment sets
   /// DTORCH_GENERATED_ADAM=0. CUDA meshes always generate it.
   bool generateOptimizerKernels = generatedAdamEnabledByEnvironment();
 };

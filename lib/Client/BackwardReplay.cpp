@@ -175,7 +175,8 @@ private:
 /// receives in the controller, multi-result ops record several nodes at
 /// once.
 bool replayableOp(const std::string &op) {
-  return op != "random" && op != "send" && op != "recv" && op != "fused_adam";
+  return op != "random" && op != "send" && op != "recv" && op != "fused_adam" &&
+         op != "fused_sgd";
 }
 
 } // namespace

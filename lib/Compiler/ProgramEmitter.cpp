@@ -336,22 +336,21 @@ FailureOr<wire::Program> emitProgram(func::FuncOp fn, StringRef cudaArch,
             std::string(reinterpret_cast<const char *>(scalars.data()),
                         scalars.size() * sizeof(double)));
       inst.set_stream(wire::COMPUTE);
-    } else if (auto adam = dyn_cast<rank::FusedAdamOp>(op)) {
-      // The runtime's multi-tensor kernel, with the op's attributes; or the
-      // kernel generated for its signature (always on a CUDA mesh, which
-      // has no hand-written one), called with beta1, beta2, eps and
-      // weight_decay as its scalars (attribute `generated` = 1).
-      inst.set_op("fused_adam");
+    } else if (rank::optimizerGroupsOf(&op)) {
+      // The runtime's multi-tensor kernel (fused_adam, fused_sgd), with the
+      // op's attributes; or the kernel generated for its signature (always
+      // on a CUDA mesh, which has no hand-written one), called with the
+      // op's hyper-parameters as its scalars (attribute `generated` = 1).
+      inst.set_op(op.getName().stripDialect().str());
       inst.set_stream(wire::COMPUTE);
       if (!cudaArch.empty() || generateOptimizerKernels) {
+        std::vector<double> scalars;
         FailureOr<std::shared_ptr<const GeneratedKernel>> kernel =
-            cudaArch.empty() ? generateFusedAdamKernel(adam)
-                             : generateFusedAdamGpuKernel(adam, cudaArch);
+            generateOptimizerKernel(&op, cudaArch, scalars);
         if (failed(kernel))
           return failure();
         inst.set_executable(addExecutable(**kernel));
         (*inst.mutable_attrs())[rt::kGeneratedKernelAttr].set_i(1);
-        std::vector<double> scalars = fusedAdamKernelScalars(adam);
         (*inst.mutable_attrs())["scalars"].set_data(
             std::string(reinterpret_cast<const char *>(scalars.data()),
                         scalars.size() * sizeof(double)));

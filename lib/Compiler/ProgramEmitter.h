@@ -17,7 +17,8 @@ wire::DType toWireDType(mlir::Type type);
 /// one buffer per SSA value, kernels on the compute stream, collectives on
 /// the communication stream, with an event wherever a value crosses streams.
 /// Fused groups are compiled for the host, or to PTX for `cudaArch` when it
-/// is not empty. `generateOptimizerKernels`: a rank.fused_adam calls a
+/// is not empty. `generateOptimizerKernels`: a rank.fused_adam or
+/// rank.fused_sgd calls a
 /// kernel generated for its signature (OptimizerKernelCodegen.h) instead of
 /// the runtime's hand-written one (on a CUDA mesh it always does).
 mlir::FailureOr<wire::Program>

@@ -877,6 +877,32 @@ NB_MODULE(_C, m) {
       "(dtensor.fused_adam); each parameter and state tensor is updated in "
       "place.");
   m.def(
+      "fused_sgd_",
+      [](const Tensor &lr, const std::vector<Tensor> &params,
+         const std::vector<Tensor> &grads,
+         const std::vector<Tensor> &momentumBuffers, double momentum,
+         double dampening, double weightDecay, bool nesterov, bool maximize) {
+        Session::SgdHyperParameters hyper;
+        hyper.momentum = momentum;
+        hyper.dampening = dampening;
+        hyper.weightDecay = weightDecay;
+        hyper.nesterov = nesterov;
+        hyper.maximize = maximize;
+        std::vector<Tensor> buffers =
+            session().fusedSgd(lr, params, grads, momentumBuffers, hyper);
+        if (momentumBuffers.empty())
+          for (size_t i = 0; i < buffers.size(); ++i)
+            buffers[i]->view = params[i]->view;
+        return buffers;
+      },
+      nb::arg("lr"), nb::arg("params"), nb::arg("grads"),
+      nb::arg("momentum_buffers"), nb::arg("momentum"), nb::arg("dampening"),
+      nb::arg("weight_decay"), nb::arg("nesterov"), nb::arg("maximize"),
+      "One SGD update of every parameter as one op (dtensor.fused_sgd); "
+      "each parameter and momentum buffer is updated in place. With a "
+      "momentum and no buffers (the first step) the buffers start from the "
+      "gradients; returns the momentum buffers (empty without momentum).");
+  m.def(
       "move_to_mesh",
       [](const Tensor &x, int mesh) { return session().moveToMesh(x, mesh); },
       nb::arg("x"), nb::arg("mesh"));

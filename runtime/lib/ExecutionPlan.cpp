@@ -602,7 +602,8 @@ bool ExecutionPlan::runHostKernelStep(const Step &step,
   case StepKind::GeneratedMultiTensor:
     collectStepData(ops);
     detail::runGeneratedMultiTensor(step.whole, step.rows, ops.inData,
-                                    ops.outData, scalars, ops.in, ops.out);
+                                    ops.outData, scalars, *step.instruction,
+                                    ops.in, ops.out);
     return true;
   default:
     return false;

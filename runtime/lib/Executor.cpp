@@ -8,6 +8,7 @@
 #include "dtorch/runtime/Executable.h"
 
 #include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/OptimizerCalls.h"
 #include "dtorch/runtime/ParallelFor.h"
 #include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Shape.h"
@@ -95,13 +96,17 @@ void runGeneratedMultiTensor(GeneratedKernelFn whole,
                              GeneratedRowsKernelFn rows,
                              const std::vector<void *> &in,
                              const std::vector<void *> &out,
-                             const double *scalars,
+                             const double *scalars, const Instruction &inst,
                              const std::vector<const Tensor *> &inTensors,
                              const std::vector<Tensor *> &outTensors) {
-  size_t params = inTensors.size() - 2 - outTensors.size();
+  std::optional<OptimizerCallGroups> groups = optimizerCallGroups(inst);
+  if (!groups)
+    throw RuntimeError("'" + inst.op() +
+                       "' calls a generated kernel but is no optimizer "
+                       "update of whole parameter groups");
   int64_t count = 0, bytes = 0;
-  for (size_t i = 0; i < params; ++i)
-    count += inTensors[2 + i]->numel();
+  for (int i = 0; i < groups->numParams; ++i)
+    count += inTensors[groups->input(0, i)]->numel();
   for (const Tensor *t : outTensors)
     bytes += static_cast<int64_t>(t->nbytes());
   int parts = rows ? kernelParts(count, bytes) : 1;
@@ -554,7 +559,7 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
                          scalars[i].data(), *out.front());
           else
             runGeneratedMultiTensor(generated[i], generatedRows[i], inData,
-                                    outData, scalars[i].data(), in, out);
+                                    outData, scalars[i].data(), inst, in, out);
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
         else if (onCpu)

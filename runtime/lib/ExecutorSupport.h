@@ -82,15 +82,17 @@ void runGenerated(GeneratedKernelFn whole, GeneratedRowsKernelFn rows,
                   const std::vector<void *> &in, const std::vector<void *> &out,
                   const double *scalars, const Tensor &first);
 
-// A generated multi-tensor optimizer kernel (a fused_adam generated for its
-// signature): inputs step, lr, then the parameters' groups; its rows entry
-// takes a range of the elements of every parameter one after the other, so
-// the call is cut there for the rank's thread share.
+// A generated multi-tensor optimizer kernel (a fused_adam or fused_sgd
+// generated for its signature, `inst`): inputs the scalars, then the
+// parameters' groups (OptimizerCalls.h); its rows entry takes a range of
+// the elements of every parameter one after the other, so the call is cut
+// there for the rank's thread share.
 void runGeneratedMultiTensor(GeneratedKernelFn whole,
                              GeneratedRowsKernelFn rows,
                              const std::vector<void *> &in,
                              const std::vector<void *> &out,
                              const double *scalars,
+                             const ::dtorch::wire::Instruction &inst,
                              const std::vector<const Tensor *> &inTensors,
                              const std::vector<Tensor *> &outTensors);
 

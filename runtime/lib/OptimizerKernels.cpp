@@ -1,6 +1,13 @@
-// The multi-tensor optimizer kernel `fused_adam` (dtensor.fused_adam,
-// docs/program-format.md): the Adam or AdamW update of every parameter of an
-// optimizer group, and its state, in one call.
+// The multi-tensor optimizer kernels `fused_adam` and `fused_sgd`
+// (dtensor.fused_adam, dtensor.fused_sgd, docs/program-format.md): the Adam,
+// AdamW or SGD update of every parameter of an optimizer group, and its
+// state, in one call. The two share the layout of their calls
+// (optimizerCallGroups), their checks and the cutting of a call into ranges.
+//
+// fused_sgd: lr (0-d float64), then n parameters, n gradients (and n
+// momentum buffers with a momentum after the first step); outputs the
+// parameters (and the buffers). The per-op path's operations in its order
+// (python/dtorch/optim/sgd.py with DTORCH_FUSED_SGD=0), in the same types.
 //
 // Inputs: step and lr (0-d float64), then n parameters, n gradients, n first
 // moments, n second moments (and n maxima with amsgrad = 1). Outputs: the
@@ -23,11 +30,14 @@
 #include "KernelSupport.h"
 #include "dtorch/runtime/Half.h"
 #include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/OptimizerCalls.h"
 #include "dtorch/runtime/ParallelFor.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 namespace dtorch::rt {
 namespace {
@@ -166,67 +176,81 @@ AdamScalars readScalars(const AttrReader &attrs) {
   return s;
 }
 
-void checkFusedAdam(const AttrReader &attrs,
-                    const std::vector<TensorDesc> &inputs,
-                    const std::vector<TensorDesc> &outputs) {
-  AdamScalars s = readScalars(attrs);
-  int64_t perParam = s.amsgrad ? 5 : 4;
-  int64_t tensors = static_cast<int64_t>(inputs.size()) - 2;
+/// The groups of a call, or a RuntimeError naming `op`.
+OptimizerCallGroups requireGroups(const char *op, const AttrReader &attrs,
+                                  size_t numInputs, size_t numOutputs) {
+  std::optional<OptimizerCallGroups> g =
+      optimizerCallGroups(op, attrs, numInputs, numOutputs);
+  if (g)
+    return *g;
+  std::string name(op);
+  int scalars = name == "fused_adam" ? 2 : 1;
+  int perParam = optimizerInputsPerParam(op, attrs);
+  int64_t tensors = static_cast<int64_t>(numInputs) - scalars;
   if (tensors <= 0 || tensors % perParam != 0)
-    throw RuntimeError("fused_adam takes step, lr and " +
-                       std::to_string(perParam) +
+    throw RuntimeError(name + " takes " + (scalars == 2 ? "step, lr" : "lr") +
+                       " and " + std::to_string(perParam) +
                        " tensors per parameter, got " +
-                       std::to_string(inputs.size()) + " inputs");
+                       std::to_string(numInputs) + " inputs");
   int64_t n = tensors / perParam;
-  if (static_cast<int64_t>(outputs.size()) != (perParam - 1) * n)
-    throw RuntimeError("fused_adam with " + std::to_string(n) +
-                       " parameters has " + std::to_string((perParam - 1) * n) +
-                       " outputs, got " + std::to_string(outputs.size()));
-  for (int k = 0; k < 2; ++k) {
+  int64_t outputs = n * optimizerOutputsPerParam(op, attrs);
+  throw RuntimeError(name + " with " + std::to_string(n) + " parameters has " +
+                     std::to_string(outputs) + " outputs, got " +
+                     std::to_string(numOutputs));
+}
+
+/// The checks both kernels share: 0-d float64 scalars (`scalarNames`),
+/// float parameters, and every tensor of a parameter's group, inputs and
+/// outputs, with the parameter's dtype and shape.
+void checkGroups(const char *op, const OptimizerCallGroups &g,
+                 const std::vector<std::string> &scalarNames,
+                 const std::vector<TensorDesc> &inputs,
+                 const std::vector<TensorDesc> &outputs) {
+  std::string inputWhat = std::string(op) + " input",
+              outputWhat = std::string(op) + " output";
+  for (int k = 0; k < g.scalarInputs; ++k) {
     requireDtype(inputs[k], DType::F64,
-                 k == 0 ? "fused_adam step" : "fused_adam lr");
+                 (std::string(op) + " " + scalarNames[k]).c_str());
     if (!inputs[k].shape.empty())
-      throw RuntimeError(std::string("fused_adam ") + (k == 0 ? "step" : "lr") +
+      throw RuntimeError(std::string(op) + " " + scalarNames[k] +
                          " must be 0-d, got " + shapeToString(inputs[k].shape));
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const TensorDesc &param = inputs[2 + i];
+  int n = g.numParams;
+  for (int i = 0; i < n; ++i) {
+    const TensorDesc &param = inputs[g.input(0, i)];
     if (param.dtype != DType::F32 && param.dtype != DType::F64 &&
         param.dtype != DType::F16 && param.dtype != DType::BF16)
-      throw RuntimeError("fused_adam parameter " + std::to_string(i) +
+      throw RuntimeError(std::string(op) + " parameter " + std::to_string(i) +
                          " must be a float tensor, got " +
                          dtypeName(param.dtype));
-    for (int64_t k = 1; k < perParam; ++k)
-      requireSameDescs(param, inputs[2 + k * n + i], "fused_adam input");
-    for (int64_t k = 0; k + 1 < perParam; ++k)
-      requireSameDescs(param, outputs[k * n + i], "fused_adam output");
+    for (int k = 1; k < g.inputsPerParam; ++k)
+      requireSameDescs(param, inputs[g.input(k, i)], inputWhat.c_str());
+    for (int k = 0; k < g.outputsPerParam; ++k)
+      requireSameDescs(param, outputs[k * n + i], outputWhat.c_str());
   }
 }
 
-void runFusedAdam(const AttrReader &attrs,
-                  const std::vector<const Tensor *> &inputs,
-                  const std::vector<Tensor *> &outputs) {
-  AdamScalars s = readScalars(attrs);
-  s.step = *inputs[0]->data_as<double>();
-  s.lr = *inputs[1]->data_as<double>();
-  int64_t perParam = s.amsgrad ? 5 : 4;
-  int64_t n = (static_cast<int64_t>(inputs.size()) - 2) / perParam;
-  // Every parameter's elements one after the other: the call is cut into
-  // ranges of that sequence (the rank's thread share, as a generated
-  // elementwise kernel is); each element is computed alone, so any cut
-  // gives the same bits.
+/// Runs `update(i, from, to)` over the elements of every parameter, one
+/// after the other, cut into ranges for the rank's thread share (as a
+/// generated elementwise kernel is); each element is computed alone, so
+/// any cut gives the same bits.
+template <typename Update>
+void forEachParamRange(const OptimizerCallGroups &g,
+                       const std::vector<const Tensor *> &inputs,
+                       const Update &update) {
   int64_t total = 0, outBytes = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    total += inputs[2 + i]->numel();
-    outBytes += (perParam - 1) * static_cast<int64_t>(inputs[2 + i]->nbytes());
+  for (int i = 0; i < g.numParams; ++i) {
+    const Tensor *param = inputs[g.input(0, i)];
+    total += param->numel();
+    outBytes += g.outputsPerParam * static_cast<int64_t>(param->nbytes());
   }
   auto runRange = [&](int64_t begin, int64_t end) {
     int64_t base = 0;
-    for (int64_t i = 0; i < n && base < end; ++i) {
-      int64_t count = inputs[2 + i]->numel();
+    for (int i = 0; i < g.numParams && base < end; ++i) {
+      int64_t count = inputs[g.input(0, i)]->numel();
       int64_t from = std::max(begin, base), to = std::min(end, base + count);
       if (from < to)
-        adamUpdateRange(s, inputs, outputs, n, i, from - base, to - base);
+        update(i, from - base, to - base);
       base += count;
     }
   };
@@ -240,17 +264,226 @@ void runFusedAdam(const AttrReader &attrs,
   });
 }
 
+void checkFusedAdam(const AttrReader &attrs,
+                    const std::vector<TensorDesc> &inputs,
+                    const std::vector<TensorDesc> &outputs) {
+  readScalars(attrs);
+  OptimizerCallGroups g =
+      requireGroups("fused_adam", attrs, inputs.size(), outputs.size());
+  checkGroups("fused_adam", g, {"step", "lr"}, inputs, outputs);
+}
+
+void runFusedAdam(const AttrReader &attrs,
+                  const std::vector<const Tensor *> &inputs,
+                  const std::vector<Tensor *> &outputs) {
+  AdamScalars s = readScalars(attrs);
+  s.step = *inputs[0]->data_as<double>();
+  s.lr = *inputs[1]->data_as<double>();
+  OptimizerCallGroups g =
+      requireGroups("fused_adam", attrs, inputs.size(), outputs.size());
+  forEachParamRange(g, inputs, [&](int i, int64_t from, int64_t to) {
+    adamUpdateRange(s, inputs, outputs, g.numParams, i, from, to);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// fused_sgd
+//===----------------------------------------------------------------------===//
+
+/// The hyper-parameters of one SGD call.
+struct SgdScalars {
+  double lr = 0, momentum = 0, dampening = 0, weightDecay = 0;
+  bool nesterov = false, maximize = false, firstStep = false;
+};
+
+SgdScalars readSgdScalars(const AttrReader &attrs) {
+  SgdScalars s;
+  s.momentum = attrs.getFloat("momentum");
+  s.dampening = attrs.getFloat("dampening");
+  s.weightDecay = attrs.getFloat("weight_decay");
+  s.nesterov = attrs.getInt("nesterov") != 0;
+  s.maximize = attrs.getInt("maximize") != 0;
+  s.firstStep = attrs.getInt("first_step") != 0;
+  return s;
+}
+
+/// One parameter's elements: the per-op path's operations in its order,
+/// in M (float32 for 16-bit types), without contraction, rounded once.
+/// `buf` is null on the first step (the buffer starts from the gradient)
+/// and `bufOut` without momentum.
+template <typename T, bool Decay, bool Momentum, bool FirstStep, bool Nesterov>
+void sgdUpdate(const SgdScalars &s, int64_t count, const T *param,
+               const T *grad, const T *buf, T *paramOut, T *bufOut) {
+#pragma clang fp contract(off)
+  using M = typename MathType<T>::type;
+  // 0-d terms rounded once from float64, as the per-op path's scalars are.
+  const M lr = static_cast<M>(s.lr);
+  const M momentum = static_cast<M>(s.momentum);
+  const M oneMinusDampening = static_cast<M>(1.0 - s.dampening);
+  const M weightDecay = static_cast<M>(s.weightDecay);
+  const bool maximize = s.maximize;
+#pragma clang loop vectorize(assume_safety)
+  for (int64_t j = 0; j < count; ++j) {
+    M p = static_cast<M>(param[j]);
+    M g = static_cast<M>(grad[j]);
+    if (maximize)
+      g = -g;
+    if constexpr (Decay)
+      g = g + p * weightDecay;
+    if constexpr (Momentum) {
+      M b;
+      if constexpr (FirstStep)
+        b = g;
+      else
+        b = static_cast<M>(buf[j]) * momentum + g * oneMinusDampening;
+      if constexpr (Nesterov)
+        g = g + b * momentum;
+      else
+        g = b;
+      bufOut[j] = static_cast<T>(b);
+    }
+    p = p - lr * g;
+    paramOut[j] = static_cast<T>(p);
+  }
+}
+
+/// Elements [from, to) of parameter i's group, for one dtype.
+template <typename T>
+void sgdUpdateTyped(const SgdScalars &s, const OptimizerCallGroups &g,
+                    const std::vector<const Tensor *> &in,
+                    const std::vector<Tensor *> &out, int i, int64_t from,
+                    int64_t to) {
+  int n = g.numParams;
+  auto input = [&](int k) {
+    return k < g.inputsPerParam ? in[g.input(k, i)]->data_as<T>() + from
+                                : nullptr;
+  };
+  auto output = [&](int k) {
+    return k < g.outputsPerParam ? out[k * n + i]->data_as<T>() + from
+                                 : nullptr;
+  };
+  int64_t count = to - from;
+  bool decay = s.weightDecay != 0;
+  bool momentum = s.momentum != 0;
+  // Decay x (none | first step | later) x nesterov.
+  auto run = [&](auto decayTag, auto momentumTag, auto firstTag,
+                 auto nesterovTag) {
+    sgdUpdate<T, decltype(decayTag)::value, decltype(momentumTag)::value,
+              decltype(firstTag)::value, decltype(nesterovTag)::value>(
+        s, count, input(0), input(1), input(2), output(0), output(1));
+  };
+  auto withMomentum = [&](auto decayTag) {
+    using True = std::true_type;
+    using False = std::false_type;
+    if (!momentum)
+      return run(decayTag, False{}, False{}, False{});
+    if (s.firstStep)
+      return s.nesterov ? run(decayTag, True{}, True{}, True{})
+                        : run(decayTag, True{}, True{}, False{});
+    return s.nesterov ? run(decayTag, True{}, False{}, True{})
+                      : run(decayTag, True{}, False{}, False{});
+  };
+  if (decay)
+    withMomentum(std::true_type{});
+  else
+    withMomentum(std::false_type{});
+}
+
+void sgdUpdateRange(const SgdScalars &s, const OptimizerCallGroups &g,
+                    const std::vector<const Tensor *> &in,
+                    const std::vector<Tensor *> &out, int i, int64_t from,
+                    int64_t to) {
+  switch (in[g.input(0, i)]->dtype()) {
+  case DType::F32:
+    return sgdUpdateTyped<float>(s, g, in, out, i, from, to);
+  case DType::F64:
+    return sgdUpdateTyped<double>(s, g, in, out, i, from, to);
+  case DType::F16:
+    return sgdUpdateTyped<Half>(s, g, in, out, i, from, to);
+  case DType::BF16:
+    return sgdUpdateTyped<BFloat16>(s, g, in, out, i, from, to);
+  default:
+    throw RuntimeError("fused_sgd: parameters must be float tensors");
+  }
+}
+
+void checkFusedSgd(const AttrReader &attrs,
+                   const std::vector<TensorDesc> &inputs,
+                   const std::vector<TensorDesc> &outputs) {
+  SgdScalars s = readSgdScalars(attrs);
+  if (s.momentum == 0 && (s.firstStep || s.nesterov))
+    throw RuntimeError("fused_sgd: first_step and nesterov need a momentum");
+  OptimizerCallGroups g =
+      requireGroups("fused_sgd", attrs, inputs.size(), outputs.size());
+  checkGroups("fused_sgd", g, {"lr"}, inputs, outputs);
+}
+
+void runFusedSgd(const AttrReader &attrs,
+                 const std::vector<const Tensor *> &inputs,
+                 const std::vector<Tensor *> &outputs) {
+  SgdScalars s = readSgdScalars(attrs);
+  s.lr = *inputs[0]->data_as<double>();
+  OptimizerCallGroups g =
+      requireGroups("fused_sgd", attrs, inputs.size(), outputs.size());
+  forEachParamRange(g, inputs, [&](int i, int64_t from, int64_t to) {
+    sgdUpdateRange(s, g, inputs, outputs, i, from, to);
+  });
+}
+
 } // namespace
+
+int optimizerInputsPerParam(std::string_view op, const AttrReader &attrs) {
+  if (op == "fused_adam")
+    return attrs.getInt("amsgrad", 0) ? 5 : 4;
+  return attrs.getFloat("momentum", 0) != 0 && !attrs.getInt("first_step", 0)
+             ? 3
+             : 2;
+}
+
+int optimizerOutputsPerParam(std::string_view op, const AttrReader &attrs) {
+  if (op == "fused_adam")
+    return optimizerInputsPerParam(op, attrs) - 1;
+  return attrs.getFloat("momentum", 0) != 0 ? 2 : 1;
+}
+
+std::optional<OptimizerCallGroups> optimizerCallGroups(std::string_view op,
+                                                       const AttrReader &attrs,
+                                                       size_t numInputs,
+                                                       size_t numOutputs) {
+  if (op != "fused_adam" && op != "fused_sgd")
+    return std::nullopt;
+  OptimizerCallGroups g;
+  g.scalarInputs = op == "fused_adam" ? 2 : 1;
+  g.inputsPerParam = optimizerInputsPerParam(op, attrs);
+  g.outputsPerParam = optimizerOutputsPerParam(op, attrs);
+  int64_t tensors = static_cast<int64_t>(numInputs) - g.scalarInputs;
+  if (tensors <= 0 || tensors % g.inputsPerParam != 0)
+    return std::nullopt;
+  g.numParams = static_cast<int>(tensors / g.inputsPerParam);
+  if (static_cast<int64_t>(numOutputs) !=
+      static_cast<int64_t>(g.outputsPerParam) * g.numParams)
+    return std::nullopt;
+  return g;
+}
+
+std::optional<OptimizerCallGroups>
+optimizerCallGroups(const ::dtorch::wire::Instruction &inst) {
+  return optimizerCallGroups(inst.op(), AttrReader(inst.attrs()),
+                             inst.inputs_size(), inst.outputs_size());
+}
 
 void registerOptimizerKernels(KernelRegistry &registry) {
   // Keyed by the first output's dtype; each parameter is dispatched on its
   // own, so a group may mix dtypes. Inputs and outputs are both variadic
-  // (kVariadicInputs as numOutputs: one or more); checkFusedAdam counts
-  // them.
-  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16})
+  // (kVariadicInputs as numOutputs: one or more); the checks count them.
+  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
     registry.add(
         "fused_adam", dtype, kCpuDevice,
         Kernel{kVariadicInputs, kVariadicInputs, checkFusedAdam, runFusedAdam});
+    registry.add(
+        "fused_sgd", dtype, kCpuDevice,
+        Kernel{kVariadicInputs, kVariadicInputs, checkFusedSgd, runFusedSgd});
+  }
 }
 
 } // namespace dtorch::rt

@@ -4,12 +4,14 @@
 
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Kernels.h"
+#include "dtorch/runtime/OptimizerCalls.h"
 #include "dtorch/runtime/Shape.h"
 #include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace dtorch::rt {
@@ -735,19 +737,19 @@ struct Validator {
   // kernel, or a generated kernel reading it at the output's dtype and
   // shape). The rules of include/dtorch/BufferPlan.h, as the compiler's
   // --rank-mark-donations applies them.
-  /// Whether `out`, an output of a fused_adam instruction, belongs to the
-  /// parameter whose group (inputs after step and lr) holds `in`: the
-  /// kernel reads that group's elements before writing them.
-  static bool fusedAdamGroupHolds(const Instruction &inst, int in, int out) {
-    int n = inst.inputs_size() - 2 - inst.outputs_size(); // parameters
-    if (n <= 0)
+  /// Whether `out`, an output of a multi-tensor optimizer instruction
+  /// (fused_adam, fused_sgd), belongs to the parameter whose group holds
+  /// `in`: the kernel reads that group's elements before writing them.
+  static bool optimizerGroupHolds(const Instruction &inst, int in, int out) {
+    std::optional<OptimizerCallGroups> g = optimizerCallGroups(inst);
+    if (!g)
       return false;
     int param = -1;
     for (int k = 0; k < inst.outputs_size(); ++k)
       if (inst.outputs(k) == out)
-        param = k % n;
-    for (int k = 2 + param; param >= 0 && k < inst.inputs_size(); k += n)
-      if (inst.inputs(k) == in)
+        param = k % g->numParams;
+    for (int k = 0; param >= 0 && k < g->inputsPerParam; ++k)
+      if (inst.inputs(g->input(k, param)) == in)
         return true;
     return false;
   }
@@ -823,8 +825,8 @@ struct Validator {
               a.dtype == b.dtype) ||
              (inst.op() == kFusedOp && a.dtype == b.dtype &&
               a.shape == b.shape) ||
-             (inst.op() == "fused_adam" && a.dtype == b.dtype &&
-              a.shape == b.shape && fusedAdamGroupHolds(inst, in, out)));
+             (a.dtype == b.dtype && a.shape == b.shape &&
+              optimizerGroupHolds(inst, in, out)));
         if (!elementwise)
           fail(what + "input " + std::to_string(donor) + " is read by " +
                describeInstruction(program, w) +

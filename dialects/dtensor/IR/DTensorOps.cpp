@@ -882,60 +882,62 @@ LogicalResult ToPartialOp::verify() {
 // Optimizer updates
 //===----------------------------------------------------------------------===//
 
-LogicalResult FusedAdamOp::verify() {
-  DTensorType step = getStep().getType(), lr = getLr().getType();
-  MeshAttr mesh = step.getMesh();
-  for (auto [what, t] :
-       {std::pair<StringRef, DTensorType>{"step", step}, {"lr", lr}}) {
+namespace {
+
+/// What the multi-tensor optimizer updates (fused_adam, fused_sgd) check
+/// alike: the 0-d f64 scalars (`scalarNames`), whole groups of
+/// `perParam` tensors per parameter (`roles`: their names, "param" first),
+/// `resultsPerParam` results per parameter (`resultRoles`), one mesh, one
+/// type per parameter's group, and placements that make each group an
+/// elementwise update each rank runs on its own pieces.
+LogicalResult verifyOptimizerUpdate(Operation *op, ValueRange scalars,
+                                    ArrayRef<StringRef> scalarNames,
+                                    ValueRange tensors, ValueRange results,
+                                    int64_t perParam, int64_t resultsPerParam,
+                                    ArrayRef<StringRef> roles,
+                                    ArrayRef<StringRef> resultRoles,
+                                    StringRef groupText) {
+  MeshAttr mesh = cast<DTensorType>(scalars[0].getType()).getMesh();
+  for (auto [what, v] : llvm::zip(scalarNames, scalars)) {
+    auto t = cast<DTensorType>(v.getType());
     if (!t.getShape().empty() || !t.getElementType().isF64())
-      return emitOpError(what) << " must be a 0-d f64 tensor, got " << t;
+      return op->emitOpError(what) << " must be a 0-d f64 tensor, got " << t;
     if (t.getMesh() != mesh)
-      return emitOpError("every operand and result must be on one mesh");
+      return op->emitOpError("every operand and result must be on one mesh");
     for (const Placement &p : t.getLayout())
       if (p.isPartial())
-        return emitOpError(what) << " must not be partial";
+        return op->emitOpError(what) << " must not be partial";
   }
-  for (int64_t flag : {getDecoupled(), getAmsgrad(), getMaximize()})
-    if (flag != 0 && flag != 1)
-      return emitOpError("decoupled, amsgrad and maximize must be 0 or 1");
-  int64_t perParam = getTensorsPerParam();
-  int64_t numTensors = static_cast<int64_t>(getTensors().size());
+  int64_t numTensors = static_cast<int64_t>(tensors.size());
   if (numTensors == 0 || numTensors % perParam != 0)
-    return emitOpError("expects ")
-           << perParam
-           << " tensors per parameter (params, grads, exp_avgs, exp_avg_sqs"
-           << (getAmsgrad() ? ", max_exp_avg_sqs" : "") << "), got "
-           << numTensors;
+    return op->emitOpError("expects ") << perParam << " tensors per parameter ("
+                                       << groupText << "), got " << numTensors;
   int64_t n = numTensors / perParam;
-  if (static_cast<int64_t>(getResults().size()) != (perParam - 1) * n)
-    return emitOpError("expects ")
-           << (perParam - 1) * n << " results for " << n << " parameters, got "
-           << getResults().size();
-  static const char *const kOperandNames[] = {"param", "grad", "exp_avg",
-                                              "exp_avg_sq", "max_exp_avg_sq"};
-  static const char *const kResultNames[] = {"param", "exp_avg", "exp_avg_sq",
-                                             "max_exp_avg_sq"};
+  if (static_cast<int64_t>(results.size()) != resultsPerParam * n)
+    return op->emitOpError("expects ")
+           << resultsPerParam * n << " results for " << n << " parameters, got "
+           << results.size();
   std::vector<int64_t> meshShape = toVec(mesh.getShape());
   for (int64_t i = 0; i < n; ++i) {
-    DTensorType param = cast<DTensorType>(getTensors()[i].getType());
+    DTensorType param = cast<DTensorType>(tensors[i].getType());
     if (param.getMesh() != mesh)
-      return emitOpError("every operand and result must be on one mesh");
+      return op->emitOpError("every operand and result must be on one mesh");
     if (!isa<FloatType>(param.getElementType()))
-      return emitOpError("parameter ")
+      return op->emitOpError("parameter ")
              << i << " must have a float element type, got "
              << param.getElementType();
     for (int64_t k = 1; k < perParam; ++k) {
-      Type t = getTensors()[k * n + i].getType();
+      Type t = tensors[k * n + i].getType();
       if (t != param)
-        return emitOpError(kOperandNames[k])
+        return op->emitOpError(roles[k])
                << " " << i << " must have its parameter's type " << param
                << ", got " << t;
     }
-    for (int64_t k = 0; k + 1 < perParam; ++k) {
-      Type t = getResults()[k * n + i].getType();
+    for (int64_t k = 0; k < resultsPerParam; ++k) {
+      Type t = results[k * n + i].getType();
       if (t != param)
-        return emitOpError("result ")
-               << kResultNames[k] << " " << i
+        return op->emitOpError("result ")
+               << resultRoles[k] << " " << i
                << " must have its parameter's type " << param << ", got " << t;
     }
     // The group of parameter i is elementwise: its placements must be a
@@ -945,10 +947,43 @@ LogicalResult FusedAdamOp::verify() {
     if (!isLocalStrategy(rules::elementwise(toVec(param.getShape()), perParam,
                                             rules::ElementwiseTraits{}),
                          layouts, param.getLayout(), meshShape))
-      return emitOpError("parameter ")
+      return op->emitOpError("parameter ")
              << i << " is placed " << placementsStr(param.getLayout())
              << ", not a local strategy of an elementwise update (reduce a "
                 "Partial gradient to the parameter's placements first)";
   }
   return success();
+}
+
+} // namespace
+
+LogicalResult FusedAdamOp::verify() {
+  for (int64_t flag : {getDecoupled(), getAmsgrad(), getMaximize()})
+    if (flag != 0 && flag != 1)
+      return emitOpError("decoupled, amsgrad and maximize must be 0 or 1");
+  int64_t perParam = getTensorsPerParam();
+  static const StringRef kRoles[] = {"param", "grad", "exp_avg", "exp_avg_sq",
+                                     "max_exp_avg_sq"};
+  static const StringRef kResultRoles[] = {"param", "exp_avg", "exp_avg_sq",
+                                           "max_exp_avg_sq"};
+  return verifyOptimizerUpdate(
+      *this, ValueRange{getStep(), getLr()}, {"step", "lr"}, getTensors(),
+      getResults(), perParam, perParam - 1, kRoles, kResultRoles,
+      getAmsgrad() ? "params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs"
+                   : "params, grads, exp_avgs, exp_avg_sqs");
+}
+
+LogicalResult FusedSgdOp::verify() {
+  for (int64_t flag : {getNesterov(), getMaximize(), getFirstStep()})
+    if (flag != 0 && flag != 1)
+      return emitOpError("nesterov, maximize and first_step must be 0 or 1");
+  if (!hasMomentum() && (getFirstStep() || getNesterov()))
+    return emitOpError("first_step and nesterov need a momentum");
+  static const StringRef kRoles[] = {"param", "grad", "momentum_buffer"};
+  static const StringRef kResultRoles[] = {"param", "momentum_buffer"};
+  int64_t perParam = getTensorsPerParam();
+  return verifyOptimizerUpdate(
+      *this, ValueRange{getLr()}, {"lr"}, getTensors(), getResults(), perParam,
+      getResultsPerParam(), kRoles, kResultRoles,
+      perParam == 3 ? "params, grads, momentum_buffers" : "params, grads");
 }

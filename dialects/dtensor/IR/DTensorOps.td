@@ -872,6 +872,70 @@ def DTensor_FusedAdamOp : DTensor_Op<"fused_adam", [Pure]> {
   }];
 }
 
+def DTensor_FusedSgdOp : DTensor_Op<"fused_sgd", [Pure]> {
+  let family = "optimizer";
+  let test = "test/python/test_fused_sgd.py";
+  let kernel = "fused_sgd";
+  let dtypes = ["f32", "f64", "f16", "bf16"];
+  let summary = "The SGD update (momentum, Nesterov, weight decay) of many parameters as one op";
+  let description = [{
+    torch's `_fused_sgd_` (what `torch.optim.SGD(..., fused=True)` calls):
+    the update of every parameter of an optimizer group in one op, and on
+    each rank in one kernel call. `tensors` holds `n` parameters, then
+    their `n` gradients and, with `momentum != 0` after the first step
+    (`first_step = 0`), their `n` momentum buffers; the results are the
+    updated parameters, then (with momentum) the momentum buffers. `lr` is
+    a 0-d f64 tensor, so a schedule never changes the program; momentum,
+    dampening and weight_decay are attributes (the generated kernel reads
+    them as call scalars). Per element, computed in the parameter's type
+    (float32 for float16 and bfloat16):
+
+        g = maximize ? -grad : grad
+        g = g + p * weight_decay                  (weight_decay != 0)
+        buf = g                                   (momentum, first_step = 1)
+        buf = buf * momentum + g * (1 - dampening)  (momentum, later steps)
+        g = nesterov ? g + buf * momentum : buf   (momentum)
+        p = p - lr * g
+
+    Without momentum there is no state and `first_step` must be 0;
+    `nesterov` needs a momentum. Every group of parameter `i` is
+    elementwise: its gradient and buffer have the parameter's shape,
+    element type and placements, which the results keep, and no placement
+    is Partial (a Partial gradient is reduced to the parameter's placements
+    before the op). Each rank therefore updates its own pieces, and each
+    result may be written over the input it replaces (the parameter, the
+    buffer, or on the first step the gradient; `--rank-mark-donations`).
+    An optimizer update: the op has no gradient.
+
+    ```mlir
+    %r:2 = dtensor.fused_sgd %lr, %p, %g, %buf {dampening = 0.0 : f64, first_step = 0 : i64, maximize = 0 : i64, momentum = 0.9 : f64, nesterov = 0 : i64, weight_decay = 1.0e-04 : f64} : (!dtensor.tensor<f64, #mesh, [R]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>) -> (!dtensor.tensor<8xf32, #mesh, [S(0)]>, !dtensor.tensor<8xf32, #mesh, [S(0)]>)
+    ```
+  }];
+  let arguments = (ins AnyDTensor:$lr, Variadic<AnyDTensor>:$tensors,
+                       F64Attr:$momentum, F64Attr:$dampening,
+                       F64Attr:$weight_decay, I64Attr:$nesterov,
+                       I64Attr:$maximize, I64Attr:$first_step);
+  let results = (outs Variadic<AnyDTensor>:$results);
+  let assemblyFormat =
+      "$lr `,` $tensors attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Whether the update keeps momentum buffers.
+    bool hasMomentum() { return getMomentum().convertToDouble() != 0; }
+    /// Tensors per parameter among the operands: param and grad, and the
+    /// momentum buffer after the first step.
+    int64_t getTensorsPerParam() {
+      return hasMomentum() && !getFirstStep() ? 3 : 2;
+    }
+    /// Results per parameter: the parameter, and with momentum its buffer.
+    int64_t getResultsPerParam() { return hasMomentum() ? 2 : 1; }
+    /// How many parameters the op updates.
+    int64_t getNumParams() {
+      return static_cast<int64_t>(getTensors().size()) / getTensorsPerParam();
+    }
+  }];
+}
+
 // One step of a lowered redistribution: the placement changes on exactly one
 // mesh axis, in the way the op's name says.
 class DTensor_LayoutStepOp<string mnemonic, string what>

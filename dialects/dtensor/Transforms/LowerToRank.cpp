@@ -85,9 +85,11 @@ private:
   LogicalResult lowerStep(Operation *op, IRMapping &map);
   LogicalResult lowerTransfer(TransferOp op, IRMapping &map);
   LogicalResult lowerAllToAllV(AllToAllVOp op, IRMapping &map);
-  /// The multi-tensor optimizer update: every rank updates its own pieces
-  /// (the verifier made each parameter's group elementwise and unpartial).
-  LogicalResult lowerFusedAdam(FusedAdamOp op, IRMapping &map);
+  /// A multi-tensor optimizer update (fused_adam, fused_sgd): every rank
+  /// updates its own pieces (the verifier made each parameter's group
+  /// elementwise and unpartial) with the rank op of the same name,
+  /// operands and attributes.
+  LogicalResult lowerOptimizerUpdate(Operation *op, IRMapping &map);
   /// One side of a move between meshes: every position has its own class,
   /// so the peer is a global rank.
   LogicalResult lowerMeshMove(Operation *op, IRMapping &map);
@@ -135,8 +137,8 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
   if (isa<RedistributeOp>(op))
     return op->emitOpError(
         "must be lowered first (run --dtensor-lower-redistribute)");
-  if (auto adam = dyn_cast<FusedAdamOp>(op))
-    return lowerFusedAdam(adam, map);
+  if (isa<FusedAdamOp, FusedSgdOp>(op))
+    return lowerOptimizerUpdate(op, map);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
   if (!ruleOp)
     return lowerStep(op, map);
@@ -262,18 +264,21 @@ LogicalResult RankLowering::lower(Operation *op, IRMapping &map) {
       });
 }
 
-LogicalResult RankLowering::lowerFusedAdam(FusedAdamOp op, IRMapping &map) {
-  SmallVector<Value> inputs;
+LogicalResult RankLowering::lowerOptimizerUpdate(Operation *op,
+                                                 IRMapping &map) {
+  StringRef name = isa<FusedAdamOp>(op) ? rank::FusedAdamOp::getOperationName()
+                                        : rank::FusedSgdOp::getOperationName();
+  OperationState state(op->getLoc(), name);
   for (Value v : op->getOperands())
-    inputs.push_back(map.lookup(v));
-  SmallVector<Type> types;
-  for (Value r : op.getResults())
-    types.push_back(localType(r.getType()));
-  auto local = rank::FusedAdamOp::create(
-      b, op.getLoc(), types, inputs, op.getBeta1Attr(), op.getBeta2Attr(),
-      op.getEpsAttr(), op.getWeightDecayAttr(), op.getDecoupledAttr(),
-      op.getAmsgradAttr(), op.getMaximizeAttr());
-  for (auto [global, result] : llvm::zip(op.getResults(), local.getResults()))
+    state.operands.push_back(map.lookup(v));
+  for (Value r : op->getResults())
+    state.types.push_back(localType(r.getType()));
+  // The op's own attributes (dialect-prefixed discardable ones stay).
+  for (NamedAttribute a : op->getAttrs())
+    if (!a.getName().getValue().contains('.'))
+      state.addAttribute(a.getName(), a.getValue());
+  Operation *local = b.create(state);
+  for (auto [global, result] : llvm::zip(op->getResults(), local->getResults()))
     map.map(global, result);
   return success();
 }

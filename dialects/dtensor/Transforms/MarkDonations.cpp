@@ -52,15 +52,15 @@ bool writesElementwiseOver(Operation *writer, Value input, Value result) {
   if (!inType || !outType ||
       inType.getElementType() != outType.getElementType())
     return false;
-  if (auto adam = dyn_cast<rank::FusedAdamOp>(writer)) {
+  if (std::optional<rank::OptimizerGroups> g =
+          rank::optimizerGroupsOf(writer)) {
     // Element j of parameter i's results is computed from element j of
     // parameter i's group alone, read before it is written.
     if (inType != outType)
       return false;
-    int64_t n = adam.getNumParams();
-    int64_t i = cast<OpResult>(result).getResultNumber() % n;
-    for (int64_t k = 0; k < adam.getTensorsPerParam(); ++k)
-      if (adam.getInputs()[2 + k * n + i] == input)
+    int64_t i = cast<OpResult>(result).getResultNumber() % g->numParams;
+    for (int64_t k = 0; k < g->inputsPerParam; ++k)
+      if (writer->getOperand(g->input(k, i)) == input)
         return true;
     return false;
   }
@@ -203,15 +203,16 @@ struct MarkDonationsPass
         if (auto fused = dyn_cast<rank::FusedOp>(def)) {
           operands = fusedInputsReadBy(
               fused, cast<OpResult>(queue[i]).getResultNumber());
-        } else if (auto adam = dyn_cast<rank::FusedAdamOp>(def)) {
+        } else if (std::optional<rank::OptimizerGroups> g =
+                       rank::optimizerGroupsOf(def)) {
           // The input the result replaces, then the rest of its group.
           unsigned index = cast<OpResult>(queue[i]).getResultNumber();
-          int64_t n = adam.getNumParams(), param = index % n;
-          int64_t replaced = adam.getReplacedInput(index);
-          operands.push_back(adam.getInputs()[replaced]);
-          for (int64_t k = 0; k < adam.getTensorsPerParam(); ++k)
-            if (2 + k * n + param != replaced)
-              operands.push_back(adam.getInputs()[2 + k * n + param]);
+          int64_t param = index % g->numParams;
+          unsigned replaced = rank::replacedInputOf(def, index);
+          operands.push_back(def->getOperand(replaced));
+          for (int64_t k = 0; k < g->inputsPerParam; ++k)
+            if (g->input(k, param) != replaced)
+              operands.push_back(def->getOperand(g->input(k, param)));
         } else {
           operands.assign(def->operand_begin(), def->operand_end());
         }

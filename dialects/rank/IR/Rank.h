@@ -9,6 +9,8 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include <optional>
+
 #include "rank/IR/RankOpsDialect.h.inc"
 
 #define GET_ATTRDEF_CLASSES
@@ -54,8 +56,30 @@ int64_t arenaOffsetOf(mlir::Operation *op, unsigned index);
 /// every other op of the function body that belongs to the rank dialect is
 /// a collective on the COMM stream.
 inline bool runsOnComputeStream(mlir::Operation *op) {
-  return mlir::isa<KernelOp, FusedOp, FusedAdamOp>(op);
+  return mlir::isa<KernelOp, FusedOp, FusedAdamOp, FusedSgdOp>(op);
 }
+
+/// The tensor groups of a multi-tensor optimizer update (rank.fused_adam,
+/// rank.fused_sgd): `scalarInputs` leading 0-d f64 inputs (step and lr, or
+/// lr), then `inputsPerParam` groups of `numParams` tensors (tensor k of
+/// parameter i is input `input(k, i)`: parameters, gradients, state); the
+/// results are `resultsPerParam` such groups (parameters, state), result
+/// `r` replacing input `replacedInput(r)`. Each result element is computed
+/// from the same element of its parameter's group alone.
+struct OptimizerGroups {
+  unsigned scalarInputs = 0;
+  int64_t numParams = 0, inputsPerParam = 0, resultsPerParam = 0;
+  unsigned input(int64_t k, int64_t i) const {
+    return static_cast<unsigned>(scalarInputs + k * numParams + i);
+  }
+};
+
+/// The groups of `op` when it is a multi-tensor optimizer update.
+std::optional<OptimizerGroups> optimizerGroupsOf(mlir::Operation *op);
+
+/// The input that result `index` of the optimizer update `op` replaces
+/// (the same role in the parameter's group).
+unsigned replacedInputOf(mlir::Operation *op, unsigned index);
 } // namespace dtorch::rank
 
 #endif // DTORCH_DIALECTS_RANK_IR_RANK_H

@@ -471,38 +471,81 @@ LogicalResult FusedOp::verify() {
   return success();
 }
 
-LogicalResult FusedAdamOp::verify() {
-  int64_t perParam = getTensorsPerParam();
-  int64_t numTensors = static_cast<int64_t>(getInputs().size()) - 2;
-  if (numTensors <= 0 || numTensors % perParam != 0)
-    return emitOpError("expects step, lr and ")
-           << perParam << " tensors per parameter, got " << getInputs().size()
-           << " inputs";
-  for (unsigned k = 0; k < 2; ++k) {
-    auto t = cast<RankedTensorType>(getInputs()[k].getType());
+std::optional<OptimizerGroups> dtorch::rank::optimizerGroupsOf(Operation *op) {
+  if (auto adam = dyn_cast<FusedAdamOp>(op))
+    return OptimizerGroups{2, adam.getNumParams(), adam.getTensorsPerParam(),
+                           adam.getTensorsPerParam() - 1};
+  if (auto sgd = dyn_cast<FusedSgdOp>(op))
+    return OptimizerGroups{1, sgd.getNumParams(), sgd.getTensorsPerParam(),
+                           sgd.getResultsPerParam()};
+  return std::nullopt;
+}
+
+unsigned dtorch::rank::replacedInputOf(Operation *op, unsigned index) {
+  if (auto adam = dyn_cast<FusedAdamOp>(op))
+    return adam.getReplacedInput(index);
+  return cast<FusedSgdOp>(op).getReplacedInput(index);
+}
+
+namespace {
+
+/// The checks of a multi-tensor optimizer update shared by its ops: the
+/// leading 0-d f64 inputs (`scalarNames`), then whole groups of tensors
+/// per parameter, and one type per parameter's group and results.
+LogicalResult verifyOptimizerGroups(Operation *op, const OptimizerGroups &g,
+                                    ArrayRef<StringRef> scalarNames) {
+  int64_t numTensors =
+      static_cast<int64_t>(op->getNumOperands()) - g.scalarInputs;
+  if (numTensors <= 0 || numTensors % g.inputsPerParam != 0) {
+    InFlightDiagnostic d = op->emitOpError("expects ");
+    for (StringRef name : scalarNames)
+      d << name << (name == scalarNames.back() ? " and " : ", ");
+    return d << g.inputsPerParam << " tensors per parameter, got "
+             << op->getNumOperands() << " inputs";
+  }
+  for (unsigned k = 0; k < g.scalarInputs; ++k) {
+    auto t = cast<RankedTensorType>(op->getOperand(k).getType());
     if (t.getRank() != 0 || !t.getElementType().isF64())
-      return emitOpError(k == 0 ? "step" : "lr")
+      return op->emitOpError(scalarNames[k])
              << " must be a 0-d f64 tensor, got " << t;
   }
-  int64_t n = numTensors / perParam;
-  if (static_cast<int64_t>(getResults().size()) != (perParam - 1) * n)
-    return emitOpError("expects ")
-           << (perParam - 1) * n << " results for " << n << " parameters, got "
-           << getResults().size();
+  int64_t n = g.numParams;
+  if (static_cast<int64_t>(op->getNumResults()) != g.resultsPerParam * n)
+    return op->emitOpError("expects ")
+           << g.resultsPerParam * n << " results for " << n
+           << " parameters, got " << op->getNumResults();
   for (int64_t i = 0; i < n; ++i) {
-    Type param = getInputs()[2 + i].getType();
+    Type param = op->getOperand(g.input(0, i)).getType();
     if (!isa<FloatType>(cast<RankedTensorType>(param).getElementType()))
-      return emitOpError("parameter ") << i << " must be a float tensor";
-    for (int64_t k = 1; k < perParam; ++k)
-      if (getInputs()[2 + k * n + i].getType() != param)
-        return emitOpError("input ") << 2 + k * n + i << " must have parameter "
-                                     << i << "'s type " << param;
-    for (int64_t k = 0; k + 1 < perParam; ++k)
-      if (getResults()[k * n + i].getType() != param)
-        return emitOpError("result ") << k * n + i << " must have parameter "
-                                      << i << "'s type " << param;
+      return op->emitOpError("parameter ") << i << " must be a float tensor";
+    for (int64_t k = 1; k < g.inputsPerParam; ++k)
+      if (op->getOperand(g.input(k, i)).getType() != param)
+        return op->emitOpError("input ")
+               << g.input(k, i) << " must have parameter " << i << "'s type "
+               << param;
+    for (int64_t k = 0; k < g.resultsPerParam; ++k)
+      if (op->getResult(k * n + i).getType() != param)
+        return op->emitOpError("result ")
+               << k * n + i << " must have parameter " << i << "'s type "
+               << param;
   }
   return success();
+}
+
+} // namespace
+
+LogicalResult FusedAdamOp::verify() {
+  return verifyOptimizerGroups(*this, *optimizerGroupsOf(*this),
+                               {"step", "lr"});
+}
+
+LogicalResult FusedSgdOp::verify() {
+  for (int64_t flag : {getNesterov(), getMaximize(), getFirstStep()})
+    if (flag != 0 && flag != 1)
+      return emitOpError("nesterov, maximize and first_step must be 0 or 1");
+  if (!hasMomentum() && (getFirstStep() || getNesterov()))
+    return emitOpError("first_step and nesterov need a momentum");
+  return verifyOptimizerGroups(*this, *optimizerGroupsOf(*this), {"lr"});
 }
 
 int64_t dtorch::rank::arenaOffsetOf(mlir::Operation *op, unsigned index) {

@@ -272,6 +272,53 @@ def Rank_FusedAdamOp : Rank_Op<"fused_adam", [Pure]> {
   }];
 }
 
+def Rank_FusedSgdOp : Rank_Op<"fused_sgd", [Pure]> {
+  let summary = "The SGD update of many local tensors in one kernel call";
+  let description = [{
+    The per-rank form of `dtensor.fused_sgd` (same operands, attributes
+    and results, on each rank's pieces): `inputs` are `lr` (0-d f64), then
+    `n` parameters, `n` gradients (and `n` momentum buffers with a momentum
+    after the first step). The emitter writes one `fused_sgd` instruction
+    on the COMPUTE stream; the runtime's kernel updates every tensor in one
+    call, reading each element of a parameter's group before writing the
+    same element of its results, so a result may live in the storage of any
+    input of its group (donation).
+
+    ```mlir
+    %r:2 = rank.fused_sgd(%lr, %p, %g, %buf) {dampening = 0.0 : f64, first_step = 0 : i64, maximize = 0 : i64, momentum = 0.9 : f64, nesterov = 0 : i64, weight_decay = 0.0 : f64} : (tensor<f64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs, F64Attr:$momentum,
+                       F64Attr:$dampening, F64Attr:$weight_decay,
+                       I64Attr:$nesterov, I64Attr:$maximize,
+                       I64Attr:$first_step);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat =
+      "`(` $inputs `)` attr-dict `:` functional-type($inputs, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool hasMomentum() { return getMomentum().convertToDouble() != 0; }
+    /// Tensors per parameter among the inputs after lr: param and grad,
+    /// and the momentum buffer after the first step.
+    int64_t getTensorsPerParam() {
+      return hasMomentum() && !getFirstStep() ? 3 : 2;
+    }
+    /// Results per parameter: the parameter, and with momentum its buffer.
+    int64_t getResultsPerParam() { return hasMomentum() ? 2 : 1; }
+    int64_t getNumParams() {
+      return (static_cast<int64_t>(getInputs().size()) - 1) /
+             getTensorsPerParam();
+    }
+    /// The input that result `index` replaces: the parameter, or the
+    /// momentum buffer (on the first step the gradient it starts from).
+    unsigned getReplacedInput(unsigned index) {
+      int64_t n = getNumParams(), k = index / n, i = index % n;
+      int64_t role = k == 0 ? 0 : (getFirstStep() ? 1 : 2);
+      return static_cast<unsigned>(1 + role * n + i);
+    }
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Point to point
 //===----------------------------------------------------------------------===//

@@ -415,6 +415,24 @@ public:
                  const std::vector<Tensor> &expAvgSqs,
                  const std::vector<Tensor> &maxExpAvgSqs,
                  const AdamHyperParameters &hyper);
+  /// One SGD update of many parameters (dtensor.fused_sgd,
+  /// SessionOptimizer.cpp): records one op whose results replace, in
+  /// place, every parameter and, with a momentum, its momentum buffer.
+  /// `lr` is a 0-d float64 tensor on the parameters' mesh; each gradient
+  /// and buffer has its parameter's shape, dtype and placements. With a
+  /// momentum and no buffers (the first step) the op starts the buffers
+  /// from the gradients: they are returned (new tensors, with their
+  /// parameters' layouts); otherwise the given buffers are returned.
+  /// ValueError before anything is recorded otherwise.
+  struct SgdHyperParameters {
+    double momentum = 0, dampening = 0, weightDecay = 0;
+    bool nesterov = false, maximize = false;
+  };
+  std::vector<Tensor> fusedSgd(const Tensor &lr,
+                               const std::vector<Tensor> &params,
+                               const std::vector<Tensor> &grads,
+                               const std::vector<Tensor> &momentumBuffers,
+                               const SgdHyperParameters &hyper);
   /// x's value on mesh `meshId` (same shape as x's mesh, other ranks):
   /// every rank of x's mesh sends its piece to the rank at the same
   /// position of the other (dtensor.send on x's mesh, then dtensor.recv on
@@ -672,6 +690,18 @@ private:
   /// Set while a multi-result op records its result nodes: the segment is
   /// not cut between them (addNode's size limit waits).
   bool recordingResults_ = false;
+  /// Records the multi-tensor optimizer update `op` (fused_adam,
+  /// fused_sgd): the 0-d float64 `scalars`, then the tensors of `groups`
+  /// (parameters first, each group one tensor per parameter, with its
+  /// parameter's shape, dtype and placements), giving `resultGroups`
+  /// groups of results; result group g re-points the tensors of
+  /// `targets[g]` (or, when it is empty, fills it with the results).
+  /// ValueError before anything is recorded.
+  void
+  recordOptimizerUpdate(const char *op, const std::vector<Tensor> &scalars,
+                        const std::vector<const std::vector<Tensor> *> &groups,
+                        size_t resultGroups, Attrs attrs,
+                        const std::vector<std::vector<Tensor> *> &targets);
   /// The capture of the backward in progress (null: none) and the
   /// programs captured so far (BackwardReplay.cpp).
   std::unique_ptr<BackwardCapture> capture_;

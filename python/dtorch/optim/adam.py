@@ -2,7 +2,7 @@
 import os
 
 from .. import _C
-from .optimizer import Optimizer
+from .optimizer import Optimizer, _fused_on
 
 _F64 = _C.dtype.float64
 
@@ -25,13 +25,6 @@ def _lerp(start, end, weight):
     if abs(weight) < 0.5:
         return start + (end - start) * weight
     return end - (end - start) * (1.0 - weight)
-
-
-def _fused_on(device_type):
-    """Whether a mesh of `device_type` has a multi-tensor Adam kernel."""
-    if device_type == "cpu":
-        return True
-    return device_type == "cuda" and os.environ.get("DTORCH_GENERATED_ADAM", "1") != "0"
 
 
 class Adam(Optimizer):

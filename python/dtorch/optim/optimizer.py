@@ -14,6 +14,7 @@ the program text, so they do not defeat the program cache.
 """
 import collections
 import copy
+import os
 
 import numpy as np
 
@@ -33,6 +34,16 @@ required = _RequiredParameter()
 
 def _replicated_raw(t):
     return [("R", 0, "")] * len(t._placements_raw)
+
+
+def _fused_on(device_type):
+    """Whether a mesh of `device_type` has the multi-tensor optimizer
+    kernels (fused_adam, fused_sgd): the runtime's hand-written CPU kernels,
+    or on a CUDA mesh the ones the controller generates through MLIR's NVVM
+    path (unless DTORCH_GENERATED_ADAM=0)."""
+    if device_type == "cpu":
+        return True
+    return device_type == "cuda" and os.environ.get("DTORCH_GENERATED_ADAM", "1") != "0"
 
 
 def _state_placements_raw(p):

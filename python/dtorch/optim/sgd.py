@@ -1,6 +1,10 @@
 """SGD with momentum, dampening, Nesterov and weight decay (torch's rule)."""
+import os
+
 from .. import _C
-from .optimizer import Optimizer, required
+from .optimizer import Optimizer, _fused_on, required
+
+_F64 = _C.dtype.float64
 
 
 class SGD(Optimizer):
@@ -10,6 +14,14 @@ class SGD(Optimizer):
         buf = g on the first step, else momentum * buf + (1 - dampening) * g
         g = g + momentum * buf if nesterov else buf      (when momentum != 0)
         p = p - lr * g
+
+    By default (``foreach``/``fused`` not False, DTORCH_FUSED_SGD not
+    "0") the update of every parameter of a group on one mesh is one op,
+    ``dtensor.fused_sgd``, which each rank runs as one kernel call over all
+    its pieces, written over the old values (donation); the learning rate is
+    a 0-d float64 tensor, so a schedule never recompiles. Otherwise the
+    update is recorded op by op, as above, with the same bits in float32
+    and float64.
 
     State per parameter: ``momentum_buffer`` (with momentum). The first step
     makes the buffer; from the second on, each step is the same program.
@@ -31,10 +43,67 @@ class SGD(Optimizer):
                                       maximize=maximize, foreach=foreach,
                                       differentiable=differentiable, fused=fused))
 
+    @staticmethod
+    def _uses_fused(group):
+        """The multi-tensor update unless the group asks for the per-op one
+        (``foreach=False`` or ``fused=False``; ``fused=True`` wins) or, with
+        neither set, the environment sets DTORCH_FUSED_SGD=0."""
+        if group["fused"]:
+            return True
+        if group["foreach"] is None and group["fused"] is None:
+            return os.environ.get("DTORCH_FUSED_SGD", "1") != "0"
+        return group["foreach"] is not False and group["fused"] is not False
+
     def _step_group(self, group):
+        pairs = self._params_with_grads(group)
+        if not pairs:
+            return
+        # A Partial parameter has no elementwise update; the fused op updates
+        # a parameter and its buffer in one layout (a buffer laid out apart
+        # from it, as ZeRO-1 does, takes the per-op update), and starts
+        # either every buffer of its parameters or none.
+        if not self._uses_fused(group) or any(
+                not _fused_on(p.device_mesh.device_type) or
+                any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
+            self._step_group_per_op(group, pairs)
+            return
+        by_mesh, apart = {}, []
+        for p, g in pairs:
+            buf = (self.state.get(p) or {}).get("momentum_buffer")
+            if buf is not None and (buf._mesh_id != p._mesh_id or
+                                    buf._placements_raw != p._placements_raw):
+                apart.append((p, g))
+            else:
+                has = buf is not None
+                by_mesh.setdefault((p._mesh_id, has), []).append((p, g))
+        if apart:
+            self._step_group_per_op(group, apart)
+        for mesh_pairs in by_mesh.values():
+            self._step_fused(group, mesh_pairs)
+
+    def _step_fused(self, group, pairs):
+        """Every parameter of `pairs` (one mesh; all with a momentum buffer
+        or none) in one recorded op; `_C.fused_sgd_` replaces each parameter
+        and buffer, and on the first step returns the new buffers."""
+        params = [p for p, _ in pairs]
+        momentum = group["momentum"]
+        buffers = []
+        if momentum != 0:
+            buffers = [self.state[p].get("momentum_buffer") for p in params]
+            if buffers[0] is None:
+                buffers = []
+        lr = self._scalar(params[0], group["lr"], _F64)
+        out = _C.fused_sgd_(lr, params, [g for _, g in pairs], buffers, momentum,
+                            group["dampening"], group["weight_decay"],
+                            bool(group["nesterov"]), bool(group["maximize"]))
+        if momentum != 0 and not buffers:
+            for p, buf in zip(params, out):
+                self.state[p]["momentum_buffer"] = buf
+
+    def _step_group_per_op(self, group, pairs):
         momentum, dampening = group["momentum"], group["dampening"]
         wd, nesterov = group["weight_decay"], group["nesterov"]
-        for p, g in self._params_with_grads(group):
+        for p, g in pairs:
             d_p = -g if group["maximize"] else g
             if wd != 0:
                 d_p = d_p + p * wd

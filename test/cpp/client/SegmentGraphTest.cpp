@@ -206,6 +206,25 @@ std::optional<Segment> segmentFor(const OpInfo &op, SegmentMaker &m) {
                                r % 2 ? other : rowS));
     return m.done(results);
   }
+  if (name == "fused_sgd") { // momentum after the first step: two
+                             // parameters, their gradients and buffers
+    Placements other = layout({R, S(0)});
+    std::vector<Handle> inputs{m.arg({}, wire::F64, rep)};
+    for (int k = 0; k < 3; ++k) {
+      inputs.push_back(x());
+      inputs.push_back(m.arg({5}, F32, other));
+    }
+    Attrs attrs{{"momentum", floatA(0.9)},   {"dampening", floatA(0.0)},
+                {"weight_decay", floatA(0)}, {"nesterov", intA(1)},
+                {"maximize", intA(0)},       {"first_step", intA(0)}};
+    Handle first = m.node(name, inputs, attrs, {8, 6}, F32, rowS);
+    std::vector<Handle> results{first};
+    for (int r = 1; r < 4; ++r)
+      results.push_back(m.node(kResultOfNode, {first}, {{"index", intA(r)}},
+                               r % 2 ? Shape{5} : Shape{8, 6}, F32,
+                               r % 2 ? other : rowS));
+    return m.done(results);
+  }
   if (name == "send") // to the ranks of another 2x2 mesh
     return m.done(
         {m.node(name, {x()}, {{"peers", intsA({4, 5, 6, 7})}, {"tag", intA(3)}},

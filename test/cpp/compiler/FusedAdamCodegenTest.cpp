@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "FloatBits.h"
 #include "FusedAdamSources.h"
+#include "OptimizerCodegenTestSupport.h"
 #include "OptimizerKernelCodegen.h"
 #include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
@@ -41,63 +41,9 @@
 using namespace dtorch;
 using adamsources::AdamConfig;
 using adamsources::AdamParam;
+using namespace optimizertest;
 
 namespace {
-
-wire::DType wireOf(const std::string &dtype) {
-  if (dtype == "f32")
-    return wire::F32;
-  if (dtype == "f64")
-    return wire::F64;
-  if (dtype == "f16")
-    return wire::F16;
-  return wire::BF16;
-}
-
-std::vector<int64_t> shapeOf(const std::string &shape) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at < shape.size()) {
-    size_t x = shape.find('x', at);
-    if (x == std::string::npos)
-      x = shape.size();
-    out.push_back(std::stoll(shape.substr(at, x - at)));
-    at = x + 1;
-  }
-  return out;
-}
-
-rt::Tensor scalarTensor(double v) {
-  wire::TensorSpec spec;
-  spec.set_dtype(wire::F64);
-  rt::Tensor t = rt::Tensor::emptyLike(spec);
-  *t.data_as<double>() = v;
-  return t;
-}
-
-/// Random values in [lo, hi]; with `specials`, one element in 16 is a signed
-/// zero, an infinity or a NaN.
-rt::Tensor randomTensor(const AdamParam &p, double lo, double hi, bool specials,
-                        std::mt19937 &rng) {
-  wire::TensorSpec spec;
-  spec.set_dtype(wireOf(p.dtype));
-  for (int64_t e : shapeOf(p.shape))
-    spec.add_shape(e);
-  rt::Tensor t = rt::Tensor::emptyLike(spec);
-  std::uniform_real_distribution<double> u(lo, hi);
-  const double kSpecials[] = {0.0, -0.0,
-                              std::numeric_limits<double>::infinity(),
-                              std::numeric_limits<double>::quiet_NaN()};
-  size_t width = t.nbytes() / std::max<int64_t>(1, t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double v = u(rng);
-    if (specials && rng() % 16 == 0)
-      v = kSpecials[rng() % 4];
-    uint64_t bits = testsupport::floatBitsOf(v, t.dtype());
-    std::memcpy(static_cast<char *>(t.data()) + i * width, &bits, width);
-  }
-  return t;
-}
 
 /// The inputs of `fusedAdamSource(params, c)`.
 std::vector<rt::Tensor> randomInputs(const std::vector<AdamParam> &params,
@@ -114,81 +60,16 @@ std::vector<rt::Tensor> randomInputs(const std::vector<AdamParam> &params,
   return inputs;
 }
 
-wire::Program compileAdam(const std::string &source, bool generated,
-                          const std::string &cudaArch = "") {
-  CompileOptions options;
-  options.fuseElementwise = true;
-  options.generateOptimizerKernels = generated;
-  options.cudaArch = cudaArch;
-  CompileResult result = compileModule(source, "adam.mlir", options);
-  EXPECT_TRUE(result.ok) << result.error.substr(0, 600);
-  if (!result.ok)
-    return {};
-  return emitted::programsByPosition(result.functions[0])[0];
-}
-
-const wire::Instruction *adamInstruction(const wire::Program &program) {
-  for (const auto &inst : program.instructions())
-    if (inst.op() == "fused_adam")
-      return &inst;
-  return nullptr;
-}
-
-uint64_t rawAt(const rt::Tensor &t, int64_t i) {
-  uint64_t u = 0;
-  size_t width = t.nbytes() / std::max<int64_t>(1, t.numel());
-  std::memcpy(&u, static_cast<const char *>(t.data()) + i * width, width);
-  return u;
-}
-
-bool isNaNAt(const rt::Tensor &t, int64_t i) {
-  switch (t.dtype()) {
-  case wire::F32:
-    return std::isnan(t.data_as<float>()[i]);
-  case wire::F64:
-    return std::isnan(t.data_as<double>()[i]);
-  case wire::F16:
-    return std::isnan(static_cast<float>(t.data_as<rt::Half>()[i]));
-  default:
-    return std::isnan(static_cast<float>(t.data_as<rt::BFloat16>()[i]));
-  }
-}
-
-/// Every output equal bit for bit (a NaN a NaN on both sides); returns the
-/// number of elements compared.
-int64_t expectSameBits(const std::vector<rt::Tensor> &a,
-                       const std::vector<rt::Tensor> &b,
-                       const std::string &what) {
-  EXPECT_EQ(a.size(), b.size()) << what;
-  int64_t compared = 0;
-  for (size_t o = 0; o < a.size() && o < b.size(); ++o) {
-    EXPECT_EQ(a[o].dtype(), b[o].dtype()) << what;
-    EXPECT_EQ(a[o].numel(), b[o].numel()) << what;
-    int bad = 0;
-    for (int64_t i = 0; i < a[o].numel() && bad < 3; ++i, ++compared) {
-      if (isNaNAt(a[o], i) && isNaNAt(b[o], i))
-        continue;
-      if (rawAt(a[o], i) != rawAt(b[o], i)) {
-        ++bad;
-        ADD_FAILURE() << what << ": output " << o << " element " << i
-                      << ": generated bits " << std::hex << rawAt(a[o], i)
-                      << ", hand-written " << rawAt(b[o], i) << std::dec;
-      }
-    }
-  }
-  return compared;
-}
-
 /// Compiles `params` with `c` both ways, runs both on the same inputs and
 /// compares the bits.
 int64_t checkBothWays(const std::vector<AdamParam> &params, const AdamConfig &c,
                       double step, double lr, uint32_t seed,
                       const std::string &what) {
   std::string source = adamsources::fusedAdamSource(params, c);
-  wire::Program generated = compileAdam(source, true);
-  wire::Program handWritten = compileAdam(source, false);
-  const wire::Instruction *gen = adamInstruction(generated);
-  const wire::Instruction *hand = adamInstruction(handWritten);
+  wire::Program generated = compileOptimizer(source, true);
+  wire::Program handWritten = compileOptimizer(source, false);
+  const wire::Instruction *gen = instructionOf(generated, "fused_adam");
+  const wire::Instruction *hand = instructionOf(handWritten, "fused_adam");
   EXPECT_TRUE(gen && hand) << what;
   if (!gen || !hand)
     return 0;
@@ -290,13 +171,13 @@ TEST(GeneratedFusedAdam, AnyCutGivesTheWholeCallsBits) {
   AdamConfig c;
   c.amsgrad = true;
   wire::Program program =
-      compileAdam(adamsources::fusedAdamSource(params, c), true);
+      compileOptimizer(adamsources::fusedAdamSource(params, c), true);
   ASSERT_EQ(program.executables_size(), 1);
   rt::GeneratedKernelFn whole = rt::loadExecutable(program.executables(0));
   rt::GeneratedRowsKernelFn rows =
       rt::loadExecutableRows(program.executables(0));
   ASSERT_NE(rows, nullptr) << "the kernel has no range entry";
-  const wire::Instruction *inst = adamInstruction(program);
+  const wire::Instruction *inst = instructionOf(program, "fused_adam");
   ASSERT_NE(inst, nullptr);
   const std::string &bytes = inst->attrs().at("scalars").data();
   std::vector<double> scalars(bytes.size() / sizeof(double));
@@ -351,14 +232,14 @@ TEST(GeneratedFusedAdam, HyperParametersDoNotRecompile) {
   std::vector<AdamParam> params = {{"4x9", "f32"}, {"13", "f32"}};
   AdamConfig c;
   wire::Program first =
-      compileAdam(adamsources::fusedAdamSource(params, c), true);
+      compileOptimizer(adamsources::fusedAdamSource(params, c), true);
   int64_t before = generatedAdamKernelCompiles();
   c.beta1 = 0.8;
   c.beta2 = 0.99;
   c.eps = 1e-6;
   c.weightDecay = 0.2;
   wire::Program second =
-      compileAdam(adamsources::fusedAdamSource(params, c), true);
+      compileOptimizer(adamsources::fusedAdamSource(params, c), true);
   EXPECT_EQ(generatedAdamKernelCompiles(), before);
   ASSERT_EQ(first.executables_size(), 1);
   ASSERT_EQ(second.executables_size(), 1);
@@ -366,14 +247,14 @@ TEST(GeneratedFusedAdam, HyperParametersDoNotRecompile) {
             second.executables(0).content_hash());
   // Another mode is another kernel.
   c.amsgrad = true;
-  compileAdam(adamsources::fusedAdamSource(params, c), true);
+  compileOptimizer(adamsources::fusedAdamSource(params, c), true);
   EXPECT_EQ(generatedAdamKernelCompiles(), before + 1);
 }
 
 TEST(GeneratedFusedAdam, TheValidatorRefusesAMismatchedCall) {
   std::vector<AdamParam> params = {{"4x9", "f32"}, {"13", "f32"}};
-  wire::Program program =
-      compileAdam(adamsources::fusedAdamSource(params, AdamConfig{}), true);
+  wire::Program program = compileOptimizer(
+      adamsources::fusedAdamSource(params, AdamConfig{}), true);
   ASSERT_NO_THROW(rt::validateProgram(program, -1));
   int at = -1;
   for (int i = 0; i < program.instructions_size(); ++i)
@@ -425,12 +306,12 @@ TEST(GeneratedFusedAdam, CompileCostAndCallTime) {
   auto cpuMs = [] { return 1e3 * std::clock() / CLOCKS_PER_SEC; };
   double c0 = cpuMs();
   auto t0 = std::chrono::steady_clock::now();
-  wire::Program generated = compileAdam(source, true);
+  wire::Program generated = compileOptimizer(source, true);
   double wallGenerated = std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - t0)
                              .count();
   double c1 = cpuMs();
-  wire::Program handWritten = compileAdam(source, false);
+  wire::Program handWritten = compileOptimizer(source, false);
   double c2 = cpuMs();
   std::mt19937 rng(3);
   std::vector<rt::Tensor> inputs = randomInputs(params, c, 5, 1e-3, false, rng);

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FusedAdamSources.h"
+#include "FusedSgdSources.h"
 #include "ProgramsByPosition.h"
 #include "RowReductionSources.h"
 #include "dtorch/Compiler.h"
@@ -479,6 +480,63 @@ TEST(GpuKernelCodegen, FusedAdamEveryDtypeAndModeAssembles) {
     GTEST_SKIP() << "no ptxas (CUDA toolkit) under CUDA_HOME or "
                     "/usr/local/cuda: the PTX was generated, not assembled";
   std::printf("fused_adam kernels assembled by ptxas for %s: %d\n", kArch,
+              assembled);
+}
+
+/// dtensor.fused_sgd compiled for a CUDA mesh: one generated GPU kernel per
+/// program for every float dtype and mode (no momentum, first step, later
+/// steps with Nesterov and decay) and a mix of dtypes; ptxas assembles it.
+TEST(GpuKernelCodegen, FusedSgdEveryDtypeAndModeAssembles) {
+  using adamsources::AdamParam;
+  using sgdsources::SgdConfig;
+  bool haveAssembler = !ptxasPath().empty();
+  std::vector<std::vector<AdamParam>> groups;
+  for (const char *dtype : {"f32", "f64", "f16", "bf16"})
+    groups.push_back({{"3x37", dtype}, {"", dtype}, {"1031", dtype}});
+  groups.push_back({{"5x7", "f32"}, {"33", "bf16"}, {"9", "f64"}});
+  std::vector<SgdConfig> configs(4);
+  configs[0].momentum = 0;
+  configs[0].weightDecay = 0.1;
+  configs[1].firstStep = true;
+  configs[1].maximize = true;
+  configs[2].nesterov = true;
+  configs[2].weightDecay = 0.01;
+  configs[3].dampening = 0.5;
+  int assembled = 0;
+  for (const auto &params : groups)
+    for (const SgdConfig &c : configs) {
+      std::string what = params[0].dtype + " group of " +
+                         std::to_string(params.size()) + " momentum " +
+                         std::to_string(c.momentum) +
+                         (c.firstStep ? " first step" : "");
+      CompileResult result =
+          compileForGpu(sgdsources::fusedSgdSource(params, c));
+      ASSERT_TRUE(result.ok) << what << ": " << result.error;
+      wire::Program program = programOf(result);
+      int calls = 0;
+      for (const auto &inst : program.instructions())
+        if (inst.op() == "fused_sgd") {
+          ++calls;
+          EXPECT_TRUE(rt::callsGeneratedKernel(inst)) << what;
+        }
+      ASSERT_EQ(calls, 1) << what;
+      ASSERT_EQ(program.executables_size(), 1) << what;
+      const wire::Executable &exe = program.executables(0);
+      ASSERT_TRUE(exe.has_gpu()) << what;
+      EXPECT_EQ(exe.num_scalars(), 3) << what;
+      EXPECT_EQ(static_cast<size_t>(exe.outputs_size()),
+                c.resultsPerParam() * params.size())
+          << what;
+      if (haveAssembler) {
+        std::string error = assemble(exe.gpu().ptx(), kArch);
+        EXPECT_EQ(error, "") << what;
+        ++assembled;
+      }
+    }
+  if (!haveAssembler)
+    GTEST_SKIP() << "no ptxas (CUDA toolkit) under CUDA_HOME or "
+                    "/usr/local/cuda: the PTX was generated, not assembled";
+  std::printf("fused_sgd kernels assembled by ptxas for %s: %d\n", kArch,
               assembled);
 }
 

@@ -14,9 +14,11 @@ namespace dtorch::rt::cuda {
 namespace {
 
 // Ops whose CUDA kernels are not written yet (every dtype of each).
-// fused_adam: dtorch.optim.Adam/AdamW record the per-op update on CUDA
-// meshes instead (python/dtorch/optim/adam.py).
-const std::set<std::string> kOpsWithoutCudaKernel = {"fused_adam"};
+// fused_adam, fused_sgd: a CUDA mesh calls the kernel generated through
+// MLIR's NVVM path; with DTORCH_GENERATED_ADAM=0 dtorch.optim.Adam/AdamW and
+// SGD record the per-op update on CUDA meshes instead
+// (python/dtorch/optim/optimizer.py, _fused_on).
+const std::set<std::string> kOpsWithoutCudaKernel = {"fused_adam", "fused_sgd"};
 
 TEST(CudaKernelCoverage, EveryCpuKernelHasACudaTwinOrIsListed) {
   registerCudaBackend();
