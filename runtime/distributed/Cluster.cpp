@@ -486,10 +486,14 @@ void Cluster::Impl::ioMain() {
       (void)ignored;
     }
     std::deque<std::pair<size_t, std::string>> pending;
+    std::deque<std::pair<std::string, std::string>> pendingById;
     {
       std::lock_guard<std::mutex> lock(outboxMutex);
       pending.swap(outbox);
+      pendingById.swap(outboxById);
     }
+    for (auto &[id, payload] : pendingById)
+      sendTo(id, payload);
     if (!pending.empty()) {
       std::lock_guard<std::mutex> lock(mutex);
       for (auto &[index, payload] : pending)

@@ -169,6 +169,10 @@ struct Cluster::Impl {
 
   std::mutex outboxMutex;
   std::deque<std::pair<size_t, std::string>> outbox;
+  // Messages by routing id that a thread other than the I/O thread makes
+  // while it holds `mutex` (markDead during a restart: PeersLost and the
+  // parked gets' replies); the I/O thread sends them (sendFromAnyThread).
+  std::deque<std::pair<std::string, std::string>> outboxById;
   int wakeFd = -1;
 
   // Direct sends ($DTORCH_DIRECT_SEND=0 turns them off): a thread that
@@ -353,7 +357,7 @@ struct Cluster::Impl {
   /// route. Never blocks on the I/O thread: callers may hold `mutex`.
   bool sendDirect(const std::vector<std::pair<size_t, std::string>> &messages) {
     std::unique_lock<std::mutex> queued(outboxMutex);
-    if (!outbox.empty())
+    if (!outbox.empty() || !outboxById.empty())
       return false;
     std::unique_lock<std::mutex> lock(socketMutex, std::try_to_lock);
     if (!lock.owns_lock())
@@ -376,6 +380,22 @@ struct Cluster::Impl {
       (void)ignored;
     }
     return true;
+  }
+
+  /// sendTo on the I/O thread (which owns the socket); from any other
+  /// thread, queued for the I/O thread (a socket is never used by two
+  /// threads at once, and the caller may hold `mutex`, which the I/O thread
+  /// takes while it holds the socket).
+  void sendFromAnyThread(const std::string &id, std::string payload) {
+    if (std::this_thread::get_id() == io.get_id())
+      return sendTo(id, payload);
+    {
+      std::lock_guard<std::mutex> lock(outboxMutex);
+      outboxById.emplace_back(id, std::move(payload));
+    }
+    uint64_t one = 1;
+    ssize_t ignored = write(wakeFd, &one, sizeof(one));
+    (void)ignored;
   }
 
   void sendTo(const std::string &id, const std::string &payload) {
@@ -449,7 +469,8 @@ struct Cluster::Impl {
     });
   }
 
-  // Caller holds `mutex`; runs on the I/O thread (it sends).
+  // Caller holds `mutex`; on the I/O thread, or on the thread of a restart
+  // (its messages then go through the I/O thread: sendFromAnyThread).
   void markDead(size_t index, const std::string &reason) {
     WorkerInfo &w = workers[index];
     if (w.dead)
@@ -487,7 +508,7 @@ struct Cluster::Impl {
       std::string bytes = encodeEnvelope(lost);
       for (const WorkerInfo &other : workers)
         if (other.authenticated && !other.dead)
-          sendTo(other.id, bytes);
+          sendFromAnyThread(other.id, bytes);
     }
     changed.notify_all();
   }
@@ -561,7 +582,7 @@ struct Cluster::Impl {
     reply.set_request_id(request);
     reply.mutable_kv_reply()->set_key(key);
     reply.mutable_kv_reply()->set_error(storeLost);
-    sendTo(peer, encodeEnvelope(reply));
+    sendFromAnyThread(peer, encodeEnvelope(reply));
   }
 
   void ioMain();
