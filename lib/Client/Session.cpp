@@ -8,6 +8,7 @@
 #include "SessionSupport.h"
 #include "Speculation.h"
 #include "TensorData.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
 #include "dtorch/runtime/DevicePlacement.h"
@@ -55,8 +56,8 @@ TensorStorage::~TensorStorage() {
 }
 
 std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
-  auto t =
-      std::make_shared<TensorImpl>(other.session_, other.storage_, other.meta_);
+  auto t = std::allocate_shared<TensorImpl>(
+      PoolAllocator<TensorImpl>(), other.session_, other.storage_, other.meta_);
   t->view = other.view;
   return t;
 }
@@ -165,7 +166,13 @@ int Session::addMesh(Shape shape, std::vector<std::string> names,
 // ---- segments ---------------------------------------------------------------
 
 Tensor Session::newTensor(TensorMeta meta) {
-  return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
+  // Both from the record pool (RecordPool.h): a step frees hundreds at once.
+  int meshId = meta.meshId;
+  return std::allocate_shared<TensorImpl>(
+      PoolAllocator<TensorImpl>(), this,
+      std::allocate_shared<TensorStorage>(PoolAllocator<TensorStorage>(), this,
+                                          nextHandle_++, meshId),
+      std::move(meta));
 }
 
 static const char *const kMetaMessage =
@@ -226,8 +233,8 @@ Handle Session::useValue(const Tensor &t) {
   return s.id;
 }
 
-Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
-                        Attrs attrs, TensorMeta meta, ScalarOperand scalar) {
+Tensor Session::addNode(std::string op, TensorList inputs, Attrs attrs,
+                        TensorMeta meta, ScalarOperand scalar) {
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   std::optional<rt::TraceSpan> span;
