@@ -478,7 +478,7 @@ void Session::replayBackward(const ReplayProgram &program, BackwardWalk &walk,
       if (!t || !t->gradFn)
         continue;
       t->gradFn->released = true;
-      std::vector<Tensor> dropped = std::move(t->gradFn->inputs);
+      auto dropped = std::move(t->gradFn->inputs);
       t->gradFn->inputs.clear();
     }
 }

@@ -372,7 +372,7 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
       .def("_release",
            [](GradRecord &r) {
              r.released = true;
-             std::vector<Tensor> dropped = std::move(r.inputs);
+             auto dropped = std::move(r.inputs);
              r.inputs.clear();
            })
       .def("__repr__",

@@ -52,7 +52,7 @@ struct Stats {
   uint64_t reused = 0;   // blocks handed out from a free list
   uint64_t fresh = 0;    // blocks taken from the heap
   uint64_t cached = 0;   // blocks in this thread's free lists now
-  uint64_t returned = 0; // blocks given back to the heap (list full)
+  uint64_t returned = 0; // blocks given back to the heap (depot full)
 };
 Stats threadStats();
 
@@ -63,14 +63,16 @@ template <typename T> struct PoolAllocator {
   using value_type = T;
   PoolAllocator() = default;
   template <typename U> PoolAllocator(const PoolAllocator<U> &) noexcept {}
+  // Up to kMaxBlock bytes (an object, or a short array such as an op's
+  // operands) from the pool; larger ones from the heap.
   T *allocate(size_t n) {
-    if (n == 1 && sizeof(T) <= pool::kMaxBlock)
-      return static_cast<T *>(pool::allocate(sizeof(T)));
+    if (n <= pool::kMaxBlock / sizeof(T))
+      return static_cast<T *>(pool::allocate(n * sizeof(T)));
     return static_cast<T *>(::operator new(n * sizeof(T)));
   }
   void deallocate(T *p, size_t n) noexcept {
-    if (n == 1 && sizeof(T) <= pool::kMaxBlock)
-      pool::deallocate(p, sizeof(T));
+    if (n <= pool::kMaxBlock / sizeof(T))
+      pool::deallocate(p, n * sizeof(T));
     else
       ::operator delete(p);
   }

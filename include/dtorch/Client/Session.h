@@ -14,6 +14,7 @@
 
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Client/Errors.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
 #include "dtorch/ShardingRule.h"
@@ -74,7 +75,8 @@ using Tensor = std::shared_ptr<TensorImpl>;
 /// record holds no reference to it (no cycle).
 struct GradRecord {
   std::string op;
-  std::vector<Tensor> inputs;
+  /// From the record pool, like the record itself (RecordPool.h).
+  std::vector<Tensor, PoolAllocator<Tensor>> inputs;
   Attrs attrs;
   int scalarIndex = -1; // position of a Python number among the operands
   double scalarValue = 0;
