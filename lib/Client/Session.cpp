@@ -55,9 +55,37 @@ TensorStorage::~TensorStorage() {
     session->release(*this);
 }
 
+namespace {
+
+/// With DTORCH_RECORD_POOL=0: a TensorImpl inside a block the shared_ptr
+/// aliases, so that its enable_shared_from_this is not bound to it (as
+/// before it had one): a binding that receives the tensor makes a control
+/// block that holds the Python object, and C++ holders keep that object
+/// (and its Python attributes) alive.
+struct UnboundTensorImpl {
+  template <typename... Args>
+  explicit UnboundTensorImpl(Args &&...args)
+      : impl(std::forward<Args>(args)...) {}
+  TensorImpl impl;
+};
+
+/// A TensorImpl from the record pool (RecordPool.h), owned by its
+/// shared_ptr directly: the bindings reuse that owner for every tensor
+/// argument (weak_from_this), and a C++ holder keeps the C++ object alive,
+/// not its Python object (whose attributes go with it, as for the
+/// intermediates the one-call functional recordings make).
+template <typename... Args> Tensor makeTensorImpl(Args &&...args) {
+  if (recordPoolEnabled())
+    return std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>(),
+                                            std::forward<Args>(args)...);
+  auto block = std::make_shared<UnboundTensorImpl>(std::forward<Args>(args)...);
+  return Tensor(block, &block->impl);
+}
+
+} // namespace
+
 std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
-  auto t = std::allocate_shared<TensorImpl>(
-      PoolAllocator<TensorImpl>(), other.session_, other.storage_, other.meta_);
+  auto t = makeTensorImpl(other.session_, other.storage_, other.meta_);
   t->view = other.view;
   return t;
 }
@@ -168,8 +196,8 @@ int Session::addMesh(Shape shape, std::vector<std::string> names,
 Tensor Session::newTensor(TensorMeta meta) {
   // Both from the record pool (RecordPool.h): a step frees hundreds at once.
   int meshId = meta.meshId;
-  return std::allocate_shared<TensorImpl>(
-      PoolAllocator<TensorImpl>(), this,
+  return makeTensorImpl(
+      this,
       std::allocate_shared<TensorStorage>(PoolAllocator<TensorStorage>(), this,
                                           nextHandle_++, meshId),
       std::move(meta));

@@ -115,3 +115,41 @@ def test_training_is_bitwise_the_same_without_the_pool():
     assert on["reused"] > 0 and off["reused"] == 0
     assert on["losses"] == off["losses"]
     assert on["grads"] == off["grads"]
+
+
+HOLDERS = r"""
+import json
+import dtorch
+dtorch.init(world_size=1, backend="inprocess")
+mesh = dtorch.init_device_mesh("cpu", (1,))
+x = dtorch.ones(3, device_mesh=mesh, requires_grad=True)
+y = x * 2.0
+z = y * 3.0  # z's record holds y
+y.tag = "mine"
+key = y._key
+del y
+w = z.grad_fn.inputs[0]
+z.sum().backward()
+print("RESULT " + json.dumps({"same_tensor": w._key == key, "tag": getattr(w, "tag", None),
+                              "grad": x.grad.numpy().tolist()}))
+"""
+
+
+def test_a_record_keeps_the_python_object_only_without_the_pool():
+    # With the pool, a tensor the session made reaches C++ as its own
+    # shared_ptr (no control block per argument): a record keeps the C++
+    # tensor, not its Python object, whose attributes go with it.
+    # DTORCH_RECORD_POOL=0 keeps the Python object alive, as before.
+    out = {}
+    for pool in ("1", "0"):
+        env = subprocess_env()
+        env["DTORCH_RECORD_POOL"] = pool
+        done = subprocess.run([sys.executable, "-c", HOLDERS], capture_output=True,
+                              text=True, env=env, timeout=300)
+        line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert line, done.stderr[-3000:]
+        out[pool] = json.loads(line[-1][7:])
+    assert out["1"]["same_tensor"] and out["0"]["same_tensor"]
+    assert out["1"]["tag"] is None
+    assert out["0"]["tag"] == "mine"
+    assert out["1"]["grad"] == out["0"]["grad"] == [6.0, 6.0, 6.0]

@@ -116,7 +116,12 @@ using Storage = std::shared_ptr<TensorStorage>;
 
 /// The client's view of one DTensor; owned by its Python object. It names a
 /// storage, which Session::assign may replace (an in-place update).
-class TensorImpl {
+/// enable_shared_from_this: a tensor made by the session (newTensor,
+/// aliasOf) with the record pool on is owned by its shared_ptr directly, and
+/// the bindings hand that same owner to C++ on every call instead of making
+/// a control block per tensor argument (nanobind's shared_ptr caster looks
+/// for it); see makeTensorImpl in Session.cpp.
+class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
 public:
   TensorImpl(Session *session, Handle id, TensorMeta meta)
       : session_(session),
