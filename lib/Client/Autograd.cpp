@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "SessionSupport.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/OpRegistry.h"
 
 namespace dtorch::client {
@@ -54,7 +55,7 @@ void releaseGradGraph(std::shared_ptr<GradRecord> record) {
 }
 
 void Session::recordGrad(const Tensor &result, const std::string &op,
-                         const std::vector<Tensor> &inputs, const Attrs &attrs,
+                         TensorList inputs, const Attrs &attrs,
                          const ScalarOperand &scalar) {
   bool any = false;
   for (const Tensor &t : inputs)
@@ -67,9 +68,9 @@ void Session::recordGrad(const Tensor &result, const std::string &op,
     needed = inputs[k]->requiresGrad && differentiable(info, k, scalar.index);
   if (!needed)
     return;
-  auto record = std::make_shared<GradRecord>();
+  auto record = std::allocate_shared<GradRecord>(PoolAllocator<GradRecord>());
   record->op = op;
-  record->inputs = inputs;
+  record->inputs.assign(inputs.begin(), inputs.end());
   record->attrs = attrs;
   record->scalarIndex = scalar.index;
   record->scalarValue = scalar.value;

@@ -186,14 +186,31 @@ bool backwardReplayEnabled() {
   return !(value && std::string_view(value) == "0");
 }
 
-BackwardWalk walkBackward(const std::vector<Tensor> &roots,
-                          const std::vector<Tensor> &rootGrads) {
-  BackwardWalk w;
+void BackwardWalk::clear() {
+  externals.clear();
+  roles.clear();
+  index.clear();
+  order.clear();
+  gradTargets.clear();
+  key.clear();
+  hash = 0;
+  unreplayable = nullptr;
+}
+
+void walkBackward(const std::vector<Tensor> &roots,
+                  const std::vector<Tensor> &rootGrads, BackwardWalk &w) {
+  w.clear();
   Walker(w).walk(roots, rootGrads);
   uint64_t h = 0x42574b0000000000ULL ^ w.key.size();
   for (uint64_t word : w.key)
     h = mixHash(h, word);
   w.hash = h;
+}
+
+BackwardWalk walkBackward(const std::vector<Tensor> &roots,
+                          const std::vector<Tensor> &rootGrads) {
+  BackwardWalk w;
+  walkBackward(roots, rootGrads, w);
   return w;
 }
 
@@ -270,8 +287,7 @@ void BackwardCapture::beforeNode() {
   insideNode_ = true;
 }
 
-void BackwardCapture::afterNode(const Node &node,
-                                const std::vector<Tensor> &inputs,
+void BackwardCapture::afterNode(const Node &node, TensorList inputs,
                                 const Tensor &result, bool recordingResults) {
   insideNode_ = false;
   if (recordingResults)
@@ -356,21 +372,30 @@ Session::startBackward(const std::vector<Tensor> &roots,
   for (const Tensor &t : rootGrads)
     if (!t || t->session() != this)
       return BackwardStart::Walk;
-  BackwardWalk walk = walkBackward(roots, rootGrads);
+  // The buffers of the last replayed walk, when there is one.
+  BackwardWalk walk = std::move(replayCache_->spareWalk);
+  walkBackward(roots, rootGrads, walk);
+  auto keepBuffers = [&] {
+    walk.clear(); // drops the references to the graph's tensors
+    replayCache_->spareWalk = std::move(walk);
+  };
   if (walk.unreplayable) {
     ++stats.walks;
     stats.lastReason = walk.unreplayable;
+    keepBuffers();
     return BackwardStart::Walk;
   }
   if (const BackwardReplayCache::Entry *e =
           replayCache_->find(walk.hash, walk.key)) {
     if (!e->program) {
       ++stats.notReplayable;
+      keepBuffers();
       return BackwardStart::Walk;
     }
     std::shared_ptr<const ReplayProgram> program = e->program;
     replayBackward(*program, walk, releaseGraph);
     ++stats.replays;
+    keepBuffers();
     return BackwardStart::Replayed;
   }
   capture_ = std::make_unique<BackwardCapture>(std::move(walk));
@@ -454,7 +479,7 @@ void Session::replayBackward(const ReplayProgram &program, BackwardWalk &walk,
       if (!t || !t->gradFn)
         continue;
       t->gradFn->released = true;
-      std::vector<Tensor> dropped = std::move(t->gradFn->inputs);
+      auto dropped = std::move(t->gradFn->inputs);
       t->gradFn->inputs.clear();
     }
 }

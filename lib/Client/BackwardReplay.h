@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/Client/Session.h"
 
 #include <cstdint>
@@ -79,7 +80,15 @@ struct BackwardWalk {
   };
   std::vector<Tensor> externals;
   std::vector<uint8_t> roles;
-  std::unordered_map<const TensorImpl *, int32_t> index;
+  /// Its nodes from the record pool (RecordPool.h): a backward adds one
+  /// per external tensor and drops them all at its end.
+  std::unordered_map<const TensorImpl *, int32_t, std::hash<const TensorImpl *>,
+                     std::equal_to<const TensorImpl *>,
+                     PoolAllocator<std::pair<const TensorImpl *const, int32_t>>>
+      index;
+  /// Empties it, keeping the capacity of its vectors (the session keeps
+  /// the buffers of replayed walks for the next backward).
+  void clear();
   /// Externals with a record, in the order autograd.py's _topological
   /// lists them (each after the tensors it was computed from).
   std::vector<int32_t> order;
@@ -95,6 +104,9 @@ struct BackwardWalk {
 /// The walk of a backward from `roots` with gradients `rootGrads`.
 BackwardWalk walkBackward(const std::vector<Tensor> &roots,
                           const std::vector<Tensor> &rootGrads);
+/// The same into `w` (cleared first), reusing its buffers.
+void walkBackward(const std::vector<Tensor> &roots,
+                  const std::vector<Tensor> &rootGrads, BackwardWalk &w);
 
 /// Watches Session::addNode while autograd.py walks a backward.
 class BackwardCapture {
@@ -103,8 +115,8 @@ public:
   /// At the start of addNode (before it may cut the segment): notes the
   /// results let go and the .grad assigned since the last op.
   void beforeNode();
-  void afterNode(const Node &node, const std::vector<Tensor> &inputs,
-                 const Tensor &result, bool recordingResults);
+  void afterNode(const Node &node, TensorList inputs, const Tensor &result,
+                 bool recordingResults);
   /// The pending segment is being cut: by addNode itself (its size bound
   /// or a mesh change), which the replay's addNode calls repeat, or by
   /// anything else (the capture cannot be replayed).
@@ -153,6 +165,8 @@ struct BackwardReplayCache {
   std::unordered_map<uint64_t, std::vector<Entry>> entries;
   size_t count = 0;
   Session::BackwardReplayStats stats;
+  /// The buffers of the last replayed walk (cleared), for the next one.
+  BackwardWalk spareWalk;
 };
 
 /// Whether backward() replays (on unless DTORCH_BACKWARD_REPLAY is "0";

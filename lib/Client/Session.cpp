@@ -8,6 +8,7 @@
 #include "SessionSupport.h"
 #include "Speculation.h"
 #include "TensorData.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/OpRules.h"
 #include "dtorch/Redistribute.h"
 #include "dtorch/runtime/DevicePlacement.h"
@@ -54,9 +55,37 @@ TensorStorage::~TensorStorage() {
     session->release(*this);
 }
 
+namespace {
+
+/// With DTORCH_RECORD_POOL=0: a TensorImpl inside a block the shared_ptr
+/// aliases, so that its enable_shared_from_this is not bound to it (as
+/// before it had one): a binding that receives the tensor makes a control
+/// block that holds the Python object, and C++ holders keep that object
+/// (and its Python attributes) alive.
+struct UnboundTensorImpl {
+  template <typename... Args>
+  explicit UnboundTensorImpl(Args &&...args)
+      : impl(std::forward<Args>(args)...) {}
+  TensorImpl impl;
+};
+
+/// A TensorImpl from the record pool (RecordPool.h), owned by its
+/// shared_ptr directly: the bindings reuse that owner for every tensor
+/// argument (weak_from_this), and a C++ holder keeps the C++ object alive,
+/// not its Python object (whose attributes go with it, as for the
+/// intermediates the one-call functional recordings make).
+template <typename... Args> Tensor makeTensorImpl(Args &&...args) {
+  if (recordPoolEnabled())
+    return std::allocate_shared<TensorImpl>(PoolAllocator<TensorImpl>(),
+                                            std::forward<Args>(args)...);
+  auto block = std::make_shared<UnboundTensorImpl>(std::forward<Args>(args)...);
+  return Tensor(block, &block->impl);
+}
+
+} // namespace
+
 std::shared_ptr<TensorImpl> TensorImpl::aliasOf(const TensorImpl &other) {
-  auto t =
-      std::make_shared<TensorImpl>(other.session_, other.storage_, other.meta_);
+  auto t = makeTensorImpl(other.session_, other.storage_, other.meta_);
   t->view = other.view;
   return t;
 }
@@ -165,7 +194,13 @@ int Session::addMesh(Shape shape, std::vector<std::string> names,
 // ---- segments ---------------------------------------------------------------
 
 Tensor Session::newTensor(TensorMeta meta) {
-  return std::make_shared<TensorImpl>(this, nextHandle_++, std::move(meta));
+  // Both from the record pool (RecordPool.h): a step frees hundreds at once.
+  int meshId = meta.meshId;
+  return makeTensorImpl(
+      this,
+      std::allocate_shared<TensorStorage>(PoolAllocator<TensorStorage>(), this,
+                                          nextHandle_++, meshId),
+      std::move(meta));
 }
 
 static const char *const kMetaMessage =
@@ -226,8 +261,8 @@ Handle Session::useValue(const Tensor &t) {
   return s.id;
 }
 
-Tensor Session::addNode(std::string op, const std::vector<Tensor> &inputs,
-                        Attrs attrs, TensorMeta meta, ScalarOperand scalar) {
+Tensor Session::addNode(std::string op, TensorList inputs, Attrs attrs,
+                        TensorMeta meta, ScalarOperand scalar) {
   if (shutDown_)
     throw DTorchError("dtorch has been shut down");
   std::optional<rt::TraceSpan> span;

@@ -8,6 +8,7 @@
 #include "dtorch/Client/BlasInfo.h"
 #include "dtorch/Client/CurveKeys.h"
 #include "dtorch/Client/Errors.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/Client/Session.h"
 #include "dtorch/OpRegistry.h"
 
@@ -371,7 +372,7 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
       .def("_release",
            [](GradRecord &r) {
              r.released = true;
-             std::vector<Tensor> dropped = std::move(r.inputs);
+             auto dropped = std::move(r.inputs);
              r.inputs.clear();
            })
       .def("__repr__",
@@ -442,6 +443,21 @@ void bindAutograd(nb::module_ &m, nb::class_<TensorImpl> &tensorClass) {
                               session().pendingStructureHash());
       },
       "(ops, structural hash) of the pending segment so far.");
+  m.def(
+      "_record_pool_stats",
+      [] {
+        pool::Stats st = pool::threadStats();
+        nb::dict d;
+        d["enabled"] = recordPoolEnabled();
+        d["reused"] = st.reused;
+        d["fresh"] = st.fresh;
+        d["cached"] = st.cached;
+        d["returned"] = st.returned;
+        return d;
+      },
+      "The calling thread's record pool (lib/Client/RecordPool.h): blocks "
+      "handed out again, taken from the heap, cached now, and given back "
+      "to the heap.");
   m.def("set_grad_enabled", [](bool on) { setGradEnabled(on); });
   m.def("is_grad_enabled", [] { return gradEnabled(); });
 }

@@ -14,6 +14,7 @@
 
 #include "dtorch/Client/Backend.h"
 #include "dtorch/Client/Errors.h"
+#include "dtorch/Client/RecordPool.h"
 #include "dtorch/Explain.h"
 #include "dtorch/Layout.h"
 #include "dtorch/ShardingRule.h"
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,7 +75,8 @@ using Tensor = std::shared_ptr<TensorImpl>;
 /// record holds no reference to it (no cycle).
 struct GradRecord {
   std::string op;
-  std::vector<Tensor> inputs;
+  /// From the record pool, like the record itself (RecordPool.h).
+  std::vector<Tensor, PoolAllocator<Tensor>> inputs;
   Attrs attrs;
   int scalarIndex = -1; // position of a Python number among the operands
   double scalarValue = 0;
@@ -113,7 +116,12 @@ using Storage = std::shared_ptr<TensorStorage>;
 
 /// The client's view of one DTensor; owned by its Python object. It names a
 /// storage, which Session::assign may replace (an in-place update).
-class TensorImpl {
+/// enable_shared_from_this: a tensor made by the session (newTensor,
+/// aliasOf) with the record pool on is owned by its shared_ptr directly, and
+/// the bindings hand that same owner to C++ on every call instead of making
+/// a control block per tensor argument (nanobind's shared_ptr caster looks
+/// for it); see makeTensorImpl in Session.cpp.
+class TensorImpl : public std::enable_shared_from_this<TensorImpl> {
 public:
   TensorImpl(Session *session, Handle id, TensorMeta meta)
       : session_(session),
@@ -146,6 +154,26 @@ private:
   Session *session_;
   Storage storage_;
   TensorMeta meta_;
+};
+
+/// The tensor operands of one op: a view of tensors the caller holds (a
+/// braced list or a vector), valid for the call. A braced list costs no
+/// heap allocation, unlike the std::vector it replaces on every op.
+class TensorList {
+public:
+  TensorList() = default;
+  TensorList(std::initializer_list<Tensor> list)
+      : data_(list.begin()), size_(list.size()) {}
+  TensorList(const std::vector<Tensor> &v) : data_(v.data()), size_(v.size()) {}
+  const Tensor *begin() const { return data_; }
+  const Tensor *end() const { return data_ + size_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Tensor &operator[](size_t i) const { return data_[i]; }
+
+private:
+  const Tensor *data_ = nullptr;
+  size_t size_ = 0;
 };
 
 /// A Python number used as an operand: `dtensor.full` of the node's shape
@@ -625,7 +653,7 @@ private:
   /// ValueError unless x may move to mesh `meshId` (same shape, no rank at
   /// the same position of both).
   void checkMovable(const Tensor &x, int meshId) const;
-  Tensor addNode(std::string op, const std::vector<Tensor> &inputs, Attrs attrs,
+  Tensor addNode(std::string op, TensorList inputs, Attrs attrs,
                  TensorMeta meta, ScalarOperand scalar = {});
   Handle useValue(const Tensor &t);
   /// Throws the WorkerError of a value lost by restart() or an automatic
@@ -637,7 +665,7 @@ private:
   /// The autograd hook of addNode: records a GradRecord on `result` when
   /// grad mode is on and a differentiable operand requires grad.
   void recordGrad(const Tensor &result, const std::string &op,
-                  const std::vector<Tensor> &inputs, const Attrs &attrs,
+                  TensorList inputs, const Attrs &attrs,
                   const ScalarOperand &scalar);
   void flush();
   void checkSameMesh(const Tensor &a, const Tensor &b, const char *op) const;
