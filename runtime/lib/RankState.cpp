@@ -235,7 +235,13 @@ std::optional<std::string> RankState::run(uint64_t programId,
     values.resize(inputs.size());
   else
     values.reserve(inputs.size());
+  // A confirmed speculation bound its leading inputs already, and checked
+  // them: any put, poison or free of one since dropped it. The fast setup
+  // looks up only those it donates (SpeculativeRun::finish reads no other).
+  size_t boundAlready = fast && continued ? continued->boundInputs() : 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i < boundAlready && (donatedInputs.empty() || !donatedInputs[i]))
+      continue;
     uint64_t handle = inputs[i];
     if (!poisoned_.empty())
       if (auto poison = poisoned_.find(handle); poison != poisoned_.end())

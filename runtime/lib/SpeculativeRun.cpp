@@ -320,6 +320,7 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
   bindInputs(inputs, bound_);
   executor_.setupTrace_.mark("bind inputs");
   std::vector<Tensor> &buffers = plan.bindings_->buffers;
+  bool inPlace = executor_.fastSetup(); // slots rebound in place
   // Donation, deferred to here: an output paired with a donated input takes
   // its storage when nothing else holds it (runPlanned's rule: the caller's
   // `inputs` are its one holder) and no reshape view of it was bound (the
@@ -338,7 +339,13 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
       // this device: dropped for the check, bound again after it.
       if (&inputs[donor].device() != executor_.device_)
         continue;
-      buffers[inputId] = Tensor();
+      // The fast setup empties the slot keeping its shape's capacity, so
+      // binding it again allocates nothing.
+      static const Tensor undefined;
+      if (inPlace)
+        buffers[inputId] = undefined;
+      else
+        buffers[inputId] = Tensor();
       bool sole = inputs[donor].soleOwner();
       buffers[inputId] = inputs[donor];
       if (!sole || &inputs[donor].device() != executor_.device_)
@@ -348,10 +355,17 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
       if (info.offset >= 0 || info.reshapeSource >= 0)
         continue;
       const Tensor &donorTensor = inputs[donor];
-      buffers[id] =
-          donorTensor.dtype() == info.dtype && donorTensor.shape() == info.shape
-              ? donorTensor
-              : Tensor::viewOf(donorTensor, 0, info.dtype, info.shape);
+      bool same = donorTensor.dtype() == info.dtype &&
+                  donorTensor.shape() == info.shape;
+      if (inPlace && same)
+        buffers[id] = donorTensor; // a copy assignment: no allocation
+      else if (inPlace)
+        buffers[id].assignView(donorTensor, 0, info.dtype, info.shape,
+                               info.numel);
+      else
+        buffers[id] =
+            same ? donorTensor
+                 : Tensor::viewOf(donorTensor, 0, info.dtype, info.shape);
       ++executor_.lastRun_.donations;
       executor_.lastRun_.donatedBytes += buffers[id].nbytes();
     }
@@ -368,12 +382,20 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
         const Tensor &source = buffers[info.reshapeSource];
         if (source.defined() && source.dtype() == info.dtype &&
             source.numel() == info.numel) {
-          buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
+          if (inPlace)
+            buffers[id].assignView(source, 0, info.dtype, info.shape,
+                                   info.numel);
+          else
+            buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
           ++executor_.lastRun_.reshapeViews;
           continue;
         }
       }
-      buffers[id] = Tensor::empty(info.dtype, info.shape, *executor_.device_);
+      if (inPlace)
+        buffers[id].assignEmpty(info.dtype, info.shape, info.numel,
+                                *executor_.device_);
+      else
+        buffers[id] = Tensor::empty(info.dtype, info.shape, *executor_.device_);
       executor_.lastRun_.ownBytes += buffers[id].nbytes();
       ++executor_.lastRun_.allocations;
     }

@@ -101,7 +101,11 @@ Record runSteps(bool fast, bool speculate) {
     std::vector<uint64_t> inputs = {x, param, g};
     std::vector<uint64_t> outputs = {base + 10, base + 11, base + 12};
     uint64_t speculation = 0;
-    if (speculate && state.speculate(base, 1, {x}))
+    // The speculation binds x (odd steps: and the donated parameter too).
+    std::vector<uint64_t> known = {x};
+    if (k % 2 == 1)
+      known.push_back(param);
+    if (speculate && state.speculate(base, 1, known))
       speculation = base;
     std::optional<std::string> error =
         state.run(1, inputs, outputs, {}, {param}, speculation);
@@ -124,6 +128,8 @@ Record runSteps(bool fast, bool speculate) {
     EXPECT_THROW(state.fetch(param), RuntimeError); // consumed
     param = outputs[0];
   }
+  if (speculate) // the three good steps (step 3's fails at its binding)
+    EXPECT_EQ(state.speculationCounts().confirmed, 3u);
   return record;
 }
 

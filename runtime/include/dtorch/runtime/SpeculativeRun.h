@@ -76,7 +76,8 @@ public:
   /// returns the outputs, as Executor::runPlanned does; `donated` as there
   /// (an output paired with a donated input not yet written takes its
   /// storage). Throws the error of any instruction that failed, during
-  /// speculation or now.
+  /// speculation or now. Of the inputs bound already (boundInputs()), only
+  /// the donated ones are read: the others may be left undefined.
   std::vector<Tensor> finish(const std::vector<Tensor> &inputs,
                              const std::vector<int64_t> &seeds,
                              const std::vector<bool> &donated = {});
