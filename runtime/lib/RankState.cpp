@@ -273,6 +273,7 @@ std::optional<std::string> RankState::run(uint64_t programId,
                          " output(s), run names " +
                          std::to_string(outputs.size())));
   std::vector<Tensor> results;
+  setup.mark("lookup");
   // The table's bytes before the run: counted now, or (fast setup) after
   // the run, from the table and the consumed inputs, which the run does
   // not otherwise change.
@@ -281,7 +282,7 @@ std::optional<std::string> RankState::run(uint64_t programId,
   // unless another handle shares the storage.
   for (uint64_t handle : consumed)
     tensors_.erase(handle);
-  setup.mark("lookup");
+  setup.mark("consume");
   try {
     // The run's span on the compute lane holds its instructions' spans.
     std::optional<TraceSpan> span;
@@ -308,8 +309,11 @@ std::optional<std::string> RankState::run(uint64_t programId,
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }
-  if (fast)
+  setup.mark("run"); // the run's span: kernels, teardown, results
+  if (fast) {
     before = tableBytesWith(inputs, values, consumed);
+    setup.mark("table bytes");
+  }
   RunMemory memory = executor_.lastRunMemory();
   lastRunArenaBytes_ = memory.arenaBytes;
   lastRunPeakBytes_ = before + executor_.arenaCapacity() + memory.ownBytes;
@@ -317,6 +321,7 @@ std::optional<std::string> RankState::run(uint64_t programId,
   peakBytes_ = std::max(peakBytes_, lastRunPeakBytes_);
   for (size_t i = 0; i < outputs.size(); ++i)
     put(outputs[i], std::move(results[i]));
+  setup.mark("outputs");
   return std::nullopt;
 }
 

@@ -165,7 +165,9 @@ private:
 
 /// The phases of a run's setup, from the worker's receipt of the message to
 /// the run's first kernel, as spans of category "setup" on the compute lane
-/// (bench/executor_overhead.py breaks the setup down with them). Recorded
+/// (bench/executor_overhead.py breaks the setup down with them); a
+/// RunProgram's also go on after it: "run" (the run's span), "table bytes"
+/// and "outputs" (registering them). Recorded
 /// only while the trace records and DTORCH_TRACE_SETUP is "1" (read once
 /// per process; setRecorded changes it), so a profile holds none by
 /// default. Cheap: off, each mark is one branch; on, one clock read, and
