@@ -188,6 +188,11 @@ struct Rank {
   // Forwards to the transports of the current generation (Generation).
   std::unique_ptr<ReplaceableCommunicator> comm;
   std::unique_ptr<RankState> state; // owned by the rank thread
+  // A RunProgram's lists, refilled by each run (the rank thread's).
+  struct RunLists {
+    std::vector<uint64_t> inputs, outputs, donated;
+    std::vector<int64_t> seeds;
+  } runLists;
 };
 
 // The transports of every hosted rank for one rendezvous generation: the
@@ -332,7 +337,7 @@ private:
     r.wake.notify_one();
   }
   void rankLoop(Rank &r);
-  void runProgram(Rank &r, const wire::RunProgram &run);
+  void runProgram(Rank &r, const wire::RunProgram &run, int64_t receivedNs);
   void reportError(int rank, uint64_t programId, const std::string &message) {
     wire::Envelope envelope;
     envelope.set_protocol_version(wire::PROTOCOL_VERSION);
@@ -833,9 +838,10 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
         !withinHandleBound(shared->run().donated_size(), requestId) ||
         !distinctHostedRanks(ranks, requestId))
       return;
+    int64_t received = traceClockNs(); // where the run's setup begins
     for (int rank : ranks)
-      enqueue(rank, [this, shared, rank] {
-        runProgram(*ranks_[rank - options_.firstRank], shared->run());
+      enqueue(rank, [this, shared, rank, received] {
+        runProgram(*ranks_[rank - options_.firstRank], shared->run(), received);
       });
     return;
   }
@@ -1028,14 +1034,19 @@ void Worker::dispatch(std::shared_ptr<wire::Envelope> shared) {
   }
 }
 
-void Worker::runProgram(Rank &r, const wire::RunProgram &run) {
-  std::vector<uint64_t> inputs(run.inputs().begin(), run.inputs().end());
-  std::vector<uint64_t> outputs(run.outputs().begin(), run.outputs().end());
-  std::vector<int64_t> seeds(run.seeds().begin(), run.seeds().end());
-  std::vector<uint64_t> donated(run.donated().begin(), run.donated().end());
-  if (std::optional<std::string> error =
-          r.state->run(run.program_id(), inputs, outputs, seeds, donated,
-                       run.speculation_id()))
+void Worker::runProgram(Rank &r, const wire::RunProgram &run,
+                        int64_t receivedNs) {
+  // The message's lists: the rank's vectors, refilled in place, with the
+  // fast setup (Executor::fastSetup); else the run's own.
+  Rank::RunLists own;
+  Rank::RunLists &lists = r.state->fastSetup() ? r.runLists : own;
+  lists.inputs.assign(run.inputs().begin(), run.inputs().end());
+  lists.outputs.assign(run.outputs().begin(), run.outputs().end());
+  lists.seeds.assign(run.seeds().begin(), run.seeds().end());
+  lists.donated.assign(run.donated().begin(), run.donated().end());
+  if (std::optional<std::string> error = r.state->run(
+          run.program_id(), lists.inputs, lists.outputs, lists.seeds,
+          lists.donated, run.speculation_id(), receivedNs))
     reportError(r.rank, run.program_id(), *error);
 }
 

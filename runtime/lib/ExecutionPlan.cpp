@@ -32,6 +32,14 @@ bool executionPlansByDefault() {
   return on;
 }
 
+bool fastSetupByDefault() {
+  static const bool on = [] {
+    const char *value = std::getenv("DTORCH_FAST_SETUP");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return on;
+}
+
 void ExecutionPlan::Bindings::releaseArenaViews() {
   for (int32_t id : arenaIds)
     buffers[id] = Tensor();
@@ -323,6 +331,7 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
   }
   if (!plan.error_.empty())
     throw RuntimeError(prefix + plan.error_);
+  setupTrace_.mark("bind inputs");
 
   RunMemory memory;
   try {
@@ -390,14 +399,19 @@ std::vector<Tensor> Executor::runPlanned(ExecutionPlan &plan,
     throw RuntimeError(prefix + "out of memory allocating its buffers");
   }
   lastRun_ = memory;
+  setupTrace_.mark("bind buffers");
 
   runSteps(plan, prefix, seeds);
+  return plan.collectResults(buffers);
+}
 
+std::vector<Tensor>
+ExecutionPlan::collectResults(std::vector<Tensor> &buffers) const {
   std::vector<Tensor> results;
-  results.reserve(plan.outputIds_.size());
-  for (size_t k = 0; k < plan.outputIds_.size(); ++k) {
-    Tensor &buffer = buffers[plan.outputIds_[k]];
-    if (plan.outputMoves_[k])
+  results.reserve(outputIds_.size());
+  for (size_t k = 0; k < outputIds_.size(); ++k) {
+    Tensor &buffer = buffers[outputIds_[k]];
+    if (outputMoves_[k])
       results.push_back(std::move(buffer));
     else
       results.push_back(buffer);
@@ -438,8 +452,8 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
   const int32_t *waits = plan.waits_.data();
   const double *scalars = plan.scalars_.data();
   auto runStream = [&](const std::vector<ExecutionPlan::Step> &steps,
-                       TraceLane lane, std::vector<InstructionSpan> &spans) {
-    ExecutionPlan::StepOperands ops;
+                       TraceLane lane, std::vector<InstructionSpan> &spans,
+                       ExecutionPlan::StepOperands &ops) {
     const std::vector<const Tensor *> &in = ops.in;
     const std::vector<Tensor *> &out = ops.out;
     for (const ExecutionPlan::Step &step : steps) {
@@ -508,6 +522,11 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
     }
   };
 
+  // The compute stream's operand lists: the plan's, kept between runs
+  // (fast setup), or the run's own.
+  ExecutionPlan::StepOperands runOps;
+  ExecutionPlan::StepOperands &computeOps =
+      fastSetup_ ? plan.stepScratch_ : runOps;
   std::vector<InstructionSpan> computeSpans, commSpans;
   if (traced)
     computeSpans.reserve(plan.compute_.size());
@@ -529,14 +548,17 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
             CurrentStreamOfComm{*device_, &device_->currentStream()});
         device_->setCurrentStream(commDeviceStream_.get());
       }
-      runStream(plan.comm_, TraceLane::Comm, commSpans);
+      ExecutionPlan::StepOperands commOps;
+      runStream(plan.comm_, TraceLane::Comm, commSpans, commOps);
     });
-    runStream(plan.compute_, TraceLane::Compute, computeSpans);
+    setupTrace_.mark("hand-off");
+    runStream(plan.compute_, TraceLane::Compute, computeSpans, computeOps);
     // The COMM task reads this run's buffers: wait for it even when the
     // compute stream failed (the failure woke its event waits).
     commDone.get();
   } else {
-    runStream(plan.compute_, TraceLane::Compute, computeSpans);
+    setupTrace_.mark("hand-off");
+    runStream(plan.compute_, TraceLane::Compute, computeSpans, computeOps);
   }
   if (traced) {
     trace_->recordInstructions(plan.labels_, std::move(computeSpans));

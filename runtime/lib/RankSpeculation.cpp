@@ -20,6 +20,13 @@ bool RankState::speculate(uint64_t speculationId, uint64_t programId,
   dropSpeculation();
   if (speculationId == 0 || !executor_.executionPlans())
     return false;
+  // The phases before the speculative run's first kernel (RankState::run).
+  SetupTrace &setup = executor_.setupTrace();
+  setup.begin(trace_.get());
+  struct Flush {
+    SetupTrace &setup;
+    ~Flush() { setup.flush(); }
+  } flushSetup{setup};
   auto uploaded = programs_.find(programId);
   if (uploaded == programs_.end() || !uploaded->second.invalid.empty() ||
       uploaded->second.device)
@@ -33,6 +40,7 @@ bool RankState::speculate(uint64_t speculationId, uint64_t programId,
       return false;
     values.push_back(it->second);
   }
+  setup.mark("lookup");
   std::optional<TraceSpan> span;
   if (trace_->enabled())
     span.emplace(trace_.get(), TraceLane::Compute, "run",

@@ -150,7 +150,17 @@ std::optional<std::string> RankState::run(uint64_t programId,
                                           const std::vector<uint64_t> &outputs,
                                           const std::vector<int64_t> &seeds,
                                           const std::vector<uint64_t> &donated,
-                                          uint64_t speculationId) {
+                                          uint64_t speculationId,
+                                          int64_t receivedNs) {
+  bool fast = executor_.fastSetup();
+  SetupTrace &setup = executor_.setupTrace();
+  setup.begin(trace_.get(), receivedNs);
+  setup.mark("queue"); // from the receipt to this rank's thread
+  // The setup's phases are recorded when the run ends, however it ends.
+  struct Flush {
+    SetupTrace &setup;
+    ~Flush() { setup.flush(); }
+  } flushSetup{setup};
   // A paused speculative run of this one continues; any other is dropped.
   std::unique_ptr<SpeculativeRun> continued =
       speculation_ ? takeSpeculation(speculationId, programId, inputs)
@@ -158,7 +168,21 @@ std::optional<std::string> RankState::run(uint64_t programId,
   // Donated handles that the run reads (any other is ignored).
   std::vector<uint64_t> consumed;
   std::vector<bool> donatedInputs;
-  if (!donated.empty()) {
+  if (!donated.empty() && fast) {
+    // Sorted once: a binary search per input, not a scan of the list.
+    std::vector<uint64_t> &sorted = scratch_.donated;
+    sorted.assign(donated.begin(), donated.end());
+    std::sort(sorted.begin(), sorted.end());
+    donatedInputs.assign(inputs.size(), false);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (std::binary_search(sorted.begin(), sorted.end(), inputs[i])) {
+        donatedInputs[i] = true;
+        consumed.push_back(inputs[i]);
+      }
+    std::sort(consumed.begin(), consumed.end());
+    consumed.erase(std::unique(consumed.begin(), consumed.end()),
+                   consumed.end());
+  } else if (!donated.empty()) {
     donatedInputs.assign(inputs.size(), false);
     for (size_t i = 0; i < inputs.size(); ++i)
       if (std::find(donated.begin(), donated.end(), inputs[i]) !=
@@ -192,11 +216,36 @@ std::optional<std::string> RankState::run(uint64_t programId,
   auto deviceComm = comms.find(&device);
   executor_.setDeviceCommunicator(
       deviceComm != comms.end() ? deviceComm->second.get() : nullptr);
-  std::vector<Tensor> values;
-  values.reserve(inputs.size());
-  for (uint64_t handle : inputs) {
-    if (auto poison = poisoned_.find(handle); poison != poisoned_.end())
-      return fail(poison->second); // the root cause, unchanged
+  // The inputs' tensors: the rank's scratch with the fast setup (each
+  // slot rebound in place and emptied after the run, its shape's capacity
+  // kept), else the run's own.
+  std::vector<Tensor> ownValues;
+  std::vector<Tensor> &values = fast ? scratch_.values : ownValues;
+  struct Unbind {
+    std::vector<Tensor> &values;
+    bool scratch;
+    ~Unbind() {
+      static const Tensor undefined;
+      if (scratch)
+        for (Tensor &value : values)
+          value = undefined;
+    }
+  } unbindValues{values, fast};
+  if (fast)
+    values.resize(inputs.size());
+  else
+    values.reserve(inputs.size());
+  // A confirmed speculation bound its leading inputs already, and checked
+  // them: any put, poison or free of one since dropped it. The fast setup
+  // looks up only those it donates (SpeculativeRun::finish reads no other).
+  size_t boundAlready = fast && continued ? continued->boundInputs() : 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i < boundAlready && (donatedInputs.empty() || !donatedInputs[i]))
+      continue;
+    uint64_t handle = inputs[i];
+    if (!poisoned_.empty())
+      if (auto poison = poisoned_.find(handle); poison != poisoned_.end())
+        return fail(poison->second); // the root cause, unchanged
     auto it = tensors_.find(handle);
     if (it == tensors_.end())
       return fail(prefixed("program '" + program.name() +
@@ -213,7 +262,10 @@ std::optional<std::string> RankState::run(uint64_t programId,
                              " to " + device.describe() + ": " + e.what()));
       }
     }
-    values.push_back(it->second);
+    if (fast)
+      values[i] = it->second; // a copy assignment: no allocation
+    else
+      values.push_back(it->second);
   }
   if (static_cast<int>(outputs.size()) != program.outputs_size())
     return fail(prefixed("program '" + program.name() + "' has " +
@@ -221,11 +273,16 @@ std::optional<std::string> RankState::run(uint64_t programId,
                          " output(s), run names " +
                          std::to_string(outputs.size())));
   std::vector<Tensor> results;
-  uint64_t before = tableBytes();
+  setup.mark("lookup");
+  // The table's bytes before the run: counted now, or (fast setup) after
+  // the run, from the table and the consumed inputs, which the run does
+  // not otherwise change.
+  uint64_t before = fast ? 0 : tableBytes();
   // Donated inputs leave the table: `values` is then their only holder
   // unless another handle shares the storage.
   for (uint64_t handle : consumed)
     tensors_.erase(handle);
+  setup.mark("consume");
   try {
     // The run's span on the compute lane holds its instructions' spans.
     std::optional<TraceSpan> span;
@@ -252,6 +309,11 @@ std::optional<std::string> RankState::run(uint64_t programId,
   } catch (const std::exception &e) {
     return fail(prefixed(e.what()));
   }
+  setup.mark("run"); // the run's span: kernels, teardown, results
+  if (fast) {
+    before = tableBytesWith(inputs, values, consumed);
+    setup.mark("table bytes");
+  }
   RunMemory memory = executor_.lastRunMemory();
   lastRunArenaBytes_ = memory.arenaBytes;
   lastRunPeakBytes_ = before + executor_.arenaCapacity() + memory.ownBytes;
@@ -259,6 +321,7 @@ std::optional<std::string> RankState::run(uint64_t programId,
   peakBytes_ = std::max(peakBytes_, lastRunPeakBytes_);
   for (size_t i = 0; i < outputs.size(); ++i)
     put(outputs[i], std::move(results[i]));
+  setup.mark("outputs");
   return std::nullopt;
 }
 
@@ -274,6 +337,11 @@ void RankState::setExecutionPlans(bool on) {
   if (!on)
     for (auto &[id, uploaded] : programs_)
       uploaded.plan.reset();
+}
+
+void RankState::setFastSetup(bool on) {
+  dropSpeculation();
+  executor_.setFastSetup(on);
 }
 
 void RankState::put(uint64_t handle, Tensor value) {
@@ -311,6 +379,38 @@ void RankState::free(const std::vector<uint64_t> &handles) {
     tensors_.erase(handle);
     poisoned_.erase(handle);
   }
+}
+
+uint64_t RankState::tableBytesWith(const std::vector<uint64_t> &inputs,
+                                   const std::vector<Tensor> &values,
+                                   const std::vector<uint64_t> &consumed) {
+  // tableBytes()'s count (each distinct data pointer once, with the bytes of
+  // the first tensor found there) over the table and the consumed inputs,
+  // without a node per storage: (pointer, order, bytes) sorted.
+  std::vector<StorageBytes> &seen = scratch_.storages;
+  seen.clear();
+  auto add = [&](const Tensor &tensor) {
+    uint64_t size = tensor.defined() ? tensor.nbytes() : 0;
+    if (size != 0)
+      seen.push_back({tensor.data(), seen.size(), size});
+  };
+  for (const auto &[handle, tensor] : tensors_)
+    add(tensor);
+  if (!consumed.empty())
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (std::binary_search(consumed.begin(), consumed.end(), inputs[i]))
+        add(values[i]);
+  std::sort(seen.begin(), seen.end(),
+            [](const StorageBytes &a, const StorageBytes &b) {
+              return a.data != b.data
+                         ? std::less<const void *>()(a.data, b.data)
+                         : a.order < b.order;
+            });
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (i == 0 || seen[i].data != seen[i - 1].data)
+      bytes += seen[i].bytes;
+  return bytes;
 }
 
 uint64_t RankState::tableBytes() const {

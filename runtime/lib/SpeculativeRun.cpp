@@ -57,6 +57,23 @@ SpeculationLimits analyzeSpeculation(const ExecutionPlan &plan) {
     if (effect && limits.firstEffect == plan.compute_.size())
       limits.firstEffect = s;
   }
+  limits.deferred.assign(numBuffers, false);
+  limits.donorInput.assign(plan.inputIds_.size(), false);
+  if (plan.donors_)
+    for (int k = 0; k < program.outputs_size(); ++k)
+      if (int donor = program.output_donors(k); donor >= 0) {
+        limits.deferred[program.outputs(k)] = true;
+        if (static_cast<size_t>(donor) < limits.donorInput.size())
+          limits.donorInput[donor] = true;
+      }
+  for (int32_t id : plan.perRunIds_) {
+    const ExecutionPlan::BufferInfo &info = plan.bufferInfo_[id];
+    if (limits.deferred[id] ||
+        (info.reshapeSource >= 0 && limits.deferred[info.reshapeSource])) {
+      limits.deferred[id] = true;
+      limits.deferredIds.push_back(id);
+    }
+  }
   return limits;
 }
 
@@ -73,9 +90,19 @@ SpeculativeRun::start(Executor &executor, std::shared_ptr<ExecutionPlan> plan,
   if (known.size() > plan->inputIds_.size())
     return refuse("more inputs than the program has");
   std::unique_ptr<SpeculativeRun> run(new SpeculativeRun(executor, plan));
-  run->limits_ = analyzeSpeculation(*plan);
-  if (!run->limits_.refused.empty())
-    return refuse(run->limits_.refused);
+  if (!executor.fastSetup())
+    run->limits_ =
+        std::make_shared<const SpeculationLimits>(analyzeSpeculation(*plan));
+  else {
+    if (!plan->speculationLimits_)
+      plan->speculationLimits_ =
+          std::make_shared<const SpeculationLimits>(analyzeSpeculation(*plan));
+    run->limits_ = plan->speculationLimits_;
+  }
+  if (!run->limits_->refused.empty())
+    return refuse(run->limits_->refused);
+  run->effectLimit_ = run->limits_->firstEffect;
+  executor.setupTrace_.mark("analyze");
   bool idle = false;
   if (!plan->busy_.compare_exchange_strong(idle, true))
     return refuse("the plan is in use");
@@ -88,11 +115,14 @@ SpeculativeRun::start(Executor &executor, std::shared_ptr<ExecutionPlan> plan,
   }
   try {
     run->bindInputs(known, 0);
+    executor.setupTrace_.mark("bind inputs");
     run->bindBuffers();
+    executor.setupTrace_.mark("bind buffers");
   } catch (const std::exception &e) {
     return refuse(e.what());
   }
-  run->runSteps(run->limits_.firstEffect, {});
+  executor.setupTrace_.mark("hand-off");
+  run->runSteps(run->effectLimit_, {});
   return run;
 }
 
@@ -167,47 +197,51 @@ void SpeculativeRun::bindBuffers() {
       }
     }
     // Outputs paired with an input (output_donors) are bound at the
-    // confirmation, which decides donation; so are reshape views of them.
-    // No step before the effect limit touches them.
-    std::vector<bool> deferred(plan.bufferInfo_.size(), false);
-    // Inputs an output may take (donation): a reshape of one is a copy, as
-    // runPlanned makes it when the input is donated, so the confirmation
-    // may still donate it.
-    std::vector<bool> donorInput(plan.inputIds_.size(), false);
-    if (plan.donors_)
-      for (int k = 0; k < plan.program().outputs_size(); ++k)
-        if (int donor = plan.program().output_donors(k); donor >= 0) {
-          deferred[plan.program().outputs(k)] = true;
-          if (static_cast<size_t>(donor) < donorInput.size())
-            donorInput[donor] = true;
-        }
+    // confirmation, which decides donation; so are reshape views of them
+    // (limits: deferred). No step before the effect limit touches them.
+    // Inputs an output may take (limits: donorInput): a reshape of one is a
+    // copy, as runPlanned makes it when the input is donated, so the
+    // confirmation may still donate it.
+    const std::vector<bool> &deferred = limits_->deferred;
+    const std::vector<bool> &donorInput = limits_->donorInput;
+    // The fast setup rebinds each slot in place (its shape's capacity
+    // kept), as runPlanned does; else a new tensor per slot.
+    bool inPlace = executor_.fastSetup();
     // A reshape of an input bound now is a view of it (no input is donated
     // to a speculative run); of one not bound yet, a copy.
     for (int32_t id : plan.perRunIds_) {
       const ExecutionPlan::BufferInfo &info = plan.bufferInfo_[id];
-      if (deferred[id] ||
-          (info.reshapeSource >= 0 && deferred[info.reshapeSource])) {
-        deferred[id] = true;
-        deferredIds_.push_back(id);
+      if (deferred[id])
         continue;
-      }
       if (info.reshapeSource >= 0 && (info.reshapeSourceInput < 0 ||
                                       !donorInput[info.reshapeSourceInput])) {
         const Tensor &source = buffers[info.reshapeSource];
         if (source.defined() && source.dtype() == info.dtype &&
             source.numel() == info.numel) {
-          buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
+          if (inPlace)
+            buffers[id].assignView(source, 0, info.dtype, info.shape,
+                                   info.numel);
+          else
+            buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
           ++memory.reshapeViews;
           continue;
         }
       }
       if (info.offset >= 0) {
-        buffers[id] =
-            Tensor::viewOf(arena.storage, static_cast<size_t>(info.offset),
-                           info.dtype, info.shape);
+        if (inPlace)
+          buffers[id].assignView(arena.storage,
+                                 static_cast<size_t>(info.offset), info.dtype,
+                                 info.shape, info.numel);
+        else
+          buffers[id] =
+              Tensor::viewOf(arena.storage, static_cast<size_t>(info.offset),
+                             info.dtype, info.shape);
         continue;
       }
-      buffers[id] = Tensor::empty(info.dtype, info.shape, device);
+      if (inPlace)
+        buffers[id].assignEmpty(info.dtype, info.shape, info.numel, device);
+      else
+        buffers[id] = Tensor::empty(info.dtype, info.shape, device);
       memory.ownBytes += buffers[id].nbytes();
       ++memory.allocations;
     }
@@ -225,13 +259,15 @@ void SpeculativeRun::extend(const std::vector<Tensor> &more) {
   std::vector<Tensor> all(bound_);
   all.insert(all.end(), more.begin(), more.end());
   bindInputs(all, bound_);
-  runSteps(limits_.firstEffect, {});
+  runSteps(effectLimit_, {});
 }
 
 void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
   ExecutionPlan &plan = *plan_;
   std::vector<Tensor> &buffers = plan.bindings_->buffers;
-  ExecutionPlan::StepOperands ops;
+  ExecutionPlan::StepOperands runOps;
+  ExecutionPlan::StepOperands &ops =
+      executor_.fastSetup() ? plan.stepScratch_ : runOps;
   limit = std::min(limit, plan.compute_.size());
   // Traced as runPlanned traces: one span per instruction.
   TraceBuffer *trace = executor_.trace_;
@@ -249,7 +285,7 @@ void SpeculativeRun::runSteps(size_t limit, const std::vector<int64_t> &seeds) {
     }
   } record{traced ? trace : nullptr, plan.labels_, spans};
   while (!error_ && next_ < limit &&
-         static_cast<size_t>(limits_.inputsNeeded[next_]) <= bound_) {
+         static_cast<size_t>(limits_->inputsNeeded[next_]) <= bound_) {
     const ExecutionPlan::Step &step = plan.compute_[next_];
     int64_t traceStart = traced ? traceClockNs() : int64_t{-1};
     try {
@@ -282,7 +318,9 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
   if (error_)
     std::rethrow_exception(error_);
   bindInputs(inputs, bound_);
+  executor_.setupTrace_.mark("bind inputs");
   std::vector<Tensor> &buffers = plan.bindings_->buffers;
+  bool inPlace = executor_.fastSetup(); // slots rebound in place
   // Donation, deferred to here: an output paired with a donated input takes
   // its storage when nothing else holds it (runPlanned's rule: the caller's
   // `inputs` are its one holder) and no reshape view of it was bound (the
@@ -301,7 +339,13 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
       // this device: dropped for the check, bound again after it.
       if (&inputs[donor].device() != executor_.device_)
         continue;
-      buffers[inputId] = Tensor();
+      // The fast setup empties the slot keeping its shape's capacity, so
+      // binding it again allocates nothing.
+      static const Tensor undefined;
+      if (inPlace)
+        buffers[inputId] = undefined;
+      else
+        buffers[inputId] = Tensor();
       bool sole = inputs[donor].soleOwner();
       buffers[inputId] = inputs[donor];
       if (!sole || &inputs[donor].device() != executor_.device_)
@@ -311,10 +355,17 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
       if (info.offset >= 0 || info.reshapeSource >= 0)
         continue;
       const Tensor &donorTensor = inputs[donor];
-      buffers[id] =
-          donorTensor.dtype() == info.dtype && donorTensor.shape() == info.shape
-              ? donorTensor
-              : Tensor::viewOf(donorTensor, 0, info.dtype, info.shape);
+      bool same = donorTensor.dtype() == info.dtype &&
+                  donorTensor.shape() == info.shape;
+      if (inPlace && same)
+        buffers[id] = donorTensor; // a copy assignment: no allocation
+      else if (inPlace)
+        buffers[id].assignView(donorTensor, 0, info.dtype, info.shape,
+                               info.numel);
+      else
+        buffers[id] =
+            same ? donorTensor
+                 : Tensor::viewOf(donorTensor, 0, info.dtype, info.shape);
       ++executor_.lastRun_.donations;
       executor_.lastRun_.donatedBytes += buffers[id].nbytes();
     }
@@ -323,7 +374,7 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
   // views of them are views (ascending ids: a source before its views, as
   // in runPlanned's binding order).
   try {
-    for (int32_t id : deferredIds_) {
+    for (int32_t id : limits_->deferredIds) {
       if (buffers[id].defined())
         continue;
       const ExecutionPlan::BufferInfo &info = plan.bufferInfo_[id];
@@ -331,33 +382,34 @@ std::vector<Tensor> SpeculativeRun::finish(const std::vector<Tensor> &inputs,
         const Tensor &source = buffers[info.reshapeSource];
         if (source.defined() && source.dtype() == info.dtype &&
             source.numel() == info.numel) {
-          buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
+          if (inPlace)
+            buffers[id].assignView(source, 0, info.dtype, info.shape,
+                                   info.numel);
+          else
+            buffers[id] = Tensor::viewOf(source, 0, info.dtype, info.shape);
           ++executor_.lastRun_.reshapeViews;
           continue;
         }
       }
-      buffers[id] = Tensor::empty(info.dtype, info.shape, *executor_.device_);
+      if (inPlace)
+        buffers[id].assignEmpty(info.dtype, info.shape, info.numel,
+                                *executor_.device_);
+      else
+        buffers[id] = Tensor::empty(info.dtype, info.shape, *executor_.device_);
       executor_.lastRun_.ownBytes += buffers[id].nbytes();
       ++executor_.lastRun_.allocations;
     }
   } catch (const std::bad_alloc &) {
     throw RuntimeError(plan.prefix_ + "out of memory allocating its buffers");
   }
+  executor_.setupTrace_.mark("bind buffers");
   // Not held now: the buffers of a donated input's output are the caller's.
-  limits_.firstEffect = plan.compute_.size();
+  effectLimit_ = plan.compute_.size();
+  executor_.setupTrace_.mark("hand-off");
   runSteps(plan.compute_.size(), seeds);
   if (error_)
     std::rethrow_exception(error_);
-  std::vector<Tensor> results;
-  results.reserve(plan.outputIds_.size());
-  for (size_t k = 0; k < plan.outputIds_.size(); ++k) {
-    Tensor &buffer = buffers[plan.outputIds_[k]];
-    if (plan.outputMoves_[k])
-      results.push_back(std::move(buffer));
-    else
-      results.push_back(buffer);
-  }
-  return results;
+  return plan.collectResults(buffers);
 }
 
 } // namespace dtorch::rt

@@ -3,6 +3,8 @@
 #include "dtorch_program.pb.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 namespace dtorch::rt {
@@ -144,6 +146,55 @@ TraceSpan::~TraceSpan() {
     return;
   event_.endNs = traceClockNs();
   buffer_->record(std::move(event_));
+}
+
+namespace {
+std::atomic<bool> &setupRecorded() {
+  static std::atomic<bool> on = [] {
+    const char *value = std::getenv("DTORCH_TRACE_SETUP");
+    return value && std::strcmp(value, "1") == 0;
+  }();
+  return on;
+}
+} // namespace
+
+bool SetupTrace::recorded() {
+  return setupRecorded().load(std::memory_order_relaxed);
+}
+
+void SetupTrace::setRecorded(bool on) {
+  setupRecorded().store(on, std::memory_order_relaxed);
+}
+
+void SetupTrace::begin(TraceBuffer *buffer, int64_t startNs) {
+  count_ = 0;
+  buffer_ = buffer && buffer->enabled() && recorded() ? buffer : nullptr;
+  if (buffer_)
+    startNs_ = startNs >= 0 ? startNs : traceClockNs();
+}
+
+void SetupTrace::markNow(const char *phase) {
+  phases_[count_] = phase;
+  endNs_[count_] = traceClockNs();
+  ++count_;
+}
+
+void SetupTrace::flush() {
+  if (!buffer_)
+    return;
+  int64_t start = startNs_;
+  for (int i = 0; i < count_; ++i) {
+    TraceEvent event;
+    event.name = phases_[i];
+    event.category = "setup";
+    event.startNs = start;
+    event.endNs = endNs_[i];
+    event.lane = TraceLane::Compute;
+    buffer_->record(std::move(event));
+    start = endNs_[i];
+  }
+  buffer_ = nullptr;
+  count_ = 0;
 }
 
 void recordInstruction(TraceBuffer &buffer,

@@ -36,6 +36,14 @@ SpeculationLimits analyzeSpeculation(const ExecutionPlan &plan);
 // DTORCH_EXEC_PLAN is "0" (read once per process), else true.
 bool executionPlansByDefault();
 
+// Whether a run's setup (RankState::run, Executor::runPlanned,
+// SpeculativeRun) reuses per-plan and per-rank scratch instead of
+// allocating per run, keeps a plan's speculation limits, and counts the
+// table's bytes after the run rather than before its first kernel: false
+// when DTORCH_FAST_SETUP is "0" (read once per process), else true. The
+// same buffers, results and errors either way.
+bool fastSetupByDefault();
+
 class ExecutionPlan {
 public:
   const ::dtorch::wire::Program &program() const { return *program_; }
@@ -153,8 +161,19 @@ private:
     std::vector<Tensor *> out;
     std::vector<void *> inData, outData;
   };
+  // Kept between runs (fast setup): the step operands of a run, and the
+  // plan's speculation limits (SpeculativeRun.h), made at its first
+  // speculation.
+  StepOperands stepScratch_;
+  std::shared_ptr<const SpeculationLimits> speculationLimits_;
+
   // Makes labels_ (the trace's instruction labels) when it is missing.
   void ensureLabels();
+  // The run's outputs from the bound buffers, in program order: a buffer
+  // an output names for the last time is moved out unless it is an arena
+  // view (kept bound); anything else is copied. Runs planned and
+  // speculative (SpeculativeRun::finish) end with it.
+  std::vector<Tensor> collectResults(std::vector<Tensor> &buffers) const;
   // Points `ops.in`/`ops.out` at `step`'s buffers.
   void bindStepOperands(const Step &step, std::vector<Tensor> &buffers,
                         StepOperands &ops) const;

@@ -113,6 +113,14 @@ public:
   // Where each instruction run is recorded while `trace` is recording
   // (Trace.h); nullptr: nowhere. Not owned.
   void setTrace(TraceBuffer *trace) { trace_ = trace; }
+  // The phases of the current run's setup (Trace.h: "setup" spans): the
+  // caller begins it at the message's receipt, the executor marks its
+  // binding phases and the hand-off to the first kernel.
+  SetupTrace &setupTrace() { return setupTrace_; }
+  // Whether runs take the fast setup (fastSetupByDefault(),
+  // DTORCH_FAST_SETUP); the same results either way.
+  bool fastSetup() const { return fastSetup_; }
+  void setFastSetup(bool on) { fastSetup_ = on; }
 
   // The device the executor computes on (the CPU unless set): its buffers
   // and arena live there, inputs on another device are copied over, kernels
@@ -166,7 +174,9 @@ private:
   // Started by the first run whose program has COMM instructions.
   std::unique_ptr<StreamThread> commStream_;
   TraceBuffer *trace_ = nullptr;
+  SetupTrace setupTrace_;
   bool executionPlans_ = executionPlansByDefault();
+  bool fastSetup_ = fastSetupByDefault();
   Device *device_ = &cpuDevice();
   std::unique_ptr<Stream> computeStream_; // non-CPU devices
   // On a device: the stream the COMM instructions queue on (the current

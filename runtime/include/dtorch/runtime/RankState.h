@@ -137,13 +137,16 @@ public:
   // `speculationId` (non-zero): the run confirms that speculation
   // (speculate): when this rank holds it paused, for this program and with
   // a prefix of `inputs`, the paused run is finished instead of a new one
-  // started. Any other run first drops a paused one.
+  // started. Any other run first drops a paused one. `receivedNs`
+  // (traceClockNs(); negative: unknown) is when the message arrived, where
+  // the run's "setup" trace spans begin (Trace.h: SetupTrace).
   std::optional<std::string> run(uint64_t programId,
                                  const std::vector<uint64_t> &inputs,
                                  const std::vector<uint64_t> &outputs,
                                  const std::vector<int64_t> &seeds = {},
                                  const std::vector<uint64_t> &donated = {},
-                                 uint64_t speculationId = 0);
+                                 uint64_t speculationId = 0,
+                                 int64_t receivedNs = -1);
 
   // Speculation (SpeculativeRun.h, docs/speculation.md, RankSpeculation.cpp):
   // starts running program `programId` on the tensors of `inputs` (the
@@ -191,6 +194,10 @@ public:
   // Whether runs go through kept plans (Executor::setExecutionPlans;
   // default DTORCH_EXEC_PLAN). Off drops the kept ones.
   void setExecutionPlans(bool on);
+  // Whether runs take the fast setup (Executor::fastSetup, default
+  // DTORCH_FAST_SETUP); the same results and errors either way.
+  bool fastSetup() const { return executor_.fastSetup(); }
+  void setFastSetup(bool on);
 
   // Tensors held (poisoned handles are not counted).
   size_t liveTensors() const { return tensors_.size(); }
@@ -235,6 +242,25 @@ private:
   std::unordered_map<uint64_t, Uploaded> programs_;
   // Bytes of the distinct storages of the table.
   uint64_t tableBytes() const;
+  // The same after a run (fast setup): of the table and of the run's
+  // consumed inputs (`consumed` sorted; `values` by input), which it no
+  // longer holds.
+  uint64_t tableBytesWith(const std::vector<uint64_t> &inputs,
+                          const std::vector<Tensor> &values,
+                          const std::vector<uint64_t> &consumed);
+  // What a run reuses with the fast setup (Executor::fastSetup), so that
+  // its setup allocates nothing of its own: the inputs' tensors, the
+  // donated handles sorted, and tableBytesWith's storages.
+  struct StorageBytes {
+    const void *data;
+    size_t order;
+    uint64_t bytes;
+  };
+  struct RunScratch {
+    std::vector<Tensor> values;
+    std::vector<uint64_t> donated;
+    std::vector<StorageBytes> storages;
+  } scratch_;
   // Memory of the last run and the high-water mark (MemoryStats).
   uint64_t lastRunArenaBytes_ = 0;
   uint64_t lastRunPeakBytes_ = 0;

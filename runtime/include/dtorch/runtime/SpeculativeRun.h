@@ -47,6 +47,13 @@ struct SpeculationLimits {
   /// run before its confirmation (a random seed slot, a donated output), or
   /// the number of steps when none.
   size_t firstEffect = 0;
+  /// The per-run buffers (ascending ids) a paused run leaves unbound until
+  /// its confirmation: outputs paired with an input (output_donors), which
+  /// decides donation, and reshape views of them.
+  std::vector<int32_t> deferredIds;
+  std::vector<bool> deferred; // by buffer id
+  /// By input index: whether an output may take the input (donation).
+  std::vector<bool> donorInput;
 };
 
 /// The limits of speculating `plan` (see above).
@@ -69,7 +76,8 @@ public:
   /// returns the outputs, as Executor::runPlanned does; `donated` as there
   /// (an output paired with a donated input not yet written takes its
   /// storage). Throws the error of any instruction that failed, during
-  /// speculation or now.
+  /// speculation or now. Of the inputs bound already (boundInputs()), only
+  /// the donated ones are read: the others may be left undefined.
   std::vector<Tensor> finish(const std::vector<Tensor> &inputs,
                              const std::vector<int64_t> &seeds,
                              const std::vector<bool> &donated = {});
@@ -99,13 +107,14 @@ private:
 
   Executor &executor_;
   std::shared_ptr<ExecutionPlan> plan_;
-  SpeculationLimits limits_;
+  // The plan's limits (kept by the plan with the fast setup, else made for
+  // this run), and the step the run stops before until its confirmation.
+  std::shared_ptr<const SpeculationLimits> limits_;
+  size_t effectLimit_ = 0;
   std::unique_lock<std::mutex> arenaLock_;
   bool holdsPlan_ = false;
   size_t bound_ = 0; // leading inputs bound
   size_t next_ = 0;  // the next COMPUTE step to run
-  // Buffers bound at the confirmation: donor outputs and their reshapes.
-  std::vector<int32_t> deferredIds_;
   std::exception_ptr error_;
 };
 

@@ -163,6 +163,44 @@ private:
   TraceEvent event_;
 };
 
+/// The phases of a run's setup, from the worker's receipt of the message to
+/// the run's first kernel, as spans of category "setup" on the compute lane
+/// (bench/executor_overhead.py breaks the setup down with them); a
+/// RunProgram's also go on after it: "run" (the run's span), "table bytes"
+/// and "outputs" (registering them). Recorded
+/// only while the trace records and DTORCH_TRACE_SETUP is "1" (read once
+/// per process; setRecorded changes it), so a profile holds none by
+/// default. Cheap: off, each mark is one branch; on, one clock read, and
+/// the spans are recorded at flush, after the run.
+class SetupTrace {
+public:
+  /// Whether traced runs record their setup's phases (DTORCH_TRACE_SETUP).
+  static bool recorded();
+  static void setRecorded(bool on);
+  /// Starts when `buffer` records: the first phase begins at `startNs`
+  /// (negative: now). Forgets marks not flushed.
+  void begin(TraceBuffer *buffer, int64_t startNs = -1);
+  /// Ends the phase that began at the previous mark (or at begin) as
+  /// `phase` (a literal; kept as a pointer). Ignored when not started or
+  /// when the marks are full.
+  void mark(const char *phase) {
+    if (buffer_ && count_ < kMaxMarks)
+      markNow(phase);
+  }
+  bool active() const { return buffer_ != nullptr; }
+  /// Records the phases marked since begin and stops.
+  void flush();
+
+private:
+  static constexpr int kMaxMarks = 16;
+  void markNow(const char *phase);
+  TraceBuffer *buffer_ = nullptr;
+  int64_t startNs_ = 0;
+  int count_ = 0;
+  const char *phases_[kMaxMarks] = {};
+  int64_t endNs_[kMaxMarks] = {};
+};
+
 /// The executor's record of instruction `index` of `program`, run on `lane`
 /// from `startNs` to now: kernels count the bytes of their outputs,
 /// collectives the bytes they move for this rank (the larger of its input
