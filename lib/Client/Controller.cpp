@@ -174,6 +174,11 @@ void Controller::endInline() {
 }
 
 void Controller::runInline(const std::function<void()> &task) {
+  handleRequest(task, /*inlined=*/true);
+}
+
+void Controller::handleRequest(const std::function<void()> &task,
+                               bool inlined) {
   auto start = std::chrono::steady_clock::now();
   autoRestartIfNeeded();
   task();
@@ -181,7 +186,8 @@ void Controller::runInline(const std::function<void()> &task) {
   std::lock_guard<std::mutex> lock(statsMutex_);
   stats_.busySeconds += seconds;
   ++stats_.requests;
-  ++stats_.inlineRequests;
+  if (inlined)
+    ++stats_.inlineRequests;
 }
 
 void Controller::queuePendingFreesLocked() {
@@ -258,15 +264,7 @@ void Controller::loop() {
       queue_.pop_front();
       busy_ = true;
     }
-    auto start = std::chrono::steady_clock::now();
-    autoRestartIfNeeded();
-    task();
-    double seconds = secondsSince(start);
-    {
-      std::lock_guard<std::mutex> lock(statsMutex_);
-      stats_.busySeconds += seconds;
-      ++stats_.requests;
-    }
+    handleRequest(task, /*inlined=*/false);
     std::lock_guard<std::mutex> lock(mutex_);
     busy_ = false;
   }

@@ -213,6 +213,10 @@ private:
   /// Runs one request on the calling thread as the controller thread would
   /// (automatic restart first, the busy time counted).
   void runInline(const std::function<void()> &task);
+  /// One request on this thread: automatic restart first, then the task,
+  /// its busy time and count in the stats (`inlined`: by the caller's
+  /// thread).
+  void handleRequest(const std::function<void()> &task, bool inlined);
   /// Whether `segment` would run from the program cache as it is: a hit
   /// that is uploaded and compiled in its final tier (no compile, no
   /// upload). The caller handles requests (controller thread or inline).

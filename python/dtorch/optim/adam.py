@@ -1,8 +1,7 @@
 """Adam and AdamW (torch's update rules, with torch's bias corrections)."""
-import os
 
 from .. import _C
-from .optimizer import Optimizer, _fused_on
+from .optimizer import Optimizer, _fused_takes, _group_uses_fused
 
 _F64 = _C.dtype.float64
 
@@ -78,15 +77,9 @@ class Adam(Optimizer):
     @staticmethod
     def _uses_fused(group):
         """The multi-tensor update (one dtensor.fused_adam per mesh) unless
-        the group asks for the per-op one (``foreach=False`` or
-        ``fused=False``; ``fused=True`` wins). With neither set, the
-        environment variable DTORCH_FOREACH=0 picks the per-op update (for
-        side-by-side benchmarks)."""
-        if group["fused"]:
-            return True
-        if group["foreach"] is None and group["fused"] is None:
-            return os.environ.get("DTORCH_FOREACH", "1") != "0"
-        return group["foreach"] is not False and group["fused"] is not False
+        the group asks for the per-op one or DTORCH_FOREACH=0
+        (optimizer._group_uses_fused)."""
+        return _group_uses_fused(group, "DTORCH_FOREACH")
 
     def _step_group(self, group):
         pairs = self._params_with_grads(group)
@@ -94,9 +87,7 @@ class Adam(Optimizer):
         # CUDA mesh the controller generates one through MLIR's NVVM path
         # (unless DTORCH_GENERATED_ADAM=0). A Partial parameter has no
         # elementwise update.
-        if not self._uses_fused(group) or any(
-                not _fused_on(p.device_mesh.device_type) or
-                any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
+        if not self._uses_fused(group) or not _fused_takes(pairs):
             self._step_group_per_op(group, pairs)
             return
         # The fused op updates a parameter and its state in one layout: a

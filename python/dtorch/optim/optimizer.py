@@ -46,6 +46,26 @@ def _fused_on(device_type):
     return device_type == "cuda" and os.environ.get("DTORCH_GENERATED_ADAM", "1") != "0"
 
 
+def _group_uses_fused(group, env_switch):
+    """Whether a parameter group takes the multi-tensor update: unless it
+    asks for the per-op one (``foreach=False`` or ``fused=False``;
+    ``fused=True`` wins). With neither set, the environment variable
+    `env_switch` set to 0 picks the per-op update (side-by-side benchmarks)."""
+    if group["fused"]:
+        return True
+    if group["foreach"] is None and group["fused"] is None:
+        return os.environ.get(env_switch, "1") != "0"
+    return group["foreach"] is not False and group["fused"] is not False
+
+
+def _fused_takes(pairs):
+    """Whether the fused op can update these (parameter, grad) pairs: every
+    mesh has the multi-tensor kernels and no parameter is Partial (a Partial
+    parameter has no elementwise update)."""
+    return all(_fused_on(p.device_mesh.device_type) and
+               not any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs)
+
+
 def _state_placements_raw(p):
     return [("R", 0, "") if k == "P" else (k, d, o) for k, d, o in p._placements_raw]
 

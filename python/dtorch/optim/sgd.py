@@ -1,8 +1,7 @@
 """SGD with momentum, dampening, Nesterov and weight decay (torch's rule)."""
-import os
 
 from .. import _C
-from .optimizer import Optimizer, _fused_on, required
+from .optimizer import Optimizer, _fused_takes, _group_uses_fused, required
 
 _F64 = _C.dtype.float64
 
@@ -46,13 +45,8 @@ class SGD(Optimizer):
     @staticmethod
     def _uses_fused(group):
         """The multi-tensor update unless the group asks for the per-op one
-        (``foreach=False`` or ``fused=False``; ``fused=True`` wins) or, with
-        neither set, the environment sets DTORCH_FUSED_SGD=0."""
-        if group["fused"]:
-            return True
-        if group["foreach"] is None and group["fused"] is None:
-            return os.environ.get("DTORCH_FUSED_SGD", "1") != "0"
-        return group["foreach"] is not False and group["fused"] is not False
+        or DTORCH_FUSED_SGD=0 (optimizer._group_uses_fused)."""
+        return _group_uses_fused(group, "DTORCH_FUSED_SGD")
 
     def _step_group(self, group):
         pairs = self._params_with_grads(group)
@@ -62,9 +56,7 @@ class SGD(Optimizer):
         # a parameter and its buffer in one layout (a buffer laid out apart
         # from it, as ZeRO-1 does, takes the per-op update), and starts
         # either every buffer of its parameters or none.
-        if not self._uses_fused(group) or any(
-                not _fused_on(p.device_mesh.device_type) or
-                any(k == "P" for k, _, _ in p._placements_raw) for p, _ in pairs):
+        if not self._uses_fused(group) or not _fused_takes(pairs):
             self._step_group_per_op(group, pairs)
             return
         by_mesh, apart = {}, []
