@@ -54,3 +54,91 @@ def run_job_file(script, job, timeout=900):
     if proc.returncode != 0:
         raise RuntimeError(f"job failed: {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class LockStepChild:
+    """A long-lived measurement child driven one call at a time: `cmd` sets
+    up, prints one JSON line when ready, then answers each line written to
+    its stdin with one JSON line (what that call measured); "end" makes it
+    clean up and answer with its final JSON. Two of these called in turn
+    measure two systems side by side call by call, so that a host whose
+    speed drifts over seconds slows both alike. Its stderr goes to a
+    temporary file (`stderr_lines()` reads it). Use as a context manager:
+    the child is always ended, and killed if it does not end."""
+
+    def __init__(self, cmd, env=None, timeout=300.0):
+        self.timeout = timeout
+        self._err = tempfile.TemporaryFile("w+")
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._err, text=True, bufsize=1, env=env)
+        self.ready = self._answer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _answer(self):
+        import select
+        deadline = time.monotonic() + self.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._proc.stdout], [], [], left)[0]:
+                raise RuntimeError(f"no answer within {self.timeout:.0f} s: "
+                                   f"{self._stderr_tail()}")
+            line = self._proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the child ended (exit {self._proc.poll()}): "
+                                   f"{self._stderr_tail()}")
+            if line.strip():
+                try:
+                    return json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a library's own print: not an answer
+
+    def _stderr_tail(self):
+        lines = self.stderr_lines()
+        return (lines or ["no stderr"])[-1][:300]
+
+    def call(self, command="run"):
+        """Writes one command line; returns the child's JSON answer."""
+        self._proc.stdin.write(command + "\n")
+        self._proc.stdin.flush()
+        return self._answer()
+
+    def stderr_lines(self):
+        self._err.flush()
+        self._err.seek(0)
+        return self._err.read().splitlines()
+
+    def close(self):
+        """Ends the child ("end", then a kill after `timeout`); returns its
+        final JSON answer, or None when it gave none."""
+        if self._proc.poll() is not None:
+            return None
+        final = None
+        try:
+            final = self.call("end")
+        except (RuntimeError, BrokenPipeError, OSError):
+            pass
+        try:
+            self._proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        return final
+
+
+def serve_lock_step(setup):
+    """The child side of LockStepChild: `setup()` returns (call, end), two
+    functions returning JSON-able objects; answers "ready", then one line
+    per command until "end" or the end of stdin."""
+    call, end = setup()
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "end":
+            break
+        print(json.dumps(call(command)), flush=True)
+    print(json.dumps(end()), flush=True)

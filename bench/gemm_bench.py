@@ -13,12 +13,18 @@
       model gets) through the same 1-rank dtorch matmul.
 
     python3 bench/gemm_bench.py [--out bench/results/gemm] [--n 1024] [--rounds 3]
+        [--pairs 60] [--turn-calls 3] [--gap-ms 30]
 
-Every measurement runs in a fresh process, the rounds interleaved (the host
-is shared: each number is the median over rounds of per-round medians).
-Writes table.md, results.json and gemm.png into --out. torch runs in
-build/torch-venv (bench/setup_torch.sh; --peer-python); a missing peer reads
-"not installed". Not run by the tests (test_gemm_bench.py runs a tiny size).
+The two goals (1 rank >= 0.95x torch with 1 thread; 2 ranks >= 0.9x torch
+with 2 threads) are measured call by call: dtorch and torch each run in a
+long-lived process and take turns of --turn-calls products, --pairs times,
+and each goal's ratio is the median of the pairs' ratios. On a shared VM the
+host's speed drifts by 10-15% over seconds (an FMA loop measured 84-136
+GFLOP/s on one core within a minute); pairs a fraction of a second apart see
+the same host, so the drift does not pick a side. The other rows (numpy, a
+rank alone with every core, the BLAS options) run every measurement in a
+fresh process, the rounds interleaved; each number there is the median over
+rounds of per-round medians.
 """
 import argparse
 import datetime
@@ -30,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from bench_support import run_json
+from bench_support import LockStepChild, run_json, serve_lock_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -63,7 +69,10 @@ def timed(fn, reps, warmup=2):
 
 # ---- children: one measurement each, JSON on the last stdout line ---------
 
-def child_dtorch(spec):
+def dtorch_gemm(spec):
+    """Starts dtorch with spec["world"] ranks and makes the operands; returns
+    (step, flops, x, w): step() records one product (a 1-rank matmul, or a
+    batch-sharded bmm giving each rank one n^3 GEMM)."""
     import numpy as np
     import dtorch
     from dtorch import Shard, Replicate
@@ -74,24 +83,39 @@ def child_dtorch(spec):
     if spec["op"] == "matmul":
         x = dtorch.randn(n, n, device_mesh=mesh, placements=[Replicate()])
         w = dtorch.randn(n, n, device_mesh=mesh, placements=[Replicate()]) * scale
-        flops = 2.0 * n ** 3
+        return (lambda: x @ w), 2.0 * n ** 3, x, w
+    x = dtorch.randn(world, n, n, device_mesh=mesh, placements=[Shard(0)])
+    w = dtorch.randn(world, n, n, device_mesh=mesh, placements=[Shard(0)]) * scale
+    return (lambda: dtorch.bmm(x, w)), 2.0 * world * n ** 3, x, w
 
-        def step():
-            return x @ w
-    else:
-        x = dtorch.randn(world, n, n, device_mesh=mesh, placements=[Shard(0)])
-        w = dtorch.randn(world, n, n, device_mesh=mesh, placements=[Shard(0)]) * scale
-        flops = 2.0 * world * n ** 3
 
-        def step():
-            return dtorch.bmm(x, w)
-    dtorch.synchronize()
+def dtorch_error(step, x, w):
+    """Largest error of a dtorch product relative to its largest element,
+    against numpy's float64 product of the fetched operands."""
+    import numpy as np
+    got = step().numpy().astype(np.float64)
+    want = x.numpy().astype(np.float64) @ w.numpy().astype(np.float64)
+    return float(np.max(np.abs(got - want)) / max(1e-30, np.max(np.abs(want))))
+
+
+def synchronized(step):
+    """One product timed to its synchronized result (the result is held
+    until then, so that the run is not dropped)."""
+    import dtorch
     held = []
 
-    def to_sync():
+    def run():
         held.append(step())
         dtorch.synchronize()
         held.clear()
+    return run
+
+
+def child_dtorch(spec):
+    import dtorch
+    step, flops, x, w = dtorch_gemm(spec)
+    dtorch.synchronize()
+    to_sync = synchronized(step)
 
     def to_fetch():
         step().numpy()
@@ -99,27 +123,33 @@ def child_dtorch(spec):
     reps = spec["reps"]
     t_sync = timed(to_sync, reps)
     t_fetch = timed(to_fetch, max(3, reps // 2))
-    # Numerics: the dtorch product against numpy's on the fetched operands.
-    got = step().numpy().astype(np.float64)
-    want = x.numpy().astype(np.float64) @ w.numpy().astype(np.float64)
-    err = float(np.max(np.abs(got - want)) / max(1e-30, np.max(np.abs(want))))
+    err = dtorch_error(step, x, w)
     dtorch.shutdown()
     return {"sync_s": t_sync, "fetch_s": t_fetch, "gflops": gflops(flops, t_sync),
             "gflops_fetch": gflops(flops, t_fetch), "max_rel_err": err}
 
 
+def torch_gemm(spec):
+    """torch with spec["threads"] threads and operands of spec["batch"]
+    n x n matrices; returns (call, flops)."""
+    import torch
+    n, batch = spec["n"], spec["batch"]
+    torch.set_num_threads(spec["threads"])
+    a = torch.randn(batch, n, n) if batch > 1 else torch.randn(n, n)
+    b = torch.randn(batch, n, n) if batch > 1 else torch.randn(n, n)
+    return (lambda: torch.matmul(a, b)), 2.0 * batch * n ** 3
+
+
 def child_peer(spec):
     import numpy as np
-    n, threads, batch = spec["n"], spec["threads"], spec["batch"]
+    n = spec["n"]
     out = {}
     try:
+        call, flops = torch_gemm(spec)
         import torch
-        torch.set_num_threads(threads)
-        a = torch.randn(batch, n, n) if batch > 1 else torch.randn(n, n)
-        b = torch.randn(batch, n, n) if batch > 1 else torch.randn(n, n)
-        t = timed(lambda: torch.matmul(a, b), spec["reps"])
+        t = timed(call, spec["reps"])
         out["torch_s"] = t
-        out["torch_gflops"] = gflops(2.0 * batch * n ** 3, t)
+        out["torch_gflops"] = gflops(flops, t)
         out["torch"] = torch.__version__
     except ImportError:
         out["torch_error"] = "not installed"
@@ -133,21 +163,78 @@ def child_peer(spec):
     return out
 
 
+def timed_turn(fn, command):
+    """One turn of a lock-step child: "run K" times K calls back to back
+    (the operands stay in cache as in a loop of steps); returns their times."""
+    parts = command.split()
+    calls = int(parts[1]) if len(parts) > 1 else 1
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return {"s": times}
+
+
+def serve_dtorch(spec):
+    """Lock-step child (bench_support.serve_lock_step): each "run" times one
+    product to its synchronized result; "end" checks the numerics."""
+    def setup():
+        import dtorch
+        step, flops, x, w = dtorch_gemm(spec)
+        dtorch.synchronize()
+        run = synchronized(step)
+
+        def end():
+            err = dtorch_error(step, x, w)
+            dtorch.shutdown()
+            return {"flops": flops, "max_rel_err": err}
+        return (lambda command: timed_turn(run, command)), end
+    serve_lock_step(setup)
+
+
+def serve_peer(spec):
+    """Lock-step child: each "run" times one torch product."""
+    def setup():
+        import torch
+        call, flops = torch_gemm(spec)
+        return (lambda command: timed_turn(call, command)), (lambda: {"flops": flops,
+                                                                      "torch": torch.__version__})
+    serve_lock_step(setup)
+
+
 # ---- the parent ------------------------------------------------------------
+
+def blas_lines(stderr_lines):
+    """What each worker process says of its BLAS (DTORCH_BLAS_VERBOSE=1)."""
+    return sorted(line.split(": ", 1)[1] for line in stderr_lines
+                  if line.startswith("dtorch-worker (ranks") and ": " in line)
+
 
 def run_json_with_blas(cmd, timeout, env):
     """run_json, with the BLAS lines its worker processes print
     (DTORCH_BLAS_VERBOSE=1) in "blas"."""
     errors = []
     out = run_json(cmd, timeout, env, errors)
-    blas = sorted(line.split(": ", 1)[1] for line in errors
-                  if line.startswith("dtorch-worker (ranks") and ": " in line)
+    blas = blas_lines(errors)
     if blas and "error" not in out:
         out["blas"] = blas
     return out
 
 
 def dtorch_run(spec, extra_env, timeout):
+    return run_json_with_blas([sys.executable, __file__, "--child", "dtorch", json.dumps(spec)],
+                              timeout, dtorch_env(extra_env))
+
+
+def peer_run(python, spec, timeout):
+    if not os.path.exists(python):
+        return {"torch_error": "not installed", "numpy_error": "not installed"}
+    return run_json_with_blas([python, __file__, "--child", "peer", json.dumps(spec)], timeout,
+                              peer_env(spec["threads"]))
+
+
+def dtorch_env(extra_env):
     env = dict(os.environ)
     for name in ("DTORCH_BLAS", "OPENBLAS_CORETYPE", "DTORCH_BLAS_THREADS"):
         env.pop(name, None)
@@ -155,16 +242,61 @@ def dtorch_run(spec, extra_env, timeout):
     env["DTORCH_BLAS_VERBOSE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(ROOT, "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return run_json_with_blas([sys.executable, __file__, "--child", "dtorch", json.dumps(spec)], timeout, env)
+    return env
 
 
-def peer_run(python, spec, timeout):
-    if not os.path.exists(python):
-        return {"torch_error": "not installed", "numpy_error": "not installed"}
+def peer_env(threads):
     env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(spec["threads"])
-    env["MKL_NUM_THREADS"] = str(spec["threads"])
-    return run_json_with_blas([python, __file__, "--child", "peer", json.dumps(spec)], timeout, env)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
+def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s, timeout):
+    """dtorch and torch, each in a long-lived child, called in turn: a turn
+    of `calls` dtorch products back to back, then a turn of torch products
+    (the order swapped every pair), with `gap_s` of idle host before each
+    turn (the OpenMP threads of a 2-thread torch spin for a while after a
+    product; they must not share the cores with dtorch's turn). A turn's time
+    is its median call; a pair gives torch's time over dtorch's, i.e.
+    dtorch's speed as a share of torch's, measured within a fraction of a
+    second. Returns the per-pair ratios, their median and quartiles, the
+    ratio of the median and of the least turn times, and each side's
+    GFLOP/s at its median turn."""
+    if not os.path.exists(python):
+        return {"error": "torch not installed"}
+    me = os.path.abspath(__file__)
+    try:
+        with LockStepChild([sys.executable, me, "--serve", "dtorch", json.dumps(dtorch_spec)],
+                           dtorch_env(dtorch_extra_env), timeout) as d, \
+                LockStepChild([python, me, "--serve", "peer", json.dumps(peer_spec)],
+                              peer_env(peer_spec["threads"]), timeout) as t:
+            d.call(f"run {calls}")  # warm-up
+            t.call(f"run {calls}")
+            td, tt = [], []
+            for i in range(pairs):
+                order = ((d, td), (t, tt)) if i % 2 == 0 else ((t, tt), (d, td))
+                for child, times in order:
+                    time.sleep(gap_s)
+                    times.append(statistics.median(child.call(f"run {calls}")["s"]))
+            d_end, t_end = d.close(), t.close()
+            blas = blas_lines(d.stderr_lines())
+    except RuntimeError as e:
+        return {"error": str(e)}
+    if not d_end or not t_end:
+        return {"error": "a child gave no final answer"}
+    ratios = [b / a for a, b in zip(td, tt)]
+    quart = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    return {
+        "pairs": pairs, "dtorch_s": td, "torch_s": tt, "pair_ratios": ratios,
+        "ratio": statistics.median(ratios),
+        "ratio_quartiles": [quart[0], quart[2]],
+        "ratio_of_medians": statistics.median(tt) / statistics.median(td),
+        "ratio_of_least": min(tt) / min(td),
+        "gflops": gflops(d_end["flops"], statistics.median(td)),
+        "torch_gflops": gflops(t_end["flops"], statistics.median(tt)),
+        "max_rel_err": d_end["max_rel_err"], "blas": blas, "torch": t_end.get("torch"),
+    }
 
 
 def median_of(rows, key):
@@ -196,11 +328,14 @@ def summarize(raw):
     return s
 
 
-def goals(s):
-    one = ratio(s["dtorch_1rank"]["gflops"], s["torch_1thread"]["torch_gflops"])
-    two = ratio(s["dtorch_2ranks"]["gflops"], s["torch_2threads"]["torch_gflops"])
+def goals(results):
+    """The issue's two GEMM goals, from the call-by-call pairs."""
+    p = results.get("paired", {})
+    one = p.get("1rank", {}).get("ratio")
+    two = p.get("2ranks", {}).get("ratio")
+    n = results.get("config", {}).get("n", 1024)
     return [
-        ("1 rank >= 0.95x torch 1 thread, 1024^3 float32", one, one is not None and one >= 0.95),
+        (f"1 rank >= 0.95x torch 1 thread, {n}^3 float32", one, one is not None and one >= 0.95),
         ("2 ranks >= 0.9x torch 2 threads, same total work", two, two is not None and two >= 0.9),
     ]
 
@@ -209,13 +344,28 @@ def table(results):
     s = results["summary"]
     cfg = results["config"]
     out = [f"# GEMM benchmark ({results['date']}, {results['git']})", "",
-           f"Host: {results['host']}. {cfg['n']}^3 float32; each number is the median over "
-           f"{cfg['rounds']} interleaved rounds of per-round medians ({cfg['reps']} repetitions); "
-           "every measurement in a fresh process.", "", "## Goals", "",
-           "| goal | ratio | met |", "|---|---|---|"]
-    for name, value, ok in goals(s):
-        out.append(f"| {name} | {fmt(value, 2)} | {'yes' if ok else 'no'} |")
-    out += ["", "## Side by side", "",
+           f"Host: {results['host']}. {cfg['n']}^3 float32.", "", "## Goals", "",
+           f"Each goal's ratio is the median over {cfg['pairs']} pairs of turns: "
+           f"{cfg['turn_calls']} dtorch products back to back (each to its synchronized result) "
+           f"and {cfg['turn_calls']} torch products, each side in its own long-lived process, "
+           f"taking turns ({cfg['gap_ms']:.0f} ms idle before each turn, the order swapped every "
+           "pair). A pair's ratio is torch's median call over dtorch's, so both sides of a pair "
+           "see the host at the same speed.", "",
+           "| goal | ratio (median of pairs) | quartiles | ratio of median times | "
+           "ratio of least times | dtorch GFLOP/s | torch GFLOP/s | met |",
+           "|---|---|---|---|---|---|---|---|"]
+    paired_rows = [results.get("paired", {}).get(k, {}) for k in ("1rank", "2ranks")]
+    for (name, value, ok), p in zip(goals(results), paired_rows):
+        q = p.get("ratio_quartiles") or [None, None]
+        out.append(f"| {name} | {fmt(value, 2)} | {fmt(q[0], 2)}-{fmt(q[1], 2)} | "
+                   f"{fmt(p.get('ratio_of_medians'), 2)} | {fmt(p.get('ratio_of_least'), 2)} | "
+                   f"{fmt(p.get('gflops'))} | {fmt(p.get('torch_gflops'))} | "
+                   f"{'yes' if ok else 'no'}{' (' + p['error'] + ')' if 'error' in p else ''} |")
+    out += ["", "## Side by side, each measurement in a fresh process", "",
+            f"Each number is the median over {cfg['rounds']} interleaved rounds of per-round "
+            f"medians ({cfg['reps']} repetitions); rounds are seconds apart, so a host whose "
+            "speed drifts shows here as spread between rows that the pairs above do not have.",
+            "",
             "| what | GFLOP/s (to result) | GFLOP/s (with fetch) | vs torch 1 thread | BLAS |",
             "|---|---|---|---|---|"]
     t1 = s["torch_1thread"]["torch_gflops"]
@@ -263,17 +413,19 @@ def plot(results, path):
         return False
     s = results["summary"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    p = results.get("paired", {})
     ax = axes[0]
-    names = ["dtorch\n1 rank", "torch\n1 thread", "numpy"]
-    vals = [s["dtorch_1rank"]["gflops"], s["torch_1thread"]["torch_gflops"],
-            s["torch_1thread"]["numpy_gflops"]]
-    ax.bar(names, [v or 0 for v in vals], color=["C0", "C1", "C2"])
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"{results['config']['n']}^3 float32, 1 rank / 1 thread")
+    one = p.get("1rank", {})
+    ax.bar(["dtorch\n1 rank", "torch\n1 thread"],
+           [one.get("gflops") or 0, one.get("torch_gflops") or 0], color=["C0", "C1"])
+    ax.set_ylabel("GFLOP/s (median turn of the pairs)")
+    ax.set_title(f"{results['config']['n']}^3 float32, 1 rank / 1 thread: "
+                 f"{fmt(one.get('ratio'), 2)}x")
     ax = axes[1]
-    vals = [s["dtorch_2ranks"]["gflops"], s["torch_2threads"]["torch_gflops"]]
-    ax.bar(["dtorch\n2 ranks", "torch\n2 threads"], [v or 0 for v in vals], color=["C0", "C1"])
-    ax.set_title("same total work: bmm [2,n,n]")
+    two = p.get("2ranks", {})
+    ax.bar(["dtorch\n2 ranks", "torch\n2 threads"],
+           [two.get("gflops") or 0, two.get("torch_gflops") or 0], color=["C0", "C1"])
+    ax.set_title(f"same total work, bmm [2,n,n]: {fmt(two.get('ratio'), 2)}x")
     ax = axes[2]
     labels = [label for label, _ in BLAS_OPTIONS]
     vals = [s["option:" + label]["gflops"] or 0 for label in labels]
@@ -302,6 +454,9 @@ def main():
         fn = {"dtorch": child_dtorch, "peer": child_peer}[sys.argv[2]]
         print(json.dumps(fn(spec)))
         return
+    if len(sys.argv) >= 4 and sys.argv[1] == "--serve":
+        {"dtorch": serve_dtorch, "peer": serve_peer}[sys.argv[2]](json.loads(sys.argv[3]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gemm"))
     ap.add_argument("--n", type=int, default=1024)
@@ -309,6 +464,12 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON",
                                                             DEFAULT_PEER_PYTHON))
+    ap.add_argument("--pairs", type=int, default=60,
+                    help="pairs of calls (dtorch, torch) behind each goal")
+    ap.add_argument("--turn-calls", type=int, default=3,
+                    help="products back to back in each side's turn of a pair")
+    ap.add_argument("--gap-ms", type=float, default=30.0,
+                    help="idle time before each turn of a pair")
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     n, reps = args.n, args.reps
@@ -329,6 +490,18 @@ def main():
         runs["option:" + label] = (lambda env=env: dtorch_run(
             dict(base, world=1, op="matmul"), dict(env, DTORCH_BLAS_THREADS="1"), args.timeout))
     t0 = time.perf_counter()
+    paired_results = {
+        "1rank": paired(dict(base, world=1, op="matmul"), {"DTORCH_BLAS_THREADS": "1"},
+                        args.peer_python, dict(base, threads=1, batch=1), args.pairs,
+                        args.turn_calls, args.gap_ms / 1e3, args.timeout),
+        "2ranks": paired(dict(base, world=2, op="bmm"), {}, args.peer_python,
+                         dict(base, threads=2, batch=2), args.pairs, args.turn_calls,
+                         args.gap_ms / 1e3, args.timeout),
+    }
+    for key, p in paired_results.items():
+        print(f"paired {key}: " + (p["error"] if "error" in p else
+                                   f"ratio {p['ratio']:.3f} (of medians {p['ratio_of_medians']:.3f},"
+                                   f" of least {p['ratio_of_least']:.3f})"), file=sys.stderr)
     raw = {k: [] for k in runs}
     for r in range(args.rounds):
         for key, fn in runs.items():
@@ -341,13 +514,15 @@ def main():
         "git": git_rev(),
         "host": f"{platform.node()}, {os.cpu_count()} CPUs, "
                 f"affinity {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.2f}",
-        "config": {"n": n, "rounds": args.rounds, "reps": reps,
+        "config": {"n": n, "rounds": args.rounds, "reps": reps, "pairs": args.pairs,
+                   "turn_calls": args.turn_calls, "gap_ms": args.gap_ms,
                    "peer_python": args.peer_python},
+        "paired": paired_results,
         "raw": raw,
         "summary": summarize(raw),
         "total_s": time.perf_counter() - t0,
     }
-    results["goals"] = [{"goal": g, "ratio": v, "met": ok} for g, v, ok in goals(results["summary"])]
+    results["goals"] = [{"goal": g, "ratio": v, "met": ok} for g, v, ok in goals(results)]
     os.makedirs(args.out, exist_ok=True)
     text = table(results)
     with open(os.path.join(args.out, "table.md"), "w") as f:

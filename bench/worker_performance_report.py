@@ -189,7 +189,8 @@ def main():
          (["--ops", "50", "--n", "65536", "--runs", "1", "--reps", "2"] if quick else []),
          "fusion/results.json"),
         ("gemm", [py, "bench/gemm_bench.py", *peer, "--out", os.path.join(out, "gemm")] +
-         (["--n", "128", "--rounds", "1", "--reps", "2"] if quick else []),
+         (["--n", "128", "--rounds", "1", "--reps", "2", "--pairs", "2", "--turn-calls", "1"]
+          if quick else []),
          "gemm/results.json"),
         ("collectives", [py, "bench/collective_bench.py", "--out",
                          os.path.join(out, "collectives")] + (["--quick"] if quick else []),

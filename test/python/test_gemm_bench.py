@@ -67,8 +67,40 @@ def test_the_report_renders_missing_peers():
     for label, _ in gemm_bench.BLAS_OPTIONS:
         raw["option:" + label] = [dt if "BLIS" not in label else {"error": "timed out"}]
     results = {"date": "now", "git": "rev", "host": "here",
-               "config": {"n": 64, "rounds": 1, "reps": 2}, "raw": raw,
-               "summary": gemm_bench.summarize(raw)}
+               "config": {"n": 64, "rounds": 1, "reps": 2, "pairs": 3, "turn_calls": 2,
+                          "gap_ms": 1.0},
+               "paired": {"1rank": {"error": "torch not installed"},
+                          "2ranks": {"error": "torch not installed"}},
+               "raw": raw, "summary": gemm_bench.summarize(raw)}
     text = gemm_bench.table(results)
-    assert "timed out" in text and "100.0" in text
-    assert [ok for _, _, ok in gemm_bench.goals(results["summary"])] == [False, False]
+    assert "timed out" in text and "100.0" in text and "torch not installed" in text
+    assert [ok for _, _, ok in gemm_bench.goals(results)] == [False, False]
+
+
+def test_paired_turns_measure_both_sides_and_check_the_product():
+    """dtorch and torch in two long-lived children taking turns: every pair
+    gives a ratio, both children end cleanly, and the dtorch side's product
+    is checked against numpy."""
+    pytest.importorskip("torch")
+    out = gemm_bench.paired({"n": 48, "reps": 1, "world": 1, "op": "matmul"},
+                            {"DTORCH_BLAS_THREADS": "1"}, sys.executable,
+                            {"n": 48, "reps": 1, "threads": 1, "batch": 1},
+                            pairs=3, calls=2, gap_s=0.001, timeout=240)
+    assert "error" not in out, out
+    assert len(out["pair_ratios"]) == 3 and all(r > 0 for r in out["pair_ratios"])
+    assert out["ratio"] == sorted(out["pair_ratios"])[1]
+    assert out["max_rel_err"] < 1e-5
+    assert out["gflops"] > 0 and out["torch_gflops"] > 0
+    assert len(out["blas"]) == 1 and out["blas"][0].endswith(", 1 thread"), out
+    goals = gemm_bench.goals({"paired": {"1rank": out, "2ranks": {"ratio": 0.5}}})
+    assert goals[0][1] == out["ratio"] and goals[1][2] is False
+
+
+def test_paired_reports_a_child_that_fails():
+    """A peer that cannot start gives an error, not a hang; the dtorch child
+    is ended all the same."""
+    out = gemm_bench.paired({"n": 16, "reps": 1, "world": 1, "op": "matmul"},
+                            {"DTORCH_BLAS_THREADS": "1"}, "/bin/false",
+                            {"n": 16, "reps": 1, "threads": 1, "batch": 1},
+                            pairs=2, calls=1, gap_s=0.0, timeout=60)
+    assert "error" in out and "ended" in out["error"], out
