@@ -64,13 +64,16 @@ class LockStepChild:
     measure two systems side by side call by call, so that a host whose
     speed drifts over seconds slows both alike. Its stderr goes to a
     temporary file (`stderr_lines()` reads it). Use as a context manager:
-    the child is always ended, and killed if it does not end."""
+    the child is always ended, and killed if it does not end. `cpus`, when
+    given, is the set of CPUs the child and everything it starts may run on."""
 
-    def __init__(self, cmd, env=None, timeout=300.0):
+    def __init__(self, cmd, env=None, timeout=300.0, cpus=None):
         self.timeout = timeout
         self._err = tempfile.TemporaryFile("w+")
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=self._err, text=True, bufsize=1, env=env)
+                                      stderr=self._err, text=True, bufsize=1, env=env,
+                                      preexec_fn=pin)
         self.ready = self._answer()
 
     def __enter__(self):

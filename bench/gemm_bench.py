@@ -252,7 +252,8 @@ def peer_env(threads):
     return env
 
 
-def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s, timeout):
+def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s, timeout,
+           cpus=None):
     """dtorch and torch, each in a long-lived child, called in turn: a turn
     of `calls` dtorch products back to back, then a turn of torch products
     (the order swapped every pair), with `gap_s` of idle host before each
@@ -262,15 +263,16 @@ def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s
     dtorch's speed as a share of torch's, measured within a fraction of a
     second. Returns the per-pair ratios, their median and quartiles, the
     ratio of the median and of the least turn times, and each side's
-    GFLOP/s at its median turn."""
+    GFLOP/s at its median turn. `cpus` confines both children (and dtorch's
+    workers, which inherit it) to those CPUs."""
     if not os.path.exists(python):
         return {"error": "torch not installed"}
     me = os.path.abspath(__file__)
     try:
         with LockStepChild([sys.executable, me, "--serve", "dtorch", json.dumps(dtorch_spec)],
-                           dtorch_env(dtorch_extra_env), timeout) as d, \
+                           dtorch_env(dtorch_extra_env), timeout, cpus) as d, \
                 LockStepChild([python, me, "--serve", "peer", json.dumps(peer_spec)],
-                              peer_env(peer_spec["threads"]), timeout) as t:
+                              peer_env(peer_spec["threads"]), timeout, cpus) as t:
             d.call(f"run {calls}")  # warm-up
             t.call(f"run {calls}")
             td, tt = [], []
@@ -296,6 +298,7 @@ def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s
         "gflops": gflops(d_end["flops"], statistics.median(td)),
         "torch_gflops": gflops(t_end["flops"], statistics.median(tt)),
         "max_rel_err": d_end["max_rel_err"], "blas": blas, "torch": t_end.get("torch"),
+        "cpus": sorted(cpus) if cpus else None,
     }
 
 
@@ -350,7 +353,11 @@ def table(results):
            f"and {cfg['turn_calls']} torch products, each side in its own long-lived process, "
            f"taking turns ({cfg['gap_ms']:.0f} ms idle before each turn, the order swapped every "
            "pair). A pair's ratio is torch's median call over dtorch's, so both sides of a pair "
-           "see the host at the same speed.", "",
+           "see the host at the same speed. For the 1-rank goal both processes (and dtorch's "
+           "worker) run on one CPU, the same for both sides; the row below the goals has the "
+           "same pairs left to the scheduler on any CPU, for reference: on a VM whose CPUs run "
+           "at different speeds over minutes, the two sides can sit on different CPUs for a "
+           "whole run.", "",
            "| goal | ratio (median of pairs) | quartiles | ratio of median times | "
            "ratio of least times | dtorch GFLOP/s | torch GFLOP/s | met |",
            "|---|---|---|---|---|---|---|---|"]
@@ -361,6 +368,14 @@ def table(results):
                    f"{fmt(p.get('ratio_of_medians'), 2)} | {fmt(p.get('ratio_of_least'), 2)} | "
                    f"{fmt(p.get('gflops'))} | {fmt(p.get('torch_gflops'))} | "
                    f"{'yes' if ok else 'no'}{' (' + p['error'] + ')' if 'error' in p else ''} |")
+    anywhere = results.get("paired", {}).get("1rank_any_cpu")
+    if anywhere:
+        q = anywhere.get("ratio_quartiles") or [None, None]
+        out.append(f"| (reference) 1 rank, each side on any CPU | {fmt(anywhere.get('ratio'), 2)} "
+                   f"| {fmt(q[0], 2)}-{fmt(q[1], 2)} | "
+                   f"{fmt(anywhere.get('ratio_of_medians'), 2)} | "
+                   f"{fmt(anywhere.get('ratio_of_least'), 2)} | {fmt(anywhere.get('gflops'))} | "
+                   f"{fmt(anywhere.get('torch_gflops'))} | - |")
     out += ["", "## Side by side, each measurement in a fresh process", "",
             f"Each number is the median over {cfg['rounds']} interleaved rounds of per-round "
             f"medians ({cfg['reps']} repetitions); rounds are seconds apart, so a host whose "
@@ -490,10 +505,15 @@ def main():
         runs["option:" + label] = (lambda env=env: dtorch_run(
             dict(base, world=1, op="matmul"), dict(env, DTORCH_BLAS_THREADS="1"), args.timeout))
     t0 = time.perf_counter()
+    one_rank = (dict(base, world=1, op="matmul"), {"DTORCH_BLAS_THREADS": "1"},
+                args.peer_python, dict(base, threads=1, batch=1), args.pairs, args.turn_calls,
+                args.gap_ms / 1e3, args.timeout)
     paired_results = {
-        "1rank": paired(dict(base, world=1, op="matmul"), {"DTORCH_BLAS_THREADS": "1"},
-                        args.peer_python, dict(base, threads=1, batch=1), args.pairs,
-                        args.turn_calls, args.gap_ms / 1e3, args.timeout),
+        # Both sides on one CPU: on a VM whose CPUs run at different speeds
+        # from minute to minute (host neighbours), two processes left to the
+        # scheduler can sit on different CPUs for a whole run.
+        "1rank": paired(*one_rank, cpus={max(os.sched_getaffinity(0))}),
+        "1rank_any_cpu": paired(*one_rank),
         "2ranks": paired(dict(base, world=2, op="bmm"), {}, args.peer_python,
                          dict(base, threads=2, batch=2), args.pairs, args.turn_calls,
                          args.gap_ms / 1e3, args.timeout),

@@ -12,6 +12,7 @@ import dtorch
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
 sys.path.insert(0, BENCH)
 import gemm_bench  # noqa: E402
+from bench_support import LockStepChild  # noqa: E402
 
 
 def test_blas_info_of_this_process():
@@ -70,10 +71,12 @@ def test_the_report_renders_missing_peers():
                "config": {"n": 64, "rounds": 1, "reps": 2, "pairs": 3, "turn_calls": 2,
                           "gap_ms": 1.0},
                "paired": {"1rank": {"error": "torch not installed"},
+                          "1rank_any_cpu": {"ratio": 0.875, "ratio_quartiles": [0.8, 0.9]},
                           "2ranks": {"error": "torch not installed"}},
                "raw": raw, "summary": gemm_bench.summarize(raw)}
     text = gemm_bench.table(results)
     assert "timed out" in text and "100.0" in text and "torch not installed" in text
+    assert "| (reference) 1 rank, each side on any CPU | 0.88 | 0.80-0.90 |" in text
     assert [ok for _, _, ok in gemm_bench.goals(results)] == [False, False]
 
 
@@ -104,3 +107,35 @@ def test_paired_reports_a_child_that_fails():
                             {"n": 16, "reps": 1, "threads": 1, "batch": 1},
                             pairs=2, calls=1, gap_s=0.0, timeout=60)
     assert "error" in out and "ended" in out["error"], out
+
+
+AFFINITY_CHILD = """
+import os, subprocess, sys
+sys.path.insert(0, {bench!r})
+from bench_support import serve_lock_step
+
+def setup():
+    def call(command):
+        child = subprocess.run([sys.executable, "-c",
+                                "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        return {{"mine": sorted(os.sched_getaffinity(0)), "its_child": child.stdout.strip()}}
+    return call, lambda: {{"ended": True}}
+
+serve_lock_step(setup)
+"""
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_lock_step_child_confines_itself_and_what_it_starts(pinned):
+    """The 1-rank GEMM pairs run both sides on one CPU: a LockStepChild given
+    `cpus` runs there, and so does every process it starts (dtorch's
+    workers); without `cpus` it keeps the parent's CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    want = [allowed[-1]] if pinned else allowed
+    child = LockStepChild([sys.executable, "-c", AFFINITY_CHILD.format(bench=BENCH)],
+                          timeout=60, cpus={allowed[-1]} if pinned else None)
+    with child:
+        got = child.call("run")
+        assert got == {"mine": want, "its_child": str(want)}, got
+    assert child.close() is None  # already ended by the context manager
