@@ -13,6 +13,32 @@ from . import _C
 from . import device_mesh as _dm
 from .placement_types import Replicate
 
+
+# The paragraphs that the creation functions' docstrings share, written
+# once: a docstring names them as {size}, {mesh}, {dtype}, {returns} and
+# {raises}, and `_shared_docs` fills them in when the function is defined.
+_DOC_PIECES = {
+    "size": "*size (int): the global shape, as separate ints or one sequence.",
+    "mesh": """device_mesh (DeviceMesh, optional): the mesh; by default every rank
+            of the world as a 1-D mesh.
+        placements (list[Placement], optional): one per mesh dim; by default
+            `Replicate` on every dim.""",
+    "dtype": """dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
+        requires_grad (bool): recorded on the tensor, as in torch.""",
+    "returns": """Returns:
+        Tensor: the new tensor; nothing waits for the workers.""",
+    "raises": """Raises:
+        TypeError: a size is not an int, or a placement is not a placement.
+        ValueError: the placements do not fit the mesh or the shape.""",
+}
+
+
+def _shared_docs(fn):
+    if fn.__doc__:  # None under python -OO
+        fn.__doc__ = fn.__doc__.format(**_DOC_PIECES)
+    return fn
+
+
 _NP_OF = {}
 
 
@@ -65,6 +91,7 @@ def _make(kind, size, value, device_mesh, placements, dtype, requires_grad):
     return t
 
 
+@_shared_docs
 def randn(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor of samples of the standard normal distribution.
 
@@ -72,20 +99,13 @@ def randn(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
     and the element's global position, never on the placements.
 
     Args:
-        *size (int): the global shape, as separate ints or one sequence.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {size}
+        {mesh}
+        {dtype}
 
-    Returns:
-        Tensor: the new tensor; nothing waits for the workers.
+    {returns}
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -98,26 +118,20 @@ def randn(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
     return _make("normal", size, 0, device_mesh, placements, dtype, requires_grad)
 
 
+@_shared_docs
 def rand(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor of samples of the uniform distribution on [0, 1).
 
     Like `randn`, the values do not depend on the placements.
 
     Args:
-        *size (int): the global shape, as separate ints or one sequence.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {size}
+        {mesh}
+        {dtype}
 
-    Returns:
-        Tensor: the new tensor; nothing waits for the workers.
+    {returns}
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -128,24 +142,18 @@ def rand(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fal
     return _make("uniform", size, 0, device_mesh, placements, dtype, requires_grad)
 
 
+@_shared_docs
 def zeros(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor filled with 0.
 
     Args:
-        *size (int): the global shape, as separate ints or one sequence.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {size}
+        {mesh}
+        {dtype}
 
-    Returns:
-        Tensor: the new tensor; nothing waits for the workers.
+    {returns}
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -157,24 +165,18 @@ def zeros(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
     return _make("full", size, 0.0, device_mesh, placements, dtype, requires_grad)
 
 
+@_shared_docs
 def ones(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor filled with 1.
 
     Args:
-        *size (int): the global shape, as separate ints or one sequence.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {size}
+        {mesh}
+        {dtype}
 
-    Returns:
-        Tensor: the new tensor; nothing waits for the workers.
+    {returns}
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -184,26 +186,20 @@ def ones(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fal
     return _make("full", size, 1.0, device_mesh, placements, dtype, requires_grad)
 
 
+@_shared_docs
 def empty(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor whose values are not specified, as torch's ``empty``.
 
     Write it before reading it; do not rely on the values it starts with.
 
     Args:
-        *size (int): the global shape, as separate ints or one sequence.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {size}
+        {mesh}
+        {dtype}
 
-    Returns:
-        Tensor: the new tensor; nothing waits for the workers.
+    {returns}
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -213,6 +209,7 @@ def empty(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
     return _make("full", size, 0.0, device_mesh, placements, dtype, requires_grad)
 
 
+@_shared_docs
 def full(size, fill_value, *, device_mesh=None, placements=None, dtype=None,
          requires_grad=False):
     """A tensor filled with ``fill_value``.
@@ -220,10 +217,7 @@ def full(size, fill_value, *, device_mesh=None, placements=None, dtype=None,
     Args:
         size (tuple[int, ...]): the global shape.
         fill_value (int, float or bool): the value of every element.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
+        {mesh}
         dtype (dtorch.dtype, optional): by default ``dtorch.int64`` for an int
             ``fill_value`` and ``dtorch.float32`` otherwise, as in torch.
         requires_grad (bool): recorded on the tensor, as in torch.
@@ -231,9 +225,7 @@ def full(size, fill_value, *, device_mesh=None, placements=None, dtype=None,
     Returns:
         Tensor: the new tensor.
 
-    Raises:
-        TypeError: a size is not an int, or a placement is not a placement.
-        ValueError: the placements do not fit the mesh or the shape.
+    {raises}
 
     Example:
         >>> import dtorch
@@ -361,6 +353,7 @@ def tensor(data, *, device_mesh=None, placements=None, dtype=None, requires_grad
     return t
 
 
+@_shared_docs
 def distribute_tensor(tensor_data, device_mesh=None, placements=None):
     """Places a full global value on a mesh, as torch's ``distribute_tensor``.
 
@@ -370,10 +363,7 @@ def distribute_tensor(tensor_data, device_mesh=None, placements=None):
     Args:
         tensor_data: the global value: a numpy array, a nested list or a
             torch tensor.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
+        {mesh}
 
     Returns:
         Tensor: the distributed tensor.
@@ -391,6 +381,7 @@ def distribute_tensor(tensor_data, device_mesh=None, placements=None):
                   dtype=None if not isinstance(tensor_data, np.ndarray) else None)
 
 
+@_shared_docs
 def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=None,
            requires_grad=False):
     """The 1-D tensor of ``start, start + step, ...`` up to ``end`` (excluded),
@@ -401,10 +392,7 @@ def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=
             omitted.
         end (int or float, optional): the bound, not included.
         step (int or float): the distance between values.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
+        {mesh}
         dtype (dtorch.dtype, optional): ``int64`` when every value is an int, else
             ``float32``.
         requires_grad (bool): recorded on the tensor, as in torch.
@@ -432,18 +420,15 @@ def arange(start, end=None, step=1, *, device_mesh=None, placements=None, dtype=
     return t
 
 
+@_shared_docs
 def eye(n, m=None, *, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """The ``n`` x ``m`` identity matrix (ones on the diagonal).
 
     Args:
         n (int): rows.
         m (int, optional): columns; ``n`` when omitted.
-        device_mesh (DeviceMesh, optional): the mesh; by default every rank
-            of the world as a 1-D mesh.
-        placements (list[Placement], optional): one per mesh dim; by default
-            `Replicate` on every dim.
-        dtype (dtorch.dtype, optional): by default ``dtorch.float32``.
-        requires_grad (bool): recorded on the tensor, as in torch.
+        {mesh}
+        {dtype}
 
     Returns:
         Tensor: the new 2-D tensor.
