@@ -2,12 +2,11 @@
 // requests reach the backend as one free per mesh, before the next request
 // and after every request made before them; with DTORCH_BATCH_FREES=0 each
 // free is its own backend call. Both give the same values and live counts.
-#include "Controller.h"
+#include "ControllerTestSupport.h"
 #include "SessionTestSupport.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -17,71 +16,22 @@ namespace {
 using test::doubles;
 using test::values;
 
-/// The in-process backend, logging the calls the controller makes in order:
-/// "put H", "fetch H", "sync", "free H1,H2,... on R ranks".
-class LoggingBackend : public Backend {
+/// The in-process backend, logging the calls the controller makes in order
+/// (ForwardingBackend's entries).
+class LoggingBackend : public test::ForwardingBackend {
 public:
-  LoggingBackend() : inner_(makeInProcessBackend(4)) {}
+  LoggingBackend() : ForwardingBackend(4) {}
 
   std::vector<std::string> log() {
     std::lock_guard<std::mutex> lock(mutex_);
     return log_;
   }
 
-  int worldSize() const override { return inner_->worldSize(); }
-  std::string hostOf(int rank) const override { return inner_->hostOf(rank); }
-  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
-                      const std::vector<int64_t> &meshRanks) override {
-    inner_->uploadPrograms(id, programs, meshRanks);
-  }
-  using Backend::free;
-  using Backend::run;
-  void run(const std::vector<int64_t> &ranks, uint64_t id,
-           const std::vector<Handle> &in, const std::vector<Handle> &out,
-           const std::vector<int64_t> &seeds) override {
-    add("run");
-    inner_->run(ranks, id, in, out, seeds);
-  }
-  void put(int rank, Handle h, const rt::Tensor &v) override {
-    if (rank == 0)
-      add("put " + std::to_string(h));
-    inner_->put(rank, h, v);
-  }
-  std::future<rt::Tensor> fetch(int rank, Handle h) override {
-    if (rank == 0)
-      add("fetch " + std::to_string(h));
-    return inner_->fetch(rank, h);
-  }
-  std::future<rt::MemoryStats> memoryStats(int rank) override {
-    return inner_->memoryStats(rank);
-  }
-  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
-                                    size_t capacity,
-                                    size_t maxEvents) override {
-    return inner_->trace(rank, action, capacity, maxEvents);
-  }
-  void free(const std::vector<int64_t> &ranks,
-            const std::vector<Handle> &hs) override {
-    std::string entry = "free ";
-    for (size_t i = 0; i < hs.size(); ++i)
-      entry += (i ? "," : "") + std::to_string(hs[i]);
-    add(entry + " on " + std::to_string(ranks.size()) + " ranks");
-    inner_->free(ranks, hs);
-  }
-  void synchronize() override {
-    add("sync");
-    inner_->synchronize();
-  }
-  void shutdown() override { inner_->shutdown(); }
-  uint64_t messagesSent() const override { return inner_->messagesSent(); }
-  uint64_t roundTrips() const override { return inner_->roundTrips(); }
-
 private:
-  void add(std::string entry) {
+  void record(std::string entry) override {
     std::lock_guard<std::mutex> lock(mutex_);
     log_.push_back(std::move(entry));
   }
-  std::unique_ptr<Backend> inner_;
   std::mutex mutex_;
   std::vector<std::string> log_;
 };
@@ -89,17 +39,10 @@ private:
 /// A controller on 4 in-process ranks with the meshes [4] (id 0) and [2]
 /// over ranks 0-1 (id 1), built with DTORCH_BATCH_FREES set to `batch`.
 struct ControllerFreeBatchTest : ::testing::TestWithParam<bool> {
-  ControllerFreeBatchTest() {
-    const char *old = std::getenv("DTORCH_BATCH_FREES");
-    std::string saved = old ? old : "";
-    setenv("DTORCH_BATCH_FREES", GetParam() ? "1" : "0", 1);
-    auto owned = std::make_unique<LoggingBackend>();
-    backend = owned.get();
-    controller = std::make_unique<Controller>(std::move(owned));
-    if (old)
-      setenv("DTORCH_BATCH_FREES", saved.c_str(), 1);
-    else
-      unsetenv("DTORCH_BATCH_FREES");
+  ControllerFreeBatchTest()
+      : controller(test::makeControllerWith(
+            "DTORCH_BATCH_FREES", GetParam(),
+            std::make_unique<LoggingBackend>(), backend)) {
     controller->addMesh(Mesh{0, {4}, {}, {0, 1, 2, 3}, "cpu", {}});
     controller->addMesh(Mesh{1, {2}, {}, {0, 1}, "cpu", {}});
   }
@@ -110,7 +53,7 @@ struct ControllerFreeBatchTest : ::testing::TestWithParam<bool> {
                     {Placement::shard(0)});
   }
 
-  LoggingBackend *backend;
+  LoggingBackend *backend = nullptr;
   std::unique_ptr<Controller> controller;
 };
 

@@ -3,13 +3,12 @@
 // is queued and the controller thread is idle, else it is queued behind the
 // request in progress; either way the backend sees the same calls in the
 // same order, and an error is the same exception.
-#include "Controller.h"
+#include "ControllerTestSupport.h"
 #include "SessionTestSupport.h"
 
 #include <gtest/gtest.h>
 
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,10 +21,10 @@ using test::values;
 
 /// The in-process backend, logging each call the controller makes with
 /// whether the test's thread made it; `synchronize` waits for open().
-class ThreadLoggingBackend : public Backend {
+class ThreadLoggingBackend : public test::ForwardingBackend {
 public:
   explicit ThreadLoggingBackend(std::thread::id caller)
-      : inner_(makeInProcessBackend(2)), caller_(caller) {}
+      : ForwardingBackend(2), caller_(caller) {}
 
   struct Call {
     std::string what;
@@ -51,48 +50,8 @@ public:
     changed_.wait(lock, [&] { return inSync_; });
   }
 
-  int worldSize() const override { return inner_->worldSize(); }
-  std::string hostOf(int rank) const override { return inner_->hostOf(rank); }
-  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
-                      const std::vector<int64_t> &meshRanks) override {
-    inner_->uploadPrograms(id, programs, meshRanks);
-  }
-  using Backend::free;
-  using Backend::run;
-  void run(const std::vector<int64_t> &ranks, uint64_t id,
-           const std::vector<Handle> &in, const std::vector<Handle> &out,
-           const std::vector<int64_t> &seeds) override {
-    add("run");
-    inner_->run(ranks, id, in, out, seeds);
-  }
-  void put(int rank, Handle h, const rt::Tensor &v) override {
-    if (rank == 0)
-      add("put " + std::to_string(h));
-    inner_->put(rank, h, v);
-  }
-  std::future<rt::Tensor> fetch(int rank, Handle h) override {
-    if (rank == 0)
-      add("fetch " + std::to_string(h));
-    return inner_->fetch(rank, h);
-  }
-  std::future<rt::MemoryStats> memoryStats(int rank) override {
-    return inner_->memoryStats(rank);
-  }
-  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
-                                    size_t capacity,
-                                    size_t maxEvents) override {
-    return inner_->trace(rank, action, capacity, maxEvents);
-  }
-  void free(const std::vector<int64_t> &ranks,
-            const std::vector<Handle> &hs) override {
-    std::string entry = "free";
-    for (Handle h : hs)
-      entry += " " + std::to_string(h);
-    add(entry);
-    inner_->free(ranks, hs);
-  }
   void synchronize() override {
-    add("sync");
+    record("sync");
     std::unique_lock<std::mutex> lock(mutex_);
     inSync_ = true;
     changed_.notify_all();
@@ -101,16 +60,12 @@ public:
     lock.unlock();
     inner_->synchronize();
   }
-  void shutdown() override { inner_->shutdown(); }
-  uint64_t messagesSent() const override { return inner_->messagesSent(); }
-  uint64_t roundTrips() const override { return inner_->roundTrips(); }
 
 private:
-  void add(std::string entry) {
+  void record(std::string entry) override {
     std::lock_guard<std::mutex> lock(mutex_);
     log_.push_back({std::move(entry), std::this_thread::get_id() == caller_});
   }
-  std::unique_ptr<Backend> inner_;
   std::thread::id caller_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -136,17 +91,10 @@ void settle(Controller &controller, bool on) {
 /// DTORCH_INLINE_CONTROLLER set to `on`.
 std::unique_ptr<Controller> makeController(bool on,
                                            ThreadLoggingBackend *&backend) {
-  const char *old = std::getenv("DTORCH_INLINE_CONTROLLER");
-  std::string saved = old ? old : "";
-  setenv("DTORCH_INLINE_CONTROLLER", on ? "1" : "0", 1);
-  auto owned =
-      std::make_unique<ThreadLoggingBackend>(std::this_thread::get_id());
-  backend = owned.get();
-  auto controller = std::make_unique<Controller>(std::move(owned));
-  if (old)
-    setenv("DTORCH_INLINE_CONTROLLER", saved.c_str(), 1);
-  else
-    unsetenv("DTORCH_INLINE_CONTROLLER");
+  auto controller = test::makeControllerWith(
+      "DTORCH_INLINE_CONTROLLER", on,
+      std::make_unique<ThreadLoggingBackend>(std::this_thread::get_id()),
+      backend);
   controller->addMesh(Mesh{0, {2}, {}, {0, 1}, "cpu", {}});
   controller->synchronize(); // the mesh is known
   settle(*controller, on);
@@ -165,8 +113,8 @@ TEST_P(ControllerInlineTest, IdleControllerRequestsRunOnTheCallerInOrder) {
   EXPECT_EQ(values(pieces[1]), std::vector<double>{4});
   controller->synchronize();
   std::vector<ThreadLoggingBackend::Call> log = backend->log();
-  std::vector<std::string> expected = {"sync",   "put 1",   "put 2",
-                                       "free 1", "fetch 2", "sync"};
+  std::vector<std::string> expected = {
+      "sync", "put 1", "put 2", "free 1 on 2 ranks", "fetch 2", "sync"};
   ASSERT_EQ(log.size(), expected.size());
   for (size_t i = 0; i < log.size(); ++i) {
     EXPECT_EQ(log[i].what, expected[i]);

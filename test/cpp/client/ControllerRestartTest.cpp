@@ -4,7 +4,7 @@
 // are kept, the backend's restart runs behind the work queued before it,
 // and an automatic restart runs before the next request once the backend
 // knows of a dead worker.
-#include "Controller.h"
+#include "ControllerTestSupport.h"
 #include "SessionTestSupport.h"
 #include "dtorch/Client/Errors.h"
 
@@ -21,49 +21,17 @@ using test::values;
 /// The in-process backend, whose restart "replaces" the ranks the test
 /// chooses; a rank replaced this way forgets what it held, as a new
 /// worker process would.
-class ReplacingBackend : public Backend {
+class ReplacingBackend : public test::ForwardingBackend {
 public:
   explicit ReplacingBackend(std::vector<int> toReplace)
-      : inner_(makeInProcessBackend(4)), toReplace_(std::move(toReplace)) {}
+      : ForwardingBackend(4), toReplace_(std::move(toReplace)) {}
   std::atomic<bool> dead{false};
   std::atomic<int> restarts{0};
 
-  int worldSize() const override { return inner_->worldSize(); }
-  std::string hostOf(int rank) const override { return inner_->hostOf(rank); }
-  void uploadPrograms(uint64_t id, const std::vector<wire::Program> &programs,
-                      const std::vector<int64_t> &meshRanks) override {
-    inner_->uploadPrograms(id, programs, meshRanks);
-  }
-  using Backend::free;
-  using Backend::run;
-  void run(const std::vector<int64_t> &ranks, uint64_t id,
-           const std::vector<Handle> &in, const std::vector<Handle> &out,
-           const std::vector<int64_t> &seeds) override {
-    inner_->run(ranks, id, in, out, seeds);
-  }
   void put(int rank, Handle h, const rt::Tensor &v) override {
-    inner_->put(rank, h, v);
+    ForwardingBackend::put(rank, h, v);
     held_.push_back({rank, h});
   }
-  std::future<rt::Tensor> fetch(int rank, Handle h) override {
-    return inner_->fetch(rank, h);
-  }
-  std::future<rt::MemoryStats> memoryStats(int rank) override {
-    return inner_->memoryStats(rank);
-  }
-  std::future<rt::TraceChunk> trace(int rank, rt::TraceAction action,
-                                    size_t capacity,
-                                    size_t maxEvents) override {
-    return inner_->trace(rank, action, capacity, maxEvents);
-  }
-  void free(const std::vector<int64_t> &ranks,
-            const std::vector<Handle> &hs) override {
-    inner_->free(ranks, hs);
-  }
-  void synchronize() override { inner_->synchronize(); }
-  void shutdown() override { inner_->shutdown(); }
-  uint64_t messagesSent() const override { return inner_->messagesSent(); }
-  uint64_t roundTrips() const override { return inner_->roundTrips(); }
   std::vector<int> restart(std::chrono::milliseconds) override {
     for (auto [rank, handle] : held_)
       for (int gone : toReplace_)
@@ -76,7 +44,6 @@ public:
   bool hasDeadWorker() const override { return dead; }
 
 private:
-  std::unique_ptr<Backend> inner_;
   std::vector<int> toReplace_;
   std::vector<std::pair<int, Handle>> held_;
 };

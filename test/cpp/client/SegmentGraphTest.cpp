@@ -4,6 +4,7 @@
 // the op registry, every stage ("input", "sharded", "redistributed",
 // "rank") prints the same and the programs are the same. An invalid
 // description gives a diagnostic, not a crash.
+#include "ScopedEnvironment.h"
 #include "SegmentText.h"
 #include "dtorch/Compiler.h"
 #include "dtorch/OpRegistry.h"
@@ -493,15 +494,11 @@ TEST(SegmentGraph, ProfileTimesEveryPhase) {
   options.profile = true;
   // Every stage verified (a release build verifies the last one unless
   // asked: StageVerification.h).
-  std::string saved;
-  if (const char *old = std::getenv("DTORCH_VERIFY_STAGES"))
-    saved = old;
-  setenv("DTORCH_VERIFY_STAGES", "1", 1);
-  CompileResult r = compileGraph(validGraph(), options);
-  if (saved.empty())
-    unsetenv("DTORCH_VERIFY_STAGES");
-  else
-    setenv("DTORCH_VERIFY_STAGES", saved.c_str(), 1);
+  CompileResult r;
+  {
+    testsupport::ScopedEnvironment verify("DTORCH_VERIFY_STAGES", "1");
+    r = compileGraph(validGraph(), options);
+  }
   ASSERT_TRUE(r.ok) << r.error;
   std::map<std::string, double> phases(r.timings.begin(), r.timings.end());
   for (const char *phase :

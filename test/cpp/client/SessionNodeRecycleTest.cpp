@@ -3,6 +3,7 @@
 // which records later segments into them. Every field must be written
 // anew: a stale input, operand, attribute, scalar or placement would change
 // the structure (a cache miss) or the values.
+#include "ScopedEnvironment.h"
 #include "SessionTestSupport.h"
 
 #include <gtest/gtest.h>
@@ -21,17 +22,14 @@ using test::values;
 /// `recycle`.
 struct SessionNodeRecycle : ::testing::TestWithParam<bool> {
   SessionNodeRecycle() {
-    const char *old = std::getenv("DTORCH_RECYCLE_NODES");
-    std::string saved = old ? old : "";
-    setenv("DTORCH_RECYCLE_NODES", GetParam() ? "1" : "0", 1);
     SessionOptions o;
     o.worldSize = 4;
     o.backend = "inprocess";
-    session = std::make_unique<Session>(o);
-    if (old)
-      setenv("DTORCH_RECYCLE_NODES", saved.c_str(), 1);
-    else
-      unsetenv("DTORCH_RECYCLE_NODES");
+    {
+      testsupport::ScopedEnvironment recycle("DTORCH_RECYCLE_NODES",
+                                             GetParam() ? "1" : "0");
+      session = std::make_unique<Session>(o);
+    }
     mesh = session->addMesh({4}, {}, {}, "cpu");
   }
   ~SessionNodeRecycle() override { session->shutdown(); }

@@ -6,6 +6,7 @@
 // marking one lets through.
 //
 //===----------------------------------------------------------------------===//
+#include "ScopedEnvironment.h"
 #include "dtensor/Transforms/StageVerification.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
@@ -22,7 +23,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <optional>
 #include <string>
 
 using namespace dtorch;
@@ -30,22 +30,9 @@ using namespace dtorch;
 namespace {
 
 /// Sets DTORCH_VERIFY_STAGES for the scope, then restores it.
-class VerifyStagesEnvironment {
-public:
-  explicit VerifyStagesEnvironment(const char *value) {
-    if (const char *old = std::getenv("DTORCH_VERIFY_STAGES"))
-      saved = old;
-    setenv("DTORCH_VERIFY_STAGES", value, 1);
-  }
-  ~VerifyStagesEnvironment() {
-    if (saved)
-      setenv("DTORCH_VERIFY_STAGES", saved->c_str(), 1);
-    else
-      unsetenv("DTORCH_VERIFY_STAGES");
-  }
-
-private:
-  std::optional<std::string> saved;
+struct VerifyStagesEnvironment : testsupport::ScopedEnvironment {
+  explicit VerifyStagesEnvironment(const char *value)
+      : ScopedEnvironment("DTORCH_VERIFY_STAGES", value) {}
 };
 
 /// matmul, relu and a sum over a mesh of 4 ranks: the sum's partial result
@@ -114,13 +101,8 @@ TEST(StageVerification, EveryStageOnRequestTheLastOneOtherwise) {
 
 #ifdef NDEBUG
 TEST(StageVerification, ReleaseBuildsVerifyTheLastStageByDefault) {
-  std::optional<std::string> saved;
-  if (const char *old = std::getenv("DTORCH_VERIFY_STAGES"))
-    saved = old;
-  unsetenv("DTORCH_VERIFY_STAGES");
+  VerifyStagesEnvironment unset(nullptr);
   EXPECT_FALSE(dtensor::verifyEachStageByDefault());
-  if (saved)
-    setenv("DTORCH_VERIFY_STAGES", saved->c_str(), 1);
 }
 #endif
 

@@ -4,19 +4,20 @@
 // works again, through host shared memory and through Gloo), a stopped
 // survivor is replaced after the idle bound, and nothing is left behind.
 #include "DistributedTestSupport.h"
+#include "ScopedEnvironment.h"
 #include "TestSupport.h"
 
 #include "dtorch/runtime/Cluster.h"
 #include "dtorch/runtime/Worker.h"
 
 #include <csignal>
-#include <optional>
 
 namespace dtorch::rt::test {
 namespace {
 
 namespace wire = ::dtorch::wire;
 using Ms = std::chrono::milliseconds;
+using testsupport::ScopedEnvironment;
 using Clock = std::chrono::steady_clock;
 
 ClusterOptions localOptions() {
@@ -26,22 +27,6 @@ ClusterOptions localOptions() {
   options.workerExecutable = DTORCH_WORKER_PATH;
   return options;
 }
-
-struct ScopedEnvironment {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnvironment(const char *key, const char *value) : name(key) {
-    if (const char *previous = std::getenv(key))
-      old = previous;
-    setenv(key, value, 1);
-  }
-  ~ScopedEnvironment() {
-    if (old)
-      setenv(name.c_str(), old->c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
 
 // out = all_reduce_sum(x + y) over ranks 0-3 (spans both processes).
 Program addAllReduce() {

@@ -3,6 +3,7 @@
 // reporting and poisoning, a worker killed mid-run, a controller that dies.
 #include "CollectiveReference.h"
 #include "DistributedTestSupport.h"
+#include "ScopedEnvironment.h"
 #include "TestSupport.h"
 
 #include "dtorch/runtime/Cluster.h"
@@ -12,7 +13,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <random>
 #include <sys/wait.h>
 
@@ -21,6 +21,7 @@ namespace {
 
 namespace wire = ::dtorch::wire;
 using Ms = std::chrono::milliseconds;
+using testsupport::ScopedEnvironment;
 
 ClusterOptions localOptions(int world = 4, int procs = 2) {
   ClusterOptions options;
@@ -415,24 +416,6 @@ TEST(Cluster, ClassProgramResolvesPerRankOnAPermutedMesh) {
   }
 }
 
-// Sets an environment variable (inherited by the workers a Cluster starts)
-// for a scope.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(const char *key, const char *value) : name(key) {
-    if (const char *previous = std::getenv(key))
-      old = previous;
-    setenv(key, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old)
-      setenv(name.c_str(), old->c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
-
 // Every collective between the two worker processes (groups spanning both):
 // through shared memory by default, through Gloo with DTORCH_HOST_SHM=0.
 void everyCollectiveOnTwoProcessesMatchesTheFakeBackend() {
@@ -474,7 +457,7 @@ TEST(Cluster, EveryCollectiveOnHostSharedMemoryMatchesTheFakeBackend) {
 }
 
 TEST(Cluster, EveryCollectiveOnGlooMatchesTheFakeBackend) {
-  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  ScopedEnvironment gloo("DTORCH_HOST_SHM", "0");
   everyCollectiveOnTwoProcessesMatchesTheFakeBackend();
 }
 
@@ -551,7 +534,7 @@ TEST(Cluster, MissingPeerOnHostSharedMemoryIsAnErrorNamingTheRank) {
 }
 
 TEST(Cluster, MissingPeerOnGlooIsAnErrorNamingTheRank) {
-  ScopedEnv gloo("DTORCH_HOST_SHM", "0");
+  ScopedEnvironment gloo("DTORCH_HOST_SHM", "0");
   missingPeerIsAnErrorNamingTheRank();
 }
 
@@ -577,7 +560,7 @@ void allReduceBetweenWorkersStartedByHand(const char *hostA, const char *hostB,
   std::vector<std::unique_ptr<ProcessGuard>> workers;
   for (int rank = 0; rank < 2; ++rank) {
     addresses.push_back("tcp://127.0.0.1:" + std::to_string(freePort()));
-    ScopedEnv host("DTORCH_HOST_ID", rank == 0 ? hostA : hostB);
+    ScopedEnvironment host("DTORCH_HOST_ID", rank == 0 ? hostA : hostB);
     workers.push_back(std::make_unique<ProcessGuard>(detail::spawnProcess(
         DTORCH_WORKER_PATH,
         {"--listen", addresses.back(), "--token", "hosts", "--ranks",
