@@ -16,40 +16,17 @@ op).
   per rank; a changing learning rate does not recompile; bad
   hyperparameters raise at construction.
 """
-import re
-
 import numpy as np
 import pytest
 
 from dtorch import Replicate, Shard
-
-SHAPES = [(6, 5), (5,), (5, 3), (3,), (7,)]
-
-
-def sharded(shape):
-    return [Shard(0)] if shape[0] % 2 == 1 else [Replicate()]
-
-
-def grads_for(step, dtype=np.float32, shapes=SHAPES):
-    rng = np.random.default_rng(100 + step)
-    return [rng.standard_normal(s).astype(dtype) for s in shapes]
-
-
-def run_steps(dt, mesh, make_opt, steps, dtype=np.float32, shapes=SHAPES,
-              placements=sharded):
-    rng = np.random.default_rng(0)
-    params = [dt.distribute_tensor(rng.standard_normal(s).astype(dtype), mesh,
-                                   placements(s)).requires_grad_() for s in shapes]
-    opt = make_opt(params)
-    for step in range(steps):
-        for p, g, s in zip(params, grads_for(step, dtype, shapes), shapes):
-            p.grad = dt.distribute_tensor(g, mesh, placements(s))
-        opt.step()
-    values = [p.numpy() for p in params]
-    state = [opt.state[p]["momentum_buffer"].numpy() for p in params
-             if "momentum_buffer" in opt.state.get(p, {})]
-    return values, state, opt
-
+from optimizer_test_support import (SHAPES, check_generated_and_hand_written,
+                                    check_state_dict_round_trip,
+                                    expect_fused_is_bitwise_per_op, mixed_params,
+                                    one_step_ops_and_kernels, recorded_ops, round_to,
+                                    run_steps, set_sixteen_bit_grads, sharded,
+                                    sixteen_bit_params, sixteen_bit_tolerance,
+                                    train_against_torch)
 
 CONFIGS = [
     dict(lr=0.05),
@@ -59,10 +36,6 @@ CONFIGS = [
     dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1),
     dict(lr=0.01, momentum=0.7, nesterov=True, maximize=True),
 ]
-
-
-def recorded_ops(ir):
-    return re.findall(r"= dtensor\.(\w+)", ir)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -75,9 +48,7 @@ def test_fused_is_bitwise_the_per_op_update(dt, meshes, kwargs, dtype):
                        dtype)
     assert "fused_sgd" not in dt.last_ir("input")
     assert len(fused[1]) == len(per_op[1]) == (len(SHAPES) if kwargs.get("momentum") else 0)
-    for a, b in zip(fused[0] + fused[1], per_op[0] + per_op[1]):
-        assert a.dtype == np.dtype(dtype)
-        assert a.tobytes() == b.tobytes()
+    expect_fused_is_bitwise_per_op(fused, per_op, dtype)
     opt = fused[2]
     for p in opt.param_groups[0]["params"]:
         if kwargs.get("momentum"):
@@ -91,24 +62,17 @@ def test_fused_is_bitwise_the_per_op_update(dt, meshes, kwargs, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_generated_and_hand_written_kernels_are_bitwise_the_per_op_update(
         dt, meshes, monkeypatch, tmp_path, generated, dtype):
-    """From the second step the segment runs its fused tier, whose
-    fused_sgd calls the kernel generated through MLIR for its signature
-    (DTORCH_GENERATED_ADAM=1, the default) or the runtime's hand-written one
-    (=0): both are bitwise the per-op update. Shapes of their own make the
-    signature new, so the generated kernel is compiled (and dumped) here."""
-    monkeypatch.setenv("DTORCH_GENERATED_ADAM", generated)
-    monkeypatch.setenv("DTORCH_KERNEL_DUMP_DIR", str(tmp_path))
+    """fused_sgd with the generated kernel and with the hand-written one
+    (DTORCH_GENERATED_ADAM=0): both bitwise the per-op update. Shapes of
+    their own make the signature new, so the generated kernel is compiled
+    (and dumped) here."""
     k = (2 if generated == "1" else 0) + (1 if dtype == np.float64 else 0)
     shapes = [(13, 3 + k), (23 + k,), (3, 19), (1,)]
-    mesh = meshes["4"]
-    for kwargs in (CONFIGS[1], CONFIGS[3], CONFIGS[4]):
-        fused = run_steps(dt, mesh, lambda ps: dt.optim.SGD(ps, **kwargs), 4, dtype, shapes)
-        per_op = run_steps(dt, mesh, lambda ps: dt.optim.SGD(ps, foreach=False, **kwargs),
-                           4, dtype, shapes)
-        for a, b in zip(fused[0] + fused[1], per_op[0] + per_op[1]):
-            assert a.tobytes() == b.tobytes()
-    dumped = sorted(p.name for p in tmp_path.glob("dtorch_sgd_*.so"))
-    assert bool(dumped) == (generated == "1"), dumped
+    make_opts = [(lambda ps, kw=kwargs: dt.optim.SGD(ps, **kw),
+                  lambda ps, kw=kwargs: dt.optim.SGD(ps, foreach=False, **kw))
+                 for kwargs in (CONFIGS[1], CONFIGS[3], CONFIGS[4])]
+    check_generated_and_hand_written(dt, meshes["4"], monkeypatch, tmp_path, generated, dtype,
+                                     shapes, make_opts, "dtorch_sgd_")
 
 
 def test_the_environment_switch_restores_the_per_op_update(dt, meshes, monkeypatch):
@@ -120,29 +84,11 @@ def test_the_environment_switch_restores_the_per_op_update(dt, meshes, monkeypat
     monkeypatch.setenv("DTORCH_FUSED_SGD", "1")
     on = run_steps(dt, mesh, lambda ps: dt.optim.SGD(ps, lr=0.1, momentum=0.9), 3)
     assert "dtensor.fused_sgd" in dt.last_ir("input")
-    for a, b in zip(off[0] + off[1], on[0] + on[1]):
-        assert a.tobytes() == b.tobytes()
+    expect_fused_is_bitwise_per_op(on, off)
     # fused=True wins over the environment; foreach=False always records op by op.
     monkeypatch.setenv("DTORCH_FUSED_SGD", "0")
     run_steps(dt, mesh, lambda ps: dt.optim.SGD(ps, lr=0.1, fused=True), 1)
     assert "dtensor.fused_sgd" in dt.last_ir("input")
-
-
-def torch_reference(torch, kwargs, values, batches):
-    params = [torch.tensor(v, requires_grad=True) for v in values]
-    opt = torch.optim.SGD(params, foreach=False, **kwargs)
-    losses = []
-    for x in batches:
-        opt.zero_grad()
-        w1, b1, w2 = params
-        loss = ((torch.tanh(torch.tensor(x) @ w1 + b1) @ w2) ** 2).mean()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, [p.detach().numpy() for p in params]
-
-
-MODEL = [(8, 16), (16,), (16, 4)]
 
 
 @pytest.mark.parametrize("layout", ["1", "dp2", "fsdp2"])
@@ -154,70 +100,34 @@ MODEL = [(8, 16), (16,), (16, 4)]
 ])
 def test_matches_torch_on_gathered_tensors(dt, meshes, layout, kwargs):
     torch = pytest.importorskip("torch")
-    mesh = meshes["1"] if layout == "1" else dt.init_device_mesh("cpu", (2,))
-    rng = np.random.default_rng(3)
-    values = [(rng.standard_normal(s) * 0.3).astype(np.float32) for s in MODEL]
-    batches = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(5)]
-    param_placement = [Shard(0)] if layout == "fsdp2" else [Replicate()]
-    params = [dt.distribute_tensor(v, mesh, param_placement).requires_grad_() for v in values]
-    opt = dt.optim.SGD(params, **kwargs)
-    losses = []
-    for x in batches:
-        opt.zero_grad()
-        w1, b1, w2 = params
-        xs = dt.distribute_tensor(x, mesh, [Shard(0)])
-        loss = (((xs @ w1 + b1).tanh() @ w2) ** 2).mean()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    ref_losses, ref_params = torch_reference(torch, kwargs, values, batches)
-    # The products differ from torch's in the last bits (another GEMM).
-    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-6)
-    for p, want in zip(params, ref_params):
-        np.testing.assert_allclose(p.numpy(), want, rtol=1e-4, atol=1e-5)
+    params, opt = train_against_torch(torch, dt, meshes, layout, "SGD", kwargs)
     assert "dtensor.fused_sgd" in dt.last_ir("input")
     if kwargs.get("momentum"):
         for p in params:
             assert opt.state[p]["momentum_buffer"].placements == p.placements
 
 
-def round_to(values, dtype):
-    if dtype == "float16":
-        return values.astype(np.float16)
-    import ml_dtypes
-    return values.astype(ml_dtypes.bfloat16)
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_16_bit_parameters_against_a_float32_reference(dt, meshes, dtype):
     mesh = meshes["4"]
-    rng = np.random.default_rng(5)
     lr, momentum, dampening, wd = 0.05, 0.9, 0.1, 0.01
-    full = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
-    values = [round_to(v, dtype) for v in full]
-    params = [dt.distribute_tensor(v.astype(np.float32), mesh, sharded(s)).to(
-        getattr(dt, dtype)).requires_grad_() for v, s in zip(values, SHAPES)]
+    params, ref = sixteen_bit_params(dt, mesh, dtype)
     opt = dt.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening,
                        weight_decay=wd)
-    ref = [v.astype(np.float32) for v in values]
     bufs = [None] * len(ref)
     for step in range(1, 4):
-        grads = [round_to(g, dtype) for g in grads_for(step)]
-        for p, g, s in zip(params, grads, SHAPES):
-            p.grad = dt.distribute_tensor(g.astype(np.float32), mesh, sharded(s)).to(
-                getattr(dt, dtype))
+        grads = set_sixteen_bit_grads(dt, mesh, params, step, dtype)
         opt.step()
         for i, g in enumerate(grads):
-            d = g.astype(np.float32) + ref[i] * np.float32(wd)
+            d = g + ref[i] * np.float32(wd)
             b = d if bufs[i] is None else (bufs[i] * np.float32(momentum) +
                                            d * np.float32(1 - dampening))
             p = ref[i] - np.float32(lr) * b
             ref[i] = round_to(p, dtype).astype(np.float32)
             bufs[i] = round_to(b, dtype).astype(np.float32)
+    tol = sixteen_bit_tolerance(dtype)
     for i, p in enumerate(params):
         got = p.to(dt.float32).numpy()
-        # One rounding per step on each side: at most one 16-bit ulp apart.
-        tol = 2 ** -7 if dtype == "bfloat16" else 2 ** -10
         np.testing.assert_allclose(got, ref[i], rtol=tol, atol=1e-6)
         assert p.dtype == getattr(dt, dtype)
         buf = opt.state[p]["momentum_buffer"]
@@ -227,41 +137,16 @@ def test_16_bit_parameters_against_a_float32_reference(dt, meshes, dtype):
 
 @pytest.mark.parametrize("count", [3, 12])
 def test_one_step_records_one_op_and_runs_one_kernel(dt, meshes, count):
-    from dtorch import profiler
-    mesh = meshes["4"]
-    shapes = [(8 + i, 4) for i in range(count)]
-    params = [dt.distribute_tensor(np.ones(s, np.float32), mesh, [Shard(0)]).requires_grad_()
-              for s in shapes]
-    grads = [dt.distribute_tensor(np.full(s, 0.5, np.float32), mesh, [Shard(0)])
-             for s in shapes]
-    opt = dt.optim.SGD(params, lr=1e-2, momentum=0.9)
-
-    def step():
-        for p, g in zip(params, grads):
-            p.grad = g
-        opt.step()
-
-    for _ in range(4):
-        step()
-    ops = recorded_ops(dt.last_ir("input"))
+    ops, kernels, local, per_op_ops = one_step_ops_and_kernels(
+        dt, meshes["4"], count, lambda ps: dt.optim.SGD(ps, lr=1e-2, momentum=0.9),
+        lambda ps: dt.optim.SGD(ps, lr=1e-2, momentum=0.9, foreach=False))
     assert ops == ["fused_sgd"], ops
-    dt.synchronize()
-    with profiler.profile() as prof:
-        step()
-        dt.synchronize()
-    kernels = [e for e in profiler.spans(prof.trace, 0, "compute") if e.get("cat") == "kernel"]
     sgd = [e for e in kernels if e["name"] == "fused_sgd"]
     assert len(sgd) == 1, [e["name"] for e in kernels]
     # Rank 0's pieces of every parameter and momentum buffer.
-    local = sum(((s[0] + 3) // 4) * s[1] * 4 for s in shapes)
     assert sgd[0]["args"]["bytes"] == 2 * local, sgd[0]["args"]
     # The per-op path records several ops per parameter.
-    per_op = dt.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=False)
-    for _ in range(2):
-        for p, g in zip(params, grads):
-            p.grad = g
-        per_op.step()
-    assert len(recorded_ops(dt.last_ir("input"))) >= 3 * count
+    assert len(per_op_ops) >= 3 * count
 
 
 def test_a_changing_learning_rate_does_not_recompile(dt, meshes):
@@ -306,16 +191,7 @@ def test_mixed_meshes_dtypes_and_late_gradients(dt, meshes):
     different dtypes share one op; a parameter whose first gradient comes
     later starts its buffer in an op of its own (first step) while the
     others take their later step: the bits stay the per-op update's."""
-    def make():
-        a = dt.distribute_tensor(np.ones((4, 4), np.float32), meshes["4"],
-                                 [Shard(0)]).requires_grad_()
-        b = dt.distribute_tensor(np.ones((4,), np.float64), meshes["4"],
-                                 [Replicate()]).requires_grad_()
-        c = dt.distribute_tensor(np.ones((2, 3), np.float32), meshes["1"],
-                                 [Replicate()]).requires_grad_()
-        return [a, b, c]
-
-    fused_params, ref_params = make(), make()
+    fused_params, ref_params = mixed_params(dt, meshes), mixed_params(dt, meshes)
     opt = dt.optim.SGD(fused_params, lr=0.1, momentum=0.9, weight_decay=0.01)
     ref = dt.optim.SGD(ref_params, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=False)
     for step in range(4):
@@ -336,30 +212,8 @@ def test_mixed_meshes_dtypes_and_late_gradients(dt, meshes):
 
 
 def test_state_dict_round_trip_keeps_training_the_same(dt, meshes):
-    mesh = meshes["4"]
-    rng = np.random.default_rng(0)
-    values = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
-    params = [dt.distribute_tensor(v, mesh, sharded(s)).requires_grad_()
-              for v, s in zip(values, SHAPES)]
-    opt = dt.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True)
-    for step in range(2):
-        for p, g, s in zip(params, grads_for(step), SHAPES):
-            p.grad = dt.distribute_tensor(g, mesh, sharded(s))
-        opt.step()
-    saved = opt.state_dict()
-    saved = {"param_groups": saved["param_groups"],
-             "state": {i: {n: v.numpy() for n, v in st.items()}
-                       for i, st in saved["state"].items()}}
-    copies = [dt.distribute_tensor(p.numpy(), mesh, p.placements).requires_grad_()
-              for p in params]
-    loaded = dt.optim.SGD(copies, lr=0.05, momentum=0.9, nesterov=True)
-    loaded.load_state_dict(saved)
-    for opt_, ps in ((opt, params), (loaded, copies)):
-        for p, g, s in zip(ps, grads_for(7), SHAPES):
-            p.grad = dt.distribute_tensor(g, mesh, sharded(s))
-        opt_.step()
-    for p, q in zip(params, copies):
-        assert p.numpy().tobytes() == q.numpy().tobytes()
+    check_state_dict_round_trip(dt, meshes["4"],
+                                lambda ps: dt.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True))
 
 
 DONATION_SHAPES = [(512, 1024), (1024,), (1024, 256)]

@@ -61,29 +61,15 @@ std::vector<rt::Tensor> randomInputs(const std::vector<AdamParam> &params,
 }
 
 /// Compiles `params` with `c` both ways, runs both on the same inputs and
-/// compares the bits.
+/// compares the bits; returns the number of elements compared.
 int64_t checkBothWays(const std::vector<AdamParam> &params, const AdamConfig &c,
                       double step, double lr, uint32_t seed,
                       const std::string &what) {
-  std::string source = adamsources::fusedAdamSource(params, c);
-  wire::Program generated = compileOptimizer(source, true);
-  wire::Program handWritten = compileOptimizer(source, false);
-  const wire::Instruction *gen = instructionOf(generated, "fused_adam");
-  const wire::Instruction *hand = instructionOf(handWritten, "fused_adam");
-  EXPECT_TRUE(gen && hand) << what;
-  if (!gen || !hand)
-    return 0;
-  EXPECT_TRUE(rt::callsGeneratedKernel(*gen)) << what;
-  EXPECT_FALSE(rt::callsGeneratedKernel(*hand)) << what;
-  EXPECT_EQ(generated.executables_size(), 1) << what;
-  EXPECT_EQ(handWritten.executables_size(), 0) << what;
   std::mt19937 rng(seed);
-  std::vector<rt::Tensor> inputs =
-      randomInputs(params, c, step, lr, /*specials=*/true, rng);
-  rt::Executor executor(nullptr);
-  std::vector<rt::Tensor> a = executor.run(generated, inputs);
-  std::vector<rt::Tensor> b = executor.run(handWritten, inputs);
-  return expectSameBits(a, b, what);
+  return runBothWays(adamsources::fusedAdamSource(params, c), "fused_adam",
+                     randomInputs(params, c, step, lr, /*specials=*/true, rng),
+                     what)
+      .compared;
 }
 
 const char *const kFloatDtypes[] = {"f32", "f64", "f16", "bf16"};
@@ -166,66 +152,17 @@ TEST(GeneratedFusedAdam, ParametersOfOtherShapesWithAsManyElementsShareIt) {
 }
 
 TEST(GeneratedFusedAdam, AnyCutGivesTheWholeCallsBits) {
-  std::vector<AdamParam> params = {
-      {"3x37", "f32"}, {"5", "f32"}, {"", "f32"}, {"1031", "f32"}};
+  std::vector<AdamParam> params = cutTestParams();
   AdamConfig c;
   c.amsgrad = true;
   wire::Program program =
       compileOptimizer(adamsources::fusedAdamSource(params, c), true);
-  ASSERT_EQ(program.executables_size(), 1);
-  rt::GeneratedKernelFn whole = rt::loadExecutable(program.executables(0));
-  rt::GeneratedRowsKernelFn rows =
-      rt::loadExecutableRows(program.executables(0));
-  ASSERT_NE(rows, nullptr) << "the kernel has no range entry";
-  const wire::Instruction *inst = instructionOf(program, "fused_adam");
-  ASSERT_NE(inst, nullptr);
-  const std::string &bytes = inst->attrs().at("scalars").data();
-  std::vector<double> scalars(bytes.size() / sizeof(double));
-  std::memcpy(scalars.data(), bytes.data(), bytes.size());
+  std::vector<double> scalars = scalarsOf(program, "fused_adam");
   ASSERT_EQ(scalars.size(), 4u);
   std::mt19937 rng(5);
-  std::vector<rt::Tensor> inputs = randomInputs(params, c, 4, 1e-2, true, rng);
-  int64_t total = 3 * 37 + 5 + 1 + 1031;
-  auto outputsLike = [&] {
-    std::vector<rt::Tensor> outs;
-    for (int k = 0; k < 4; ++k)
-      for (size_t i = 0; i < params.size(); ++i) {
-        const rt::Tensor &like = inputs[2 + i];
-        outs.push_back(rt::Tensor::empty(like.dtype(), like.shape()));
-        std::memset(outs.back().data(), 0, outs.back().nbytes());
-      }
-    return outs;
-  };
-  auto pointers = [](auto &tensors) {
-    std::vector<void *> out;
-    for (auto &t : tensors)
-      out.push_back(const_cast<void *>(static_cast<const void *>(t.data())));
-    return out;
-  };
-  std::vector<void *> in = pointers(inputs);
-  std::vector<rt::Tensor> expected = outputsLike();
-  std::vector<void *> expectedOut = pointers(expected);
-  whole(in.data(), expectedOut.data(), scalars.data());
-  // Cuts inside parameters, on their boundaries and past the end.
-  for (std::vector<int64_t> cuts : {std::vector<int64_t>{0, total},
-                                    {0, 1, total},
-                                    {0, 111, 116, total},
-                                    {0, 50, 117, 600, total},
-                                    {0, 7, 8, 9, 1000, total}}) {
-    std::vector<rt::Tensor> got = outputsLike();
-    std::vector<void *> out = pointers(got);
-    for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      rows(in.data(), out.data(), scalars.data(), cuts[k], cuts[k + 1]);
-    expectSameBits(got, expected, "cuts");
-  }
-  // A range writes only its elements.
-  std::vector<rt::Tensor> part = outputsLike();
-  std::vector<void *> partOut = pointers(part);
-  rows(in.data(), partOut.data(), scalars.data(), 111, 116); // parameter 1
-  for (size_t o = 0; o < part.size(); ++o)
-    for (int64_t i = 0; i < part[o].numel(); ++i)
-      if (o % params.size() != 1)
-        ASSERT_EQ(rawAt(part[o], i), 0u) << "output " << o << " element " << i;
+  expectAnyCutGivesTheWholeCallsBits(
+      program, randomInputs(params, c, 4, 1e-2, true, rng),
+      /*leadingScalars=*/2, /*outputsPerParam=*/4, scalars);
 }
 
 TEST(GeneratedFusedAdam, HyperParametersDoNotRecompile) {
@@ -255,16 +192,8 @@ TEST(GeneratedFusedAdam, TheValidatorRefusesAMismatchedCall) {
   std::vector<AdamParam> params = {{"4x9", "f32"}, {"13", "f32"}};
   wire::Program program = compileOptimizer(
       adamsources::fusedAdamSource(params, AdamConfig{}), true);
-  ASSERT_NO_THROW(rt::validateProgram(program, -1));
-  int at = -1;
-  for (int i = 0; i < program.instructions_size(); ++i)
-    if (program.instructions(i).op() == "fused_adam")
-      at = i;
+  int at = expectTheValidatorRefusesAScalarFewer(program, "fused_adam");
   ASSERT_GE(at, 0);
-  wire::Program badScalars = program;
-  (*badScalars.mutable_instructions(at)->mutable_attrs())["scalars"].set_data(
-      std::string(3 * sizeof(double), '\0'));
-  EXPECT_THROW(rt::validateProgram(badScalars, -1), rt::RuntimeError);
   wire::Program badIndex = program;
   badIndex.mutable_instructions(at)->set_executable(3);
   EXPECT_THROW(rt::validateProgram(badIndex, -1), rt::RuntimeError);

@@ -56,28 +56,14 @@ std::vector<rt::Tensor>
 checkBothWays(const std::vector<AdamParam> &params, const SgdConfig &c,
               double lr, uint32_t seed, const std::string &what,
               std::vector<rt::Tensor> *inputsOut = nullptr) {
-  std::string source = sgdsources::fusedSgdSource(params, c);
-  wire::Program generated = compileOptimizer(source, true);
-  wire::Program handWritten = compileOptimizer(source, false);
-  const wire::Instruction *gen = instructionOf(generated, "fused_sgd");
-  const wire::Instruction *hand = instructionOf(handWritten, "fused_sgd");
-  EXPECT_TRUE(gen && hand) << what;
-  if (!gen || !hand)
-    return {};
-  EXPECT_TRUE(rt::callsGeneratedKernel(*gen)) << what;
-  EXPECT_FALSE(rt::callsGeneratedKernel(*hand)) << what;
-  EXPECT_EQ(generated.executables_size(), 1) << what;
-  EXPECT_EQ(handWritten.executables_size(), 0) << what;
   std::mt19937 rng(seed);
   std::vector<rt::Tensor> inputs =
       randomInputs(params, c, lr, /*specials=*/true, rng);
-  rt::Executor executor(nullptr);
-  std::vector<rt::Tensor> a = executor.run(generated, inputs);
-  std::vector<rt::Tensor> b = executor.run(handWritten, inputs);
-  expectSameBits(a, b, what);
   if (inputsOut)
     *inputsOut = inputs;
-  return a;
+  return runBothWays(sgdsources::fusedSgdSource(params, c), "fused_sgd",
+                     inputs, what)
+      .generated;
 }
 
 std::vector<std::pair<std::string, SgdConfig>> modes() {
@@ -197,66 +183,19 @@ TEST(GeneratedFusedSgd, BothEqualTorchsRuleElementByElement) {
 }
 
 TEST(GeneratedFusedSgd, AnyCutGivesTheWholeCallsBits) {
-  std::vector<AdamParam> params = {
-      {"3x37", "f32"}, {"5", "f32"}, {"", "f32"}, {"1031", "f32"}};
+  std::vector<AdamParam> params = cutTestParams();
   SgdConfig c;
   c.nesterov = true;
   c.weightDecay = 0.01;
   wire::Program program =
       compileOptimizer(sgdsources::fusedSgdSource(params, c), true);
-  ASSERT_EQ(program.executables_size(), 1);
-  rt::GeneratedKernelFn whole = rt::loadExecutable(program.executables(0));
-  rt::GeneratedRowsKernelFn rows =
-      rt::loadExecutableRows(program.executables(0));
-  ASSERT_NE(rows, nullptr) << "the kernel has no range entry";
-  const wire::Instruction *inst = instructionOf(program, "fused_sgd");
-  ASSERT_NE(inst, nullptr);
-  const std::string &bytes = inst->attrs().at("scalars").data();
-  std::vector<double> scalars(bytes.size() / sizeof(double));
-  std::memcpy(scalars.data(), bytes.data(), bytes.size());
+  std::vector<double> scalars = scalarsOf(program, "fused_sgd");
   ASSERT_EQ(scalars.size(), 3u);
   EXPECT_EQ(scalars[0], 0.9);
   std::mt19937 rng(5);
-  std::vector<rt::Tensor> inputs = randomInputs(params, c, 1e-2, true, rng);
-  int64_t total = 3 * 37 + 5 + 1 + 1031;
-  auto outputsLike = [&] {
-    std::vector<rt::Tensor> outs;
-    for (int k = 0; k < 2; ++k)
-      for (size_t i = 0; i < params.size(); ++i) {
-        const rt::Tensor &like = inputs[1 + i];
-        outs.push_back(rt::Tensor::empty(like.dtype(), like.shape()));
-        std::memset(outs.back().data(), 0, outs.back().nbytes());
-      }
-    return outs;
-  };
-  auto pointers = [](auto &tensors) {
-    std::vector<void *> out;
-    for (auto &t : tensors)
-      out.push_back(const_cast<void *>(static_cast<const void *>(t.data())));
-    return out;
-  };
-  std::vector<void *> in = pointers(inputs);
-  std::vector<rt::Tensor> expected = outputsLike();
-  std::vector<void *> expectedOut = pointers(expected);
-  whole(in.data(), expectedOut.data(), scalars.data());
-  for (std::vector<int64_t> cuts : {std::vector<int64_t>{0, total},
-                                    {0, 1, total},
-                                    {0, 111, 116, total},
-                                    {0, 50, 117, 600, total}}) {
-    std::vector<rt::Tensor> got = outputsLike();
-    std::vector<void *> out = pointers(got);
-    for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      rows(in.data(), out.data(), scalars.data(), cuts[k], cuts[k + 1]);
-    expectSameBits(got, expected, "cuts");
-  }
-  // A range writes only its elements.
-  std::vector<rt::Tensor> part = outputsLike();
-  std::vector<void *> partOut = pointers(part);
-  rows(in.data(), partOut.data(), scalars.data(), 111, 116); // parameter 1
-  for (size_t o = 0; o < part.size(); ++o)
-    for (int64_t i = 0; i < part[o].numel(); ++i)
-      if (o % params.size() != 1)
-        ASSERT_EQ(rawAt(part[o], i), 0u) << "output " << o << " element " << i;
+  expectAnyCutGivesTheWholeCallsBits(
+      program, randomInputs(params, c, 1e-2, true, rng),
+      /*leadingScalars=*/1, /*outputsPerParam=*/2, scalars);
 }
 
 TEST(GeneratedFusedSgd, HyperParametersDoNotRecompile) {
@@ -286,16 +225,8 @@ TEST(GeneratedFusedSgd, TheValidatorRefusesAMismatchedCall) {
   std::vector<AdamParam> params = {{"4x9", "f32"}, {"13", "f32"}};
   wire::Program program =
       compileOptimizer(sgdsources::fusedSgdSource(params, SgdConfig{}), true);
-  ASSERT_NO_THROW(rt::validateProgram(program, -1));
-  int at = -1;
-  for (int i = 0; i < program.instructions_size(); ++i)
-    if (program.instructions(i).op() == "fused_sgd")
-      at = i;
+  int at = expectTheValidatorRefusesAScalarFewer(program, "fused_sgd");
   ASSERT_GE(at, 0);
-  wire::Program badScalars = program;
-  (*badScalars.mutable_instructions(at)->mutable_attrs())["scalars"].set_data(
-      std::string(2 * sizeof(double), '\0'));
-  EXPECT_THROW(rt::validateProgram(badScalars, -1), rt::RuntimeError);
   // A call whose inputs do not make whole groups (a buffer missing).
   wire::Program badCount = program;
   badCount.mutable_instructions(at)->mutable_inputs()->RemoveLast();

@@ -1,14 +1,18 @@
 // Helpers of the tests of the generated multi-tensor optimizer kernels
 // (FusedAdamCodegenTest.cpp, FusedSgdCodegenTest.cpp): random inputs with
-// special values, compiling one optimizer program both ways, and bitwise
-// comparison of outputs.
+// special values, compiling one optimizer program both ways and running
+// both, bitwise comparison of outputs, calling a kernel cut into element
+// ranges, and the validator's check of a call's scalars.
 #pragma once
 
 #include "FloatBits.h"
 #include "FusedAdamSources.h"
 #include "ProgramsByPosition.h"
 #include "dtorch/Compiler.h"
+#include "dtorch/runtime/Executable.h"
+#include "dtorch/runtime/Executor.h"
 #include "dtorch/runtime/Half.h"
+#include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <gtest/gtest.h>
@@ -94,13 +98,33 @@ inline wire::Program compileOptimizer(const std::string &source, bool generated,
   return emitted::programsByPosition(result.functions[0])[0];
 }
 
+/// The index of the program's first instruction of `op`, or -1.
+inline int instructionIndexOf(const wire::Program &program,
+                              const std::string &op) {
+  for (int i = 0; i < program.instructions_size(); ++i)
+    if (program.instructions(i).op() == op)
+      return i;
+  return -1;
+}
+
 /// The program's first instruction of `op`, or null.
 inline const wire::Instruction *instructionOf(const wire::Program &program,
                                               const std::string &op) {
-  for (const auto &inst : program.instructions())
-    if (inst.op() == op)
-      return &inst;
-  return nullptr;
+  int at = instructionIndexOf(program, op);
+  return at < 0 ? nullptr : &program.instructions(at);
+}
+
+/// The `scalars` attribute of the program's first instruction of `op`
+/// (empty when there is none).
+inline std::vector<double> scalarsOf(const wire::Program &program,
+                                     const std::string &op) {
+  const wire::Instruction *inst = instructionOf(program, op);
+  if (!inst || !inst->attrs().count("scalars"))
+    return {};
+  const std::string &bytes = inst->attrs().at("scalars").data();
+  std::vector<double> scalars(bytes.size() / sizeof(double));
+  std::memcpy(scalars.data(), bytes.data(), bytes.size());
+  return scalars;
 }
 
 inline uint64_t rawAt(const rt::Tensor &t, int64_t i) {
@@ -146,6 +170,123 @@ inline int64_t expectSameBits(const std::vector<rt::Tensor> &a,
     }
   }
   return compared;
+}
+
+/// What `runBothWays` found.
+struct BothWays {
+  std::vector<rt::Tensor> generated; // the outputs with the generated kernel
+  int64_t compared = 0;              // elements compared
+};
+
+/// `source` compiled with the kernel of the multi-tensor optimizer op `op`
+/// generated (one executable) and hand-written (none); both programs run on
+/// the executor on `inputs` and must give the same bits.
+inline BothWays runBothWays(const std::string &source, const std::string &op,
+                            const std::vector<rt::Tensor> &inputs,
+                            const std::string &what) {
+  wire::Program generated = compileOptimizer(source, true);
+  wire::Program handWritten = compileOptimizer(source, false);
+  const wire::Instruction *gen = instructionOf(generated, op);
+  const wire::Instruction *hand = instructionOf(handWritten, op);
+  EXPECT_TRUE(gen && hand) << what;
+  if (!gen || !hand)
+    return {};
+  EXPECT_TRUE(rt::callsGeneratedKernel(*gen)) << what;
+  EXPECT_FALSE(rt::callsGeneratedKernel(*hand)) << what;
+  EXPECT_EQ(generated.executables_size(), 1) << what;
+  EXPECT_EQ(handWritten.executables_size(), 0) << what;
+  rt::Executor executor(nullptr);
+  BothWays out;
+  out.generated = executor.run(generated, inputs);
+  std::vector<rt::Tensor> b = executor.run(handWritten, inputs);
+  out.compared = expectSameBits(out.generated, b, what);
+  return out;
+}
+
+/// The parameters of `expectAnyCutGivesTheWholeCallsBits`: element ranges
+/// [0, 111), [111, 116), [116, 117) (a 0-d one) and [117, 1148).
+inline std::vector<AdamParam> cutTestParams() {
+  return {{"3x37", "f32"}, {"5", "f32"}, {"", "f32"}, {"1031", "f32"}};
+}
+
+/// Calls the generated kernel of `program` (its only executable) directly
+/// on `inputs`, whole and cut into element ranges inside parameters, on
+/// their boundaries and past the end: every cut gives the whole call's
+/// bits, and a range writes only its elements. The parameters are
+/// `cutTestParams()`; `inputs` start with `leadingScalars` scalar tensors,
+/// then the parameters; the call writes `outputsPerParam` outputs per
+/// parameter, each like its parameter; `scalars` are the call's.
+inline void expectAnyCutGivesTheWholeCallsBits(
+    const wire::Program &program, const std::vector<rt::Tensor> &inputs,
+    size_t leadingScalars, size_t outputsPerParam,
+    const std::vector<double> &scalars) {
+  size_t numParams = cutTestParams().size();
+  ASSERT_EQ(program.executables_size(), 1);
+  rt::GeneratedKernelFn whole = rt::loadExecutable(program.executables(0));
+  rt::GeneratedRowsKernelFn rows =
+      rt::loadExecutableRows(program.executables(0));
+  ASSERT_NE(rows, nullptr) << "the kernel has no range entry";
+  int64_t total = 3 * 37 + 5 + 1 + 1031;
+  auto outputsLike = [&] {
+    std::vector<rt::Tensor> outs;
+    for (size_t k = 0; k < outputsPerParam; ++k)
+      for (size_t i = 0; i < numParams; ++i) {
+        const rt::Tensor &like = inputs[leadingScalars + i];
+        outs.push_back(rt::Tensor::empty(like.dtype(), like.shape()));
+        std::memset(outs.back().data(), 0, outs.back().nbytes());
+      }
+    return outs;
+  };
+  auto pointers = [](auto &tensors) {
+    std::vector<void *> out;
+    for (auto &t : tensors)
+      out.push_back(const_cast<void *>(static_cast<const void *>(t.data())));
+    return out;
+  };
+  std::vector<void *> in = pointers(inputs);
+  std::vector<rt::Tensor> expected = outputsLike();
+  std::vector<void *> expectedOut = pointers(expected);
+  whole(in.data(), expectedOut.data(), scalars.data());
+  for (std::vector<int64_t> cuts : {std::vector<int64_t>{0, total},
+                                    {0, 1, total},
+                                    {0, 111, 116, total},
+                                    {0, 50, 117, 600, total},
+                                    {0, 7, 8, 9, 1000, total}}) {
+    std::vector<rt::Tensor> got = outputsLike();
+    std::vector<void *> out = pointers(got);
+    for (size_t k = 0; k + 1 < cuts.size(); ++k)
+      rows(in.data(), out.data(), scalars.data(), cuts[k],
+           cuts[k + 1]);
+    expectSameBits(got, expected, "cuts");
+  }
+  // A range writes only its elements.
+  std::vector<rt::Tensor> part = outputsLike();
+  std::vector<void *> partOut = pointers(part);
+  rows(in.data(), partOut.data(), scalars.data(), 111,
+       116); // parameter 1
+  for (size_t o = 0; o < part.size(); ++o)
+    for (int64_t i = 0; i < part[o].numel(); ++i)
+      if (o % numParams != 1)
+        ASSERT_EQ(rawAt(part[o], i), 0u) << "output " << o << " element " << i;
+}
+
+/// Expects the validator to accept `program` and to refuse it once its
+/// call of `op` has one scalar fewer than the kernel takes; returns the
+/// call's index (-1 when there is none).
+inline int expectTheValidatorRefusesAScalarFewer(const wire::Program &program,
+                                                 const std::string &op) {
+  EXPECT_NO_THROW(rt::validateProgram(program, -1));
+  int at = instructionIndexOf(program, op);
+  EXPECT_GE(at, 0) << "no " << op;
+  if (at < 0)
+    return at;
+  size_t count = scalarsOf(program, op).size();
+  EXPECT_GT(count, 0u);
+  wire::Program badScalars = program;
+  (*badScalars.mutable_instructions(at)->mutable_attrs())["scalars"].set_data(
+      std::string((count - 1) * sizeof(double), '\0'));
+  EXPECT_THROW(rt::validateProgram(badScalars, -1), rt::RuntimeError);
+  return at;
 }
 
 } // namespace dtorch::optimizertest
