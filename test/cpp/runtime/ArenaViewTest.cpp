@@ -19,14 +19,6 @@ namespace {
 namespace bp = ::dtorch::bufplan;
 using ::dtorch::wire::F32;
 
-void setPlan(Program &program, const std::vector<int64_t> &offsets,
-             int64_t arenaBytes) {
-  program.clear_buffer_offsets();
-  for (int64_t offset : offsets)
-    program.add_buffer_offsets(offset);
-  program.set_arena_bytes(arenaBytes);
-}
-
 TEST(ArenaView, ViewAliasesMergeTheGroupsRangesAndAccesses) {
   // 0: b0 = f(); 1: b1 = reshape(b0); 2: b2 = g(b1); 3: b3 = h(b0).
   std::vector<bp::Step> steps(4);
@@ -129,25 +121,15 @@ std::vector<float> inputValues() {
   return values;
 }
 
-void expectInvalidArena(const Program &program, const std::string &fragment) {
-  try {
-    validateProgram(program, -1);
-    ADD_FAILURE() << "program was accepted";
-  } catch (const RuntimeError &error) {
-    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-        << error.what();
-  }
-}
-
 TEST(ArenaView, ValidatorAcceptsAViewOfASourceReadLater) {
   ViewedSource p;
   // t1 and v share 0 (a view), t2 at 64 (t1 is read by neg: not in place
   // over the view, whose sum runs before, but t1 dies at neg: in place is
   // fine there too).
-  setPlan(p.b.program(), {-1, 0, 0, -1, 64, -1}, 128);
+  setBufferPlan(p.b.program(), {-1, 0, 0, -1, 64, -1}, 128);
   EXPECT_NO_THROW(validateProgram(p.b.program(), -1));
   Program inPlace = p.b.program();
-  setPlan(inPlace, {-1, 0, 0, -1, 0, -1}, 64);
+  setBufferPlan(inPlace, {-1, 0, 0, -1, 0, -1}, 64);
   EXPECT_NO_THROW(validateProgram(inPlace, -1));
 }
 
@@ -172,14 +154,14 @@ TEST(ArenaView, ValidatorRefusesAWriteOverMemoryAViewStillReads) {
   b.output(s);
   b.output(y);
   Program overwrite = b.program();
-  setPlan(overwrite, {-1, 0, 0, 0, -1, -1}, 64);
-  expectInvalidArena(overwrite, "share arena memory while both are live");
+  setBufferPlan(overwrite, {-1, 0, 0, 0, -1, -1}, 64);
+  expectInvalidProgram(overwrite, {"share arena memory while both are live"});
   Program apart = b.program();
-  setPlan(apart, {-1, 0, 0, 64, -1, -1}, 128);
+  setBufferPlan(apart, {-1, 0, 0, 64, -1, -1}, 128);
   EXPECT_NO_THROW(validateProgram(apart, -1));
   // Without the view (v elsewhere) the neg may write over t1.
   Program noView = b.program();
-  setPlan(noView, {-1, 0, 64, 0, -1, -1}, 128);
+  setBufferPlan(noView, {-1, 0, 64, 0, -1, -1}, 128);
   EXPECT_NO_THROW(validateProgram(noView, -1));
 }
 
@@ -198,10 +180,10 @@ TEST(ArenaView, ValidatorRefusesAnOtherBufferOverALiveViewGroup) {
   b.add("add", {t2, v}, {y});
   b.output(y);
   Program bad = b.program();
-  setPlan(bad, {-1, 0, 0, 0, -1}, 64);
-  expectInvalidArena(bad, "share arena memory while both are live");
+  setBufferPlan(bad, {-1, 0, 0, 0, -1}, 64);
+  expectInvalidProgram(bad, {"share arena memory while both are live"});
   Program good = b.program();
-  setPlan(good, {-1, 0, 0, 64, -1}, 128);
+  setBufferPlan(good, {-1, 0, 0, 64, -1}, 128);
   EXPECT_NO_THROW(validateProgram(good, -1));
 }
 
@@ -215,7 +197,7 @@ runValues(Executor &executor, const Program &program, const Tensor &x) {
 
 TEST(ArenaView, ExecutorRunsAViewAndGetsTheUnplannedValues) {
   ViewedSource plain, viewed;
-  setPlan(viewed.b.program(), {-1, 0, 0, -1, 64, -1}, 128);
+  setBufferPlan(viewed.b.program(), {-1, 0, 0, -1, 64, -1}, 128);
   Tensor x = makeTensor<float>(F32, {16}, inputValues());
   Executor reference(nullptr);
   auto expected = runValues(reference, plain.b.program(), x);
@@ -261,7 +243,7 @@ TEST(ArenaView, AReturnedReshapeOfASourceWithOwnStorageIsAView) {
   b.add("mul", {t, u}, {z});
   b.output(y);
   b.output(z);
-  setPlan(b.program(), {-1, -1, 0, -1, -1}, 64);
+  setBufferPlan(b.program(), {-1, -1, 0, -1, -1}, 64);
   std::vector<float> values = inputValues();
   Tensor input = makeTensor<float>(F32, {2, 8}, values);
   std::vector<std::vector<float>> first;

@@ -19,28 +19,6 @@ using ::dtorch::wire::COMM;
 using ::dtorch::wire::COMPUTE;
 using ::dtorch::wire::F32;
 
-void expectInvalidPlan(const Program &program,
-                       const std::vector<std::string> &fragments,
-                       int communicatorRank = -1) {
-  try {
-    validateProgram(program, communicatorRank);
-    ADD_FAILURE() << "program was accepted";
-  } catch (const RuntimeError &error) {
-    std::string message = error.what();
-    for (const std::string &fragment : fragments)
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "'" << fragment << "' not in: " << message;
-  }
-}
-
-void plan(Program &program, const std::vector<int64_t> &offsets,
-          int64_t arenaBytes) {
-  program.clear_buffer_offsets();
-  for (int64_t offset : offsets)
-    program.add_buffer_offsets(offset);
-  program.set_arena_bytes(arenaBytes);
-}
-
 uint64_t allocatorCalls() {
   AllocatorStats stats = CachingAllocator::instance().stats();
   return stats.cacheHits + stats.cacheMisses;
@@ -123,41 +101,41 @@ TEST(BufferPlan, InPlaceNeedsEveryOtherAccessBeforeTheStep) {
 TEST(BufferPlan, ValidatorAcceptsAPlanAndRefusesBadOnes) {
   Chain c;
   // t1 and t2 share (neg in place), t3 elsewhere, x and y own storage.
-  plan(c.b.program(), {-1, 0, 0, 64, -1}, 128);
+  setBufferPlan(c.b.program(), {-1, 0, 0, 64, -1}, 128);
   EXPECT_NO_THROW(validateProgram(c.b.program(), -1));
 
   Program wrongCount = c.b.program();
-  plan(wrongCount, {-1, 0, 0}, 128);
-  expectInvalidPlan(wrongCount, {"buffer_offsets has 3 entries for 5"});
+  setBufferPlan(wrongCount, {-1, 0, 0}, 128);
+  expectInvalidProgram(wrongCount, {"buffer_offsets has 3 entries for 5"});
 
   Program misaligned = c.b.program();
-  plan(misaligned, {-1, 0, 0, 32, -1}, 128);
-  expectInvalidPlan(misaligned, {"buffer 3 has arena offset 32"});
+  setBufferPlan(misaligned, {-1, 0, 0, 32, -1}, 128);
+  expectInvalidProgram(misaligned, {"buffer 3 has arena offset 32"});
 
   Program tooSmall = c.b.program();
-  plan(tooSmall, {-1, 0, 0, 64, -1}, 100);
-  expectInvalidPlan(tooSmall,
+  setBufferPlan(tooSmall, {-1, 0, 0, 64, -1}, 100);
+  expectInvalidProgram(tooSmall,
                     {"buffer 3 (64 bytes at offset 64) does not fit in the "
                      "arena of 100 bytes"});
 
   Program inputPlaced = c.b.program();
-  plan(inputPlaced, {128, 0, 0, 64, -1}, 192);
-  expectInvalidPlan(inputPlaced, {"input buffer 0 is placed in the arena"});
+  setBufferPlan(inputPlaced, {128, 0, 0, 64, -1}, 192);
+  expectInvalidProgram(inputPlaced, {"input buffer 0 is placed in the arena"});
 
   Program outputPlaced = c.b.program();
-  plan(outputPlaced, {-1, 0, 0, 64, 128}, 192);
-  expectInvalidPlan(outputPlaced, {"output buffer 4 is placed in the arena"});
+  setBufferPlan(outputPlaced, {-1, 0, 0, 64, 128}, 192);
+  expectInvalidProgram(outputPlaced, {"output buffer 4 is placed in the arena"});
 
   // transpose is not elementwise: t3 may not take t2's memory.
   Program overlap = c.b.program();
-  plan(overlap, {-1, 0, 0, 0, -1}, 64);
-  expectInvalidPlan(overlap, {"buffers", "share arena memory while both are "
+  setBufferPlan(overlap, {-1, 0, 0, 0, -1}, 64);
+  expectInvalidProgram(overlap, {"buffers", "share arena memory while both are "
                                          "live"});
 
   Program unplanned = c.b.program();
   unplanned.clear_buffer_offsets();
   unplanned.set_arena_bytes(64);
-  expectInvalidPlan(unplanned, {"arena_bytes is 64 but no buffer is planned"});
+  expectInvalidProgram(unplanned, {"arena_bytes is 64 but no buffer is planned"});
 }
 
 TEST(BufferPlan, ValidatorKeepsACollectiveInputLiveUntilAWait) {
@@ -182,10 +160,10 @@ TEST(BufferPlan, ValidatorKeepsACollectiveInputLiveUntilAWait) {
 
   // t is written while the all_reduce may still read a: no sharing.
   Program shared = b.program();
-  plan(shared, {-1, 0, 64, 0, -1}, 128);
-  expectInvalidPlan(shared, {"buffers 1 and 3 share arena memory"}, 0);
+  setBufferPlan(shared, {-1, 0, 64, 0, -1}, 128);
+  expectInvalidProgram(shared, {"buffers 1 and 3 share arena memory"}, 0);
   Program apart = b.program();
-  plan(apart, {-1, 0, 64, 128, -1}, 192);
+  setBufferPlan(apart, {-1, 0, 64, 128, -1}, 192);
   EXPECT_NO_THROW(validateProgram(apart, 0));
 
   // The plan of include/dtorch/BufferPlan.h for the same program agrees.
@@ -200,7 +178,7 @@ TEST(BufferPlan, ValidatorKeepsACollectiveInputLiveUntilAWait) {
       bp::planArena({-1, 16, 16, 16, -1}, live, order, {{3, t, y}});
   EXPECT_NE(arena.offsets[a], arena.offsets[t]);
   Program planned = b.program();
-  plan(planned, arena.offsets, arena.arenaBytes);
+  setBufferPlan(planned, arena.offsets, arena.arenaBytes);
   EXPECT_NO_THROW(validateProgram(planned, 0));
 
   // And it runs (one rank, the fake hub).
@@ -217,7 +195,7 @@ TEST(BufferPlan, PlannedProgramMatchesUnplannedAndAllocatesNothingWhenCached) {
   Chain unplanned;
   Chain planned;
   // exp and neg share a slot (neg in place), transpose elsewhere.
-  plan(planned.b.program(), {-1, 0, 0, 64, -1}, 128);
+  setBufferPlan(planned.b.program(), {-1, 0, 0, 64, -1}, 128);
   std::vector<float> values(16);
   for (int i = 0; i < 16; ++i)
     values[i] = 0.1f * i - 0.7f;
@@ -258,7 +236,7 @@ TEST(BufferPlan, PlannedProgramMatchesUnplannedAndAllocatesNothingWhenCached) {
   }
   big.b.program().mutable_buffers(0)->set_shape(0, 8);
   big.b.program().mutable_buffers(0)->set_shape(1, 8);
-  plan(big.b.program(), {-1, 0, 0, 256, -1}, 512);
+  setBufferPlan(big.b.program(), {-1, 0, 0, 256, -1}, 512);
   executor.run(big.b.program(), {Tensor::empty(F32, {8, 8})});
   EXPECT_EQ(executor.arenaCapacity(), 512u);
   EXPECT_EQ(executor.lastRunMemory().allocations, 2u);
@@ -279,7 +257,7 @@ TEST(BufferPlan, InPlaceReshapeAndCopyKeepTheValue) {
   b.add("copy", {t2}, {t3});
   b.add("sqrt", {t3}, {y});
   b.output(y);
-  plan(b.program(), {-1, 0, 0, 0, -1}, 64);
+  setBufferPlan(b.program(), {-1, 0, 0, 0, -1}, 64);
   Executor executor(nullptr);
   auto out = executor.run(b.program(),
                           {makeTensor<float>(F32, {2, 3}, {0, 1, 2, 3, 4, 5})});
@@ -290,7 +268,7 @@ TEST(BufferPlan, InPlaceReshapeAndCopyKeepTheValue) {
 
 TEST(BufferPlan, RankStateReportsArenaAndPeakBytes) {
   Chain plannedChain, plainChain;
-  plan(plannedChain.b.program(), {-1, 0, 0, 64, -1}, 128);
+  setBufferPlan(plannedChain.b.program(), {-1, 0, 0, 64, -1}, 128);
   RankState state(0, nullptr);
   state.put(1, Tensor::empty(F32, {4, 4}));
   state.upload(10, plainChain.b.program());

@@ -12,76 +12,41 @@ namespace {
 using ::dtorch::wire::COMM;
 using ::dtorch::wire::F32;
 
-void expectInvalid(const Program &program,
-                   const std::vector<std::string> &fragments,
-                   int communicatorRank = -1) {
-  try {
-    validateProgram(program, communicatorRank);
-    ADD_FAILURE() << "program was accepted";
-  } catch (const RuntimeError &error) {
-    std::string message = error.what();
-    for (const std::string &fragment : fragments)
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "'" << fragment << "' not in: " << message;
-  }
-}
-
-void setDonors(Program &program, const std::vector<int> &donors) {
-  program.clear_output_donors();
-  for (int d : donors)
-    program.add_output_donors(d);
-}
-
-// An SGD-like update of 4 floats: p' = p - g * g, written over p (sub is
-// elementwise and p has no other use); output 1 is g * g.
-struct Update {
-  ProgramBuilder b;
-  int p, g, gg, out;
-  Update() {
-    p = b.input(F32, {4});
-    g = b.input(F32, {4});
-    gg = b.buffer(F32, {4});
-    out = b.buffer(F32, {4});
-    b.add("mul", {g, g}, {gg});
-    b.add("sub", {p, gg}, {out});
-    b.output(out);
-    b.output(gg);
-    setDonors(b.program(), {0, -1});
-  }
-};
-
-const std::vector<float> kP = {1, 2, 3, 4}, kG = {1, 0.5, -1, 2};
-const std::vector<float> kUpdated = {0, 1.75, 2, 0};
+// p' = p - g * g, written over p (sub is elementwise and p has no other
+// use); output 1 is g * g.
+using Update = DonatedUpdate;
+const std::vector<float> &kP = Update::kP, &kG = Update::kG,
+                         &kUpdated = Update::kUpdated;
 
 TEST(Donation, ValidatorAcceptsALegalPairing) {
   Update u;
   EXPECT_NO_THROW(validateProgram(u.b.program(), -1));
   // g is dead once the mul ran: the sub's output may take it too.
-  setDonors(u.b.program(), {1, -1});
+  setOutputDonors(u.b.program(), {1, -1});
   EXPECT_NO_THROW(validateProgram(u.b.program(), -1));
 }
 
 TEST(Donation, ValidatorRejectsIllegalPairings) {
   {
     Update u;
-    setDonors(u.b.program(), {0});
-    expectInvalid(u.b.program(), {"output_donors has 1 entries for 2"});
+    setOutputDonors(u.b.program(), {0});
+    expectInvalidProgram(u.b.program(), {"output_donors has 1 entries for 2"});
   }
   {
     Update u;
-    setDonors(u.b.program(), {2, -1});
-    expectInvalid(u.b.program(), {"output 0's donor 2 is not an input"});
+    setOutputDonors(u.b.program(), {2, -1});
+    expectInvalidProgram(u.b.program(), {"output 0's donor 2 is not an input"});
   }
   {
     Update u;
-    setDonors(u.b.program(), {0, 0});
-    expectInvalid(u.b.program(), {"given to another output"});
+    setOutputDonors(u.b.program(), {0, 0});
+    expectInvalidProgram(u.b.program(), {"given to another output"});
   }
   {
     // p is still read by the sub after the mul writes output 1.
     Update u;
-    setDonors(u.b.program(), {-1, 0});
-    expectInvalid(u.b.program(), {"still accessed after", "mul"});
+    setOutputDonors(u.b.program(), {-1, 0});
+    expectInvalidProgram(u.b.program(), {"still accessed after", "mul"});
   }
   {
     // Bytes differ.
@@ -91,8 +56,8 @@ TEST(Donation, ValidatorRejectsIllegalPairings) {
     int y = b.buffer(F32, {2});
     b.add("exp", {z}, {y});
     b.output(y);
-    setDonors(b.program(), {0});
-    expectInvalid(b.program(), {"has 16 bytes, the output 8"});
+    setOutputDonors(b.program(), {0});
+    expectInvalidProgram(b.program(), {"has 16 bytes, the output 8"});
   }
   {
     // A transpose reads its input in another order than it writes.
@@ -101,8 +66,8 @@ TEST(Donation, ValidatorRejectsIllegalPairings) {
     int y = b.buffer(F32, {2, 2});
     setInts(b.add("transpose", {x}, {y}), "perm", {1, 0});
     b.output(y);
-    setDonors(b.program(), {0});
-    expectInvalid(b.program(), {"not elementwise"});
+    setOutputDonors(b.program(), {0});
+    expectInvalidProgram(b.program(), {"not elementwise"});
   }
   {
     // An input returned as it is cannot take another's storage.
@@ -112,8 +77,8 @@ TEST(Donation, ValidatorRejectsIllegalPairings) {
     b.output(x);
     b.add("exp", {y}, {b.buffer(F32, {4})});
     b.output(2);
-    setDonors(b.program(), {1, -1});
-    expectInvalid(b.program(), {"an output that is an input"});
+    setOutputDonors(b.program(), {1, -1});
+    expectInvalidProgram(b.program(), {"an output that is an input"});
   }
 }
 
@@ -131,9 +96,9 @@ TEST(Donation, ValidatorFollowsTheCommunicationStream) {
   b.add("exp", {q}, {y});
   b.output(y);
   b.output(r);
-  setDonors(b.program(), {0, -1});
-  expectInvalid(b.program(), {"still accessed after"}, 0);
-  setDonors(b.program(), {1, -1});
+  setOutputDonors(b.program(), {0, -1});
+  expectInvalidProgram(b.program(), {"still accessed after"}, 0);
+  setOutputDonors(b.program(), {1, -1});
   EXPECT_NO_THROW(validateProgram(b.program(), 0));
 }
 
@@ -173,7 +138,7 @@ TEST(Donation, ExecutorAllocatesWhenNotDonatedOrShared) {
   EXPECT_EQ(valuesOf<float>(p), kP);
   EXPECT_EQ(executor.lastRunMemory().donations, 0u);
   // A program without donors donates nothing.
-  setDonors(u.b.program(), {});
+  setOutputDonors(u.b.program(), {});
   inputs = {makeTensor<float>(F32, {4}, kP), makeTensor<float>(F32, {4}, kG)};
   const void *pData = inputs[0].data();
   out = executor.runValidated(u.b.program(), inputs, {}, {true, true});

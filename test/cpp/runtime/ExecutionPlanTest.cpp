@@ -49,12 +49,8 @@ struct PlanProgram {
     b.add("neg", {t}, {z});
     for (int id : {y, u, z, r})
       b.output(id);
-    Program &program = b.program();
-    for (int64_t offset : {-1, -1, -1, 0, 64, -1, -1, 64, -1})
-      program.add_buffer_offsets(offset);
-    program.set_arena_bytes(128);
-    for (int donor : {-1, 1, -1, -1})
-      program.add_output_donors(donor);
+    setBufferPlan(b.program(), {-1, -1, -1, 0, 64, -1, -1, 64, -1}, 128);
+    setOutputDonors(b.program(), {-1, 1, -1, -1});
   }
 };
 
@@ -219,19 +215,10 @@ void registerScale(float factor) {
   registerKernel("test_plan_scale", F32, kCpuDevice, kernel);
 }
 
-Program unary(const std::string &op, int64_t n = 3) {
-  ProgramBuilder b;
-  int x = b.input(F32, {n});
-  int y = b.buffer(F32, {n});
-  b.add(op, {x}, {y});
-  b.output(y);
-  return b.program();
-}
-
 TEST(ExecutionPlan, RankStateKeepsOnePlanPerUploadAndDropsItOnReplacement) {
   RankState state(0, nullptr);
   state.setExecutionPlans(true);
-  state.upload(5, unary("neg"));
+  state.upload(5, unaryProgram("neg"));
   state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
   EXPECT_EQ(state.planOf(5), nullptr); // made by the first run
   ASSERT_EQ(state.run(5, {1}, {2}), std::nullopt);
@@ -244,7 +231,7 @@ TEST(ExecutionPlan, RankStateKeepsOnePlanPerUploadAndDropsItOnReplacement) {
   std::weak_ptr<const ExecutionPlan> old = first;
   first.reset();
   // Another program under the id: the old plan goes with the old program.
-  state.upload(5, unary("exp"));
+  state.upload(5, unaryProgram("exp"));
   EXPECT_TRUE(old.expired());
   EXPECT_EQ(state.planOf(5), nullptr);
   ASSERT_EQ(state.run(5, {1}, {4}), std::nullopt);
@@ -257,7 +244,7 @@ TEST(ExecutionPlan, RankStateKeepsOnePlanPerUploadAndDropsItOnReplacement) {
             std::optional<std::string>("rank 0: refused on purpose"));
   EXPECT_TRUE(state.isPoisoned(6));
   // Plans off: none kept, the same results.
-  state.upload(5, unary("neg"));
+  state.upload(5, unaryProgram("neg"));
   state.setExecutionPlans(false);
   ASSERT_EQ(state.run(5, {1}, {7}), std::nullopt);
   EXPECT_EQ(state.planOf(5), nullptr);
@@ -268,7 +255,7 @@ TEST(ExecutionPlan, AMalformedProgramStillFailsWithItsReason) {
   RankState state(1, nullptr);
   state.setExecutionPlans(true);
   state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
-  Program bad = unary("neg");
+  Program bad = unaryProgram("neg");
   bad.mutable_instructions(0)->set_outputs(0, 9); // no buffer 9
   state.upload(2, bad);
   std::optional<std::string> error = state.run(2, {1}, {3});
@@ -278,7 +265,7 @@ TEST(ExecutionPlan, AMalformedProgramStillFailsWithItsReason) {
   EXPECT_TRUE(state.isPoisoned(3));
   EXPECT_EQ(state.run(2, {1}, {3}), error);
   // A valid program under the id runs.
-  state.upload(2, unary("neg"));
+  state.upload(2, unaryProgram("neg"));
   EXPECT_EQ(state.run(2, {1}, {3}), std::nullopt);
   EXPECT_FALSE(state.isPoisoned(3));
 }
@@ -294,7 +281,7 @@ TEST(ExecutionPlan, AKernelFailureFailsTheRunAndLeavesThePlanUsable) {
   registerKernel("test_plan_fails_on_negative", F32, kCpuDevice, failing);
   RankState state(2, nullptr);
   state.setExecutionPlans(true);
-  state.upload(1, unary("test_plan_fails_on_negative"));
+  state.upload(1, unaryProgram("test_plan_fails_on_negative"));
   state.put(1, makeTensor<float>(F32, {3}, {-1, 2, 3}));
   std::optional<std::string> error = state.run(1, {1}, {2});
   ASSERT_TRUE(error);
@@ -315,7 +302,7 @@ TEST(ExecutionPlan, IsMadeAgainWhenTheKernelRegistryChanges) {
   registerScale(2);
   RankState state(0, nullptr);
   state.setExecutionPlans(true);
-  state.upload(3, unary("test_plan_scale"));
+  state.upload(3, unaryProgram("test_plan_scale"));
   state.put(1, makeTensor<float>(F32, {3}, {1, 2, 3}));
   ASSERT_EQ(state.run(3, {1}, {2}), std::nullopt);
   EXPECT_EQ(valuesOf<float>(state.fetch(2)), (std::vector<float>{2, 4, 6}));
@@ -339,9 +326,7 @@ TEST(ExecutionPlan, LetsGoOfAnArenaTheExecutorReplaced) {
   big.add("exp", {x}, {e});
   big.add("neg", {e}, {y});
   big.output(y);
-  for (int64_t offset : {-1, 0, -1})
-    big.program().add_buffer_offsets(offset);
-  big.program().set_arena_bytes(1024);
+  setBufferPlan(big.program(), {-1, 0, -1}, 1024);
   ASSERT_NO_THROW(validateProgram(big.program(), -1));
   Executor executor(nullptr);
   auto smallPlan =
@@ -390,9 +375,7 @@ TEST(ExecutionPlan, ARunOfAPlanInUseResolvesTheProgramAnew) {
   b.add("test_plan_reenter", {x}, {t});
   b.add("neg", {t}, {y});
   b.output(y);
-  for (int64_t offset : {-1, 0, -1})
-    b.program().add_buffer_offsets(offset);
-  b.program().set_arena_bytes(64);
+  setBufferPlan(b.program(), {-1, 0, -1}, 64);
   Executor executor(nullptr);
   auto plan = executor.makePlan(std::make_shared<const Program>(b.program()));
   std::vector<float> inner;

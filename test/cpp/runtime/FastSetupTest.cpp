@@ -44,12 +44,8 @@ struct Step {
     b.output(out);
     b.output(r);
     b.output(s);
-    Program &program = b.program();
-    for (int64_t offset : {-1, -1, -1, -1, 0, 64, -1, -1, -1})
-      program.add_buffer_offsets(offset);
-    program.set_arena_bytes(128);
-    for (int donor : {1, -1, -1})
-      program.add_output_donors(donor);
+    setBufferPlan(b.program(), {-1, -1, -1, -1, 0, 64, -1, -1, -1}, 128);
+    setOutputDonors(b.program(), {1, -1, -1});
   }
 };
 

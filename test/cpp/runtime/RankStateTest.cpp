@@ -42,16 +42,6 @@ void registerFailingKernel() {
   registerKernel("test_fails_at_run", F32, kCpuDevice, kernel);
 }
 
-// One input of shape {n}, one output: op(input).
-Program unaryProgram(const std::string &op, int64_t n = 3) {
-  ProgramBuilder b;
-  int x = b.input(F32, {n});
-  int y = b.buffer(F32, {n});
-  b.add(op, {x}, {y});
-  b.output(y);
-  return b.program();
-}
-
 std::string fetchError(const RankState &state, uint64_t handle) {
   try {
     state.fetch(handle);

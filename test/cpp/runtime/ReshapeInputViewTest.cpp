@@ -33,10 +33,7 @@ struct ReshapeChain {
     if (planned) {
       // e takes r's slot (exp in place); the input and the output keep
       // their own storage.
-      Program &program = b.program();
-      for (int64_t offset : {int64_t{-1}, int64_t{0}, int64_t{0}, int64_t{-1}})
-        program.add_buffer_offsets(offset);
-      program.set_arena_bytes(64);
+      setBufferPlan(b.program(), {-1, 0, 0, -1}, 64);
     } else {
       b.output(r);
     }
@@ -114,10 +111,7 @@ TEST(ReshapeInputView, AReshapeOfAnOutputSharesItsMemory) {
   b.output(r);
   b.output(w);
   Program &program = b.program();
-  for (int64_t offset : {int64_t{-1}, int64_t{-1}, int64_t{-1}, int64_t{0},
-                         int64_t{64}, int64_t{-1}})
-    program.add_buffer_offsets(offset);
-  program.set_arena_bytes(128);
+  setBufferPlan(program, {-1, -1, -1, 0, 64, -1}, 128);
   ASSERT_NO_THROW(validateProgram(program, -1));
   Executor executor(nullptr);
   Tensor xt = makeTensor<float>(F32, {2, 3}, kX);
@@ -144,8 +138,7 @@ TEST(ReshapeInputView, RankStateKeepsTheInputWhenTheViewIsAResult) {
   EXPECT_EQ(valuesOf<float>(state.fetch(21)), kX);
   // Donor pairing: y may take x's storage (read elementwise by the chain).
   Program donating = c.b.program();
-  donating.add_output_donors(0);
-  donating.add_output_donors(-1);
+  setOutputDonors(donating, {0, -1});
   state.upload(2, donating);
   ASSERT_FALSE(state.run(2, {10}, {30, 31}, {}, {10}));
   EXPECT_EQ(valuesOf<float>(state.fetch(30)), expected());

@@ -42,28 +42,11 @@ struct WithRandom {
   }
 };
 
-// An SGD-like update written over its donated parameter: gg = g * g;
-// out = p - gg (out's donor: input 0, p).
-struct Update {
-  ProgramBuilder b;
-  int p, g, gg, out;
-  Update() {
-    p = b.input(F32, {4});
-    g = b.input(F32, {4});
-    gg = b.buffer(F32, {4});
-    out = b.buffer(F32, {4});
-    b.add("mul", {g, g}, {gg});
-    b.add("sub", {p, gg}, {out});
-    b.output(out);
-    b.output(gg);
-    b.program().add_output_donors(0);
-    b.program().add_output_donors(-1);
-  }
-};
-
+// An SGD-like update written over its donated parameter.
+using Update = DonatedUpdate;
+const std::vector<float> &kP = Update::kP, &kG = Update::kG,
+                         &kUpdated = Update::kUpdated;
 const std::vector<float> kX = {0, 1, -1, 0.5f}, kW = {1, 2, 3, 4};
-const std::vector<float> kP = {1, 2, 3, 4}, kG = {1, 0.5, -1, 2};
-const std::vector<float> kUpdated = {0, 1.75, 2, 0};
 
 std::shared_ptr<ExecutionPlan> planOf(Executor &executor,
                                       const Program &program) {

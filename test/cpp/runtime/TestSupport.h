@@ -1,9 +1,12 @@
 // Helpers shared by the runtime tests: tensors from values, a small program
-// builder, and running N ranks as threads.
+// builder and programs built with it (a buffer plan, donors, a unary op, an
+// SGD-like update written over its parameter), the validator's refusals,
+// and running N ranks as threads.
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
 #include "dtorch/runtime/Executor.h"
+#include "dtorch/runtime/ProgramValidator.h"
 #include "dtorch/runtime/Tensor.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +119,55 @@ private:
   Program program_;
 };
 
+// Sets the program's buffer plan: the arena offset of every buffer (-1:
+// storage of its own) and the arena's size.
+inline void setBufferPlan(Program &program, const std::vector<int64_t> &offsets,
+                          int64_t arenaBytes) {
+  program.clear_buffer_offsets();
+  for (int64_t offset : offsets)
+    program.add_buffer_offsets(offset);
+  program.set_arena_bytes(arenaBytes);
+}
+
+// Sets the input whose storage each output may take (-1: none).
+inline void setOutputDonors(Program &program, const std::vector<int> &donors) {
+  program.clear_output_donors();
+  for (int donor : donors)
+    program.add_output_donors(donor);
+}
+
+// One float32 input of shape {n}, one output: op(input).
+inline Program unaryProgram(const std::string &op, int64_t n = 3) {
+  ProgramBuilder b;
+  int x = b.input(::dtorch::wire::F32, {n});
+  int y = b.buffer(::dtorch::wire::F32, {n});
+  b.add(op, {x}, {y});
+  b.output(y);
+  return b.program();
+}
+
+// An SGD-like update of 4 floats: gg = g * g; out = p - gg, written over
+// the donated parameter (out's donor: input 0, p; output 1, gg, has none).
+struct DonatedUpdate {
+  ProgramBuilder b;
+  int p, g, gg, out;
+  DonatedUpdate() {
+    p = b.input(::dtorch::wire::F32, {4});
+    g = b.input(::dtorch::wire::F32, {4});
+    gg = b.buffer(::dtorch::wire::F32, {4});
+    out = b.buffer(::dtorch::wire::F32, {4});
+    b.add("mul", {g, g}, {gg});
+    b.add("sub", {p, gg}, {out});
+    b.output(out);
+    b.output(gg);
+    setOutputDonors(b.program(), {0, -1});
+  }
+  // Values of p and g, and the updated p.
+  static inline const std::vector<float> kP = {1, 2, 3, 4};
+  static inline const std::vector<float> kG = {1, 0.5, -1, 2};
+  static inline const std::vector<float> kUpdated = {0, 1.75, 2, 0};
+};
+
 // Runs fn(rank) on `worldSize` threads; rethrows the first failure.
 inline void runRanks(int worldSize, const std::function<void(int)> &fn) {
   std::vector<std::exception_ptr> errors(worldSize);
@@ -147,6 +199,15 @@ void expectRuntimeError(Body body, const std::vector<std::string> &fragments) {
       EXPECT_NE(message.find(fragment), std::string::npos)
           << "message '" << message << "' lacks '" << fragment << "'";
   }
+}
+
+// Expects the validator to refuse `program` with a message containing every
+// fragment.
+inline void expectInvalidProgram(const Program &program,
+                                 const std::vector<std::string> &fragments,
+                                 int communicatorRank = -1) {
+  expectRuntimeError([&] { validateProgram(program, communicatorRank); },
+                     fragments);
 }
 
 } // namespace dtorch::rt::test
