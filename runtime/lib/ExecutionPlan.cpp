@@ -15,9 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <new>
-#include <optional>
 
 namespace dtorch::rt {
 
@@ -432,21 +430,6 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
   bool traced = trace_ && trace_->enabled();
   if (traced)
     plan.ensureLabels();
-  // Kernels on a device with streams launch on the executor's compute
-  // stream (this thread's current stream for the run).
-  struct CurrentStream {
-    Device &device;
-    Stream *previous;
-    ~CurrentStream() { device.setCurrentStream(previous); }
-  };
-  std::optional<CurrentStream> restoreStream;
-  if (!onCpu) {
-    if (!computeStream_)
-      computeStream_ = device_->newStream();
-    restoreStream.emplace(CurrentStream{*device_, &device_->currentStream()});
-    device_->setCurrentStream(computeStream_.get());
-  }
-
   detail::RunState state(plan.numEvents_);
   std::vector<Event *> deviceEvents;
   const int32_t *waits = plan.waits_.data();
@@ -454,8 +437,6 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
   auto runStream = [&](const std::vector<ExecutionPlan::Step> &steps,
                        TraceLane lane, std::vector<InstructionSpan> &spans,
                        ExecutionPlan::StepOperands &ops) {
-    const std::vector<const Tensor *> &in = ops.in;
-    const std::vector<Tensor *> &out = ops.out;
     for (const ExecutionPlan::Step &step : steps) {
       try {
         for (uint32_t w = 0; w < step.numWaits; ++w)
@@ -478,45 +459,20 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
           launchOnDevice(*device_, *step.deviceCode, ops.inData.data(),
                          ops.outData.data(), scalars + step.firstScalar);
           break;
-        case ExecutionPlan::StepKind::Collective: {
-          const Instruction &inst = *step.instruction;
-          if (onCpu) {
-            movedBytes = detail::runCollective(*comm_, inst, in, out);
-            break;
-          }
-          // As runUnplanned: the communication stream waits for the
-          // kernels that wrote the inputs, through device events.
-          for (int event : inst.wait_events())
-            if (deviceEvents[event])
-              commDeviceStream_->wait(*deviceEvents[event]);
-          if (deviceComm_ && inst.op() != "all_to_all_v") // counts: host
-            movedBytes = detail::runCollective(*deviceComm_, inst, in, out);
-          else {
-            commDeviceStream_->synchronize(); // the inputs, for host copies
-            movedBytes =
-                detail::runCollectiveThroughHost(*comm_, inst, in, out);
-          }
+        case ExecutionPlan::StepKind::Collective:
+          movedBytes =
+              runCommInstruction(*step.instruction, ops.in, ops.out,
+                                 deviceEvents);
           break;
-        }
         }
         if (traceStart >= 0)
           spans.push_back(
               {step.index, lane, traceStart, traceClockNs(), movedBytes});
-        if (step.recordEvent >= 0) {
-          if (lane == TraceLane::Compute && !deviceEvents.empty() &&
-              deviceEvents[step.recordEvent])
-            computeStream_->record(*deviceEvents[step.recordEvent]);
-          state.signal(step.recordEvent);
-        }
-      } catch (const std::exception &error) {
-        state.fail(std::make_exception_ptr(
-            RuntimeError(prefix + describeInstruction(program, step.index) +
-                         " failed: " + error.what())));
-        return;
+        if (step.recordEvent >= 0)
+          signalEvent(state, step.recordEvent, lane == TraceLane::Compute,
+                      deviceEvents);
       } catch (...) {
-        state.fail(std::make_exception_ptr(
-            RuntimeError(prefix + describeInstruction(program, step.index) +
-                         " failed with an unknown exception")));
+        detail::failRunAt(state, prefix, program, step.index);
         return;
       }
     }
@@ -533,47 +489,20 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
   bool hasComm = !plan.comm_.empty();
   if (hasComm && !onCpu)
     deviceEvents = prepareDeviceEvents(program);
-  if (hasComm) {
-    if (!commStream_)
-      commStream_ = std::make_unique<StreamThread>();
-    std::future<void> commDone = commStream_->post([&] {
-      struct CurrentStreamOfComm {
-        Device &device;
-        Stream *previous;
-        ~CurrentStreamOfComm() { device.setCurrentStream(previous); }
-      };
-      std::optional<CurrentStreamOfComm> restoreCommStream;
-      if (!onCpu) {
-        restoreCommStream.emplace(
-            CurrentStreamOfComm{*device_, &device_->currentStream()});
-        device_->setCurrentStream(commDeviceStream_.get());
-      }
-      ExecutionPlan::StepOperands commOps;
-      runStream(plan.comm_, TraceLane::Comm, commSpans, commOps);
-    });
-    setupTrace_.mark("hand-off");
-    runStream(plan.compute_, TraceLane::Compute, computeSpans, computeOps);
-    // The COMM task reads this run's buffers: wait for it even when the
-    // compute stream failed (the failure woke its event waits).
-    commDone.get();
-  } else {
-    setupTrace_.mark("hand-off");
-    runStream(plan.compute_, TraceLane::Compute, computeSpans, computeOps);
-  }
+  runStreams(
+      hasComm, /*markHandOff=*/true,
+      [&] {
+        runStream(plan.compute_, TraceLane::Compute, computeSpans, computeOps);
+      },
+      [&] {
+        ExecutionPlan::StepOperands commOps;
+        runStream(plan.comm_, TraceLane::Comm, commSpans, commOps);
+      });
   if (traced) {
     trace_->recordInstructions(plan.labels_, std::move(computeSpans));
     trace_->recordInstructions(plan.labels_, std::move(commSpans));
   }
-  if (computeStream_ && !onCpu) {
-    try {
-      computeStream_->synchronize(); // results ready, asynchronous errors seen
-    } catch (const std::exception &error) {
-      if (!state.error())
-        throw RuntimeError(prefix + error.what());
-    }
-  }
-  if (std::exception_ptr error = state.error())
-    std::rethrow_exception(error);
+  finishRun(state, prefix);
 }
 
 void ExecutionPlan::ensureLabels() {

@@ -142,12 +142,99 @@ int64_t runCollectiveThroughHost(Communicator &comm, const Instruction &inst,
   return movedBytes;
 }
 
+void failRunAt(RunState &state, const std::string &prefix,
+               const Program &program, int index) {
+  try {
+    throw;
+  } catch (const std::exception &error) {
+    state.fail(std::make_exception_ptr(
+        RuntimeError(prefix + describeInstruction(program, index) +
+                     " failed: " + error.what())));
+  } catch (...) {
+    state.fail(std::make_exception_ptr(
+        RuntimeError(prefix + describeInstruction(program, index) +
+                     " failed with an unknown exception")));
+  }
+}
+
 } // namespace detail
+
+void Executor::runStreams(bool hasComm, bool markHandOff,
+                          const std::function<void()> &compute,
+                          const std::function<void()> &comm) {
+  bool onCpu = device_->kind() == DeviceKind::Cpu;
+  // Kernels on a device with streams launch on the executor's compute
+  // stream (this thread's current stream for the run).
+  if (!onCpu && !computeStream_)
+    computeStream_ = device_->newStream();
+  detail::ScopedCurrentStream computeCurrent(
+      *device_, onCpu ? nullptr : computeStream_.get());
+  if (!hasComm) {
+    if (markHandOff)
+      setupTrace_.mark("hand-off");
+    compute();
+    return;
+  }
+  if (!commStream_)
+    commStream_ = std::make_unique<StreamThread>();
+  std::future<void> commDone = commStream_->post([&] {
+    // On a device the collectives queue on the communication stream.
+    detail::ScopedCurrentStream commCurrent(
+        *device_, onCpu ? nullptr : commDeviceStream_.get());
+    comm();
+  });
+  if (markHandOff)
+    setupTrace_.mark("hand-off");
+  compute();
+  // The COMM task reads this run's buffers: wait for it even when the
+  // compute stream failed (the failure woke its event waits).
+  commDone.get();
+}
+
+int64_t Executor::runCommInstruction(const Instruction &inst,
+                                     const std::vector<const Tensor *> &in,
+                                     const std::vector<Tensor *> &out,
+                                     const std::vector<Event *> &deviceEvents) {
+  if (device_->kind() == DeviceKind::Cpu)
+    return detail::runCollective(*comm_, inst, in, out);
+  // The kernels that wrote the inputs end at the device events this
+  // instruction waits for: the communication stream (this thread's current
+  // stream, which the device communicator orders its work after) waits for
+  // those alone, so the compute stream's later kernels run beside the
+  // collective.
+  for (int event : inst.wait_events())
+    if (deviceEvents[event])
+      commDeviceStream_->wait(*deviceEvents[event]);
+  if (deviceComm_ && inst.op() != "all_to_all_v") // counts: host
+    return detail::runCollective(*deviceComm_, inst, in, out);
+  commDeviceStream_->synchronize(); // the inputs, for host copies
+  return detail::runCollectiveThroughHost(*comm_, inst, in, out);
+}
+
+void Executor::signalEvent(detail::RunState &state, int event, bool onCompute,
+                           const std::vector<Event *> &deviceEvents) {
+  // On a device the event also marks the compute stream after this kernel,
+  // for the communication stream to wait for.
+  if (onCompute && !deviceEvents.empty() && deviceEvents[event])
+    computeStream_->record(*deviceEvents[event]);
+  state.signal(event);
+}
+
+void Executor::finishRun(detail::RunState &state, const std::string &prefix) {
+  if (computeStream_ && device_->kind() != DeviceKind::Cpu) {
+    try {
+      computeStream_->synchronize(); // results ready, asynchronous errors seen
+    } catch (const std::exception &error) {
+      if (!state.error())
+        throw RuntimeError(prefix + error.what());
+    }
+  }
+  if (std::exception_ptr error = state.error())
+    std::rethrow_exception(error);
+}
 
 namespace {
 
-using detail::runCollective;
-using detail::runCollectiveThroughHost;
 using detail::runGenerated;
 using detail::runGeneratedMultiTensor;
 using detail::RunState;
@@ -499,21 +586,6 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
                            device_->name() + " kernel for " + dtypeName(dtype));
     }
   }
-  // Kernels on a device with streams launch on the executor's compute
-  // stream (this thread's current stream for the run).
-  struct CurrentStream {
-    Device &device;
-    Stream *previous;
-    ~CurrentStream() { device.setCurrentStream(previous); }
-  };
-  std::optional<CurrentStream> restoreStream;
-  if (!onCpu) {
-    if (!computeStream_)
-      computeStream_ = device_->newStream();
-    restoreStream.emplace(CurrentStream{*device_, &device_->currentStream()});
-    device_->setCurrentStream(computeStream_.get());
-  }
-
   RunState state(program.num_events());
   // Device events of the compute instructions whose events collectives wait
   // for, by event id (prepareDeviceEvents); empty on the CPU.
@@ -540,21 +612,16 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
           out.push_back(&buffers[id]);
         int64_t traceStart = trace_ && trace_->enabled() ? traceClockNs() : -1;
         int64_t movedBytes = -1;
-        if (deviceCode[i]) {
+        if (deviceCode[i] || generated[i]) {
           std::vector<void *> inData, outData;
           for (const Tensor *t : in)
             inData.push_back(const_cast<void *>(t->data()));
           for (Tensor *t : out)
             outData.push_back(t->data());
-          launchOnDevice(*device_, *deviceCode[i], inData.data(),
-                         outData.data(), scalars[i].data());
-        } else if (generated[i]) {
-          std::vector<void *> inData, outData;
-          for (const Tensor *t : in)
-            inData.push_back(const_cast<void *>(t->data()));
-          for (Tensor *t : out)
-            outData.push_back(t->data());
-          if (inst.op() == kFusedOp)
+          if (deviceCode[i])
+            launchOnDevice(*device_, *deviceCode[i], inData.data(),
+                           outData.data(), scalars[i].data());
+          else if (inst.op() == kFusedOp)
             runGenerated(generated[i], generatedRows[i], inData, outData,
                          scalars[i].data(), *out.front());
           else
@@ -562,46 +629,18 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
                                     outData, scalars[i].data(), inst, in, out);
         } else if (stream == ::dtorch::wire::COMPUTE)
           kernels[i]->run(AttrReader(inst.attrs(), &seeds), in, out);
-        else if (onCpu)
-          movedBytes = runCollective(*comm_, inst, in, out);
-        else {
-          // The kernels that wrote the inputs end at the device events this
-          // instruction waits for: the communication stream (this thread's
-          // current stream, which the device communicator orders its work
-          // after) waits for those alone, so the compute stream's later
-          // kernels run beside the collective.
-          for (int event : inst.wait_events())
-            if (deviceEvents[event])
-              commDeviceStream_->wait(*deviceEvents[event]);
-          if (deviceComm_ && inst.op() != "all_to_all_v") // counts: host
-            movedBytes = runCollective(*deviceComm_, inst, in, out);
-          else {
-            commDeviceStream_->synchronize(); // the inputs, for host copies
-            movedBytes = runCollectiveThroughHost(*comm_, inst, in, out);
-          }
-        }
+        else
+          movedBytes = runCommInstruction(inst, in, out, deviceEvents);
         if (traceStart >= 0)
           recordInstruction(*trace_, program, i,
                             stream == ::dtorch::wire::COMM ? TraceLane::Comm
                                                            : TraceLane::Compute,
                             traceStart, in, out, movedBytes);
-        if (inst.record_event() >= 0) {
-          // On a device the event also marks the compute stream after this
-          // kernel, for the communication stream to wait for.
-          if (stream == ::dtorch::wire::COMPUTE && !deviceEvents.empty() &&
-              deviceEvents[inst.record_event()])
-            computeStream_->record(*deviceEvents[inst.record_event()]);
-          state.signal(inst.record_event());
-        }
-      } catch (const std::exception &error) {
-        state.fail(std::make_exception_ptr(
-            RuntimeError(prefix + describeInstruction(program, i) +
-                         " failed: " + error.what())));
-        return;
+        if (inst.record_event() >= 0)
+          signalEvent(state, inst.record_event(),
+                      stream == ::dtorch::wire::COMPUTE, deviceEvents);
       } catch (...) {
-        state.fail(std::make_exception_ptr(
-            RuntimeError(prefix + describeInstruction(program, i) +
-                         " failed with an unknown exception")));
+        detail::failRunAt(state, prefix, program, i);
         return;
       }
     }
@@ -612,36 +651,11 @@ std::vector<Tensor> Executor::runUnplanned(const Program &program,
     hasComm |= inst.stream() == ::dtorch::wire::COMM;
   if (hasComm && !onCpu)
     deviceEvents = prepareDeviceEvents(program);
-  if (hasComm) {
-    if (!commStream_)
-      commStream_ = std::make_unique<StreamThread>();
-    std::future<void> commDone = commStream_->post([&] {
-      // On a device the collectives queue on the communication stream.
-      std::optional<CurrentStream> restoreCommStream;
-      if (!onCpu) {
-        restoreCommStream.emplace(
-            CurrentStream{*device_, &device_->currentStream()});
-        device_->setCurrentStream(commDeviceStream_.get());
-      }
-      runStream(::dtorch::wire::COMM);
-    });
-    runStream(::dtorch::wire::COMPUTE);
-    // The COMM task reads this run's buffers: wait for it even when the
-    // compute stream failed (the failure woke its event waits).
-    commDone.get();
-  } else {
-    runStream(::dtorch::wire::COMPUTE);
-  }
-  if (computeStream_ && !onCpu) {
-    try {
-      computeStream_->synchronize(); // results ready, asynchronous errors seen
-    } catch (const std::exception &error) {
-      if (!state.error())
-        throw RuntimeError(prefix + error.what());
-    }
-  }
-  if (std::exception_ptr error = state.error())
-    std::rethrow_exception(error);
+  runStreams(
+      hasComm, /*markHandOff=*/false,
+      [&] { runStream(::dtorch::wire::COMPUTE); },
+      [&] { runStream(::dtorch::wire::COMM); });
+  finishRun(state, prefix);
 
   std::vector<Tensor> results;
   results.reserve(program.outputs_size());

@@ -1,10 +1,12 @@
 // What the executor's two ways of running a program share (Executor.cpp:
 // resolving the program on every run; ExecutionPlan.cpp: walking a plan
 // made once): the events between the streams, collectives and generated
-// kernels. Internal to the runtime library.
+// kernels, the current stream of a device, an instruction's failure.
+// Internal to the runtime library.
 #pragma once
 
 #include "dtorch/runtime/Collectives.h"
+#include "dtorch/runtime/Device.h"
 #include "dtorch/runtime/Executable.h"
 #include "dtorch/runtime/Tensor.h"
 #include "dtorch/runtime/Trace.h"
@@ -14,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace dtorch::rt::detail {
@@ -59,6 +62,34 @@ private:
   std::atomic<bool> failedFlag_{false};
   std::exception_ptr error_;
 };
+
+// Makes `stream` the current stream of `device` (this thread's, where the
+// device's kernels and collectives queue) for a scope; a null `stream`
+// leaves it as it is (the host).
+class ScopedCurrentStream {
+public:
+  ScopedCurrentStream(Device &device, Stream *stream)
+      : device_(device), previous_(stream ? &device.currentStream() : nullptr) {
+    if (stream)
+      device.setCurrentStream(stream);
+  }
+  ~ScopedCurrentStream() {
+    if (previous_)
+      device_.setCurrentStream(previous_);
+  }
+  ScopedCurrentStream(const ScopedCurrentStream &) = delete;
+  ScopedCurrentStream &operator=(const ScopedCurrentStream &) = delete;
+
+private:
+  Device &device_;
+  Stream *previous_;
+};
+
+// Called in a catch block: fails the run with the exception being handled,
+// as instruction `index` of `program` failing ("<prefix><instruction>
+// failed: <what>").
+void failRunAt(RunState &state, const std::string &prefix,
+               const ::dtorch::wire::Program &program, int index);
 
 /// Runs one collective; returns the bytes it sent when they depend on the
 /// data (all_to_all_v: the rows the counts name), else -1 (the trace then

@@ -13,12 +13,17 @@
 #include "dtorch/runtime/Trace.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace dtorch::rt {
+
+namespace detail {
+class RunState;
+} // namespace detail
 
 // What the last run of an executor allocated.
 struct RunMemory {
@@ -166,6 +171,29 @@ private:
   // Runs the plan's instructions on its bound buffers (runPlanned).
   void runSteps(ExecutionPlan &plan, const std::string &prefix,
                 const std::vector<int64_t> &seeds);
+  // What both ways of running share. runStreams: `compute` on this thread
+  // (on a device, with the compute stream current) and, with `hasComm`,
+  // `comm` on the communication thread beside it (with the communication
+  // stream current), marking the hand-off in the setup trace when
+  // `markHandOff`; returns when both ended, even when one failed.
+  void runStreams(bool hasComm, bool markHandOff,
+                  const std::function<void()> &compute,
+                  const std::function<void()> &comm);
+  // One COMM instruction: on the host, or on a device after the kernels
+  // that wrote its inputs (`deviceEvents`, by event id); returns the bytes
+  // it moved when they depend on the data, else -1.
+  int64_t runCommInstruction(const ::dtorch::wire::Instruction &inst,
+                             const std::vector<const Tensor *> &in,
+                             const std::vector<Tensor *> &out,
+                             const std::vector<Event *> &deviceEvents);
+  // Signals `event`, recorded by an instruction of the compute stream
+  // (`onCompute`) or the communication one; on a device the compute
+  // stream also records its device event for the collectives waiting.
+  void signalEvent(detail::RunState &state, int event, bool onCompute,
+                   const std::vector<Event *> &deviceEvents);
+  // After the streams ran: waits for a device's compute stream (its
+  // asynchronous errors) and rethrows the run's first failure.
+  void finishRun(detail::RunState &state, const std::string &prefix);
 
   Communicator *comm_;
   Communicator *deviceComm_ = nullptr;
