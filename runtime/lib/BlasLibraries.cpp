@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 namespace dtorch::rt::blas {
 
@@ -314,6 +315,34 @@ void cblasGemm(Gemm gemm, const char *name, bool transA, bool transB, int64_t m,
        checkedInt(ldc, name));
 }
 
+// The cblas_sgemm (T = float) or cblas_dgemm of BLIS or OpenBLAS.
+template <class T, class Lib> auto cblasGemmOf(Lib &lib) {
+  if constexpr (std::is_same_v<T, float>)
+    return lib.sgemm;
+  else
+    return lib.dgemm;
+}
+
+// sgemmWith / dgemmWith for BLIS and OpenBLAS (`library`): the library's
+// threads applied, then its cblas GEMM.
+template <class T>
+void cblasGemmWith(Library library, bool transA, bool transB, int64_t m,
+                   int64_t n, int64_t k, T alpha, const T *a, int64_t lda,
+                   const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+  Libraries &libs = libraries();
+  if (library == Library::Blis) {
+    Blis &blis = libs.blis.get();
+    blis.applyThreads();
+    cblasGemm(cblasGemmOf<T>(blis), "BLIS", transA, transB, m, n, k, alpha, a,
+              lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  OpenBlas &ob = libs.openBlas.get();
+  ob.applyThreads();
+  cblasGemm(cblasGemmOf<T>(ob), "OpenBLAS", transA, transB, m, n, k, alpha, a,
+            lda, b, ldb, beta, c, ldc);
+}
+
 } // namespace
 
 bool available(Library library) {
@@ -375,10 +404,8 @@ std::string describe() {
 void sgemmWith(Library library, bool transA, bool transB, int64_t m, int64_t n,
                int64_t k, float alpha, const float *a, int64_t lda,
                const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  Libraries &libs = libraries();
-  switch (library) {
-  case Library::OneDnn: {
-    OneDnn &dnnl = libs.oneDnn.get();
+  if (library == Library::OneDnn) {
+    OneDnn &dnnl = libraries().oneDnn.get();
     dnnl.applyThreads();
     int status = dnnl.sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', m, n, k,
                             alpha, a, lda, b, ldb, beta, c, ldc);
@@ -387,46 +414,18 @@ void sgemmWith(Library library, bool transA, bool transB, int64_t m, int64_t n,
                          std::to_string(status));
     return;
   }
-  case Library::Blis: {
-    Blis &blis = libs.blis.get();
-    blis.applyThreads();
-    cblasGemm(blis.sgemm, "BLIS", transA, transB, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
-    return;
-  }
-  case Library::OpenBlas: {
-    OpenBlas &ob = libs.openBlas.get();
-    ob.applyThreads();
-    cblasGemm(ob.sgemm, "OpenBLAS", transA, transB, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
-    return;
-  }
-  }
+  cblasGemmWith(library, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
 }
 
 void dgemmWith(Library library, bool transA, bool transB, int64_t m, int64_t n,
                int64_t k, double alpha, const double *a, int64_t lda,
                const double *b, int64_t ldb, double beta, double *c,
                int64_t ldc) {
-  Libraries &libs = libraries();
-  switch (library) {
-  case Library::OneDnn:
+  if (library == Library::OneDnn)
     throw RuntimeError("oneDNN has no dgemm");
-  case Library::Blis: {
-    Blis &blis = libs.blis.get();
-    blis.applyThreads();
-    cblasGemm(blis.dgemm, "BLIS", transA, transB, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
-    return;
-  }
-  case Library::OpenBlas: {
-    OpenBlas &ob = libs.openBlas.get();
-    ob.applyThreads();
-    cblasGemm(ob.dgemm, "OpenBLAS", transA, transB, m, n, k, alpha, a, lda, b,
-              ldb, beta, c, ldc);
-    return;
-  }
-  }
+  cblasGemmWith(library, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta,
+                c, ldc);
 }
 
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
