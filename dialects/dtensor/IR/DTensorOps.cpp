@@ -268,6 +268,23 @@ ShardingRule BmmOp::getShardingRule() {
 // Reductions
 //===----------------------------------------------------------------------===//
 
+/// The result of reducing the dims of `in` marked in `reduced` has the
+/// other dims of `in`, and the reduced ones as 1 with `keepdim`.
+static LogicalResult verifyReducedShape(Operation *op, DTensorType in,
+                                        ArrayRef<bool> reduced, bool keepdim,
+                                        DTensorType res) {
+  SmallVector<int64_t> expected;
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (!reduced[d])
+      expected.push_back(in.getShape()[d]);
+    else if (keepdim)
+      expected.push_back(1);
+  if (ArrayRef<int64_t>(expected) != res.getShape())
+    return op->emitOpError("result shape must be [")
+           << expected << "], got [" << res.getShape() << "]";
+  return success();
+}
+
 template <typename OpT> static LogicalResult verifyReduction(OpT op) {
   if (failed(verifySameMesh(op)))
     return failure();
@@ -283,16 +300,7 @@ template <typename OpT> static LogicalResult verifyReduction(OpT op) {
       return op.emitOpError("reduction dim ") << d << " is repeated";
     reduced[d] = true;
   }
-  SmallVector<int64_t> expected;
-  for (int64_t d = 0; d < in.getRank(); ++d)
-    if (!reduced[d])
-      expected.push_back(in.getShape()[d]);
-    else if (op.getKeepdim())
-      expected.push_back(1);
-  if (ArrayRef<int64_t>(expected) != res.getShape())
-    return op.emitOpError("result shape must be [")
-           << expected << "], got [" << res.getShape() << "]";
-  return success();
+  return verifyReducedShape(op, in, reduced, op.getKeepdim(), res);
 }
 
 template <typename OpT> static ShardingRule reductionRule(OpT op, bool isMax) {
@@ -300,7 +308,6 @@ template <typename OpT> static ShardingRule reductionRule(OpT op, bool isMax) {
                           toVec(op.getDims()), op.getKeepdim(), isMax);
 }
 
-LogicalResult SumOp::verify() { return verifyReduction(*this); }
 LogicalResult MinOp::verify() { return verifyReduction(*this); }
 ShardingRule MinOp::getShardingRule() {
   ShardingRule rule = reductionRule(*this, true);
@@ -319,16 +326,10 @@ template <typename OpT> static LogicalResult verifyArgReduction(OpT op) {
            << dim << " is out of range for rank " << in.getRank();
   if (!res.getElementType().isInteger(64))
     return op.emitOpError("result element type must be i64");
-  SmallVector<int64_t> expected;
-  for (int64_t d = 0; d < in.getRank(); ++d)
-    if (d != dim)
-      expected.push_back(in.getShape()[d]);
-    else if (op.getKeepdim())
-      expected.push_back(1);
-  if (ArrayRef<int64_t>(expected) != res.getShape())
-    return op.emitOpError("result shape must be [")
-           << expected << "], got [" << res.getShape() << "]";
-  return success();
+  SmallVector<bool> reduced(in.getRank(), false);
+  if (dim < in.getRank())
+    reduced[dim] = true; // a 0-d input has dim 0 and nothing to reduce
+  return verifyReducedShape(op, in, reduced, op.getKeepdim(), res);
 }
 
 LogicalResult TopkIndicesOp::verify() {
@@ -357,21 +358,23 @@ ShardingRule TopkIndicesOp::getShardingRule() {
   return rules::topk(toVec(getInput().getType().getShape()), getDim(), getK());
 }
 
-LogicalResult ArgmaxOp::verify() { return verifyArgReduction(*this); }
-LogicalResult ArgminOp::verify() { return verifyArgReduction(*this); }
-ShardingRule ArgmaxOp::getShardingRule() {
-  return rules::argReduction(toVec(getInput().getType().getShape()), getDim(),
-                             getKeepdim());
-}
-ShardingRule ArgminOp::getShardingRule() {
-  return rules::argReduction(toVec(getInput().getType().getShape()), getDim(),
-                             getKeepdim());
-}
-LogicalResult MeanOp::verify() { return verifyReduction(*this); }
-LogicalResult MaxOp::verify() { return verifyReduction(*this); }
-ShardingRule SumOp::getShardingRule() { return reductionRule(*this, false); }
-ShardingRule MeanOp::getShardingRule() { return reductionRule(*this, false); }
-ShardingRule MaxOp::getShardingRule() { return reductionRule(*this, true); }
+#define ARG_REDUCTION_OP(OP)                                                   \
+  LogicalResult OP::verify() { return verifyArgReduction(*this); }             \
+  ShardingRule OP::getShardingRule() {                                         \
+    return rules::argReduction(toVec(getInput().getType().getShape()),         \
+                               getDim(), getKeepdim());                        \
+  }
+ARG_REDUCTION_OP(ArgmaxOp)
+ARG_REDUCTION_OP(ArgminOp)
+#undef ARG_REDUCTION_OP
+
+#define REDUCTION_OP(OP, IS_MAX)                                               \
+  LogicalResult OP::verify() { return verifyReduction(*this); }                \
+  ShardingRule OP::getShardingRule() { return reductionRule(*this, IS_MAX); }
+REDUCTION_OP(SumOp, false)
+REDUCTION_OP(MeanOp, false)
+REDUCTION_OP(MaxOp, true)
+#undef REDUCTION_OP
 
 //===----------------------------------------------------------------------===//
 // Shape
@@ -859,24 +862,17 @@ LogicalResult verifyLayoutStep(Operation *op, int64_t axis, StepKind kind) {
 }
 } // namespace
 
-LogicalResult AllReduceOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::AllReduce);
-}
-LogicalResult ReduceScatterOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::ReduceScatter);
-}
-LogicalResult AllGatherOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::AllGather);
-}
-LogicalResult AllToAllOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::AllToAll);
-}
-LogicalResult LocalSliceOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::LocalSlice);
-}
-LogicalResult ToPartialOp::verify() {
-  return verifyLayoutStep(*this, getAxis(), StepKind::ToPartial);
-}
+#define LAYOUT_STEP_OP(KIND)                                                   \
+  LogicalResult KIND##Op::verify() {                                           \
+    return verifyLayoutStep(*this, getAxis(), StepKind::KIND);                 \
+  }
+LAYOUT_STEP_OP(AllReduce)
+LAYOUT_STEP_OP(ReduceScatter)
+LAYOUT_STEP_OP(AllGather)
+LAYOUT_STEP_OP(AllToAll)
+LAYOUT_STEP_OP(LocalSlice)
+LAYOUT_STEP_OP(ToPartial)
+#undef LAYOUT_STEP_OP
 
 //===----------------------------------------------------------------------===//
 // Optimizer updates
