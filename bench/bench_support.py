@@ -1,5 +1,7 @@
 """What the benchmark drivers share: running one measurement in a child
-process whose last stdout line is JSON."""
+process whose last stdout line is JSON, the peers' interpreter, the date,
+commit and load of a run, and writing its table and JSON."""
+import datetime
 import json
 import os
 import subprocess
@@ -8,6 +10,48 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The interpreter with torch and jax (bench/setup_torch.sh).
+DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
+
+
+def add_peer_python_argument(parser, default=DEFAULT_PEER_PYTHON):
+    """--peer-python: the interpreter that runs the torch and jax peers
+    (DTORCH_PEER_PYTHON, else `default`)."""
+    parser.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON", default))
+
+
+def utc_date():
+    """Now, as "2026-01-31 12:00 UTC"."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def load_averages():
+    """The 1-, 5- and 15-minute load averages, as "0.4 0.6 0.9"."""
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def git_rev(unknown="unknown", mark_modified=False):
+    """The checkout's short commit (`unknown` when git cannot tell), with
+    " (modified)" after it when `mark_modified` and the tree has changes."""
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip() or unknown
+        if mark_modified and subprocess.run(["git", "-C", ROOT, "status", "--porcelain"],
+                                            capture_output=True, text=True).stdout.strip():
+            rev += " (modified)"
+        return rev
+    except OSError:
+        return unknown
+
+
+def write_table_and_json(out_dir, text, results, indent=1):
+    """Writes `text` to OUT_DIR/table.md and `results` to OUT_DIR/results.json
+    (making the folder)."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "table.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=indent)
 
 
 def run_json(cmd, timeout, env=None, stderr_lines=None):

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from bench_support import load_averages, write_table_and_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_BINARY = os.path.join(ROOT, "build", "bin", "collective_bench")
@@ -192,25 +194,21 @@ def main():
     transports = ["shared_memory"] + ([] if args.no_staged else ["shared_memory_staged"]) \
         + ["gloo"]
     start = time.time()
-    load_start = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    load_start = load_averages()
     raw = measure(args.binary, sizes, repeats, transports, args.chunk_bytes)
     rows = rows_of(raw)
     meta = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpus": os.cpu_count(),
         "load": load_start,
-        "load_end": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "load_end": load_averages(),
         "repeats": repeats,
         "machine": platform.machine(),
         "seconds": round(time.time() - start, 1),
         "goal_ratio": GOAL,
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows, "raw": raw}, f, indent=2)
     text = table(rows, meta)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
+    write_table_and_json(args.out, text, {"meta": meta, "rows": rows, "raw": raw}, indent=2)
     png = plot(rows, os.path.join(args.out, "collectives.png"))
     print(text)
     print(f"wrote {args.out}/table.md, results.json" + (", collectives.png" if png else ""))

@@ -24,7 +24,6 @@ build has no simulated backend yet, sizes that fit run on the in-process one
 (marked) and the others say why they are missing. Not run by the tests.
 """
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -32,11 +31,11 @@ import sys
 import tempfile
 import time
 
-from bench_support import run_json
+from bench_support import (add_peer_python_argument, git_rev, run_json, utc_date,
+                           write_table_and_json)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 
 # The MLPs: (3) a step whose batch splits over every world size; (4) a
 # small one, where the client's overhead dominates; (5) one with enough work
@@ -388,14 +387,6 @@ def plot(results, path):
     return True
 
 
-def git_rev():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                       text=True)
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True,
-                           text=True).stdout.strip()
-    return (r.stdout.strip() or "unknown") + (" (modified)" if dirty else "")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "eager_graph"))
@@ -406,8 +397,7 @@ def main():
     ap.add_argument("--step-count", type=int, default=20, help="timed steps of (3) and (4)")
     ap.add_argument("--loop-steps", type=int, default=40, help="steps of each loop of (5)")
     ap.add_argument("--timeout", type=float, default=45, help="seconds per measurement process")
-    ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON",
-                                                            DEFAULT_PEER_PYTHON))
+    add_peer_python_argument(ap)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
@@ -415,8 +405,8 @@ def main():
     print(f"simulated backend: {'yes' if simulated else 'no (in-process fallback)'}", flush=True)
     chain_spec = {"ops": args.ops, "reps": args.reps}
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "git": git_rev(), "host": f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
+        "date": utc_date(),
+        "git": git_rev(mark_modified=True), "host": f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}",
         "config": {"ops": args.ops, "reps": args.reps, "simulated_backend": simulated,
                    "step_mlp": STEP_MLP, "client_mlp": CLIENT_MLP, "loop_mlp": LOOP_MLP}}
     print("(1) chain", flush=True)
@@ -449,10 +439,7 @@ def main():
                                      "steps": args.loop_steps, "rounds": 3}, args.timeout * 2)
     results["total_s"] = time.perf_counter() - t0
     text = table(results)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    write_table_and_json(args.out, text, results, indent=2)
     png = plot(results, os.path.join(args.out, "eager_graph.png"))
     print()
     print(text)

@@ -19,7 +19,6 @@ the median reported (the machine is shared and noisy). Not run by the tests
 (test_fusion_bench.py runs it with tiny sizes).
 """
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -28,11 +27,11 @@ import sys
 import tempfile
 import time
 
-from bench_support import run_json
+from bench_support import (DEFAULT_PEER_PYTHON, add_peer_python_argument, git_rev,
+                           load_averages, run_json, utc_date, write_table_and_json)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 MAIN_PEER_PYTHON = "/work/main/build/torch-venv/bin/python"
 
 
@@ -226,12 +225,6 @@ def plot(res, path):
     return True
 
 
-def git_rev():
-    r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                       text=True)
-    return r.stdout.strip() or "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fusion"))
@@ -243,14 +236,14 @@ def main():
     ap.add_argument("--only", choices=["gelu"], default=None,
                     help="measure (b) only (the gelu chain against the triad)")
     default_peer = DEFAULT_PEER_PYTHON if os.path.exists(DEFAULT_PEER_PYTHON) else MAIN_PEER_PYTHON
-    ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON", default_peer))
+    add_peer_python_argument(ap, default_peer)
     args = ap.parse_args()
     chain = {"world": 4, "ops": args.ops, "reps": args.reps}
     t = time.perf_counter()
     skipped = {"error": "not run (--only gelu)"}
-    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    res = {"date": utc_date(),
            "git": git_rev(), "ops": args.ops, "n": args.n, "runs": args.runs,
-           "cpus": os.cpu_count(), "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
+           "cpus": os.cpu_count(), "load": load_averages(),
            "only": args.only,
            "chain": {name: skipped for name in
                      ("dtorch_fused", "dtorch_unfused", "jax_jit", "jax_eager")}
@@ -265,14 +258,10 @@ def main():
                                  "us_per_op"),
            },
            "gelu": gelu_runs(args.n, args.reps, args.runs, args.timeout)}
-    res["load_end"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    res["load_end"] = load_averages()
     res["seconds"] = time.perf_counter() - t
-    os.makedirs(args.out, exist_ok=True)
     text = table(res)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    write_table_and_json(args.out, text, res)
     plotted = plot(res, os.path.join(args.out, "fusion.png"))
     print(text)
     print(f"wrote {args.out}/table.md, results.json" + (", fusion.png" if plotted else ""))

@@ -27,20 +27,18 @@ fresh process, the rounds interleaved; each number there is the median over
 rounds of per-round medians.
 """
 import argparse
-import datetime
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
-from bench_support import LockStepChild, run_json, serve_lock_step
+from bench_support import (LockStepChild, add_peer_python_argument, git_rev, run_json,
+                           serve_lock_step, utc_date, write_table_and_json)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-DEFAULT_PEER_PYTHON = os.path.join(ROOT, "build", "torch-venv", "bin", "python")
 
 # (label, environment) of the runtime's BLAS options.
 BLAS_OPTIONS = [
@@ -455,14 +453,6 @@ def plot(results, path):
     return True
 
 
-def git_rev():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip() or "?"
-    except OSError:
-        return "?"
-
-
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "--child":
         spec = json.loads(sys.argv[3])
@@ -477,8 +467,7 @@ def main():
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--peer-python", default=os.environ.get("DTORCH_PEER_PYTHON",
-                                                            DEFAULT_PEER_PYTHON))
+    add_peer_python_argument(ap)
     ap.add_argument("--pairs", type=int, default=60,
                     help="pairs of calls (dtorch, torch) behind each goal")
     ap.add_argument("--turn-calls", type=int, default=3,
@@ -530,8 +519,8 @@ def main():
                   f"{json.dumps({k: v for k, v in raw[key][-1].items() if k != 'blas'})}",
                   file=sys.stderr)
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "git": git_rev(),
+        "date": utc_date(),
+        "git": git_rev(unknown="?"),
         "host": f"{platform.node()}, {os.cpu_count()} CPUs, "
                 f"affinity {len(os.sched_getaffinity(0))}, load {os.getloadavg()[0]:.2f}",
         "config": {"n": n, "rounds": args.rounds, "reps": reps, "pairs": args.pairs,
@@ -543,12 +532,8 @@ def main():
         "total_s": time.perf_counter() - t0,
     }
     results["goals"] = [{"goal": g, "ratio": v, "met": ok} for g, v, ok in goals(results)]
-    os.makedirs(args.out, exist_ok=True)
     text = table(results)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    write_table_and_json(args.out, text, results)
     plot(results, os.path.join(args.out, "gemm.png"))
     print(text)
 

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from bench_support import write_table_and_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
@@ -207,14 +209,10 @@ def main(argv=None):
     cfg = dict(DEFAULT_CFG, d_model=args.d_model, block_size=args.block_size)
     start = time.time()
     rows = compare(cfg, args.steps, args.batch)
-    os.makedirs(args.out, exist_ok=True)
     text = table(rows, cfg, args.steps, args.batch)
     print(text)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(dict(config=cfg, steps=args.steps, batch=args.batch, rows=rows,
-                       seconds=time.time() - start), f, indent=1)
+    write_table_and_json(args.out, text, dict(config=cfg, steps=args.steps, batch=args.batch,
+                                              rows=rows, seconds=time.time() - start))
     if not args.no_plot:
         plot(rows, os.path.join(args.out, "memory.png"))
     return 0 if all(r["losses_equal"] for r in rows) else 1

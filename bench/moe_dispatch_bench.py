@@ -12,13 +12,13 @@ bench/results/moe_dispatch/.
     python3 bench/moe_dispatch_bench.py [--tokens 256] [--d-model 64] [--rounds 5]
 """
 import argparse
-import json
 import os
 import time
 
 import numpy as np
 
 import dtorch
+from bench_support import write_table_and_json
 from dtorch import Shard, profiler
 from dtorch.distributed.tensor.parallel import ExpertParallel, parallelize_module
 from dtorch.nn import MoE
@@ -95,7 +95,6 @@ def main():
                             "all_to_all_v_bytes_total": exchanged[name],
                             "step_ms_best": seconds * 1e3, "loss": losses[name]})
     load = os.getloadavg()[0]
-    os.makedirs(OUT, exist_ok=True)
     lines = [f"# MoE dispatch: EP = 4, {args.tokens} tokens, d_model {args.d_model}, "
              f"{args.experts} experts, top-2 (load {load:.1f})", "",
              "| capacity factor | variant | collective bytes per step (all ranks) "
@@ -108,10 +107,7 @@ def main():
                      f"{r['step_ms_best']:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(OUT, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump({"args": vars(args), "load": load, "results": results}, f, indent=1)
+    write_table_and_json(OUT, text, {"args": vars(args), "load": load, "results": results})
 
 
 if __name__ == "__main__":

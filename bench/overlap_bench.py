@@ -31,6 +31,8 @@ import tempfile
 
 import numpy as np
 
+from bench_support import write_table_and_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
@@ -116,7 +118,6 @@ def main(argv=None):
                                 for name in SETTINGS},
                      "speedup_vs_program_order": {
                          name: ms["program order"] / ms[name] for name in SETTINGS}})
-    os.makedirs(args.out, exist_ok=True)
     lines = ["| model (DP=2) | " + " | ".join(f"{n} (ms)" for n in SETTINGS) +
              " | scheduled vs program order |",
              "|---|" + "---|" * (len(SETTINGS) + 1)]
@@ -125,12 +126,11 @@ def main(argv=None):
                      f" | {r['speedup_vs_program_order']['scheduled']:.2f}x |")
     table = "\n".join(lines) + "\n"
     print(table)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(f"DP=2 training step, median of {args.rounds} rounds of {args.steps} steps "
-                f"(each a median), {args.threads} BLAS thread(s) per process.\n\n" + table)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"rounds": args.rounds, "steps": args.steps, "threads": args.threads,
-                   "settings": SETTINGS, "rows": rows}, f, indent=1)
+    write_table_and_json(
+        args.out, f"DP=2 training step, median of {args.rounds} rounds of {args.steps} steps "
+        f"(each a median), {args.threads} BLAS thread(s) per process.\n\n" + table,
+        {"rounds": args.rounds, "steps": args.steps, "threads": args.threads,
+         "settings": SETTINGS, "rows": rows})
     plot(rows, os.path.join(args.out, "overlap.png"))
     return rows
 

@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_support import run_job_file  # noqa: E402
+from bench_support import run_job_file, write_table_and_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -313,11 +313,7 @@ def main():
                                        workdir, args.chunks, args.repeats, variants)
     text = table(results)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    write_table_and_json(args.out, text + "\n", results)
     plot(results, os.path.join(args.out, "pipeline.png"))
 
 

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from bench_support import write_table_and_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
@@ -153,12 +155,8 @@ def main():
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "table.md"), "w") as f:
-            f.write(text + "\n")
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump({"rounds": rounds, "loads": loads, "medians": table,
-                       "steps": args.steps}, f, indent=1)
+        write_table_and_json(args.out, text + "\n", {"rounds": rounds, "loads": loads,
+                                                     "medians": table, "steps": args.steps})
 
 
 if __name__ == "__main__":

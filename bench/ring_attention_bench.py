@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_support import run_job_file  # noqa: E402
+from bench_support import run_job_file, write_table_and_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -88,11 +88,7 @@ def main():
     results = measure(args.cp, args.seq, args.heads, args.dim)
     text = table(results)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    write_table_and_json(args.out, text + "\n", results)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
+from bench_support import run_json, write_table_and_json  # noqa: E402
 from train_bench import (compare_variants, gpt_step_session, gpt_train_step,  # noqa: E402
                          prepare_gpt_step, set_threads, write_job)
 
@@ -310,14 +310,10 @@ def main(argv=None):
             + (f"{100 * gbs / l2['gb_per_s']:.0f}%" if gbs else "-") + " |")
     text = "\n".join(lines) + "\n"
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "config": cfg,
-                   "variants": dict(variants), "loads": loads, "stream_l2": l2,
-                   "stream_dram": dram, "totals_us": totals, "non_gemm_us": non_gemm,
-                   "fused_us": fused, "rows": rows}, f, indent=1)
+    write_table_and_json(args.out, text, {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"), "config": cfg, "variants": dict(variants),
+        "loads": loads, "stream_l2": l2, "stream_dram": dram, "totals_us": totals,
+        "non_gemm_us": non_gemm, "fused_us": fused, "rows": rows})
     print(f"wrote {args.out}/table.md and results.json")
 
 

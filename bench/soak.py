@@ -176,7 +176,7 @@ def main():
     if args.start > args.steps:
         p.error("--from must not exceed --steps")
     sys.path.insert(0, HERE)
-    from bench_support import run_json
+    from bench_support import run_json, write_table_and_json
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     result = run_json([sys.executable, os.path.abspath(__file__), "--child",
@@ -187,11 +187,8 @@ def main():
     rows = summarize(result, args.start)
     text = table(rows, result)
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"rows": rows, "goals_met": verdict(rows), **result}, f, indent=1)
+    write_table_and_json(args.out, text + "\n",
+                         {"rows": rows, "goals_met": verdict(rows), **result})
     plot(result, os.path.join(args.out, "soak.png"))
 
 

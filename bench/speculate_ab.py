@@ -12,7 +12,6 @@ each with its own environment (empty after the colon: the default one), e.g.
 `--variant on: --variant off:DTORCH_INLINE_CONTROLLER=0,DTORCH_DIRECT_SEND=0`.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -22,6 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import train_bench  # noqa: E402
+from bench_support import write_table_and_json  # noqa: E402
 
 VARIANTS = [("DTORCH_SPECULATE=1", {"DTORCH_SPECULATE": "1"}),
             ("DTORCH_SPECULATE=0", {"DTORCH_SPECULATE": "0"})]
@@ -87,13 +87,9 @@ def main(argv=None):
             if ratios else f"| {setting} | {name} | - | - | - | - | - |")
     table = "\n".join(lines) + "\n"
     print("\n" + table)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "rows": [{"setting": s, "variant": n, "rounds": rs}
-                            for (s, n), rs in rows.items()]}, f, indent=1)
+    write_table_and_json(args.out, table, {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "rows": [{"setting": s, "variant": n, "rounds": rs} for (s, n), rs in rows.items()]})
 
 
 def train_bench_args(args, out):

@@ -35,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
+from bench_support import run_json, write_table_and_json  # noqa: E402
 from train_bench import (compare_variants, prepare_gpt_step, gpt_step_session,  # noqa: E402
                          set_threads, write_job)
 
@@ -271,11 +271,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "table.md"), "w") as f:
-            f.write(table)
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        write_table_and_json(args.out, table, result)
 
 
 if __name__ == "__main__":

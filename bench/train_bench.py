@@ -51,6 +51,8 @@ import time
 
 import numpy as np
 
+from bench_support import write_table_and_json
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
@@ -595,11 +597,7 @@ def gpt_step_bench(args):
     table = gpt_step_table(result)
     print("\n" + table)
     out_dir = os.path.join(args.out, "gpt_step")
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "table.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_table_and_json(out_dir, table, result)
     plot_gpt_step(result, os.path.join(out_dir, "gpt_step.png"))
     print(f"wrote {out_dir}/table.md, results.json and gpt_step.png")
     return result
