@@ -1,6 +1,7 @@
 """What the benchmark drivers share: running one measurement in a child
 process whose last stdout line is JSON, the peers' interpreter, the date,
 commit and load of a run, and writing its table and JSON."""
+import argparse
 import datetime
 import json
 import os
@@ -77,6 +78,20 @@ def run_json(cmd, timeout, env=None, stderr_lines=None):
     if isinstance(out, dict):
         out["wall_s"] = time.perf_counter() - t
     return out
+
+
+def parse_args_or_run_job(parser, argv, job_main):
+    """Adds the hidden --job FILE to `parser` and parses `argv`. With --job
+    (the child side of run_job_file and of a driver's own children), prints
+    the JSON of `job_main(the job in FILE)` and returns None; else returns
+    the arguments."""
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.job:
+        with open(args.job) as f:
+            print(json.dumps(job_main(json.load(f))))
+        return None
+    return args
 
 
 def run_job_file(script, job, timeout=900):

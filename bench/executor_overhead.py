@@ -35,9 +35,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
-from train_bench import (compare_variants, prepare_gpt_step, gpt_step_session,  # noqa: E402
-                         gpt_train_step, set_threads, write_job)
+from bench_support import parse_args_or_run_job, run_json  # noqa: E402
+from train_bench import (compare_variants, gpt_step_job, gpt_step_session,  # noqa: E402
+                         gpt_train_step)
 
 
 def setup_groups(setups):
@@ -206,18 +206,12 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(HERE, "results", "executor_overhead.json"),
                     help="a .json file the run is appended to, or a directory: "
                     "DIR/executor_overhead.json (appended) and DIR/table.md")
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
-    set_threads(args.threads)
-    cfg, workdir, data_path, weights = prepare_gpt_step("executor_overhead_", args.threads)
-    job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
-           "warmup": args.warmup, "profile_steps": args.profile_steps,
-           "threads": args.threads}
-    job_path = write_job(workdir, job)
+    cfg, workdir, job, job_path = gpt_step_job(
+        "executor_overhead_", args.threads, batch=args.batch, warmup=args.warmup,
+        profile_steps=args.profile_steps)
     variants = [("default", {})] + compare_variants(args.compare or ["DTORCH_EXEC_PLAN=0"])
     runs = {name: [] for name, _ in variants}
     losses = {name: [] for name, _ in variants}

@@ -31,10 +31,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
-from train_bench import (DEFAULT_TORCH_PYTHON, _children_cpu_seconds, gpt_step_session,  # noqa: E402
-                         compare_variants, prepare_gpt_step, run_torch,
-                         set_threads, write_job)
+from bench_support import parse_args_or_run_job, run_json  # noqa: E402
+from train_bench import (DEFAULT_TORCH_PYTHON, _children_cpu_seconds,  # noqa: E402
+                         compare_variants, gpt_step_job, gpt_step_session, run_torch)
 
 
 def _instruction_minimum(trace):
@@ -176,18 +175,12 @@ def main(argv=None):
                     "DTORCH_FOLD_TRANSPOSE=0), side by side with the default")
     ap.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gpt_step_profile.json"))
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(dtorch_job(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, dtorch_job)
+    if args is None:
         return
-    set_threads(args.threads)
-    cfg, workdir, data_path, weights = prepare_gpt_step("gpt_step_profile_", args.threads)
-    job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
-           "warmup": args.warmup, "steps": args.steps, "profile_steps": args.profile_steps,
-           "threads": args.threads}
-    job_path = write_job(workdir, job)
+    cfg, workdir, job, job_path = gpt_step_job(
+        "gpt_step_profile_", args.threads, batch=args.batch, warmup=args.warmup,
+        steps=args.steps, profile_steps=args.profile_steps)
     # Each variant: its name and the environment it adds to the dtorch job.
     variants = compare_variants(args.compare) + [("default", {})]
     spec = {"gpt_step": dict(job, mode="eager", seed=0, lr=3e-3)}

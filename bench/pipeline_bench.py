@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_support import run_job_file, write_table_and_json  # noqa: E402
+from bench_support import parse_args_or_run_job, run_job_file, write_table_and_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -283,7 +283,6 @@ def plot(results, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--stages", default="2,4", help="pipeline stages (comma list)")
     parser.add_argument("--microbatches", default="4,8", help="microbatches (comma list)")
     parser.add_argument("--rows", type=int, default=64)
@@ -298,10 +297,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=1,
                         help="run the whole grid this many times (rows per round)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "pipeline"))
-    args = parser.parse_args()
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(run_job(json.load(f))))
+    args = parse_args_or_run_job(parser, None, run_job)
+    if args is None:
         return
     variants = tuple(args.receives.split(","))
     results = []

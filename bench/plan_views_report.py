@@ -30,8 +30,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
-from train_bench import gpt_step_session, prepare_gpt_step, set_threads, write_job  # noqa: E402
+from bench_support import parse_args_or_run_job, run_json  # noqa: E402
+from train_bench import gpt_step_job, gpt_step_session  # noqa: E402
 
 OFFSET = re.compile(r"rank\.arena_offset = (-?\d+) : i64")
 KERNEL = re.compile(r"^\s*(%[\w#:]+) = rank\.kernel \"(\w+)\"\(([^)]*)\)")
@@ -107,17 +107,10 @@ def job_main(job):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        import json
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
-    set_threads(1)
-    cfg, workdir, data_path, weights = prepare_gpt_step("plan_views_", 1)
-    job_path = write_job(workdir, {"cfg": cfg, "data": data_path, "weights": weights,
-                                   "batch": args.batch, "threads": 1})
+    cfg, workdir, job, job_path = gpt_step_job("plan_views_", 1, batch=args.batch)
     out = run_json([sys.executable, os.path.abspath(__file__), "--job", job_path], timeout=600)
     if "error" in out:
         raise SystemExit(out["error"])

@@ -12,14 +12,13 @@ by the tests (test_ring_attention_bench.py runs a tiny setting).
     python3 bench/ring_attention_bench.py [--cp 4] [--seq 1024] [--heads 4] [--dim 32]
 """
 import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_support import run_job_file, write_table_and_json  # noqa: E402
+from bench_support import parse_args_or_run_job, run_job_file, write_table_and_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -74,16 +73,13 @@ def table(results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--cp", type=int, default=4)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--dim", type=int, default=32)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "ring_attention"))
-    args = parser.parse_args()
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(run_job(json.load(f))))
+    args = parse_args_or_run_job(parser, None, run_job)
+    if args is None:
         return
     results = measure(args.cp, args.seq, args.heads, args.dim)
     text = table(results)

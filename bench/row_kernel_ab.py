@@ -27,7 +27,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json  # noqa: E402
+from bench_support import parse_args_or_run_job, run_json  # noqa: E402
 from row_kernel_profile import instructions_of, label  # noqa: E402
 from train_bench import (gpt_step_session, gpt_train_step, prepare_gpt_step,  # noqa: E402
                          set_threads, write_job)
@@ -52,11 +52,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "row_kernel_bench"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "rowkern"))
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
     set_threads(1)
     cfg, workdir, data_path, weights = prepare_gpt_step("row_kernel_ab_", 1)

@@ -36,9 +36,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json, write_table_and_json  # noqa: E402
-from train_bench import (compare_variants, gpt_step_session, gpt_train_step,  # noqa: E402
-                         prepare_gpt_step, set_threads, write_job)
+from bench_support import parse_args_or_run_job, run_json, write_table_and_json  # noqa: E402
+from train_bench import (compare_variants, gpt_step_job, gpt_step_session,  # noqa: E402
+                         gpt_train_step)
 
 BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i1": 1, "i8": 1}
 # Kernels inside a fused group that do no arithmetic.
@@ -215,18 +215,12 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--compare", action="append", default=[], metavar="ENV=VALUE[,...]")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "rowkern"))
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
-    set_threads(args.threads)
-    cfg, workdir, data_path, weights = prepare_gpt_step("row_kernel_profile_", args.threads)
-    job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
-           "warmup": args.warmup, "profile_steps": args.profile_steps,
-           "threads": args.threads}
-    job_path = write_job(workdir, job)
+    cfg, workdir, job, job_path = gpt_step_job(
+        "row_kernel_profile_", args.threads, batch=args.batch, warmup=args.warmup,
+        profile_steps=args.profile_steps)
     variants = [("default", {})] + compare_variants(args.compare)
     rounds = {name: [] for name, _ in variants}
     loads = []

@@ -35,9 +35,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 sys.path.insert(0, HERE)
 
-from bench_support import run_json, write_table_and_json  # noqa: E402
-from train_bench import (compare_variants, prepare_gpt_step, gpt_step_session,  # noqa: E402
-                         set_threads, write_job)
+from bench_support import parse_args_or_run_job, run_json, write_table_and_json  # noqa: E402
+from train_bench import compare_variants, gpt_step_job, gpt_step_session  # noqa: E402
 
 PHASES = ("batch", "forward", "backward", "optimizer", "fetch")
 
@@ -200,18 +199,12 @@ def main(argv=None):
     ap.add_argument("--compare", action="append", default=[], metavar="ENV=VALUE[,...]")
     ap.add_argument("--json", help="also write the rounds here")
     ap.add_argument("--out", help="write table.md and results.json into this directory")
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
-    set_threads(args.threads)
-    cfg, workdir, data_path, weights = prepare_gpt_step("step_thread_cpu_", args.threads)
-    job = {"cfg": cfg, "data": data_path, "weights": weights, "batch": args.batch,
-           "warmup": args.warmup, "steps": args.steps, "threads": args.threads,
-           "loss_fetch": args.loss_fetch}
-    job_path = write_job(workdir, job)
+    cfg, workdir, job, job_path = gpt_step_job(
+        "step_thread_cpu_", args.threads, batch=args.batch, warmup=args.warmup,
+        steps=args.steps, loss_fetch=args.loss_fetch)
     variants = [("default", {})] + compare_variants(args.compare)
     rounds = {name: [] for name, _ in variants}
     loads = []

@@ -51,7 +51,7 @@ import time
 
 import numpy as np
 
-from bench_support import write_table_and_json
+from bench_support import parse_args_or_run_job, write_table_and_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -534,6 +534,17 @@ def write_job(workdir, job):
     return job_path
 
 
+def gpt_step_job(prefix, threads, **fields):
+    """The driver side of the GPT-step benches: sets this process's threads,
+    prepares the step's inputs (prepare_gpt_step) and writes a child job
+    naming them, with `fields` and `threads`. Returns (cfg, workdir, job,
+    job_path)."""
+    set_threads(threads)
+    cfg, workdir, data_path, weights = prepare_gpt_step(prefix, threads)
+    job = {"cfg": cfg, "data": data_path, "weights": weights, **fields, "threads": threads}
+    return cfg, workdir, job, write_job(workdir, job)
+
+
 def compare_variants(specs):
     """--compare ENV=VALUE[,...] specs as (name, environment) pairs."""
     return [(spec, dict(kv.split("=", 1) for kv in spec.split(","))) for spec in specs]
@@ -627,11 +638,9 @@ def main(argv=None):
                     "(sync, loss.item()), one step later (async, item_async(): the client "
                     "records the next step while the workers run this one), or both, as "
                     "rows of their own next to the same torch runs")
-    ap.add_argument("--job", help=argparse.SUPPRESS)   # internal: one dtorch measurement
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(run_job(json.load(f))))
+    # --job (internal): one dtorch measurement.
+    args = parse_args_or_run_job(ap, argv, run_job)
+    if args is None:
         return None
     set_threads(args.threads)
     if args.gpt_step:
