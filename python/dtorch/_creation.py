@@ -15,8 +15,9 @@ from .placement_types import Replicate
 
 
 # The paragraphs that the creation functions' docstrings share, written
-# once: a docstring names them as {size}, {mesh}, {dtype}, {returns} and
-# {raises}, and `_shared_docs` fills them in when the function is defined.
+# once: a docstring names them as {size}, {mesh}, {dtype}, {returns},
+# {raises} or {shaped_args}, and `_shared_docs` fills them in when the
+# function is defined.
 _DOC_PIECES = {
     "size": "*size (int): the global shape, as separate ints or one sequence.",
     "mesh": """device_mesh (DeviceMesh, optional): the mesh; by default every rank
@@ -31,6 +32,15 @@ _DOC_PIECES = {
         TypeError: a size is not an int, or a placement is not a placement.
         ValueError: the placements do not fit the mesh or the shape.""",
 }
+# The whole Args, Returns and Raises of the creators taking *size.
+_DOC_PIECES["shaped_args"] = """Args:
+        {size}
+        {mesh}
+        {dtype}
+
+    {returns}
+
+    {raises}""".format(**_DOC_PIECES)
 
 
 def _shared_docs(fn):
@@ -98,14 +108,7 @@ def randn(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
     The value of each element depends only on the seed (`dtorch.manual_seed`)
     and the element's global position, never on the placements.
 
-    Args:
-        {size}
-        {mesh}
-        {dtype}
-
-    {returns}
-
-    {raises}
+    {shaped_args}
 
     Example:
         >>> import dtorch
@@ -124,14 +127,7 @@ def rand(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fal
 
     Like `randn`, the values do not depend on the placements.
 
-    Args:
-        {size}
-        {mesh}
-        {dtype}
-
-    {returns}
-
-    {raises}
+    {shaped_args}
 
     Example:
         >>> import dtorch
@@ -146,14 +142,7 @@ def rand(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fal
 def zeros(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor filled with 0.
 
-    Args:
-        {size}
-        {mesh}
-        {dtype}
-
-    {returns}
-
-    {raises}
+    {shaped_args}
 
     Example:
         >>> import dtorch
@@ -169,14 +158,7 @@ def zeros(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
 def ones(*size, device_mesh=None, placements=None, dtype=None, requires_grad=False):
     """A tensor filled with 1.
 
-    Args:
-        {size}
-        {mesh}
-        {dtype}
-
-    {returns}
-
-    {raises}
+    {shaped_args}
 
     Example:
         >>> import dtorch
@@ -192,14 +174,7 @@ def empty(*size, device_mesh=None, placements=None, dtype=None, requires_grad=Fa
 
     Write it before reading it; do not rely on the values it starts with.
 
-    Args:
-        {size}
-        {mesh}
-        {dtype}
-
-    {returns}
-
-    {raises}
+    {shaped_args}
 
     Example:
         >>> import dtorch

@@ -29,21 +29,7 @@ ClusterOptions localOptions() {
 }
 
 // out = all_reduce_sum(x + y) over ranks 0-3 (spans both processes).
-Program addAllReduce() {
-  ProgramBuilder b;
-  int x = b.input(wire::F32, {3});
-  int y = b.input(wire::F32, {3});
-  int c = b.buffer(wire::F32, {3});
-  int d = b.buffer(wire::F32, {3});
-  int ready = b.event();
-  b.add("add", {x, y}, {c}).set_record_event(ready);
-  auto &reduce = b.add("all_reduce", {c}, {d}, wire::COMM);
-  reduce.add_wait_events(ready);
-  setInts(reduce, "group", {0, 1, 2, 3});
-  setString(reduce, "reduce", "sum");
-  b.output(d);
-  return b.program();
-}
+Program addAllReduce() { return addThenAllReduceProgram(3); }
 
 std::vector<float> inputOf(int rank, int round) {
   return {float(rank + round), float(2 * rank), float(round)};

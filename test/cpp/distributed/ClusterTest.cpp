@@ -42,21 +42,7 @@ Tensor randomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
 }
 
 // c = a + b (COMPUTE), d = all_reduce_sum(c) over all 4 ranks (COMM).
-Program addAllReduce(int rank) {
-  ProgramBuilder b;
-  int x = b.input(wire::F32, {5});
-  int y = b.input(wire::F32, {5});
-  int c = b.buffer(wire::F32, {5});
-  int d = b.buffer(wire::F32, {5});
-  int ready = b.event();
-  b.add("add", {x, y}, {c}).set_record_event(ready);
-  auto &reduce = b.add("all_reduce", {c}, {d}, wire::COMM);
-  reduce.add_wait_events(ready);
-  setInts(reduce, "group", {0, 1, 2, 3});
-  setString(reduce, "reduce", "sum");
-  b.output(d);
-  return b.program();
-}
+Program addAllReduce() { return addThenAllReduceProgram(5); }
 
 // A random fill whose seed comes from the run (seed slot 1 of the run's
 // seeds): 6 floats, the rank's box of a [4, 6] global tensor.
@@ -125,7 +111,7 @@ TEST(Cluster, MemoryStatsRoundTripInOrderWithTheWork) {
     EXPECT_EQ(stats.bytes, 0u);
   }
   for (int rank = 0; rank < 4; ++rank) {
-    uploadTo(cluster, rank, 1, addAllReduce(rank));
+    uploadTo(cluster, rank, 1, addAllReduce());
     cluster.put(rank, 100, randomTensor(wire::F32, {5}, 1 + rank));
     cluster.put(rank, 101, randomTensor(wire::F32, {5}, 9 + rank));
     cluster.run(rank, 1, {100, 101}, {102});
@@ -175,7 +161,7 @@ TEST(Cluster, TraceRecordsEachRanksStreamsAndDrainsInChunks) {
     TraceChunk started = cluster.trace(rank, TraceAction::Start, 100, 0).get();
     EXPECT_EQ(started.rank, rank);
     EXPECT_TRUE(started.events.empty());
-    uploadTo(cluster, rank, 1, addAllReduce(rank));
+    uploadTo(cluster, rank, 1, addAllReduce());
     cluster.put(rank, 100, randomTensor(wire::F32, {5}, 1 + rank));
     cluster.put(rank, 101, randomTensor(wire::F32, {5}, 9 + rank));
   }
@@ -235,7 +221,7 @@ TEST(Cluster, PutRunFetchAcrossTwoProcesses) {
   EXPECT_NE(cluster.pidOf(0), cluster.pidOf(2));
   std::vector<float> expected(5, 0.f);
   for (int rank = 0; rank < 4; ++rank) {
-    uploadTo(cluster, rank, 1, addAllReduce(rank));
+    uploadTo(cluster, rank, 1, addAllReduce());
     std::vector<float> a, b;
     for (int i = 0; i < 5; ++i) {
       a.push_back(rank * 10.f + i);

@@ -168,6 +168,25 @@ struct DonatedUpdate {
   static inline const std::vector<float> kUpdated = {0, 1.75, 2, 0};
 };
 
+// c = x + y (COMPUTE), then d = all_reduce_sum(c) over global ranks 0-3
+// (COMM, after the add's event): float32 of shape {n}, the output d.
+inline Program addThenAllReduceProgram(int64_t n) {
+  using ::dtorch::wire::F32;
+  ProgramBuilder b;
+  int x = b.input(F32, {n});
+  int y = b.input(F32, {n});
+  int c = b.buffer(F32, {n});
+  int d = b.buffer(F32, {n});
+  int ready = b.event();
+  b.add("add", {x, y}, {c}).set_record_event(ready);
+  auto &reduce = b.add("all_reduce", {c}, {d}, ::dtorch::wire::COMM);
+  reduce.add_wait_events(ready);
+  setInts(reduce, "group", {0, 1, 2, 3});
+  setString(reduce, "reduce", "sum");
+  b.output(d);
+  return b.program();
+}
+
 // Runs fn(rank) on `worldSize` threads; rethrows the first failure.
 inline void runRanks(int worldSize, const std::function<void(int)> &fn) {
   std::vector<std::exception_ptr> errors(worldSize);
