@@ -460,9 +460,8 @@ void Executor::runSteps(ExecutionPlan &plan, const std::string &prefix,
                          ops.outData.data(), scalars + step.firstScalar);
           break;
         case ExecutionPlan::StepKind::Collective:
-          movedBytes =
-              runCommInstruction(*step.instruction, ops.in, ops.out,
-                                 deviceEvents);
+          movedBytes = runCommInstruction(*step.instruction, ops.in, ops.out,
+                                          deviceEvents);
           break;
         }
         if (traceStart >= 0)

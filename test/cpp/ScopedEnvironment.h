@@ -1,4 +1,4 @@
-//===- ScopedEnvironment.h - an environment variable set for a scope -*- C++ -*-===//
+//===- ScopedEnvironment.h - a variable set for a scope ----*- C++ -*-===//
 //
 // Shared by the C++ tests of every folder (test/CMakeLists.txt puts
 // test/cpp on their include path).

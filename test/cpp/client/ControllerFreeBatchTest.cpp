@@ -40,9 +40,9 @@ private:
 /// over ranks 0-1 (id 1), built with DTORCH_BATCH_FREES set to `batch`.
 struct ControllerFreeBatchTest : ::testing::TestWithParam<bool> {
   ControllerFreeBatchTest()
-      : controller(test::makeControllerWith(
-            "DTORCH_BATCH_FREES", GetParam(),
-            std::make_unique<LoggingBackend>(), backend)) {
+      : controller(test::makeControllerWith("DTORCH_BATCH_FREES", GetParam(),
+                                            std::make_unique<LoggingBackend>(),
+                                            backend)) {
     controller->addMesh(Mesh{0, {4}, {}, {0, 1, 2, 3}, "cpu", {}});
     controller->addMesh(Mesh{1, {2}, {}, {0, 1}, "cpu", {}});
   }

@@ -1,4 +1,4 @@
-//===- ControllerTestSupport.h - helpers of the Controller tests -*- C++ -*-===//
+//===- ControllerTestSupport.h - Controller test helpers ---*- C++ -*-===//
 //
 // The backend the Controller tests wrap (every call handed to an in-process
 // backend; a test overrides the calls it logs or changes) and building a
@@ -87,9 +87,9 @@ protected:
 /// `name` set to "1" or "0" (`on`) and restored afterwards: the switches
 /// the controller reads when it is built. `backend` is set to `owned`.
 template <typename BackendT>
-std::unique_ptr<Controller>
-makeControllerWith(const char *name, bool on, std::unique_ptr<BackendT> owned,
-                   BackendT *&backend) {
+std::unique_ptr<Controller> makeControllerWith(const char *name, bool on,
+                                               std::unique_ptr<BackendT> owned,
+                                               BackendT *&backend) {
   testsupport::ScopedEnvironment scoped(name, on ? "1" : "0");
   backend = owned.get();
   return std::make_unique<Controller>(std::move(owned));

@@ -61,8 +61,8 @@ checkBothWays(const std::vector<AdamParam> &params, const SgdConfig &c,
       randomInputs(params, c, lr, /*specials=*/true, rng);
   if (inputsOut)
     *inputsOut = inputs;
-  return runBothWays(sgdsources::fusedSgdSource(params, c), "fused_sgd",
-                     inputs, what)
+  return runBothWays(sgdsources::fusedSgdSource(params, c), "fused_sgd", inputs,
+                     what)
       .generated;
 }
 

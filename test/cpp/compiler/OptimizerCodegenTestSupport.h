@@ -255,8 +255,7 @@ inline void expectAnyCutGivesTheWholeCallsBits(
     std::vector<rt::Tensor> got = outputsLike();
     std::vector<void *> out = pointers(got);
     for (size_t k = 0; k + 1 < cuts.size(); ++k)
-      rows(in.data(), out.data(), scalars.data(), cuts[k],
-           cuts[k + 1]);
+      rows(in.data(), out.data(), scalars.data(), cuts[k], cuts[k + 1]);
     expectSameBits(got, expected, "cuts");
   }
   // A range writes only its elements.

@@ -6,8 +6,8 @@
 // marking one lets through.
 //
 //===----------------------------------------------------------------------===//
-#include "ScopedEnvironment.h"
 #include "dtensor/Transforms/StageVerification.h"
+#include "ScopedEnvironment.h"
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
 #include "dtorch/Compiler.h"

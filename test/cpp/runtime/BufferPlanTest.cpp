@@ -115,8 +115,8 @@ TEST(BufferPlan, ValidatorAcceptsAPlanAndRefusesBadOnes) {
   Program tooSmall = c.b.program();
   setBufferPlan(tooSmall, {-1, 0, 0, 64, -1}, 100);
   expectInvalidProgram(tooSmall,
-                    {"buffer 3 (64 bytes at offset 64) does not fit in the "
-                     "arena of 100 bytes"});
+                       {"buffer 3 (64 bytes at offset 64) does not fit in the "
+                        "arena of 100 bytes"});
 
   Program inputPlaced = c.b.program();
   setBufferPlan(inputPlaced, {128, 0, 0, 64, -1}, 192);
@@ -124,18 +124,20 @@ TEST(BufferPlan, ValidatorAcceptsAPlanAndRefusesBadOnes) {
 
   Program outputPlaced = c.b.program();
   setBufferPlan(outputPlaced, {-1, 0, 0, 64, 128}, 192);
-  expectInvalidProgram(outputPlaced, {"output buffer 4 is placed in the arena"});
+  expectInvalidProgram(outputPlaced,
+                       {"output buffer 4 is placed in the arena"});
 
   // transpose is not elementwise: t3 may not take t2's memory.
   Program overlap = c.b.program();
   setBufferPlan(overlap, {-1, 0, 0, 0, -1}, 64);
   expectInvalidProgram(overlap, {"buffers", "share arena memory while both are "
-                                         "live"});
+                                            "live"});
 
   Program unplanned = c.b.program();
   unplanned.clear_buffer_offsets();
   unplanned.set_arena_bytes(64);
-  expectInvalidProgram(unplanned, {"arena_bytes is 64 but no buffer is planned"});
+  expectInvalidProgram(unplanned,
+                       {"arena_bytes is 64 but no buffer is planned"});
 }
 
 TEST(BufferPlan, ValidatorKeepsACollectiveInputLiveUntilAWait) {
