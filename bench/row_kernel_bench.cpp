@@ -16,6 +16,12 @@
 // code they generate (bench/row_kernel_ab.py alternates them). Not run by
 // the tests.
 //
+// --pair DIR: each kernel also from DIR/<symbol>.so (the same kernel as
+// another process generated it, DTORCH_KERNEL_DUMP_DIR=DIR, e.g. with a
+// switch off), the two called in turn `repeat` times: the JSON adds the
+// other's fastest call ("us_pair") and the medians of both ("median_us",
+// "median_us_pair"), taken call by call, so a busy host slows both alike.
+//
 //===----------------------------------------------------------------------===//
 #include "dtorch/Compiler.h"
 #include "dtorch/runtime/Executable.h"
@@ -32,6 +38,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace dtorch;
@@ -79,7 +86,7 @@ rt::Tensor randomOf(const wire::TensorSpec &spec, std::mt19937 &rng) {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string path, jsonPath;
+  std::string path, jsonPath, pairDir;
   int repeat = 300;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -87,6 +94,8 @@ int main(int argc, char **argv) {
       repeat = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       jsonPath = argv[++i];
+    else if (a == "--pair" && i + 1 < argc)
+      pairDir = argv[++i];
     else
       path = a;
   }
@@ -148,21 +157,54 @@ int main(int argc, char **argv) {
       std::memcpy(
           scalars.data(), it->second.data().data(),
           std::min(it->second.data().size(), scalars.size() * sizeof(double)));
+    rt::GeneratedKernelFn other = nullptr;
+    if (!pairDir.empty()) {
+      std::ifstream so(pairDir + "/" + exe.symbol() + ".so", std::ios::binary);
+      std::stringstream bytes;
+      bytes << so.rdbuf();
+      if (so && !bytes.str().empty()) {
+        wire::Executable copy = exe;
+        copy.set_object(bytes.str());
+        copy.set_content_hash(rt::executableHash(copy.object()));
+        other = rt::loadExecutable(copy);
+      }
+    }
     kernel(inPtrs.data(), outPtrs.data(), scalars.data());
-    double best = 1e30;
+    if (other)
+      other(inPtrs.data(), outPtrs.data(), scalars.data());
+    double best = 1e30, bestOther = 1e30;
+    std::vector<double> times, otherTimes;
     for (int r = 0; r < repeat; ++r) {
       double t = wallSeconds();
       kernel(inPtrs.data(), outPtrs.data(), scalars.data());
-      best = std::min(best, wallSeconds() - t);
+      times.push_back(wallSeconds() - t);
+      best = std::min(best, times.back());
+      if (!other)
+        continue;
+      t = wallSeconds();
+      other(inPtrs.data(), outPtrs.data(), scalars.data());
+      otherTimes.push_back(wallSeconds() - t);
+      bestOther = std::min(bestOther, otherTimes.back());
     }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
     std::string where = inst.location();
     std::printf("#%-4d %8.2f us  %7.1f KB  %s  %s\n", i, best * 1e6,
                 bytes / 1024.0, exe.symbol().c_str(),
                 where.substr(0, 60).c_str());
     if (json) {
       std::fprintf(
-          json, "%s {\"instruction\": %d, \"us\": %.3f, \"bytes\": %lld}",
+          json, "%s {\"instruction\": %d, \"us\": %.3f, \"bytes\": %lld",
           first ? "" : ",\n", i, best * 1e6, static_cast<long long>(bytes));
+      if (other)
+        std::fprintf(json,
+                     ", \"us_pair\": %.3f, \"median_us\": %.3f, "
+                     "\"median_us_pair\": %.3f",
+                     bestOther * 1e6, median(times) * 1e6,
+                     median(otherTimes) * 1e6);
+      std::fprintf(json, "}");
       first = false;
     }
   }

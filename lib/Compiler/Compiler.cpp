@@ -8,6 +8,7 @@
 #include "dtensor/IR/DTensor.h"
 #include "dtensor/Transforms/Passes.h"
 #include "dtensor/Transforms/StageVerification.h"
+#include "dtorch/runtime/PolynomialMath.h"
 #include "rank/IR/Rank.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -340,6 +341,10 @@ std::string compilerConfiguration() {
          ",row_sweep_reuse=" +
          (codegen::rowSweepReuseFromEnvironment() ? "1" : "0") +
          ",row_tree_max=" + (codegen::rowTreeMaxFromEnvironment() ? "1" : "0") +
+         ",row_masked_tails=" +
+         (codegen::rowMaskedTailsFromEnvironment() ? "1" : "0") +
+         ",erf_piecewise=" +
+         (rt::polynomial::erfPiecewiseFromEnvironment() ? "1" : "0") +
          ",row_kernel_noalias=" +
          (rowKernelNoAliasFromEnvironment() ? "1" : "0") +
          ",row_vector_loops=" + (rowVectorLoopsFromEnvironment() ? "1" : "0") +

@@ -12,9 +12,11 @@
 // Numerics are the runtime's hand-written kernels', bit for bit: float16 and
 // bfloat16 are computed in float32 and rounded after every op (bfloat16 by
 // integer code, as the runtime rounds), integers wrap, and float32 exp,
-// log, tanh and erf use MLIR's polynomial approximations (vectorizable),
-// which the runtime's kernels compute operation for operation
-// (dtorch/runtime/PolynomialMath.h); float64 calls libm, as they do.
+// log and tanh use MLIR's polynomial approximations (vectorizable) and erf
+// a piecewise polynomial of our own (ErfApproximation.cpp; MLIR's with
+// DTORCH_ERF_PIECEWISE=0), which the runtime's kernels compute operation
+// for operation (dtorch/runtime/PolynomialMath.h); float64 calls libm, as
+// they do.
 // test/cpp/compiler/FusedKernelBitwiseTest.cpp checks every kernel.
 //
 //===----------------------------------------------------------------------===//
@@ -24,6 +26,7 @@
 
 #include "ProgramEmitter.h"
 #include "dtorch/runtime/Executable.h"
+#include "dtorch/runtime/PolynomialMath.h"
 #include "rank/IR/FusibleKernels.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -289,10 +292,16 @@ emitFullConstants(OpBuilder &b, Location loc, Block &body, Value scalarArg) {
 void applyPolynomialApproximations(ModuleOp module) {
   // The runtime's float32 kernels compute these expansions operation for
   // operation (dtorch/runtime/PolynomialMath.h): change both together.
+  // erf is the piecewise polynomial of ErfApproximation.cpp unless
+  // DTORCH_ERF_PIECEWISE=0.
+  bool piecewiseErf = rt::polynomial::erfPiecewiseFromEnvironment();
   RewritePatternSet patterns(module.getContext());
-  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+  if (piecewiseErf)
+    populatePiecewiseErfPatterns(patterns);
+  populateMathPolynomialApproximationPatterns(patterns, [&](StringRef name) {
     name.consume_front("math.");
-    return name == "exp" || name == "log" || name == "tanh" || name == "erf";
+    return name == "exp" || name == "log" || name == "tanh" ||
+           (name == "erf" && !piecewiseErf);
   });
   (void)applyPatternsGreedily(module, std::move(patterns));
 }
@@ -719,15 +728,26 @@ void markPointersNoAlias(llvm::Function &f) {
       arg.addAttr(llvm::Attribute::NoAlias);
 }
 
-/// Keeps the element loops of a row kernel whole until the loop vectorizer
-/// runs: every innermost loop whose header carries nothing but its
-/// induction variable (a sweep's fill or store loop; not the reductions,
-/// which carry sums) gets `llvm.loop.unroll.disable`. Otherwise LLVM's full
-/// unroll, which runs before the vectorizer, turns a short loop with a
-/// small body (softmax's division over a row of 32 read back from scratch)
-/// into 32 scalar operations that the SLP vectorizer leaves scalar.
-void keepElementLoopsWhole(llvm::Function &f) {
-  if (f.isDeclaration())
+/// Hints to the loop vectorizer on the element loops of a row kernel:
+/// every innermost loop whose header carries nothing but its induction
+/// variable (a sweep's fill or store loop; not the reductions, which carry
+/// sums).
+///
+/// `keepWhole` (DTORCH_ROW_VECTOR_LOOPS): `llvm.loop.unroll.disable`, so
+/// the loops stay whole until the loop vectorizer runs. Otherwise LLVM's
+/// full unroll, which runs before the vectorizer, turns a short loop with
+/// a small body (softmax's division over a row of 32 read back from
+/// scratch) into 32 scalar operations that the SLP vectorizer leaves
+/// scalar.
+///
+/// `foldTails` (rowKernelFoldsLoopTails: DTORCH_ROW_MASKED_TAILS, rows
+/// shorter than 256): `llvm.loop.vectorize.predicate.enable`, so the
+/// elements past the last whole vector run as part of a masked vector
+/// iteration (AVX-512 masks) instead of a scalar remainder loop (a row of
+/// 77 float32: 13 elements, each an exp, after one iteration of 64). The
+/// same operations per element.
+void hintElementLoops(llvm::Function &f, bool keepWhole, bool foldTails) {
+  if (f.isDeclaration() || !(keepWhole || foldTails))
     return;
   llvm::LLVMContext &c = f.getContext();
   llvm::DominatorTree dominators(f);
@@ -742,13 +762,17 @@ void keepElementLoopsWhole(llvm::Function &f) {
     }
     if (phis != 1)
       continue;
-    llvm::Metadata *disable[] = {
-        llvm::MDString::get(c, "llvm.loop.unroll.disable")};
     llvm::SmallVector<llvm::Metadata *> operands = {nullptr};
     if (llvm::MDNode *old = loop->getLoopID())
       for (unsigned i = 1; i < old->getNumOperands(); ++i)
         operands.push_back(old->getOperand(i));
-    operands.push_back(llvm::MDNode::get(c, disable));
+    if (keepWhole)
+      operands.push_back(llvm::MDNode::get(
+          c, {llvm::MDString::get(c, "llvm.loop.unroll.disable")}));
+    if (foldTails)
+      operands.push_back(llvm::MDNode::get(
+          c, {llvm::MDString::get(c, "llvm.loop.vectorize.predicate.enable"),
+              llvm::ConstantAsMetadata::get(llvm::ConstantInt::getTrue(c))}));
     llvm::MDNode *id = llvm::MDNode::getDistinct(c, operands);
     id->replaceOperandWith(0, id);
     loop->setLoopID(id);
@@ -882,8 +906,9 @@ compileFusedKernel(rank::FusedOp op, const std::string &signature) {
     llvm::Function *impl = llvmModule->getFunction(kImplName);
     if (impl && rowKernelNoAliasFromEnvironment())
       markPointersNoAlias(*impl);
-    if (impl && rowVectorLoopsFromEnvironment())
-      keepElementLoopsWhole(*impl);
+    if (impl)
+      hintElementLoops(*impl, rowVectorLoopsFromEnvironment(),
+                       rowKernelFoldsLoopTails(op.getBody().front()));
   }
   auto kernel = std::make_shared<GeneratedKernel>();
   kernel->set_symbol("dtorch_fused_" + rt::executableHash(signature));

@@ -16,6 +16,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/DenseMap.h"
 
 #include <string>
@@ -90,9 +91,14 @@ emitFullConstants(mlir::OpBuilder &b, mlir::Location loc, mlir::Block &body,
 mlir::Value convertFullConstant(mlir::OpBuilder &b, mlir::Location loc,
                                 mlir::Value f64Value, const ElementTypes &et);
 
-/// float32 exp, log, tanh and erf as MLIR's polynomial approximations, as
-/// the runtime's kernels compute them (dtorch/runtime/PolynomialMath.h).
+/// float32 exp, log, tanh and erf as MLIR's polynomial approximations (erf
+/// as populatePiecewiseErfPatterns's unless DTORCH_ERF_PIECEWISE=0), as the
+/// runtime's kernels compute them (dtorch/runtime/PolynomialMath.h).
 void applyPolynomialApproximations(mlir::ModuleOp module);
+
+/// math.erf on float32 as the runtime's polynomial::erfPiecewise, operation
+/// for operation (ErfApproximation.cpp): no division.
+void populatePiecewiseErfPatterns(mlir::RewritePatternSet &patterns);
 
 /// The indexing map of an operand of shape `shape` in a loop nest over
 /// `group` (numpy broadcasting: trailing dims aligned, extent 1 repeated).
@@ -139,6 +145,23 @@ int64_t rowReductionRows(mlir::Block &body);
 /// (for comparison; read once per process, part of
 /// compilerConfiguration()).
 bool rowLaneVectorsFromEnvironment();
+
+/// Whether the lane-vector reductions of a row kernel (float32 rows in
+/// blocks of 8 on the host) reduce the elements of a chunk past its last
+/// multiple of 8 as one more vector step on masked loads, padded with an
+/// element that changes no accumulator (-0 for a sum, -inf for max, +inf
+/// for min: the same bits), rather than one element at a time;
+/// DTORCH_ROW_MASKED_TAILS=0 turns it off (for comparison; read once per
+/// process, part of compilerConfiguration()).
+bool rowMaskedTailsFromEnvironment();
+
+/// Whether the fill and store loops of the row kernel of `body` fold their
+/// remainder into a masked vector iteration (LLVM's
+/// `llvm.loop.vectorize.predicate.enable`) instead of a scalar epilogue:
+/// with DTORCH_ROW_MASKED_TAILS, for rows shorter than 256 elements of
+/// groups that compute a polynomial (exp, log, ...), where that was
+/// measured faster (RowKernelCodegen.cpp, kFoldTailsBelow).
+bool rowKernelFoldsLoopTails(mlir::Block &body);
 
 /// Whether the host form of a row kernel whose rows fit in one chunk keeps
 /// the values each sweep reduces (its scratch rows) for the later sweeps,

@@ -50,11 +50,14 @@ struct SiluOp {
     return x * sigmoidOf(x);
   }
 };
-// (0.5 x) (1 + erf(x / sqrt(2))), the erf form.
-struct GeluOp {
+// (0.5 x) (1 + erf(x / sqrt(2))), the erf form; erf is poly::erfPiecewise
+// unless DTORCH_ERF_PIECEWISE=0 (MLIR's rational approximation), as the
+// generated kernels compute it.
+template <bool Piecewise> struct GeluOp {
   DTORCH_ALWAYS_INLINE float operator()(float x) const {
     DTORCH_NO_FP_CONTRACT
-    float erf = poly::erf(x * static_cast<float>(M_SQRT1_2));
+    float scaled = x * static_cast<float>(M_SQRT1_2);
+    float erf = Piecewise ? poly::erfPiecewise(scaled) : poly::erf(scaled);
     float half = 0.5f * x;
     return half * (1.0f + erf);
   }
@@ -168,7 +171,10 @@ template <class T> void registerFor(KernelRegistry &registry) {
   registerMapped<T, LogOp>(registry, "log");
   registerMapped<T, TanhOp>(registry, "tanh");
   registerMapped<T, SigmoidOp>(registry, "sigmoid");
-  registerMapped<T, GeluOp>(registry, "gelu");
+  if (poly::erfPiecewiseFromEnvironment())
+    registerMapped<T, GeluOp<true>>(registry, "gelu");
+  else
+    registerMapped<T, GeluOp<false>>(registry, "gelu");
   registerMapped<T, SiluOp>(registry, "silu");
 }
 

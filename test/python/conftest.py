@@ -23,13 +23,15 @@ def subprocess_env():
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
 
 
-def run_fusion_script(script, fusion, *args, timeout=600):
-    """Runs `script` in a child interpreter with DTORCH_FUSION=`fusion` and
-    no disk program cache; returns the JSON of its last "RESULT " line."""
+def run_fusion_script(script, fusion, *args, timeout=600, env=None):
+    """Runs `script` in a child interpreter with DTORCH_FUSION=`fusion`, no
+    disk program cache and the variables of `env` (switches read once per
+    process); returns the JSON of its last "RESULT " line."""
     import json
     import subprocess
     import sys
-    env = dict(subprocess_env(), DTORCH_FUSION=str(fusion), DTORCH_CACHE_DIR="")
+    env = dict(subprocess_env(), DTORCH_FUSION=str(fusion), DTORCH_CACHE_DIR="",
+               **(env or {}))
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]

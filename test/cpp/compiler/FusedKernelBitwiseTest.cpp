@@ -133,9 +133,12 @@ std::vector<double> specialValues() {
                            -1e300,
                            1e-300};
   // Thresholds of exp (clamps at -87.8 and 88.8, overflow near 88.72),
-  // tanh (0.0004, 7.99881172), erf (0.8, 2, 3.75), log (1/sqrt(2)).
-  for (double t : {87.8, 88.8, 88.72283935546875, 88.7228, 103.97, 0.0004,
-                   7.99881172, 0.8, 3.75, 0.707106769, 9.0, 20.0, 50.0})
+  // tanh (0.0004, 7.99881172), erf (0.8, 2, 3.75; the piecewise one's 1
+  // and saturation point, as gelu's inputs: times sqrt(2)), log
+  // (1/sqrt(2)).
+  for (double t :
+       {87.8, 88.8, 88.72283935546875, 88.7228, 103.97, 0.0004, 7.99881172, 0.8,
+        3.75, 0.707106769, 9.0, 20.0, 50.0, M_SQRT2, M_SQRT2 * 3.92})
     for (double s : {1.0, -1.0})
       for (double d : {0.0, 1e-7, -1e-7, 1e-3, -1e-3})
         v.push_back(s * t * (1 + d));

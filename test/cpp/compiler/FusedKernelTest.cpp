@@ -26,9 +26,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace dtorch;
@@ -428,9 +432,12 @@ wire::TensorSpec specOf(wire::DType dtype, std::vector<int64_t> shape) {
 /// op's NaN open, and the 16-bit conversions differ there).
 void expectBitwiseEqual(const std::string &source,
                         const std::vector<rt::Tensor> &inputs,
-                        const std::string &what) {
+                        const std::string &what,
+                        std::vector<rt::Tensor> *fusedOutputs = nullptr) {
   RunResult fused = compileAndRun(source, true, inputs);
   RunResult plain = compileAndRun(source, false, inputs);
+  if (fusedOutputs)
+    *fusedOutputs = fused.outputs;
   ASSERT_GE(countOp(fused.program, "fused"), 1) << what;
   ASSERT_EQ(countOp(plain.program, "fused"), 0) << what;
   ASSERT_LT(fused.program.instructions_size(),
@@ -619,4 +626,163 @@ TEST(FusedRowReductions, LaneVectorBlocksKeepEachRowsOrder) {
     v[4 * n - 1] = NAN;
     expectBitwiseEqual(source, {x}, "max/min/sum lanes " + shape);
   }
+}
+
+namespace {
+
+/// Exit status of this test binary run again in a child process with
+/// `name`=`value` in its environment and only `test` selected (a switch
+/// read once per process takes its other setting there).
+int rerunWith(const char *name, const char *value, const std::string &test) {
+  pid_t child = fork();
+  if (child == 0) {
+    setenv(name, value, 1);
+    std::string filter = "--gtest_filter=" + test;
+    char self[] = "/proc/self/exe";
+    char *argv[] = {self, filter.data(), nullptr};
+    execv(self, argv);
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// Every element of `got` (float32) within `tol` of `want` (float64),
+/// relative to max(1, |want|).
+void expectNear(const rt::Tensor &got, const std::vector<double> &want,
+                double tol, const std::string &what) {
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel() && bad < 5; ++i) {
+    double a = valueAt(got, i), b = want[i];
+    if (!(std::abs(a - b) <= tol * std::max(1.0, std::abs(b)))) {
+      ++bad;
+      ADD_FAILURE() << what << ": element " << i << ": generated " << a
+                    << ", float64 reference " << b;
+    }
+  }
+}
+
+/// For each row of `x` [rows, n] (float32), `f(row pointer, n, out)`
+/// appends the row's reference values to `out`.
+std::vector<double>
+perRow(const rt::Tensor &x, int64_t rows, int64_t n,
+       const std::function<void(const float *, int64_t, int64_t,
+                                std::vector<double> &)> &f) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < rows; ++r)
+    f(x.data_as<float>() + r * n, r, n, out);
+  return out;
+}
+
+/// max and log(sum(exp(x - max))) of a row, in float64.
+std::pair<double, double> maxAndLogSumExp(const float *x, int64_t n) {
+  double m = -INFINITY, total = 0;
+  for (int64_t j = 0; j < n; ++j)
+    m = std::max(m, static_cast<double>(x[j]));
+  for (int64_t j = 0; j < n; ++j)
+    total += std::exp(x[j] - m);
+  return {m, std::log(total)};
+}
+
+} // namespace
+
+// Rows whose length is and is not a multiple of the 8-element vectors of
+// the lane reductions (1, 7, 8, 9, 1000 and GPT-2's 50257 classes), with
+// masked vector tails (DTORCH_ROW_MASKED_TAILS, the default) and, in a
+// child process, without: softmax, layer_norm, cross-entropy and its
+// gradient are bitwise the library's either way (the tail's padding
+// changes no accumulator) and within float32 tolerance of a float64
+// reference. 19 rows: two blocks of 8 and 3 rows one by one.
+TEST(FusedRowReductions, MaskedTailsAnyRowLength) {
+  const char *switchName = "DTORCH_ROW_MASKED_TAILS";
+  bool masked =
+      !(std::getenv(switchName) && std::string(std::getenv(switchName)) == "0");
+  ASSERT_NE(compilerConfiguration().find(masked ? "row_masked_tails=1"
+                                                : "row_masked_tails=0"),
+            std::string::npos);
+  const double tol = tolerance(wire::F32, true);
+  std::mt19937 rng(26);
+  for (int64_t n : {1, 7, 8, 9, 1000, 50257}) {
+    int64_t rows = n > 1000 ? 9 : 19;
+    std::string what = std::string(masked ? "masked" : "scalar") + " tails, " +
+                       std::to_string(rows) + "x" + std::to_string(n) + ": ";
+    rt::Tensor x = randomTensor(specOf(wire::F32, {rows, n}), -8, 8, rng);
+    // One-hot targets, one class per row.
+    rt::Tensor t = rt::Tensor::emptyLike(specOf(wire::F32, {rows, n}));
+    std::vector<int64_t> target(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      target[r] = static_cast<int64_t>(rng() % n);
+      for (int64_t j = 0; j < n; ++j)
+        t.data_as<float>()[r * n + j] = j == target[r] ? 1.0f : 0.0f;
+    }
+    rt::Tensor g = randomTensor(specOf(wire::F32, {rows, 1}), -1, 1, rng);
+    rt::Tensor w = randomTensor(specOf(wire::F32, {n}), -2, 2, rng);
+    rt::Tensor bias = randomTensor(specOf(wire::F32, {n}), -1, 1, rng);
+    std::vector<rt::Tensor> out;
+    // The float64 log-probabilities of x's rows: softmax, cross-entropy
+    // and its gradient follow from them.
+    std::vector<double> logp = perRow(
+        x, rows, n,
+        [](const float *v, int64_t, int64_t len, std::vector<double> &o) {
+          auto [m, lse] = maxAndLogSumExp(v, len);
+          for (int64_t j = 0; j < len; ++j)
+            o.push_back(v[j] - m - lse);
+        });
+    std::vector<double> probabilities, loss, gradient;
+    for (int64_t i = 0; i < rows * n; ++i) {
+      probabilities.push_back(std::exp(logp[i]));
+      gradient.push_back((probabilities.back() - t.data_as<float>()[i]) *
+                         g.data_as<float>()[i / n]);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      loss.push_back(-logp[r * n + target[r]]);
+
+    expectBitwiseEqual(softmaxSource("f32", rows, n, "exp"), {x},
+                       what + "softmax", &out);
+    ASSERT_EQ(out.size(), 1u);
+    expectNear(out[0], probabilities, tol, what + "softmax");
+
+    expectBitwiseEqual(layerNormSource("f32", rows, n), {x, w, bias},
+                       what + "layer_norm", &out);
+    ASSERT_EQ(out.size(), 2u);
+    const float *wv = w.data_as<float>(), *bv = bias.data_as<float>();
+    expectNear(out[0],
+               perRow(x, rows, n,
+                      [&](const float *v, int64_t, int64_t len,
+                          std::vector<double> &o) {
+                        double mean = 0, var = 0;
+                        for (int64_t j = 0; j < len; ++j)
+                          mean += v[j];
+                        mean /= len;
+                        for (int64_t j = 0; j < len; ++j)
+                          var += (v[j] - mean) * (v[j] - mean);
+                        var /= len;
+                        for (int64_t j = 0; j < len; ++j)
+                          o.push_back((v[j] - mean) / std::sqrt(var + 1e-5) *
+                                          wv[j] +
+                                      bv[j]);
+                      }),
+               // float32 rounding of centered values divided by a small
+               // standard deviation (rows of 1: 0 / sqrt(1e-5)).
+               16 * tol, what + "layer_norm");
+
+    expectBitwiseEqual(crossEntropySource("f32", rows, n), {x, t},
+                       what + "cross_entropy", &out);
+    ASSERT_EQ(out.size(), 2u);
+    expectNear(out[0], loss, tol, what + "cross_entropy loss");
+    expectNear(out[1], logp, tol, what + "cross_entropy log-probabilities");
+
+    expectBitwiseEqual(crossEntropyBackwardSource("f32", rows, n), {x, t, g},
+                       what + "cross_entropy backward", &out);
+    ASSERT_EQ(out.size(), 1u);
+    expectNear(out[0], gradient, tol, what + "cross_entropy gradient");
+  }
+  if (masked && !std::getenv(switchName))
+    EXPECT_EQ(rerunWith(switchName, "0",
+                        "FusedRowReductions.MaskedTailsAnyRowLength"),
+              0)
+        << "the same checks with " << switchName << "=0 failed";
 }

@@ -165,6 +165,24 @@ inline std::string crossEntropySource(const std::string &dtype, int64_t rows,
                     {{loss, dropped}, {logp, row}});
 }
 
+/// The gradient of cross-entropy's logits `x` [rows, n] against targets
+/// `t` [rows, n], scaled per row by `g` [rows, 1]: (softmax(x) - t) * g.
+inline std::string crossEntropyBackwardSource(const std::string &dtype,
+                                              int64_t rows, int64_t n) {
+  Source s{dtype, {}};
+  std::string r = std::to_string(rows), c = std::to_string(n);
+  std::string row = s.type(r + "x" + c), kept = s.type(r + "x1");
+  std::string m = s.reduce("max", "%x", "1", true, row, kept);
+  std::string e = s.unary(
+      "exp", s.binary("sub", "%x", s.broadcast(m, kept, row), row), row);
+  std::string total = s.reduce("sum", e, "1", true, row, kept);
+  std::string p = s.binary("div", e, s.broadcast(total, kept, row), row);
+  std::string y = s.binary("mul", s.binary("sub", p, "%t", row),
+                           s.broadcast("%g", kept, row), row);
+  return s.function("%x: " + row + ", %t: " + row + ", %g: " + kept,
+                    {{y, row}});
+}
+
 /// rms_norm of `x` [rows, n] with weight `w` [n]: x * rsqrt(mean(x*x) + eps)
 /// * w.
 inline std::string rmsNormSource(const std::string &dtype, int64_t rows,

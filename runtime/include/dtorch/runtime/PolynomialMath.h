@@ -1,7 +1,8 @@
 // float32 exp, log, tanh and erf computed exactly as the controller's
 // generated (fused) kernels compute them, so that a kernel gives the same
 // bits whether it runs hand-written (a segment's first run) or generated
-// (later runs).
+// (later runs). erfPiecewise, the erf gelu uses by default, is our own
+// (lib/Compiler/ErfApproximation.cpp emits it); the others follow MLIR.
 //
 // The generated kernels (lib/Compiler/KernelCodegen.cpp) lower math.exp,
 // math.log, math.tanh and math.erf on float32 with MLIR's polynomial
@@ -25,6 +26,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__FAST_MATH__)
@@ -178,6 +180,85 @@ DTORCH_ALWAYS_INLINE float erf(float x) {
   float r = base + n / d;
   r = inRange ? r : 1.0f;
   return negative ? -r : r;
+}
+
+/// Whether float32 erf (gelu's erf form) is erfPiecewise, in the generated
+/// kernels (lib/Compiler/ErfApproximation.cpp) and the runtime's alike,
+/// rather than MLIR's rational approximation (erf above);
+/// DTORCH_ERF_PIECEWISE=0 turns it off (for comparison; read once per
+/// process, part of the compiler's configuration, so of the disk cache's
+/// key).
+inline bool erfPiecewiseFromEnvironment() {
+  static const bool enabled = [] {
+    const char *value = std::getenv("DTORCH_ERF_PIECEWISE");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return enabled;
+}
+
+/// The coefficients of erfPiecewise, lowest degree first (fitted by
+/// tools/erf-fit/fit_erf_piecewise.py: minimax in float64, rounded to
+/// float32 from the highest degree down, the lower ones fitted again).
+/// kErfSmall: erf(a) / a - 1 as a polynomial in a^2 on [0, kErfSplit).
+/// kErfLarge: erf(a) - 1 as a polynomial in a - kErfCenter on
+/// [kErfSplit, kErfSaturation).
+inline constexpr float kErfSmall[] = {
+    0x1.06eba8p-3f,   // 0.12837916612625122
+    -0x1.81273ep-2f,  // -0.3761262595653534
+    0x1.ce2cf8p-4f,   // 0.1128358542919159
+    -0x1.b7f90cp-6f,  // -0.026853810995817184
+    0x1.5405acp-8f,   // 0.005188326351344585
+    -0x1.a3f6d8p-11f, // -0.0008010182064026594
+    0x1.4969c2p-14f,  // 7.853820716263726e-05
+};
+inline constexpr float kErfLarge[] = {
+    -0x1.328f82p-8f,  // -0.004677743185311556
+    0x1.529b94p-6f,   // 0.020666975528001785
+    -0x1.529accp-5f,  // -0.041333578526973724
+    0x1.8b0b3ap-5f,   // 0.04822312667965889
+    -0x1.1a3494p-5f,  // -0.03444889932870865
+    0x1.ace9e4p-7f,   // 0.013089405372738838
+    0x1.f0ff38p-12f,  // 0.0004739732248708606
+    -0x1.bbaf1cp-9f,  // -0.003385040443390608
+    0x1.9a8bd4p-10f,  // 0.0015661094803363085
+    -0x1.0ea4f2p-15f, // -3.2263316825265065e-05
+    -0x1.00911ep-12f, // -0.00024468122865073383
+    0x1.5d56bcp-14f,  // 8.328886178787798e-05
+    0x1.9cfbb8p-19f,  // 3.076965185755398e-06
+    -0x1.d10e16p-18f, // -6.9298598646128085e-06
+    0x1.255a16p-20f,  // 1.0928209803751088e-06
+};
+inline constexpr float kErfSplit = 1.0f;
+/// a - kErfCenter is exact for a in [1, 4] (Sterbenz).
+inline constexpr float kErfCenter = 2.0f;
+/// The smallest float32 whose erf rounds to 1 (erfc below 2^-25).
+inline constexpr float kErfSaturation = 0x1.f5a88ap+1f; // 3.91920590
+
+/// erf x without a division (max error 1.18 ulp against float64 erf
+/// over every float32; MLIR's erf above: 4.79): on a = |x|, a + a P(a^2)
+/// (one fma) below 1, 1 + Q(a - 2) from 1 on, both by Horner's rule with an fma
+/// per step and both evaluated (a select picks one, so the loop vectorizes
+/// without blends of coefficients); 1 from kErfSaturation on (infinities
+/// too); NaN stays NaN; the sign of x restored (copysign: -0 stays -0).
+/// lib/Compiler/ErfApproximation.cpp emits these operations in this order.
+DTORCH_ALWAYS_INLINE float erfPiecewise(float x) {
+  DTORCH_NO_FP_CONTRACT
+  constexpr int smallDegree = sizeof(kErfSmall) / sizeof(float) - 1;
+  constexpr int largeDegree = sizeof(kErfLarge) / sizeof(float) - 1;
+  float a = std::fabs(x);
+  float s = a * a;
+  float p = kErfSmall[smallDegree];
+  for (int k = smallDegree - 1; k >= 0; --k)
+    p = std::fma(p, s, kErfSmall[k]);
+  float small = std::fma(a, p, a);
+  float u = a - kErfCenter;
+  float q = kErfLarge[largeDegree];
+  for (int k = largeDegree - 1; k >= 0; --k)
+    q = std::fma(q, u, kErfLarge[k]);
+  float large = 1.0f + q;
+  float r = a < kErfSplit ? small : large; // NaN: large, a NaN
+  r = a >= kErfSaturation ? 1.0f : r;
+  return std::copysign(r, x);
 }
 
 } // namespace dtorch::rt::polynomial
