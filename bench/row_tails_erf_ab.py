@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_support import run_job_file  # noqa: E402
+from bench_support import run_job_file, write_table_and_json  # noqa: E402
 
 SWITCHES_OFF = [("DTORCH_ROW_MASKED_TAILS=0", {"DTORCH_ROW_MASKED_TAILS": "0"}),
                 ("DTORCH_ERF_PIECEWISE=0", {"DTORCH_ERF_PIECEWISE": "0"})]
@@ -174,15 +174,11 @@ def main(argv=None):
         lines.append(f"| {g} | {kernels[g]} | {default_us[g]:.1f} | {cells} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "loads": loads,
-                   "switches_off": dict(SWITCHES_OFF), "repeat": args.repeat,
-                   "rounds": args.rounds, "cases": {k: list(v) for k, v in CASES.items()},
-                   "ratio_per_round": ratio, "us_default_and_off_per_round": us,
-                   "median_ratio": med}, f, indent=1)
+    write_table_and_json(args.out, text, {
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"), "loads": loads,
+        "switches_off": dict(SWITCHES_OFF), "repeat": args.repeat, "rounds": args.rounds,
+        "cases": {k: list(v) for k, v in CASES.items()}, "ratio_per_round": ratio,
+        "us_default_and_off_per_round": us, "median_ratio": med})
     print(f"wrote {args.out}/table.md and results.json")
 
 
