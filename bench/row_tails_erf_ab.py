@@ -30,7 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from bench_support import run_job_file, write_table_and_json  # noqa: E402
+from bench_support import (parse_args_or_run_job, run_job_file,  # noqa: E402
+                           write_table_and_json)
 
 SWITCHES_OFF = [("DTORCH_ROW_MASKED_TAILS=0", {"DTORCH_ROW_MASKED_TAILS": "0"}),
                 ("DTORCH_ERF_PIECEWISE=0", {"DTORCH_ERF_PIECEWISE": "0"})]
@@ -113,11 +114,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=60)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "row_kernel_bench"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "xent"))
-    ap.add_argument("--job", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.job:
-        with open(args.job) as f:
-            print(json.dumps(job_main(json.load(f))))
+    args = parse_args_or_run_job(ap, argv, job_main)
+    if args is None:
         return
     workdir = tempfile.mkdtemp(prefix="row_tails_erf_ab_")
     graphs = run_job_file(os.path.abspath(__file__), {"dir": workdir}, timeout=1800)["graphs"]
