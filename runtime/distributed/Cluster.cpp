@@ -1,5 +1,7 @@
 #include "ClusterImpl.h"
 
+#include "dtorch/runtime/RankCpuPlacement.h"
+
 #include <pthread.h>
 
 namespace dtorch::rt {
@@ -560,6 +562,9 @@ Cluster::Cluster(const ClusterOptions &options)
     if (options.worldSize < 1 || options.numProcesses < 1 ||
         options.numProcesses > options.worldSize)
       throw RuntimeError("ClusterOptions: need 1 <= numProcesses <= worldSize");
+    // The workers it starts read the variable from this environment: a bad
+    // value fails here, named, rather than as a worker's exit status.
+    rankPinningEnabled();
     impl.worldSize = options.worldSize;
     impl.rankToWorker.assign(static_cast<size_t>(options.worldSize), 0);
     int first = 0;

@@ -12,6 +12,7 @@
 #include "dtorch/runtime/HostSharedMemoryCollectives.h"
 #include "dtorch/runtime/IpcDeviceCollectives.h"
 #include "dtorch/runtime/PeerHealth.h"
+#include "dtorch/runtime/RankCpuPlacement.h"
 #include "dtorch/runtime/RankState.h"
 #include "dtorch/runtime/Security.h"
 #include "dtorch/runtime/SharedDeviceCollectives.h"
@@ -42,6 +43,12 @@ namespace dtorch::rt {
 namespace wire = ::dtorch::wire;
 
 namespace {
+
+// Ranks on this host, all processes together (WorkerOptions::ranksOnHost,
+// else this process's ranks).
+int ranksOnHostOf(const WorkerOptions &options) {
+  return options.ranksOnHost > 0 ? options.ranksOnHost : options.numRanks;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -180,6 +187,8 @@ struct GlooSlot {
 
 struct Rank {
   int rank = 0;
+  // The CPUs its thread is pinned to (RankCpuPlacement.h); empty: not pinned.
+  std::vector<int> cpus;
   std::thread thread;
   std::mutex mutex;
   std::condition_variable wake;
@@ -220,7 +229,10 @@ std::string generationPrefix(const char *transport, uint64_t number) {
 
 class Worker {
 public:
-  explicit Worker(const WorkerOptions &options)
+  // rankCpus: the CPUs of each hosted rank's thread, in rank order (empty:
+  // not pinned; RankCpuPlacement.h).
+  Worker(const WorkerOptions &options,
+         const std::vector<std::vector<int>> &rankCpus)
       : options_(options), host_(localHostName()),
         store_(std::make_shared<ControllerStore>(outbox_)),
         health_(std::make_shared<PeerHealth>()) {
@@ -229,6 +241,9 @@ public:
          ++r) {
       auto rank = std::make_unique<Rank>();
       rank->rank = r;
+      size_t index = static_cast<size_t>(r - options.firstRank);
+      if (index < rankCpus.size())
+        rank->cpus = rankCpus[index];
       rank->comm = std::make_unique<ReplaceableCommunicator>(r);
       rank->state = std::make_unique<RankState>(r, rank->comm.get());
       ranks_.push_back(std::move(rank));
@@ -1071,6 +1086,9 @@ bool Worker::sendDirect(const std::string &payload) {
 void Worker::rankLoop(Rank &r) {
   // Named for per-thread CPU accounting (bench/step_thread_cpu.py).
   pthread_setname_np(pthread_self(), "dtorch-rank");
+  // Before its first kernel: the BLAS and OpenMP threads it starts inherit
+  // the CPUs.
+  pinCurrentThread(r.cpus);
   while (true) {
     std::function<void()> task;
     {
@@ -1277,9 +1295,20 @@ int runWorker(const WorkerOptions &options) {
                  "--token-file PATH or $DTORCH_TOKEN\n");
   // The BLAS is chosen and loaded before any rank thread exists (OpenBLAS's
   // core type goes through the environment), with this rank's core share.
-  int ranksOnHost =
-      options.ranksOnHost > 0 ? options.ranksOnHost : options.numRanks;
+  int ranksOnHost = ranksOnHostOf(options);
   blas::configureForHost(ranksOnHost);
+  // With DTORCH_PIN_RANKS=1, each rank thread gets CPUs of its own when the
+  // host's ranks do not outnumber its CPUs; the whole process (its message,
+  // ZeroMQ and helper threads, started below) keeps to its ranks' CPUs, so that
+  // handing a message to a rank thread wakes no other CPU.
+  bool pinRanks = rankPinningEnabled(); // a bad value fails the start
+  std::vector<int> hostCpus = affinityCpuList();
+  std::vector<std::vector<int>> rankCpus;
+  for (int r = options.firstRank; r < options.firstRank + options.numRanks; ++r)
+    rankCpus.push_back(
+        pinRanks ? rankCpuSlice(hostCpus, r, ranksOnHost, blas::threads())
+                 : std::vector<int>());
+  pinCurrentThread(unionOfCpus(rankCpus));
   std::string blasLine;
   try {
     blas::load();
@@ -1289,9 +1318,13 @@ int runWorker(const WorkerOptions &options) {
   }
   const char *verbose = std::getenv("DTORCH_BLAS_VERBOSE");
   if (!options.listen.empty() || (verbose && *verbose && *verbose != '0'))
-    std::fprintf(stderr, "dtorch-worker (ranks %d-%d, %d on this host): %s\n",
-                 options.firstRank, options.firstRank + options.numRanks - 1,
-                 ranksOnHost, blasLine.c_str());
+    std::fprintf(
+        stderr, "dtorch-worker (ranks %d-%d, %d on this host): %s; %s\n",
+        options.firstRank, options.firstRank + options.numRanks - 1,
+        ranksOnHost, blasLine.c_str(),
+        describeRankPinning(pinRanks, hostCpus, options.firstRank,
+                            options.numRanks, ranksOnHost, blas::threads())
+            .c_str());
   if (options.dialIn)
     std::fprintf(stderr,
                  "dtorch-worker: ranks %d-%d of %d%s%s, dialing the controller "
@@ -1311,7 +1344,7 @@ int runWorker(const WorkerOptions &options) {
                  options.listen.c_str(), options.glooHost.c_str());
   // Deliberately leaked: a rank stuck in a collective may still use it, and
   // the process exits right after.
-  auto *worker = new Worker(options);
+  auto *worker = new Worker(options, rankCpus);
   return worker->run();
 }
 
