@@ -352,10 +352,11 @@ def table(results):
            f"taking turns ({cfg['gap_ms']:.0f} ms idle before each turn, the order swapped every "
            "pair). A pair's ratio is torch's median call over dtorch's, so both sides of a pair "
            "see the host at the same speed. For the 1-rank goal both processes (and dtorch's "
-           "worker) run on one CPU, the same for both sides; the row below the goals has the "
-           "same pairs left to the scheduler on any CPU, for reference: on a VM whose CPUs run "
+           "worker) run on one CPU, the same for both sides; the rows below the goals have the "
+           "same pairs left to the scheduler on any CPU, for reference (on a VM whose CPUs run "
            "at different speeds over minutes, the two sides can sit on different CPUs for a "
-           "whole run.", "",
+           "whole run), the second with dtorch's rank thread and worker kept on one CPU of "
+           "their own by `DTORCH_PIN_RANKS=1` (torch's process still on any).", "",
            "| goal | ratio (median of pairs) | quartiles | ratio of median times | "
            "ratio of least times | dtorch GFLOP/s | torch GFLOP/s | met |",
            "|---|---|---|---|---|---|---|---|"]
@@ -366,10 +367,14 @@ def table(results):
                    f"{fmt(p.get('ratio_of_medians'), 2)} | {fmt(p.get('ratio_of_least'), 2)} | "
                    f"{fmt(p.get('gflops'))} | {fmt(p.get('torch_gflops'))} | "
                    f"{'yes' if ok else 'no'}{' (' + p['error'] + ')' if 'error' in p else ''} |")
-    anywhere = results.get("paired", {}).get("1rank_any_cpu")
-    if anywhere:
+    for key, label in (("1rank_any_cpu", "1 rank, each side on any CPU"),
+                       ("1rank_pinned_rank", "1 rank, any CPU, dtorch's rank pinned "
+                                             "(`DTORCH_PIN_RANKS=1`)")):
+        anywhere = results.get("paired", {}).get(key)
+        if not anywhere:
+            continue
         q = anywhere.get("ratio_quartiles") or [None, None]
-        out.append(f"| (reference) 1 rank, each side on any CPU | {fmt(anywhere.get('ratio'), 2)} "
+        out.append(f"| (reference) {label} | {fmt(anywhere.get('ratio'), 2)} "
                    f"| {fmt(q[0], 2)}-{fmt(q[1], 2)} | "
                    f"{fmt(anywhere.get('ratio_of_medians'), 2)} | "
                    f"{fmt(anywhere.get('ratio_of_least'), 2)} | {fmt(anywhere.get('gflops'))} | "
@@ -503,6 +508,10 @@ def main():
         # scheduler can sit on different CPUs for a whole run.
         "1rank": paired(*one_rank, cpus={max(os.sched_getaffinity(0))}),
         "1rank_any_cpu": paired(*one_rank),
+        # The same, with dtorch's rank thread (and its worker) kept on one
+        # CPU of its choosing (DTORCH_PIN_RANKS=1); torch's left alone.
+        "1rank_pinned_rank": paired(one_rank[0], dict(one_rank[1], DTORCH_PIN_RANKS="1"),
+                                    *one_rank[2:]),
         "2ranks": paired(dict(base, world=2, op="bmm"), {}, args.peer_python,
                          dict(base, threads=2, batch=2), args.pairs, args.turn_calls,
                          args.gap_ms / 1e3, args.timeout),

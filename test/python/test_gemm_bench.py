@@ -73,11 +73,14 @@ def test_the_report_renders_missing_peers():
                           "gap_ms": 1.0},
                "paired": {"1rank": {"error": "torch not installed"},
                           "1rank_any_cpu": {"ratio": 0.875, "ratio_quartiles": [0.8, 0.9]},
+                          "1rank_pinned_rank": {"ratio": 0.9649, "ratio_quartiles": [0.9, 1.0]},
                           "2ranks": {"error": "torch not installed"}},
                "raw": raw, "summary": gemm_bench.summarize(raw)}
     text = gemm_bench.table(results)
     assert "timed out" in text and "100.0" in text and "torch not installed" in text
     assert "| (reference) 1 rank, each side on any CPU | 0.88 | 0.80-0.90 |" in text
+    assert ("| (reference) 1 rank, any CPU, dtorch's rank pinned (`DTORCH_PIN_RANKS=1`) | 0.96 "
+            "| 0.90-1.00 |") in text
     assert [ok for _, _, ok in gemm_bench.goals(results)] == [False, False]
 
 
