@@ -50,8 +50,12 @@ CHILD = textwrap.dedent(r"""
     for pid in sorted(workers):
         threads = {}
         for task in glob.glob(f"/proc/{pid}/task/*"):
-            name = open(task + "/comm").read().strip()
-            threads.setdefault(name, []).append(cpus_allowed(task))
+            try:  # a short-lived thread (a connection's) may end meanwhile
+                name = open(task + "/comm").read().strip()
+                cpus = cpus_allowed(task)
+            except OSError:
+                continue
+            threads.setdefault(name, []).append(cpus)
         out["workers"].append(threads)
     dtorch.shutdown()
     print("RESULT " + json.dumps(out), flush=True)
