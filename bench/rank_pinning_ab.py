@@ -28,9 +28,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import gemm_bench  # noqa: E402
 from bench_support import (add_peer_python_argument, git_rev,  # noqa: E402
                            load_averages, parse_args_or_run_job, run_job_file,
                            utc_date, write_table_and_json)
+from gemm_bench import fmt  # noqa: E402
 
 SETTINGS = ("0", "1")
 
@@ -104,7 +106,6 @@ def job_main(job):
 
 def measure(pin, args):
     """Every measure with DTORCH_PIN_RANKS=pin."""
-    import gemm_bench
     env = {"DTORCH_PIN_RANKS": pin, "DTORCH_BLAS_THREADS": "1"}
     row = {}
     base = {"n": args.n, "reps": 3}
@@ -132,10 +133,6 @@ def measure(pin, args):
 def median_of(rows, key):
     values = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(values) if values else None
-
-
-def fmt(value, digits):
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def table(results):
