@@ -866,20 +866,35 @@ Controller::traceAsync(rt::TraceAction action, size_t capacity,
 }
 
 void Controller::synchronize() {
-  auto promise = std::make_shared<std::promise<void>>();
-  auto done = promise->get_future();
-  enqueue([this, promise] {
+  auto syncWorkers = [this] {
     std::optional<rt::TraceSpan> span =
         controllerSpan(trace_, "controller", "synchronize");
-    try {
-      backend_->synchronize();
-      promise->set_value();
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
-  });
+    backend_->synchronize();
+  };
   try {
-    done.get();
+    // With nothing queued and the controller thread idle, the caller waits
+    // for the workers' replies itself: the thread that reads them wakes it
+    // directly, without waking the controller thread on the way in and on
+    // the way out (each a wake-up of an idle CPU after a long kernel).
+    if (inlineRequests_ && beginInline()) {
+      struct End {
+        Controller *controller;
+        ~End() { controller->endInline(); }
+      } end{this};
+      runInline(syncWorkers);
+    } else {
+      auto promise = std::make_shared<std::promise<void>>();
+      auto done = promise->get_future();
+      enqueue([syncWorkers, promise] {
+        try {
+          syncWorkers();
+          promise->set_value();
+        } catch (...) {
+          promise->set_exception(std::current_exception());
+        }
+      });
+      done.get();
+    }
     rethrowIfFailed();
   } catch (...) {
     autoRestartBeforeReporting();

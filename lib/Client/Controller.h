@@ -55,6 +55,10 @@ public:
   /// reported.
   std::future<std::vector<rt::Tensor>> fetchPiecesAsync(int meshId,
                                                         Handle handle);
+  /// Waits until the workers have run every request before it; raises the
+  /// first error of one. Handled on the calling thread when the controller
+  /// is idle (enqueueMayInline), so that the I/O thread wakes the caller
+  /// itself when the replies come.
   void synchronize();
   /// Speculation (docs/speculation.md, ControllerSpeculation.cpp), queued
   /// like any request: the segment being recorded on mesh `meshId` has so
@@ -197,7 +201,7 @@ private:
   void dropSpeculationNow();
 
   /// Queues `task` for the controller thread (enqueue: always). With
-  /// `mayInline` (a request that neither compiles nor waits), the calling
+  /// `mayInline` (a request that does not compile), the calling
   /// thread handles it itself when nothing is queued and the controller
   /// thread is idle, preceded by the pending frees: the same order, without
   /// waking the controller thread (DTORCH_INLINE_CONTROLLER=0: always

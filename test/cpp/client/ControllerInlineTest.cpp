@@ -1,8 +1,9 @@
 // Controller requests handled on the calling thread (DTORCH_INLINE_CONTROLLER):
-// a request that neither compiles nor waits runs on the caller when nothing
-// is queued and the controller thread is idle, else it is queued behind the
-// request in progress; either way the backend sees the same calls in the
-// same order, and an error is the same exception.
+// a request that does not compile (a run from the cache, a put, a free, a
+// fetch, a synchronize) runs on the caller when nothing is queued and the
+// controller thread is idle, else it is queued behind the request in
+// progress; either way the backend sees the same calls in the same order,
+// and an error is the same exception.
 #include "ControllerTestSupport.h"
 #include "SessionTestSupport.h"
 
@@ -106,6 +107,7 @@ struct ControllerInlineTest : ::testing::TestWithParam<bool> {};
 TEST_P(ControllerInlineTest, IdleControllerRequestsRunOnTheCallerInOrder) {
   ThreadLoggingBackend *backend;
   auto controller = makeController(GetParam(), backend);
+  uint64_t inlinedBefore = controller->stats().inlineRequests;
   controller->put(0, 1, doubles({1, 2}), {Placement::shard(0)});
   controller->put(0, 2, doubles({3, 4}), {Placement::shard(0)});
   controller->free(0, 1);
@@ -118,15 +120,16 @@ TEST_P(ControllerInlineTest, IdleControllerRequestsRunOnTheCallerInOrder) {
   ASSERT_EQ(log.size(), expected.size());
   for (size_t i = 0; i < log.size(); ++i) {
     EXPECT_EQ(log[i].what, expected[i]);
-    // synchronize waits: always the controller thread's.
-    bool inlinable = log[i].what != "sync";
-    EXPECT_EQ(log[i].onCaller, GetParam() && inlinable) << log[i].what;
+    // The first synchronize (makeController's) may find the mesh's request
+    // still queued, and then queues too.
+    if (i > 0)
+      EXPECT_EQ(log[i].onCaller, GetParam()) << log[i].what;
   }
-  ControllerStats stats = controller->stats();
+  uint64_t inlined = controller->stats().inlineRequests - inlinedBefore;
   if (GetParam())
-    EXPECT_EQ(stats.inlineRequests, 5u); // settle, put, put, frees, fetch
+    EXPECT_EQ(inlined, 5u); // put, put, frees, fetch, sync
   else
-    EXPECT_EQ(stats.inlineRequests, 0u);
+    EXPECT_EQ(controller->stats().inlineRequests, 0u);
   controller->shutdown();
 }
 
@@ -134,8 +137,10 @@ TEST_P(ControllerInlineTest, ARequestWhileTheControllerIsBusyWaitsBehindIt) {
   ThreadLoggingBackend *backend;
   auto controller = makeController(GetParam(), backend);
   backend->closeGate();
+  // Waits in the backend, on `other` itself (inline) or on the controller
+  // thread (queued): either way the controller is busy.
   std::thread other([&] { controller->synchronize(); });
-  backend->waitForSync(); // the controller thread waits in the backend
+  backend->waitForSync();
   controller->put(0, 7, doubles({5, 6}), {Placement::shard(0)});
   std::vector<ThreadLoggingBackend::Call> log = backend->log();
   // Queued behind the synchronize, not handled on this thread.
