@@ -93,6 +93,11 @@ bool Controller::inlineRequestsFromEnvironment() {
   return !(value && std::string_view(value) == "0");
 }
 
+bool Controller::inlineSyncFromEnvironment() {
+  const char *value = std::getenv("DTORCH_INLINE_SYNC");
+  return !(value && std::string_view(value) == "0");
+}
+
 bool Controller::recycleNodesFromEnvironment() {
   const char *value = std::getenv("DTORCH_RECYCLE_NODES");
   return !(value && std::string_view(value) == "0");
@@ -876,7 +881,7 @@ void Controller::synchronize() {
     // for the workers' replies itself: the thread that reads them wakes it
     // directly, without waking the controller thread on the way in and on
     // the way out (each a wake-up of an idle CPU after a long kernel).
-    if (inlineRequests_ && beginInline()) {
+    if (inlineSync_ && beginInline()) {
       struct End {
         Controller *controller;
         ~End() { controller->endInline(); }

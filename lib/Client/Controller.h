@@ -312,6 +312,10 @@ private:
   bool busy_ = false;
   const bool inlineRequests_ = inlineRequestsFromEnvironment();
   static bool inlineRequestsFromEnvironment();
+  /// synchronize() is among them (DTORCH_INLINE_SYNC=0: it is always
+  /// queued, for comparison; bench/handoff_switch_ab.py).
+  const bool inlineSync_ = inlineRequests_ && inlineSyncFromEnvironment();
+  static bool inlineSyncFromEnvironment();
   /// The nodes of the last hit, for takeSpareNodes (guarded by
   /// spareMutex_); their owners and attributes are cleared.
   std::mutex spareMutex_;

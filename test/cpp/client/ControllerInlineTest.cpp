@@ -169,6 +169,23 @@ INSTANTIATE_TEST_SUITE_P(InlineAndQueued, ControllerInlineTest,
                                              : std::string("Queued");
                          });
 
+TEST(ControllerInline, SynchronizeQueuesWithItsOwnSwitchOff) {
+  // DTORCH_INLINE_SYNC=0: the other requests still run on the caller,
+  // synchronize on the controller thread.
+  testsupport::ScopedEnvironment syncOff("DTORCH_INLINE_SYNC", "0");
+  ThreadLoggingBackend *backend;
+  auto controller = makeController(true, backend);
+  controller->put(0, 1, doubles({1, 2}), {Placement::shard(0)});
+  controller->synchronize();
+  std::vector<ThreadLoggingBackend::Call> log = backend->log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1].what, "put 1");
+  EXPECT_TRUE(log[1].onCaller);
+  EXPECT_EQ(log[2].what, "sync");
+  EXPECT_FALSE(log[2].onCaller);
+  controller->shutdown();
+}
+
 TEST(ControllerInline, AFailedFetchRaisesTheSameErrorEitherWay) {
   std::string messages[2];
   for (bool on : {false, true}) {
