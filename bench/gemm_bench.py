@@ -162,9 +162,40 @@ def child_peer(spec):
     return out
 
 
-def timed_turn(fn, command):
+def last_cpu(stat_path):
+    """The CPU a thread last ran on (field 39 of /proc/.../stat), or None."""
+    try:
+        with open(stat_path) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def rank_thread_stat():
+    """The stat file of the "dtorch-rank" thread of this process's worker
+    child (the rank of a 1-rank session), or None."""
+    me = str(os.getpid())
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[1] != me:
+                    continue
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() == "dtorch-rank":
+                        return f"/proc/{pid}/task/{tid}/stat"
+        except (OSError, IndexError):
+            continue
+    return None
+
+
+def timed_turn(fn, command, stat_path=None):
     """One turn of a lock-step child: "run K" times K calls back to back
-    (the operands stay in cache as in a loop of steps); returns their times."""
+    (the operands stay in cache as in a loop of steps); returns their times
+    and, given the stat file of the thread that computes, the CPU it ran
+    the turn's last call on."""
     parts = command.split()
     calls = int(parts[1]) if len(parts) > 1 else 1
     times = []
@@ -172,7 +203,10 @@ def timed_turn(fn, command):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return {"s": times}
+    out = {"s": times}
+    if stat_path:
+        out["cpu"] = last_cpu(stat_path)
+    return out
 
 
 def serve_dtorch(spec):
@@ -183,12 +217,13 @@ def serve_dtorch(spec):
         step, flops, x, w = dtorch_gemm(spec)
         dtorch.synchronize()
         run = synchronized(step)
+        rank = rank_thread_stat() if spec["world"] == 1 else None
 
         def end():
             err = dtorch_error(step, x, w)
             dtorch.shutdown()
             return {"flops": flops, "max_rel_err": err}
-        return (lambda command: timed_turn(run, command)), end
+        return (lambda command: timed_turn(run, command, rank)), end
     serve_lock_step(setup)
 
 
@@ -197,8 +232,9 @@ def serve_peer(spec):
     def setup():
         import torch
         call, flops = torch_gemm(spec)
-        return (lambda command: timed_turn(call, command)), (lambda: {"flops": flops,
-                                                                      "torch": torch.__version__})
+        me = "/proc/thread-self/stat" if spec["threads"] == 1 else None
+        return (lambda command: timed_turn(call, command, me)), (lambda: {"flops": flops,
+                                                                          "torch": torch.__version__})
     serve_lock_step(setup)
 
 
@@ -274,12 +310,15 @@ def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s
                               peer_env(peer_spec["threads"]), timeout, cpus) as t:
             d.call(f"run {calls}")  # warm-up
             t.call(f"run {calls}")
-            td, tt = [], []
+            td, tt, cd, ct = [], [], [], []
             for i in range(pairs):
-                order = ((d, td), (t, tt)) if i % 2 == 0 else ((t, tt), (d, td))
-                for child, times in order:
+                order = (((d, td, cd), (t, tt, ct)) if i % 2 == 0
+                         else ((t, tt, ct), (d, td, cd)))
+                for child, times, cpus_of in order:
                     time.sleep(gap_s)
-                    times.append(statistics.median(child.call(f"run {calls}")["s"]))
+                    answer = child.call(f"run {calls}")
+                    times.append(statistics.median(answer["s"]))
+                    cpus_of.append(answer.get("cpu"))
             d_end, t_end = d.close(), t.close()
             blas = blas_lines(d.stderr_lines())
     except RuntimeError as e:
@@ -298,7 +337,37 @@ def paired(dtorch_spec, dtorch_extra_env, python, peer_spec, pairs, calls, gap_s
         "torch_gflops": gflops(t_end["flops"], statistics.median(tt)),
         "max_rel_err": d_end["max_rel_err"], "blas": blas, "torch": t_end.get("torch"),
         "cpus": sorted(cpus) if cpus else None,
+        "dtorch_cpu": cd, "torch_cpu": ct, "by_cpu": by_cpu(td, cd, tt, ct),
     }
+
+
+def cpu_note(label, p):
+    """One line on where a paired row's turns ran, or None when the CPUs
+    were not recorded."""
+    cd, ct = p.get("dtorch_cpu") or [], p.get("torch_cpu") or []
+    if not any(c is not None for c in cd + ct):
+        return None
+    same = sum(1 for a, b in zip(cd, ct) if a is not None and a == b)
+    per = "; ".join(f"CPU {cpu}: {fmt(v['ratio'], 2)} ({v['dtorch_turns']} dtorch turns, "
+                    f"{v['torch_turns']} torch turns)"
+                    for cpu, v in (p.get("by_cpu") or {}).items())
+    return (f"{label}: both sides on the same CPU in {same} of {len(cd)} pairs; "
+            f"{per or 'no CPU ran turns of both sides'}")
+
+
+def by_cpu(td, cd, tt, ct):
+    """Per CPU that both sides ran turns on: each side's median turn time
+    there and their ratio (torch's over dtorch's), so that a run in which
+    one CPU was slower than the other, and the two sides sat on different
+    CPUs, shows as such. {} when the CPUs were not recorded."""
+    out = {}
+    for cpu in sorted({c for c in cd + ct if c is not None}):
+        mine = [s for s, c in zip(td, cd) if c == cpu]
+        theirs = [s for s, c in zip(tt, ct) if c == cpu]
+        if mine and theirs:
+            out[str(cpu)] = {"dtorch_turns": len(mine), "torch_turns": len(theirs),
+                             "ratio": statistics.median(theirs) / statistics.median(mine)}
+    return out
 
 
 def median_of(rows, key):
@@ -388,6 +457,14 @@ def table(results):
                    f"{fmt(anywhere.get('ratio_of_medians'), 2)} | "
                    f"{fmt(anywhere.get('ratio_of_least'), 2)} | {fmt(anywhere.get('gflops'))} | "
                    f"{fmt(anywhere.get('torch_gflops'))} | - |")
+    notes = [cpu_note(label, results.get("paired", {}).get(key, {}))
+             for key, label in (("1rank_any_cpu", "each side on any CPU"),
+                                ("1rank_pinned_rank", "dtorch's rank pinned"))]
+    notes = [n for n in notes if n]
+    if notes:
+        out += ["", "Where the 1-rank turns ran (the CPU of each turn's last call), and "
+                "each side's median turn per CPU as a ratio (torch's over dtorch's):", ""]
+        out += [f"- {n}" for n in notes]
     out += ["", "## Side by side, each measurement in a fresh process", "",
             f"Each number is the median over {cfg['rounds']} interleaved rounds of per-round "
             f"medians ({cfg['reps']} repetitions); rounds are seconds apart, so a host whose "

@@ -108,6 +108,28 @@ def test_paired_turns_measure_both_sides_and_check_the_product():
     assert len(out["blas"]) == 1 and out["blas"][0].split("; ")[0].endswith(", 1 thread"), out
     goals = gemm_bench.goals({"paired": {"1rank": out, "2ranks": {"ratio": 0.5}}})
     assert goals[0][1] == out["ratio"] and goals[1][1] is None and goals[2][2] is False
+    # Each turn says the CPU its computing thread (dtorch's rank, torch's
+    # main thread) last ran on.
+    allowed = os.sched_getaffinity(0)
+    assert len(out["dtorch_cpu"]) == len(out["torch_cpu"]) == 3
+    assert all(c in allowed for c in out["dtorch_cpu"] + out["torch_cpu"]), out
+    assert out["by_cpu"] == gemm_bench.by_cpu(out["dtorch_s"], out["dtorch_cpu"],
+                                              out["torch_s"], out["torch_cpu"])
+
+
+def test_turns_are_told_apart_by_cpu():
+    # dtorch on CPU 0 twice (2 s, 4 s) and CPU 1 once; torch on CPU 1
+    # twice (1 s, 3 s) and CPU 0 once (1 s); CPU 2 had only dtorch.
+    by = gemm_bench.by_cpu([2.0, 4.0, 1.0, 5.0], [0, 0, 1, 2], [1.0, 3.0, 1.0, 1.0], [1, 1, 0, 1])
+    assert by == {"0": {"dtorch_turns": 2, "torch_turns": 1, "ratio": 1.0 / 3.0},
+                  "1": {"dtorch_turns": 1, "torch_turns": 3, "ratio": 1.0}}
+    assert gemm_bench.by_cpu([1.0], [None], [1.0], [None]) == {}
+    p = {"dtorch_cpu": [0, 0, 1], "torch_cpu": [0, 1, 1],
+         "by_cpu": {"0": {"dtorch_turns": 2, "torch_turns": 1, "ratio": 0.9}}}
+    assert gemm_bench.cpu_note("any CPU", p) == (
+        "any CPU: both sides on the same CPU in 2 of 3 pairs; CPU 0: 0.90 "
+        "(2 dtorch turns, 1 torch turns)")
+    assert gemm_bench.cpu_note("any CPU", {"dtorch_cpu": [None]}) is None
 
 
 def test_paired_reports_a_child_that_fails():
