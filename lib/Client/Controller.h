@@ -57,7 +57,7 @@ public:
                                                         Handle handle);
   /// Waits until the workers have run every request before it; raises the
   /// first error of one. Handled on the calling thread when the controller
-  /// is idle (enqueueMayInline), so that the I/O thread wakes the caller
+  /// is idle (beginInline), so that the I/O thread wakes the caller
   /// itself when the replies come.
   void synchronize();
   /// Speculation (docs/speculation.md, ControllerSpeculation.cpp), queued
