@@ -19,11 +19,13 @@
 #include <cstdlib>
 #include <dirent.h>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <sys/stat.h>
 
 namespace dtorch::rt::test {
@@ -32,12 +34,24 @@ namespace {
 namespace wire = ::dtorch::wire;
 using namespace std::chrono_literals;
 
+/// A file in this test program's own directory, made on first use and
+/// removed with everything in it when the program ends.
 std::string tempPath(const std::string &name) {
-  static std::string dir = [] {
-    char pattern[] = "/tmp/dtorch-security-XXXXXX";
-    return std::string(mkdtemp(pattern));
-  }();
-  return dir + "/" + name;
+  struct Directory {
+    std::string path;
+    Directory() {
+      char pattern[] = "/tmp/dtorch-security-XXXXXX";
+      if (!mkdtemp(pattern))
+        throw std::runtime_error("mkdtemp failed");
+      path = pattern;
+    }
+    ~Directory() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Directory dir;
+  return dir.path + "/" + name;
 }
 
 void writeFile(const std::string &path, const std::string &content) {
