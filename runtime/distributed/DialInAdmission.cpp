@@ -2,6 +2,7 @@
 
 #include "dtorch/runtime/DialInAdmission.h"
 
+#include "dtorch/runtime/RankCpuPlacement.h"
 #include "dtorch/runtime/Transport.h"
 
 #include <algorithm>
@@ -22,19 +23,7 @@ std::string rankRange(int first, int count) {
 } // namespace
 
 std::string formatRankList(const std::vector<int> &ranks) {
-  std::string text;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
-      ++j;
-    if (!text.empty())
-      text += ", ";
-    text += std::to_string(ranks[i]);
-    if (j > i)
-      text += "-" + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return text;
+  return formatIntRanges(ranks, ", ");
 }
 
 DialInAdmission::DialInAdmission(int worldSize, std::string token)

@@ -68,22 +68,25 @@ bool pinCurrentThread(const std::vector<int> &cpus) {
   return sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-std::string describeCpus(const std::vector<int> &cpus) {
-  if (cpus.empty())
-    return "none";
+std::string formatIntRanges(const std::vector<int> &values,
+                            const std::string &separator) {
   std::string text;
-  for (size_t i = 0; i < cpus.size();) {
+  for (size_t i = 0; i < values.size();) {
     size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1)
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1)
       ++j;
     if (!text.empty())
-      text += ",";
-    text += std::to_string(cpus[i]);
+      text += separator;
+    text += std::to_string(values[i]);
     if (j > i)
-      text += "-" + std::to_string(cpus[j]);
+      text += "-" + std::to_string(values[j]);
     i = j + 1;
   }
   return text;
+}
+
+std::string describeCpus(const std::vector<int> &cpus) {
+  return cpus.empty() ? "none" : formatIntRanges(cpus, ",");
 }
 
 std::string describeRankPinning(bool enabled, const std::vector<int> &cpus,

@@ -47,6 +47,12 @@ bool rankPinningEnabled();
 /// (and changes nothing) when `cpus` is empty or the call fails.
 bool pinCurrentThread(const std::vector<int> &cpus);
 
+/// Ascending integers with each run of consecutive ones written "a-b",
+/// joined by `separator`: {0, 1, 2, 5} -> "0-2" + separator + "5"; "" when
+/// empty. (describeCpus, and formatRankList in DialInAdmission.h.)
+std::string formatIntRanges(const std::vector<int> &values,
+                            const std::string &separator);
+
 /// "2-3", "0,2": a CPU list as taskset prints it ("none" when empty).
 std::string describeCpus(const std::vector<int> &cpus);
 
