@@ -3,9 +3,10 @@
 #include "dtorch/OpRegistry.h"
 
 #include <algorithm>
-#include <map>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 namespace dtorch::rules {
 namespace {
@@ -31,26 +32,32 @@ int64_t addFactor(ShardingRule &rule, int64_t size) {
 const ElementwiseTraits *elementwiseTraits(std::string_view op, size_t arity) {
   // The partial pass-through of each elementwise op is declared with the op
   // in ODS (jointPartial, linearOperands, floatOnly) and reaches us through
-  // the generated registry.
-  static const std::map<std::string, ElementwiseTraits, std::less<>> table =
-      [] {
-        std::map<std::string, ElementwiseTraits, std::less<>> t;
-        for (const OpInfo &info : opRegistry()) {
-          std::string_view family = info.family;
-          if (family == "unary" || family == "binary" || family == "compare" ||
-              family == "where" || family == "cast" || family == "triangle")
-            t[info.name] = ElementwiseTraits{
-                info.jointPartial, info.linearOperands, info.floatOnly};
-        }
-        return t;
-      }();
-  const OpInfo *info = findOp(op);
+  // the generated registry. Asked once per recorded elementwise op: one
+  // hashed lookup, keyed by views of the registry's static names.
+  struct Entry {
+    ElementwiseTraits traits;
+    int numOperands; // -1: any
+  };
+  static const std::unordered_map<std::string_view, Entry> table = [] {
+    std::unordered_map<std::string_view, Entry> t;
+    for (const OpInfo &info : opRegistry()) {
+      std::string_view family = info.family;
+      if (family == "unary" || family == "binary" || family == "compare" ||
+          family == "where" || family == "cast" || family == "triangle")
+        t[info.name] =
+            Entry{ElementwiseTraits{info.jointPartial, info.linearOperands,
+                                    info.floatOnly},
+                  info.numOperands};
+    }
+    return t;
+  }();
   auto it = table.find(op);
-  if (!info || it == table.end())
+  if (it == table.end())
     return nullptr;
-  if (info->numOperands >= 0 && static_cast<size_t>(info->numOperands) != arity)
+  if (it->second.numOperands >= 0 &&
+      static_cast<size_t>(it->second.numOperands) != arity)
     return nullptr;
-  return &it->second;
+  return &it->second.traits;
 }
 
 ShardingRule elementwise(const Shape &shape, size_t numOperands,
