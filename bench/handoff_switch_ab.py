@@ -1,7 +1,7 @@
 """A switch of the hand-off between the client, the controller and the
 ranks, off (0) against on (1): DTORCH_PIN_RANKS (default off),
-DTORCH_INLINE_SYNC, DTORCH_INLINE_CONTROLLER or DTORCH_DIRECT_SEND (default
-on). The two settings are taken in turn every round (the order swapped each
+DTORCH_INLINE_SYNC, DTORCH_INLINE_CONTROLLER, DTORCH_DIRECT_SEND or
+DTORCH_LOCAL_LINK (default on). The two settings are taken in turn every round (the order swapped each
 round), so a host whose speed drifts slows both alike. Three measures, the
 processes left on any CPU:
 
@@ -41,7 +41,7 @@ from gemm_bench import fmt  # noqa: E402
 
 SETTINGS = ("0", "1")
 SWITCHES = ("DTORCH_PIN_RANKS", "DTORCH_INLINE_SYNC", "DTORCH_INLINE_CONTROLLER",
-            "DTORCH_DIRECT_SEND")
+            "DTORCH_DIRECT_SEND", "DTORCH_LOCAL_LINK")
 
 
 def hand_off_gaps(events):

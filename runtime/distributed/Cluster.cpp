@@ -430,37 +430,61 @@ void Cluster::Impl::ioMain() {
 
   auto lastBeat = Clock::now();
   uint64_t beats = 0;
+  std::vector<std::pair<std::string, std::shared_ptr<StreamLink>>> links;
+  std::vector<std::string> linkMessages;
   while (socket) {
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (stopping)
         break;
     }
-    zmq::pollitem_t items[2] = {{socket->handle(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, wakeFd, ZMQ_POLLIN, 0}};
-    if (directSend) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
+    // The workers' local links (each polled for reading, and for writing
+    // while bytes wait), after the socket and the wake-up descriptor.
+    links.clear();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const WorkerInfo &w : workers)
+        if (w.link && !w.link->closed())
+          links.emplace_back(w.linkId, w.link);
+      if (directSend) {
         routes.resize(workers.size());
         for (size_t i = 0; i < workers.size(); ++i)
           routes[i] = workers[i].authenticated && !workers[i].dead
                           ? workers[i].id
                           : std::string();
       }
+    }
+    std::vector<zmq::pollitem_t> items = {{socket->handle(), 0, ZMQ_POLLIN, 0},
+                                          {nullptr, wakeFd, ZMQ_POLLIN, 0}};
+    for (const auto &[id, link] : links)
+      items.push_back({nullptr, link->fd(),
+                       static_cast<short>(
+                           ZMQ_POLLIN | (link->wantsWrite() ? ZMQ_POLLOUT : 0)),
+                       0});
+    if (directSend) {
       // Other threads send while this one waits: it polls the socket's
       // descriptor (edge-triggered, so only when nothing is ready to read)
       // without the socket, never the socket itself.
       if (!(socket->get(zmq::sockopt::events) & ZMQ_POLLIN)) {
-        int socketFd = socket->get(zmq::sockopt::fd);
+        items[0].socket = nullptr;
+        items[0].fd = socket->get(zmq::sockopt::fd);
         socketLock.unlock();
-        zmq::pollitem_t fds[2] = {{nullptr, socketFd, ZMQ_POLLIN, 0},
-                                  {nullptr, wakeFd, ZMQ_POLLIN, 0}};
-        zmq::poll(fds, 2, std::chrono::milliseconds(20));
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
         socketLock.lock();
-        items[1].revents = fds[1].revents;
       }
     } else {
-      zmq::poll(items, 2, std::chrono::milliseconds(20));
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
+    }
+    for (size_t k = 0; k < links.size(); ++k) {
+      const auto &[id, link] = links[k];
+      if (items[2 + k].revents & ZMQ_POLLOUT)
+        link->flush();
+      linkMessages.clear();
+      // A closed link (the process exited) is left to checkHealth, which
+      // names how the process ended.
+      link->receive(linkMessages);
+      for (std::string &message : linkMessages)
+        onMessage(id, owningMessage(std::move(message)));
     }
     while (true) {
       zmq::message_t idFrame;
@@ -527,6 +551,12 @@ void Cluster::Impl::ioMain() {
     for (auto &w : workers)
       if (w.child > 0)
         detail::killAndReap(w.child);
+  }
+  links.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto &w : workers)
+      dropLink(w);
   }
   handshakes.reset(); // before the context, which waits for its sockets
   stopDialIn();

@@ -15,6 +15,7 @@
 #include "RunDependencies.h"
 #include "dtorch/runtime/DialInAdmission.h"
 #include "dtorch/runtime/Security.h"
+#include "dtorch/runtime/StreamLink.h"
 #include "dtorch/runtime/Transport.h"
 #include "dtorch/runtime/WireLimits.h"
 #include "dtorch/runtime/WorkerLaunch.h"
@@ -29,6 +30,7 @@
 #include <optional>
 #include <set>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 
@@ -40,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 namespace cluster_detail {
 
 struct WorkerInfo {
-  std::string id;      // ZeroMQ routing id
+  std::string id;      // ZeroMQ routing id, or its link's (kLinkIdPrefix)
   std::string address; // manual mode
   int firstRank = -1;
   int numRanks = 0;
@@ -49,6 +51,10 @@ struct WorkerInfo {
   int cudaDevices = 0;         // from its Hello
   std::string cudaUnavailable; // why cudaDevices is 0
   pid_t child = -1;            // embedded mode
+  // Embedded mode with local links: the stream socket to the process (its
+  // messages' routing id is `linkId`); null when it talks over ZeroMQ.
+  std::shared_ptr<StreamLink> link;
+  std::string linkId;
   bool authenticated = false;
   bool dead = false;
   std::string deathReason;
@@ -190,6 +196,30 @@ struct Cluster::Impl {
   static bool directSendFromEnvironment() {
     const char *value = std::getenv("DTORCH_DIRECT_SEND");
     return !(value && std::string(value) == "0");
+  }
+
+  // Local links ($DTORCH_LOCAL_LINK=0 turns them off): each embedded
+  // worker talks to the controller over a Unix-domain socketpair whose end
+  // it inherits (StreamLink.h) instead of a ZeroMQ connection: no libzmq
+  // I/O thread between the threads that send and the ones that read. Its
+  // messages carry the routing id `kLinkIdPrefix` + a number, which
+  // sendTo() maps to the link (`linksById`, guarded by `linksMutex`, so
+  // that sendTo may run under any of the other locks).
+  const bool localLink = localLinkFromEnvironment();
+  static constexpr const char *kLinkIdPrefix = "link:";
+  std::mutex linksMutex;
+  std::map<std::string, std::shared_ptr<StreamLink>> linksById;
+  uint64_t nextLinkId = 0; // guarded by `mutex` (spawnWorker)
+  static bool localLinkFromEnvironment() {
+    const char *value = std::getenv("DTORCH_LOCAL_LINK");
+    return !(value && std::string(value) == "0");
+  }
+  std::shared_ptr<StreamLink> linkOf(const std::string &id) {
+    if (id.compare(0, 5, kLinkIdPrefix) != 0)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(linksMutex);
+    auto it = linksById.find(id);
+    return it == linksById.end() ? nullptr : it->second;
   }
 
   // Held messages ($DTORCH_HOLD_SENDS=0 turns it off): a small put and a
@@ -399,6 +429,11 @@ struct Cluster::Impl {
   }
 
   void sendTo(const std::string &id, const std::string &payload) {
+    if (id.compare(0, 5, kLinkIdPrefix) == 0) {
+      if (std::shared_ptr<StreamLink> link = linkOf(id))
+        link->send(payload); // a closed link: its death is detected elsewhere
+      return;
+    }
     try {
       socket->send(zmq::buffer(id), zmq::send_flags::sndmore);
       socket->send(zmq::buffer(payload), zmq::send_flags::none);
@@ -518,22 +553,65 @@ struct Cluster::Impl {
   void spawnWorker(WorkerInfo &w) {
     int controllerTimeout =
         static_cast<int>(std::min<int64_t>(3000, options.peerTimeout.count()));
+    dropLink(w); // a replaced worker's
+    int linkFds[2] = {-1, -1};
+    if (localLink) {
+      if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, linkFds) != 0)
+        throw RuntimeError(std::string("socketpair failed: ") +
+                           std::strerror(errno));
+      TransportOptions transport; // the ZeroMQ link's bound, the default
+      w.link = std::make_shared<StreamLink>(
+          linkFds[0], static_cast<uint64_t>(zmqMessageSizeCap(transport)),
+          [this] { wakeIo(); });
+      w.linkId = kLinkIdPrefix + std::to_string(nextLinkId++);
+      std::lock_guard<std::mutex> lock(linksMutex);
+      linksById[w.linkId] = w.link;
+    }
+    struct CloseChildEnd { // the child's end of the link, once spawned
+      int fd;
+      ~CloseChildEnd() {
+        if (fd >= 0)
+          close(fd);
+      }
+    } childEnd{linkFds[1]};
     // The token travels through a pipe on descriptor 3: the command line
     // is visible to every user (`ps`).
-    w.child = detail::spawnProcess(
-        workerExe,
-        {"--connect", endpoint, "--token-fd", "3", "--ranks",
-         std::to_string(w.firstRank) + "-" +
-             std::to_string(w.firstRank + w.numRanks - 1),
-         "--world-size", std::to_string(worldSize),
-         // Every embedded worker runs on this host.
-         "--ranks-on-host", std::to_string(worldSize),
-         "--controller-timeout-ms", std::to_string(controllerTimeout),
-         "--heartbeat-ms", std::to_string(options.heartbeatInterval.count()),
-         "--collective-timeout-ms",
-         std::to_string(options.collectiveTimeout.count()), "--generation",
-         std::to_string(generation)},
-        token);
+    std::vector<std::string> args = {
+        "--connect", endpoint, "--token-fd", "3", "--ranks",
+        std::to_string(w.firstRank) + "-" +
+            std::to_string(w.firstRank + w.numRanks - 1),
+        "--world-size", std::to_string(worldSize),
+        // Every embedded worker runs on this host.
+        "--ranks-on-host", std::to_string(worldSize), "--controller-timeout-ms",
+        std::to_string(controllerTimeout), "--heartbeat-ms",
+        std::to_string(options.heartbeatInterval.count()),
+        "--collective-timeout-ms",
+        std::to_string(options.collectiveTimeout.count()), "--generation",
+        std::to_string(generation)};
+    if (w.link) {
+      args.push_back("--link-fd");
+      args.push_back("4");
+    }
+    w.child = detail::spawnProcess(workerExe, args, token, linkFds[1]);
+    if (w.link)
+      wakeIo(); // a restart's new link joins the I/O thread's poll now
+  }
+  /// Forgets `w`'s link (caller holds `mutex`): its descriptor closes once
+  /// the I/O thread's round lets go of it.
+  void dropLink(WorkerInfo &w) {
+    if (!w.link)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(linksMutex);
+      linksById.erase(w.linkId);
+    }
+    w.link.reset();
+    w.linkId.clear();
+  }
+  void wakeIo() {
+    uint64_t one = 1;
+    ssize_t ignored = write(wakeFd, &one, sizeof(one));
+    (void)ignored;
   }
   /// Returns once every message posted before the call has been sent (or
   /// dropped, for a dead worker) by the I/O thread.

@@ -44,7 +44,7 @@ int pipeHolding(const std::string &secret) {
 
 pid_t spawnProcess(const std::string &executable,
                    const std::vector<std::string> &args,
-                   const std::string &secretOnFd3) {
+                   const std::string &secretOnFd3, int linkOnFd4) {
   // Everything the child needs is prepared before fork: only
   // async-signal-safe calls happen between fork and exec.
   std::vector<std::string> storage;
@@ -65,12 +65,13 @@ pid_t spawnProcess(const std::string &executable,
     throw RuntimeError(std::string("fork failed: ") + std::strerror(saved));
   }
   if (pid == 0) {
-    if (secretFd >= 0) {
-      if (secretFd == 3)
-        fcntl(3, F_SETFD, 0); // keep it across exec
-      else if (dup2(secretFd, 3) < 0)
-        _exit(126);
-    }
+    // Both out of the way of 3 and 4 first (either may be 3 or 4), then
+    // in place (dup2 leaves 3 and 4 open across exec, the copies not).
+    int secret = secretFd >= 0 ? fcntl(secretFd, F_DUPFD_CLOEXEC, 10) : -1;
+    int link = linkOnFd4 >= 0 ? fcntl(linkOnFd4, F_DUPFD_CLOEXEC, 10) : -1;
+    if ((secretFd >= 0 && (secret < 0 || dup2(secret, 3) < 0)) ||
+        (linkOnFd4 >= 0 && (link < 0 || dup2(link, 4) < 0)))
+      _exit(126);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)

@@ -15,9 +15,11 @@ namespace dtorch::rt::detail {
 // (a pipe holding it, then end of file): how the embedded cluster hands a
 // worker its token without putting it on the command line (`ps`) or in the
 // environment.
+// `linkOnFd4`, when not -1, is the child's descriptor 4 (the embedded
+// cluster's link to the worker, StreamLink.h); the caller closes its copy.
 pid_t spawnProcess(const std::string &executable,
                    const std::vector<std::string> &args,
-                   const std::string &secretOnFd3 = "");
+                   const std::string &secretOnFd3 = "", int linkOnFd4 = -1);
 
 // Non-blocking: an empty string while `pid` runs, otherwise how it ended
 // ("exited with status 3", "killed by signal 9"); the process is reaped.

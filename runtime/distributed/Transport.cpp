@@ -31,6 +31,14 @@ void configureSocket(zmq::socket_t &socket, const TransportOptions &options) {
   socket.set(zmq::sockopt::ipv6, 0);
 }
 
+zmq::message_t owningMessage(std::string bytes) {
+  auto *owned = new std::string(std::move(bytes));
+  return zmq::message_t(
+      owned->data(), owned->size(),
+      [](void *, void *hint) { delete static_cast<std::string *>(hint); },
+      owned);
+}
+
 std::string encodeEnvelope(const wire::Envelope &envelope) {
   std::string bytes;
   if (!envelope.SerializeToString(&bytes))

@@ -18,6 +18,7 @@
 #include "dtorch/runtime/SharedDeviceCollectives.h"
 #include "dtorch/runtime/SharedHostArena.h"
 #include "dtorch/runtime/SharedMemoryCollectives.h"
+#include "dtorch/runtime/StreamLink.h"
 #include "dtorch/runtime/WireLimits.h"
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <poll.h>
 #include <pthread.h>
 #include <set>
 #include <sys/eventfd.h>
@@ -256,6 +258,10 @@ public:
 private:
   // ---- I/O thread ----
   void sendFrames(const std::string &peer, const std::string &payload) {
+    if (link_) {
+      link_->send(payload); // a closed link: the loop exits
+      return;
+    }
     if (routerMode_)
       socket_->send(zmq::buffer(peer), zmq::send_flags::sndmore);
     socket_->send(zmq::buffer(payload), zmq::send_flags::none);
@@ -329,6 +335,14 @@ private:
   /// A rank thread's direct send (Outbox::setDirect): false when the I/O
   /// thread holds the socket or no controller is known yet.
   bool sendDirect(const std::string &payload);
+  /// run() with --link-fd: the controller's messages come and go over the
+  /// inherited stream socket (StreamLink.h); no ZeroMQ socket exists.
+  int runOnLink(std::unique_lock<std::mutex> &socketLock);
+  /// One round's work after the messages were handled: the outbox, the
+  /// heartbeat and the controller's silence. False: exit.
+  bool afterMessages(Clock::time_point &lastBeat, uint64_t &beats);
+  /// Stops the rank threads and returns the exit code (the end of run()).
+  int finish(std::unique_lock<std::mutex> &socketLock);
   void onFrames(std::vector<zmq::message_t> &frames);
   void onAuthenticated(const std::string &peer);
   void sendHello(const std::string &peer);
@@ -402,6 +416,7 @@ private:
 
   std::unique_ptr<zmq::context_t> context_;
   std::unique_ptr<zmq::socket_t> socket_;
+  std::unique_ptr<StreamLink> link_; // --link-fd: instead of socket_
   // Guards the socket and what the sends read ($DTORCH_DIRECT_SEND): the
   // I/O thread holds it except while it waits in poll; a rank thread sends
   // its reply itself when it gets it.
@@ -1067,7 +1082,7 @@ void Worker::runProgram(Rank &r, const wire::RunProgram &run,
 
 bool Worker::sendDirect(const std::string &payload) {
   std::unique_lock<std::mutex> lock(socketMutex_, std::try_to_lock);
-  if (!lock.owns_lock() || !socket_ || stop_ ||
+  if (!lock.owns_lock() || (!socket_ && !link_) || stop_ ||
       (routerMode_ && !authenticated_))
     return false;
   try {
@@ -1075,7 +1090,7 @@ bool Worker::sendDirect(const std::string &payload) {
     // The socket's descriptor is edge-triggered: this send may have taken
     // the notice of a message that arrived meanwhile; the I/O thread is
     // woken to read it.
-    if (socket_->get(zmq::sockopt::events) & ZMQ_POLLIN)
+    if (socket_ && (socket_->get(zmq::sockopt::events) & ZMQ_POLLIN))
       outbox_.wake();
   } catch (const zmq::error_t &) {
     // As on the I/O thread: the controller's silence is seen elsewhere.
@@ -1139,8 +1154,10 @@ int Worker::run() {
     outbox_.setDirect(
         [this](const std::string &payload) { return sendDirect(payload); });
   }
-  context_ = std::make_unique<zmq::context_t>(1);
   routerMode_ = !options_.listen.empty();
+  if (options_.linkFd >= 0)
+    return runOnLink(socketLock);
+  context_ = std::make_unique<zmq::context_t>(1);
   socket_ = std::make_unique<zmq::socket_t>(
       *context_,
       routerMode_ ? zmq::socket_type::router : zmq::socket_type::dealer);
@@ -1234,46 +1251,108 @@ int Worker::run() {
     if (reconnectWatch_ && reconnectWatch_->reconnected() &&
         !authenticatedOnce_)
       sendHello("");
-    for (auto &payload : outbox_.drain())
-      if (authenticated_ || !routerMode_)
-        sendFrames(controller_, payload);
-    auto now = Clock::now();
-    if (authenticated_ &&
-        now - lastBeat >= options_.transport.heartbeatInterval) {
-      wire::Envelope beat;
-      beat.set_protocol_version(wire::PROTOCOL_VERSION);
-      beat.mutable_heartbeat()->set_sequence(++beats);
-      sendFrames(controller_, encodeEnvelope(beat));
-      lastBeat = now;
-    }
-    // A dialing worker waits longer for the controller's first answer: the
-    // controller may start later, and answers once the world is complete.
-    std::chrono::milliseconds silence = options_.dialIn && !authenticatedOnce_
-                                            ? options_.controllerWait
-                                            : options_.controllerTimeout;
-    if ((authenticated_ || !routerMode_) && now - lastHeard_ > silence) {
-      std::fprintf(stderr,
-                   "dtorch-worker (ranks %d-%d): controller %s for %lld "
-                   "ms, exiting\n",
-                   options_.firstRank,
-                   options_.firstRank + options_.numRanks - 1,
-                   options_.dialIn && !authenticatedOnce_
-                       ? ("at " + options_.connect + " did not answer").c_str()
-                       : "silent",
-                   static_cast<long long>(silence.count()));
-      exitCode_ = 3;
+    if (!afterMessages(lastBeat, beats))
       break;
-    }
   }
+  return finish(socketLock);
+}
+
+bool Worker::afterMessages(Clock::time_point &lastBeat, uint64_t &beats) {
+  for (auto &payload : outbox_.drain())
+    if (authenticated_ || !routerMode_)
+      sendFrames(controller_, payload);
+  auto now = Clock::now();
+  if (authenticated_ &&
+      now - lastBeat >= options_.transport.heartbeatInterval) {
+    wire::Envelope beat;
+    beat.set_protocol_version(wire::PROTOCOL_VERSION);
+    beat.mutable_heartbeat()->set_sequence(++beats);
+    sendFrames(controller_, encodeEnvelope(beat));
+    lastBeat = now;
+  }
+  // A dialing worker waits longer for the controller's first answer: the
+  // controller may start later, and answers once the world is complete.
+  std::chrono::milliseconds silence = options_.dialIn && !authenticatedOnce_
+                                          ? options_.controllerWait
+                                          : options_.controllerTimeout;
+  if ((authenticated_ || !routerMode_) && now - lastHeard_ > silence) {
+    std::fprintf(stderr,
+                 "dtorch-worker (ranks %d-%d): controller %s for %lld "
+                 "ms, exiting\n",
+                 options_.firstRank, options_.firstRank + options_.numRanks - 1,
+                 options_.dialIn && !authenticatedOnce_
+                     ? ("at " + options_.connect + " did not answer").c_str()
+                     : "silent",
+                 static_cast<long long>(silence.count()));
+    exitCode_ = 3;
+    return false;
+  }
+  return true;
+}
+
+int Worker::finish(std::unique_lock<std::mutex> &socketLock) {
   stop_ = true;        // no direct send after this
   socketLock.unlock(); // a rank thread may be sending its last reply
   stopRanks();
   socketLock.lock();
-  socket_->close();
+  if (socket_)
+    socket_->close();
   // Not destroying context_ on purpose: detached threads may still hold
   // sockets-free references; the process exits right after.
   context_.release();
   return exitCode_;
+}
+
+int Worker::runOnLink(std::unique_lock<std::mutex> &socketLock) {
+  // What libzmq's maxmsgsize bounds on a ZeroMQ link (a larger message is
+  // answered with an error in onFrames, a much larger one closes the link).
+  link_ = std::make_unique<StreamLink>(
+      options_.linkFd,
+      static_cast<uint64_t>(zmqMessageSizeCap(options_.transport)),
+      [this] { outbox_.wake(); });
+  sendHello("");
+  for (auto &rank : ranks_) {
+    Rank *r = rank.get();
+    r->thread = std::thread([this, r] { rankLoop(*r); });
+  }
+  lastHeard_ = Clock::now();
+  auto lastBeat = Clock::now();
+  uint64_t beats = 0;
+  std::vector<std::string> messages;
+  while (!stop_) {
+    pollfd items[2] = {
+        {link_->fd(),
+         static_cast<short>(POLLIN | (link_->wantsWrite() ? POLLOUT : 0)), 0},
+        {outbox_.fd(), POLLIN, 0}};
+    // Rank threads send while this one waits (direct sends).
+    socketLock.unlock();
+    ::poll(items, 2, 50);
+    socketLock.lock();
+    if (items[0].revents & POLLOUT)
+      link_->flush();
+    messages.clear();
+    bool open = link_->receive(messages);
+    for (std::string &message : messages) {
+      if (stop_)
+        break;
+      std::vector<zmq::message_t> frames;
+      frames.push_back(owningMessage(std::move(message)));
+      onFrames(frames);
+    }
+    if (!open && !stop_) {
+      std::fprintf(stderr,
+                   "dtorch-worker (ranks %d-%d): the link to the controller "
+                   "closed (%s), exiting\n",
+                   options_.firstRank,
+                   options_.firstRank + options_.numRanks - 1,
+                   link_->closeReason().c_str());
+      exitCode_ = 3;
+      break;
+    }
+    if (!afterMessages(lastBeat, beats))
+      break;
+  }
+  return finish(socketLock);
 }
 
 } // namespace

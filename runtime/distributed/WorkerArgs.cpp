@@ -72,7 +72,7 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
       "[--port P] [--bind-address ADDR|hostname|interface:NAME] "
       "[--host-id ID] [--collective-timeout-ms MS] "
       "[--controller-timeout-ms MS] [--heartbeat-ms MS] "
-      "[--max-message-bytes B] "
+      "[--max-message-bytes B] [--link-fd N] "
       "[--collective-address HOST] [--ranks-on-host N] [--generation G] "
       "[--controller HOST:PORT | --dial-in] [--controller-wait-ms MS] "
       "[--curve-secret-key-file F --curve-controller-public-key-file F]\n"
@@ -98,7 +98,12 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
     std::string value = argv[++i];
     if (flag == "--connect")
       options.connect = value;
-    else if (flag == "--controller")
+    else if (flag == "--link-fd") {
+      options.linkFd = parseInt(value, "--link-fd");
+      if (options.linkFd < 3)
+        throw RuntimeError("--link-fd must be an inherited descriptor (3 or "
+                           "more)");
+    } else if (flag == "--controller")
       controllerFlag = value;
     else if (flag == "--controller-wait-ms")
       controllerWaitFlag = value;
@@ -300,6 +305,9 @@ WorkerOptions parseWorkerArgs(int argc, char **argv,
       throw RuntimeError(std::string(source) + " must be positive");
     options.controllerWait = std::chrono::milliseconds(wait);
   }
+  if (options.linkFd >= 0 && (options.connect.empty() || options.dialIn))
+    throw RuntimeError("--link-fd needs --connect (the embedded cluster's "
+                       "workers)");
   if (options.connect.empty() == options.listen.empty())
     throw RuntimeError(
         std::string("give exactly one of --connect and --listen (or --port, "

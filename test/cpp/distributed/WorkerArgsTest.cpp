@@ -42,5 +42,38 @@ TEST(WorkerArgs, RanksOnHostIsParsedAndChecked) {
       RuntimeError);
 }
 
+TEST(WorkerArgs, LinkFdGoesWithConnectOnly) {
+  WorkerOptions o =
+      parse({"--connect", "tcp://127.0.0.1:5555", "--token", "t", "--ranks",
+             "0-1", "--world-size", "4", "--link-fd", "4"});
+  EXPECT_EQ(o.linkFd, 4);
+  EXPECT_EQ(parse({"--connect", "tcp://127.0.0.1:5555", "--token", "t",
+                   "--ranks", "0-1", "--world-size", "4"})
+                .linkFd,
+            -1);
+  auto message = [](std::vector<std::string> args) {
+    try {
+      parse(std::move(args));
+    } catch (const RuntimeError &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Standard input, output and error are not links; nor is a word.
+  EXPECT_NE(message({"--connect", "tcp://127.0.0.1:5555", "--token", "t",
+                     "--ranks", "0-1", "--world-size", "4", "--link-fd", "2"})
+                .find("--link-fd must be an inherited descriptor"),
+            std::string::npos);
+  EXPECT_THROW(
+      parse({"--connect", "tcp://127.0.0.1:5555", "--token", "t", "--ranks",
+             "0-1", "--world-size", "4", "--link-fd", "four"}),
+      RuntimeError);
+  // A worker waiting for a controller to dial it has no inherited link.
+  EXPECT_NE(message({"--listen", "tcp://127.0.0.1:0", "--token", "t", "--ranks",
+                     "0-1", "--world-size", "4", "--link-fd", "4"})
+                .find("--link-fd needs --connect"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace dtorch::rt

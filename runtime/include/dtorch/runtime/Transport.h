@@ -30,6 +30,10 @@ struct TransportOptions {
 void configureSocket(zmq::socket_t &socket, const TransportOptions &options);
 int64_t zmqMessageSizeCap(const TransportOptions &options);
 
+/// A ZeroMQ message that takes `bytes` over without copying them (a
+/// message read from a StreamLink, handed to code that takes ZeroMQ's).
+zmq::message_t owningMessage(std::string bytes);
+
 std::string encodeEnvelope(const ::dtorch::wire::Envelope &envelope);
 // False when the bytes are not a well-formed Envelope of this protocol.
 bool decodeEnvelope(const void *data, size_t size,

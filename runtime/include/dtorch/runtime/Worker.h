@@ -23,6 +23,10 @@ struct WorkerOptions {
   // becomes the controller).
   std::string connect;
   std::string listen;
+  // --link-fd N (with --connect; the embedded cluster passes it): every
+  // message to and from the controller goes over this inherited stream
+  // socket (StreamLink.h) instead of a ZeroMQ connection to `connect`.
+  int linkFd = -1;
   // Dial-in (--controller HOST:PORT, --dial-in with MASTER_ADDR and
   // MASTER_PORT, or $DTORCH_CONTROLLER): `connect` is the controller a user
   // started with dtorch.init(listen=...); a launcher's variables may place
