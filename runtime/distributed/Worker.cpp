@@ -341,6 +341,14 @@ private:
   /// One round's work after the messages were handled: the outbox, the
   /// heartbeat and the controller's silence. False: exit.
   bool afterMessages(Clock::time_point &lastBeat, uint64_t &beats);
+  /// Starts the rank threads; the controller's silence counts from now.
+  void startRanks() {
+    for (auto &rank : ranks_) {
+      Rank *r = rank.get();
+      r->thread = std::thread([this, r] { rankLoop(*r); });
+    }
+    lastHeard_ = Clock::now();
+  }
   /// Stops the rank threads and returns the exit code (the end of run()).
   int finish(std::unique_lock<std::mutex> &socketLock);
   void onFrames(std::vector<zmq::message_t> &frames);
@@ -1199,11 +1207,7 @@ int Worker::run() {
     socket_->connect(options_.connect);
     sendHello("");
   }
-  for (auto &rank : ranks_) {
-    Rank *r = rank.get();
-    r->thread = std::thread([this, r] { rankLoop(*r); });
-  }
-  lastHeard_ = Clock::now();
+  startRanks();
   auto lastBeat = Clock::now();
   uint64_t beats = 0;
   while (!stop_) {
@@ -1311,11 +1315,7 @@ int Worker::runOnLink(std::unique_lock<std::mutex> &socketLock) {
       static_cast<uint64_t>(zmqMessageSizeCap(options_.transport)),
       [this] { outbox_.wake(); });
   sendHello("");
-  for (auto &rank : ranks_) {
-    Rank *r = rank.get();
-    r->thread = std::thread([this, r] { rankLoop(*r); });
-  }
-  lastHeard_ = Clock::now();
+  startRanks();
   auto lastBeat = Clock::now();
   uint64_t beats = 0;
   std::vector<std::string> messages;
