@@ -499,12 +499,18 @@ void Cluster::Impl::ioMain() {
         more = frame.more();
         rest.push_back(std::move(frame));
       }
-      if (rest.size() != 1) {
-        replyError(idFrame.to_string(), 0,
-                   "malformed message (expected one frame)");
+      std::string id = idFrame.to_string();
+      if (id.compare(0, 5, kLinkIdPrefix) == 0) {
+        // A connection that named itself like a local link (ZMQ_ROUTING_ID)
+        // would speak as that worker: dropped unanswered (sendTo would
+        // route an answer to the link).
         continue;
       }
-      onMessage(idFrame.to_string(), rest[0]);
+      if (rest.size() != 1) {
+        replyError(id, 0, "malformed message (expected one frame)");
+        continue;
+      }
+      onMessage(id, rest[0]);
     }
     if (items[1].revents) {
       uint64_t value;
