@@ -3,6 +3,8 @@
 // the other process read regions spanning pieces of both, a failed read
 // poisons its handle and leaves the rank usable, and a request to a killed
 // worker fails with WorkerError.
+#include "DistributedTestSupport.h"
+
 #include "dtorch/runtime/Cluster.h"
 
 #include <gtest/gtest.h>
@@ -16,13 +18,7 @@ namespace {
 
 namespace wire = ::dtorch::wire;
 
-ClusterOptions localOptions() {
-  ClusterOptions options;
-  options.worldSize = 4;
-  options.numProcesses = 2;
-  options.workerExecutable = DTORCH_WORKER_PATH;
-  return options;
-}
+ClusterOptions localOptions() { return test::embeddedClusterOptions(); }
 
 Tensor rows(int64_t first, int64_t count, int64_t width) {
   Tensor t = Tensor::empty(wire::F64, {count, width});

@@ -20,13 +20,7 @@ using Ms = std::chrono::milliseconds;
 using testsupport::ScopedEnvironment;
 using Clock = std::chrono::steady_clock;
 
-ClusterOptions localOptions() {
-  ClusterOptions options;
-  options.worldSize = 4;
-  options.numProcesses = 2;
-  options.workerExecutable = DTORCH_WORKER_PATH;
-  return options;
-}
+ClusterOptions localOptions() { return embeddedClusterOptions(); }
 
 // out = all_reduce_sum(x + y) over ranks 0-3 (spans both processes).
 Program addAllReduce() { return addThenAllReduceProgram(3); }

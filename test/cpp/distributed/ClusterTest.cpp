@@ -24,11 +24,7 @@ using Ms = std::chrono::milliseconds;
 using testsupport::ScopedEnvironment;
 
 ClusterOptions localOptions(int world = 4, int procs = 2) {
-  ClusterOptions options;
-  options.worldSize = world;
-  options.numProcesses = procs;
-  options.workerExecutable = DTORCH_WORKER_PATH;
-  return options;
+  return embeddedClusterOptions(world, procs);
 }
 
 // Uploads a program written for one rank (explicit groups) to that rank.

@@ -31,11 +31,7 @@ Program squarePlusSelf() {
 }
 
 TEST(DeviceUpload, TheWorkerComputesOnTheMeshsDeviceOrSaysWhyNot) {
-  ClusterOptions options;
-  options.worldSize = 2;
-  options.numProcesses = 1;
-  options.workerExecutable = DTORCH_WORKER_PATH;
-  Cluster cluster(options);
+  Cluster cluster(embeddedClusterOptions(2, 1));
   Program program = squarePlusSelf();
   std::string whyNone;
   int gpus = cluster.cudaDevicesOf(0, whyNone);

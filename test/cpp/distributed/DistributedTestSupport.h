@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ClusterProcesses.h"
+#include "dtorch/runtime/Cluster.h"
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,18 @@
 #include <vector>
 
 namespace dtorch::rt::test {
+
+#ifdef DTORCH_WORKER_PATH
+/// An embedded cluster of `world` ranks in `procs` worker processes of the
+/// dtorch-worker this build made.
+inline ClusterOptions embeddedClusterOptions(int world = 4, int procs = 2) {
+  ClusterOptions options;
+  options.worldSize = world;
+  options.numProcesses = procs;
+  options.workerExecutable = DTORCH_WORKER_PATH;
+  return options;
+}
+#endif
 
 struct ProcessGuard {
   pid_t pid = -1;

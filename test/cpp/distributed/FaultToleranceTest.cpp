@@ -229,10 +229,7 @@ TEST(GlooCollectives, AWaitForARankDeclaredDeadGivesUpAtOnce) {
 }
 
 ClusterOptions quickOptions() {
-  ClusterOptions options;
-  options.worldSize = 4;
-  options.numProcesses = 2;
-  options.workerExecutable = DTORCH_WORKER_PATH;
+  ClusterOptions options = embeddedClusterOptions();
   options.heartbeatInterval = Ms(100);
   options.peerTimeout = Ms(800);
   return options;

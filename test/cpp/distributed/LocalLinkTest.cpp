@@ -2,6 +2,8 @@
 // process of the same host that connects to the controller's loopback
 // socket and names itself like a local link ("link:0") cannot speak for
 // that worker.
+#include "DistributedTestSupport.h"
+
 #include "dtorch/runtime/Cluster.h"
 #include "dtorch/runtime/Transport.h"
 
@@ -14,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace dtorch::rt {
+namespace dtorch::rt::test {
 namespace {
 
 namespace wire = ::dtorch::wire;
@@ -36,11 +38,7 @@ std::vector<int> loopbackListeners() {
 }
 
 TEST(LocalLink, AConnectionNamedLikeALinkCannotSpeakForItsWorker) {
-  ClusterOptions options;
-  options.worldSize = 2;
-  options.numProcesses = 2;
-  options.workerExecutable = DTORCH_WORKER_PATH;
-  Cluster cluster(options);
+  Cluster cluster(embeddedClusterOptions(2, 2));
   std::vector<int> ports = loopbackListeners();
   ASSERT_FALSE(ports.empty());
   // What a worker reports when a run failed: were it taken as worker 0's,
@@ -73,4 +71,4 @@ TEST(LocalLink, AConnectionNamedLikeALinkCannotSpeakForItsWorker) {
 }
 
 } // namespace
-} // namespace dtorch::rt
+} // namespace dtorch::rt::test
