@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,17 +23,30 @@ namespace {
 
 namespace wire = ::dtorch::wire;
 
-/// The TCP ports this process listens on at 127.0.0.1 (/proc/self/net/tcp).
+/// The TCP ports this process listens on at 127.0.0.1: the rows of
+/// /proc/self/net/tcp (which lists the whole network namespace, so other
+/// tests' processes too) whose socket is one of this process's descriptors.
 std::vector<int> loopbackListeners() {
+  std::set<std::string> mine;
+  for (const auto &entry :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    std::string target =
+        std::filesystem::read_symlink(entry.path(), error).string();
+    if (!error && target.rfind("socket:[", 0) == 0)
+      mine.insert(target.substr(8, target.size() - 9));
+  }
   std::ifstream table("/proc/self/net/tcp");
   std::string line;
   std::getline(table, line); // header
   std::vector<int> ports;
   while (std::getline(table, line)) {
     std::istringstream fields(line);
-    std::string slot, local, remote, state;
-    fields >> slot >> local >> remote >> state;
-    if (state == "0A" && local.rfind("0100007F:", 0) == 0)
+    std::string slot, local, remote, state, queues, timer, retransmits, uid,
+        timeout, inode;
+    fields >> slot >> local >> remote >> state >> queues >> timer >>
+        retransmits >> uid >> timeout >> inode;
+    if (state == "0A" && local.rfind("0100007F:", 0) == 0 && mine.count(inode))
       ports.push_back(std::stoi(local.substr(9), nullptr, 16));
   }
   return ports;
