@@ -500,7 +500,7 @@ void Cluster::Impl::ioMain() {
         rest.push_back(std::move(frame));
       }
       std::string id = idFrame.to_string();
-      if (id.compare(0, 5, kLinkIdPrefix) == 0) {
+      if (isLinkId(id)) {
         // A connection that named itself like a local link (ZMQ_ROUTING_ID)
         // would speak as that worker: dropped unanswered (sendTo would
         // route an answer to the link).
@@ -993,9 +993,7 @@ void Cluster::shutdown() {
       return;
     impl.stopping = true;
   }
-  uint64_t one = 1;
-  ssize_t ignored = write(impl.wakeFd, &one, sizeof(one));
-  (void)ignored;
+  impl.wakeIo();
   if (impl.io.joinable())
     impl.io.join();
   std::lock_guard<std::mutex> lock(impl.mutex);

@@ -214,8 +214,11 @@ struct Cluster::Impl {
     const char *value = std::getenv("DTORCH_LOCAL_LINK");
     return !(value && std::string(value) == "0");
   }
+  static bool isLinkId(const std::string &id) {
+    return id.rfind(kLinkIdPrefix, 0) == 0;
+  }
   std::shared_ptr<StreamLink> linkOf(const std::string &id) {
-    if (id.compare(0, 5, kLinkIdPrefix) != 0)
+    if (!isLinkId(id))
       return nullptr;
     std::lock_guard<std::mutex> lock(linksMutex);
     auto it = linksById.find(id);
@@ -376,9 +379,7 @@ struct Cluster::Impl {
       for (auto &message : messages)
         outbox.push_back(std::move(message));
     }
-    uint64_t one = 1;
-    ssize_t ignored = write(wakeFd, &one, sizeof(one));
-    (void)ignored;
+    wakeIo();
   }
 
   /// Sends `messages` (worker, bytes) in order on the calling thread: true
@@ -405,9 +406,7 @@ struct Cluster::Impl {
     // the notice of a message that arrived meanwhile, which the I/O
     // thread's poll would then miss; it is woken to read it.
     if (socket->get(zmq::sockopt::events) & ZMQ_POLLIN) {
-      uint64_t one = 1;
-      ssize_t ignored = write(wakeFd, &one, sizeof(one));
-      (void)ignored;
+      wakeIo();
     }
     return true;
   }
@@ -423,13 +422,11 @@ struct Cluster::Impl {
       std::lock_guard<std::mutex> lock(outboxMutex);
       outboxById.emplace_back(id, std::move(payload));
     }
-    uint64_t one = 1;
-    ssize_t ignored = write(wakeFd, &one, sizeof(one));
-    (void)ignored;
+    wakeIo();
   }
 
   void sendTo(const std::string &id, const std::string &payload) {
-    if (id.compare(0, 5, kLinkIdPrefix) == 0) {
+    if (isLinkId(id)) {
       if (std::shared_ptr<StreamLink> link = linkOf(id))
         link->send(payload); // a closed link: its death is detected elsewhere
       return;
@@ -620,9 +617,7 @@ struct Cluster::Impl {
     uint64_t target = ioRounds.load() + 2;
     auto deadline = Clock::now() + std::chrono::seconds(2);
     while (ioRounds.load() < target && Clock::now() < deadline) {
-      uint64_t one = 1;
-      ssize_t ignored = write(wakeFd, &one, sizeof(one));
-      (void)ignored;
+      wakeIo();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
