@@ -432,6 +432,7 @@ void Cluster::Impl::ioMain() {
   uint64_t beats = 0;
   std::vector<std::pair<std::string, std::shared_ptr<StreamLink>>> links;
   std::vector<std::string> linkMessages;
+  std::vector<zmq::pollitem_t> items; // reused every round
   while (socket) {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -454,8 +455,8 @@ void Cluster::Impl::ioMain() {
                           : std::string();
       }
     }
-    std::vector<zmq::pollitem_t> items = {{socket->handle(), 0, ZMQ_POLLIN, 0},
-                                          {nullptr, wakeFd, ZMQ_POLLIN, 0}};
+    items.assign({{socket->handle(), 0, ZMQ_POLLIN, 0},
+                  {nullptr, wakeFd, ZMQ_POLLIN, 0}});
     for (const auto &[id, link] : links)
       items.push_back({nullptr, link->fd(),
                        static_cast<short>(
